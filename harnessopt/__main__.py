@@ -1,0 +1,3 @@
+from harnessopt.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""``harnessopt.yaml``: one validated config object per component, unknown keys rejected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harnessopt.errors import UserError
+
+CONFIG_NAME = "harnessopt.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Strict):
+    provider: Literal["anthropic", "scripted"] = "anthropic"
+    """Where model calls go: the real Messages API, or the scripted model (offline)."""
+    target: str = "claude-sonnet-4-5"
+    """Model the harness runs (exported as HARNESSOPT_TARGET_MODEL)."""
+    script: str | None = None
+    """Scripted-model YAML (path relative to the workspace) when provider is 'scripted'."""
+
+
+class RolloutConfig(_Strict):
+    sandbox: Literal["auto", "docker", "local"] = "auto"
+    """auto = docker when an engine answers, else local (with a warning)."""
+    batch_size: int = Field(8, ge=1)
+    """Train tasks rolled out per round for the optimizer to read."""
+    concurrency: int = Field(2, ge=1, le=64)
+    """Tasks run at once."""
+    timeout_s: float = Field(300.0, gt=0)
+    """Wall-clock limit per task, enforced from outside the harness."""
+    memory_mb: int = Field(1024, ge=64)
+    """Memory limit per task sandbox."""
+    cpus: float = Field(1.0, gt=0)
+    """CPU limit per task container."""
+    pids: int = Field(128, ge=16)
+    """Process limit per task container."""
+    out_mb: int = Field(64, ge=1)
+    """Size cap of the writable /out of a task."""
+    output_cap_kb: int = Field(256, ge=1)
+    """Bytes of stdout/stderr kept per task."""
+    image: str = "harnessopt-sandbox:latest"
+    """Docker image the task containers run."""
+
+
+class OptimizerConfig(_Strict):
+    backend: Literal["anthropic", "command", "manual"] = "anthropic"
+    """Who edits the view: the built-in Claude tool loop, a CLI agent, or a person."""
+    model: str = "claude-opus-4-1"
+    """Model of the built-in optimizer."""
+    max_turns: int = Field(40, ge=1)
+    """Model turns per round."""
+    max_tokens: int = Field(400_000, ge=1000)
+    """Input+output tokens per round."""
+    wall_s: float = Field(1800.0, gt=0)
+    """Wall-clock limit per round."""
+    command: list[str] | None = None
+    """Argv of the 'command' backend; the brief is passed on stdin and in OPTIMIZE.md."""
+    bash_timeout_s: float = Field(60.0, gt=0)
+    """Time limit of one bash tool command."""
+    settle_s: float = Field(5.0, gt=0)
+    """Manual backend: seconds without edits before gating starts."""
+
+
+class GateConfig(_Strict):
+    smoke: int = Field(5, ge=0)
+    """Val tasks run first; any crash or timeout there rejects without spending the rest."""
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    """One-sided confidence that the gain is real."""
+    epochs: int = Field(1, ge=1)
+    """Runs per val task (for stochastic targets)."""
+    max_broken: int | None = Field(None, ge=0)
+    """Reject when more val tasks broke than this."""
+    confirm_flips: bool = True
+    """Rerun tasks that flipped once before deciding."""
+    rerun_incumbent: bool = False
+    """Re-run the incumbent on val each round instead of reusing its cached scores."""
+    min_effect: float = Field(0.0, ge=0.0)
+    """Smallest gain worth a commit, added to the dead zone."""
+    soft_margin: float = Field(0.05, ge=0.0)
+    """Gain of the soft metric that breaks a tie inside the dead zone."""
+
+
+class BudgetConfig(_Strict):
+    max_calls: int | None = Field(None, ge=1)
+    """Model calls the gateway allows in the whole run (all roles)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Input+output tokens the gateway allows in the whole run."""
+    max_cost: float | None = Field(None, gt=0)
+    """US dollars the gateway allows in the whole run (list prices)."""
+
+
+class Config(_Strict):
+    mode: Literal["skill", "harness"] = "skill"
+    """What the optimizer may change: skill/** only, or the harness as well."""
+    template: str = "chat"
+    """Harness template the workspace was made from."""
+    whitelist: list[str] | None = None
+    """Glob patterns (relative to the workspace) the optimizer may change; default per mode."""
+    flags: dict[str, str] = Field(default_factory=dict)
+    """Feature flags exported to the harness as HO_FLAG_<NAME>."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+
+    def allowed_globs(self) -> list[str]:
+        """Paths the optimizer may change, relative to the workspace root."""
+        if self.whitelist is not None:
+            return list(self.whitelist)
+        return ["skill/**"] if self.mode == "skill" else ["skill/**", "harness/**"]
+
+
+def load_config(ws: Path) -> Config:
+    path = ws / CONFIG_NAME
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise UserError(f"{ws} is not a harnessopt workspace (no {CONFIG_NAME}); run 'harnessopt init' first")
+    except yaml.YAMLError as e:
+        raise UserError(f"{path} is not valid YAML ({_first_line(e)}); fix it or restore it with git") from e
+    return parse_config(raw, str(path))
+
+
+def parse_config(raw: Any, where: str) -> Config:
+    if not isinstance(raw, dict):
+        raise UserError(f"{where} must be a YAML mapping")
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise UserError(f"{where}: {loc}: {err['msg']}; fix the setting (see docs/workspace.md)") from e
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
+    """CLI flags win over the YAML: keys are dotted paths like 'rollout.concurrency'."""
+    data = cfg.model_dump()
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return parse_config(data, "command-line options")
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -1,0 +1,17 @@
+"""Exceptions that the CLI turns into exit codes (one place: ``cli.main``)."""
+
+
+class UserError(Exception):
+    """Bad input or a state the user must fix. Printed as one line; exit code 2; nothing changed."""
+
+
+class HarnessoptError(Exception):
+    """An internal failure that is not the user's fault (exit code 1)."""
+
+
+class SandboxUnavailable(UserError):
+    """The requested sandbox backend cannot run on this machine."""
+
+
+class BudgetExceeded(HarnessoptError):
+    """The run's model budget (calls, tokens or cost) is spent."""

@@ -1,0 +1,242 @@
+"""The small protocols and records that the swappable parts share.
+
+Every other module imports from here, never the other way round. A part is chosen by a short
+name (``local``/``docker`` sandbox, ``anthropic``/``command``/``manual`` optimizer,
+``anthropic``/``scripted`` model); an unknown name is a ``UserError`` listing the known ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+# --------------------------------------------------------------------------- tasks
+
+
+@dataclass(frozen=True)
+class Task:
+    """One line of the task file. ``answer`` never leaves the host side."""
+
+    id: str
+    input: str | dict[str, Any]
+    answer: Any
+    split: str  # "train" | "val" | "test"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def public(self) -> dict[str, Any]:
+        """The task as the harness may see it: everything but the gold answer."""
+        return {"id": self.id, "input": self.input, "split": self.split, "metadata": self.metadata}
+
+
+# --------------------------------------------------------------------------- model gateway
+
+
+@dataclass
+class Exchange:
+    """One model call seen by the gateway: the request and the (non-streaming) response body."""
+
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+    error: str | None
+    started: float
+    wall_s: float
+    input_tokens: int = 0
+    output_tokens: int = 0
+    streamed: bool = False
+
+
+@dataclass
+class Usage:
+    """Model usage of one role in one round."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cost_usd += other.cost_usd
+
+
+class Model(Protocol):
+    """What the gateway forwards to: the real API or the scripted model.
+
+    ``create`` takes a Messages API request body (``stream`` already removed) and returns the
+    response body of a non-streaming call. It raises ``ModelError`` for an API error.
+    """
+
+    name: str
+
+    def create(self, request: dict[str, Any], role: str) -> dict[str, Any]: ...
+
+
+class ModelError(Exception):
+    """An API error to pass back to the caller with its HTTP status and error type."""
+
+    def __init__(self, status: int, error_type: str, message: str, retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class GatewayLease:
+    """How one sandboxed run reaches the gateway, and the token that identifies it."""
+
+    token: str
+    base_url: str  # http://127.0.0.1:PORT (local sandbox, optimizer)
+    socket_path: Path | None  # Unix socket for container sandboxes (mounted into the container)
+
+
+# --------------------------------------------------------------------------- sandbox
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a sandbox needs to run ``harness/run.py`` on one task."""
+
+    task: dict[str, Any]  # Task.public(): no answer
+    skill_dir: Path  # host path, mounted/copied read-only
+    harness_dir: Path  # host path, mounted/copied read-only
+    env: Mapping[str, str]  # HARNESSOPT_TARGET_MODEL, HO_FLAG_* (gateway vars are added by the sandbox)
+    gateway: GatewayLease
+    timeout_s: float
+
+
+@dataclass
+class RunOutput:
+    """What came back from one sandboxed run. Files the harness wrote are under ``out_dir``."""
+
+    exit_code: int | None  # None when killed (timeout) before it exited
+    wall_s: float
+    out_dir: Path
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    error_class: str | None = None  # "timeout", "oom", "crash", "output_cap", "sandbox_error", ...
+    notes: list[str] = field(default_factory=list)  # facts about containment to show in the trajectory
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs one task at a time per call; safe to call from several threads at once."""
+
+    name: str
+
+    def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
+        """Run the harness on ``spec.task``; collect its /out files into ``out_dir`` (host)."""
+        ...
+
+    def close(self) -> None:
+        """Release everything this sandbox started (containers, pools)."""
+        ...
+
+
+# --------------------------------------------------------------------------- rollout results
+
+
+@dataclass
+class TaskResult:
+    """One scored run of one task. Rendered to ``trajectories/<id>.md`` for train tasks."""
+
+    task_id: str
+    split: str
+    round: int
+    epoch: int
+    score: float
+    passed: bool
+    soft: float | None
+    feedback: str
+    answer: str
+    exit_code: int | None
+    error_class: str | None
+    wall_s: float
+    input_tokens: int
+    output_tokens: int
+    steps: int
+    stderr_tail: str = ""
+    task_input: Any = None
+    exchanges: list[Exchange] = field(default_factory=list)
+    harness_events: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def crashed(self) -> bool:
+        """A harness crash, timeout or sandbox failure (the smoke test rejects on these)."""
+        return self.error_class is not None
+
+
+# --------------------------------------------------------------------------- optimizer
+
+
+@dataclass
+class Proposal:
+    """What an optimizer returned: its summary and what it spent. Edits are in the view."""
+
+    summary: str
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stopped_by: str = "done"  # "done" | "turn_budget" | "token_budget" | "wall_clock" | "error"
+    transcript_path: Path | None = None
+
+
+class Optimizer(Protocol):
+    """Edits files in a view directory per its brief; harnessopt copies back what is allowed."""
+
+    name: str
+
+    def propose(self, view: Path, brief: str, round_no: int) -> Proposal: ...
+
+
+# --------------------------------------------------------------------------- gate
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One run of one task as the gate sees it."""
+
+    score: float
+    soft: float | None = None
+    tokens: int = 0
+    crashed: bool = False
+
+
+Outcomes = Mapping[str, Sequence[Outcome]]  # task id -> one Outcome per epoch
+
+# Rerun the given task ids; returns (candidate outcomes, incumbent outcomes) for those ids.
+ConfirmFn = Callable[[Sequence[str]], tuple[Outcomes, Outcomes]]
+
+
+@dataclass
+class GateDecision:
+    """The gate's verdict with every number that explains it (goes into the commit manifest)."""
+
+    accept: bool
+    reason: str
+    n: int
+    candidate_score: float
+    incumbent_score: float
+    delta: float  # mean paired difference candidate - incumbent
+    dead_zone: float
+    fixed: list[str] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
+    noise_flips: list[str] = field(default_factory=list)
+    soft_delta: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class GatePolicy(Protocol):
+    """Decides whether a candidate replaces the incumbent, from paired val outcomes."""
+
+    name: str
+
+    def decide(
+        self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
+    ) -> GateDecision: ...
