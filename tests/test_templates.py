@@ -1,0 +1,230 @@
+"""The harness templates run as real subprocesses against the gateway with a scripted model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harnessopt.config import BudgetConfig
+from harnessopt.gateway import Gateway
+from harnessopt.models import ScriptedModel
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "workspace_templates"
+
+SKILL_MD = """---
+name: geo-facts
+description: Answers geography questions.
+---
+# Geography
+Answer with the city name only.
+"""
+
+
+def make_skill(tmp: Path) -> Path:
+    skill = tmp / "skill"
+    (skill / "references").mkdir(parents=True, exist_ok=True)
+    (skill / "SKILL.md").write_text(SKILL_MD)
+    (skill / "references" / "capitals.md").write_text("France: Paris\nItaly: Rome\n")
+    return skill
+
+
+def run_template(name: str, tmp: Path, task: dict, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    task_file, out = tmp / "task.json", tmp / "out"
+    task_file.write_text(json.dumps(task))
+    argv = [sys.executable, str(TEMPLATES / name / "run.py"), "--task", str(task_file)]
+    argv += ["--skill", str(make_skill(tmp)), "--out", str(out)]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "HARNESSOPT_"))}
+    return subprocess.run(argv, env={**clean, **env}, capture_output=True, text=True, timeout=120)
+
+
+def gateway_env(gw: Gateway, token: str) -> dict[str, str]:
+    return {
+        "ANTHROPIC_BASE_URL": gw.base_url,
+        "ANTHROPIC_API_KEY": token,
+        "HARNESSOPT_TARGET_MODEL": "claude-haiku-4-5",
+    }
+
+
+def test_every_template_has_a_description_and_entry_point():
+    names = sorted(p.name for p in TEMPLATES.iterdir() if p.is_dir())
+    assert names == ["chat", "claude-code", "command", "tool-agent"]
+    for name in names:
+        meta = yaml.safe_load((TEMPLATES / name / "template.yaml").read_text())
+        assert isinstance(meta["description"], str) and "\n" not in meta["description"].strip()
+        compile((TEMPLATES / name / "run.py").read_text(), f"{name}/run.py", "exec")
+
+
+def test_chat_template(tmp_path: Path):
+    script = {
+        "rules": [
+            {
+                "system": "^# Geography\\nAnswer with the city name only\\.$",
+                "last_user": "France",
+                "reply": "  Paris \n",
+            },
+            {"last_user": '"country": "Italy"', "reply": "Rome"},
+        ]
+    }
+    with Gateway(ScriptedModel.from_dict(script), BudgetConfig()) as gw:
+        lease = gw.lease("target", 1, "t1")
+        proc = run_template(
+            "chat", tmp_path, {"id": "t1", "input": "Capital of France?"}, gateway_env(gw, lease.token)
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "out" / "answer.txt").read_text() == "Paris"
+        exchanges = gw.release(lease.token)
+        assert len(exchanges) == 1 and exchanges[0].request["model"] == "claude-haiku-4-5"
+        events = [json.loads(x) for x in (tmp_path / "out" / "trajectory.jsonl").read_text().splitlines()]
+        assert [e["event"] for e in events] == ["request", "response"]
+
+        lease = gw.lease("target", 1, "t2")
+        task = {"id": "t2", "input": {"country": "Italy"}}
+        proc = run_template("chat", tmp_path, task, gateway_env(gw, lease.token))
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "out" / "answer.txt").read_text() == "Rome"
+
+
+def test_chat_template_fails_loudly_on_api_error(tmp_path: Path):
+    with Gateway(ScriptedModel.from_dict({"rules": [{"reply": "x"}]}), BudgetConfig()) as gw:
+        proc = run_template("chat", tmp_path, {"id": "t", "input": "q"}, gateway_env(gw, "wrong-token"))
+    assert proc.returncode != 0 and "AuthenticationError" in proc.stderr
+    assert not (tmp_path / "out" / "answer.txt").exists()
+
+
+def test_tool_agent_template(tmp_path: Path):
+    script = {
+        "rules": [
+            {
+                "turn": 1,
+                "tool_use": [{"name": "read_skill_file", "input": {"path": "references/capitals.md"}}],
+            },
+            {
+                "turn": 2,
+                "last_user": "France: (?P<city>\\w+)",
+                "tool_use": [{"name": "python_eval", "input": {"expression": "6*7"}}],
+            },
+            {
+                "turn": 3,
+                "last_user": "^42$",
+                "tool_use": [{"name": "python_eval", "input": {"expression": "__import__('os')"}}],
+            },
+            {
+                "turn": 4,
+                "last_user": "not allowed",
+                "tool_use": [{"name": "read_skill_file", "input": {"path": "../../etc/passwd"}}],
+            },
+            {
+                "turn": 5,
+                "last_user": "outside the skill",
+                "reply": "Done.",
+                "tool_use": [{"name": "finish", "input": {"answer": " Paris "}}],
+            },
+        ]
+    }
+    with Gateway(ScriptedModel.from_dict(script), BudgetConfig()) as gw:
+        lease = gw.lease("target", 1, "t1")
+        proc = run_template(
+            "tool-agent", tmp_path, {"id": "t1", "input": "Capital of France?"}, gateway_env(gw, lease.token)
+        )
+        exchanges = gw.release(lease.token)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "answer.txt").read_text() == "Paris"
+    assert len(exchanges) == 5
+    results = [e.request["messages"][-1]["content"][0] for e in exchanges[1:]]
+    assert results[0]["content"].startswith("France: Paris") and not results[0]["is_error"]
+    assert results[1]["content"] == "42"
+    assert results[2]["is_error"] and "not allowed" in results[2]["content"]
+    assert results[3]["is_error"] and "outside the skill directory" in results[3]["content"]
+    events = [
+        json.loads(x)["event"] for x in (tmp_path / "out" / "trajectory.jsonl").read_text().splitlines()
+    ]
+    assert events.count("step") == 5 and events[-1] == "finish"
+
+
+def test_claude_code_template_without_cli(tmp_path: Path):
+    env = {"PATH": str(tmp_path / "empty-bin")}
+    proc = run_template("claude-code", tmp_path, {"id": "t", "input": "q"}, env)
+    assert proc.returncode == 3 and "'claude' CLI is not on PATH" in proc.stderr
+
+
+def test_claude_code_template_with_a_stand_in_cli(tmp_path: Path):
+    # A stand-in 'claude' that checks the skill was installed where Claude Code looks for it.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "claude"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, pathlib, sys\n"
+        "skill = pathlib.Path('.claude/skills/geo-facts/SKILL.md')\n"
+        "print(json.dumps({'type': 'result', 'is_error': False, 'result': ' Paris (' + sys.argv[2] + ') '"
+        " if skill.is_file() else 'no skill'}))\n"
+    )
+    fake.chmod(0o755)
+    proc = run_template(
+        "claude-code", tmp_path, {"id": "t", "input": "Capital?"}, {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "answer.txt").read_text() == "Paris (Capital?)"
+
+
+@pytest.mark.parametrize("writes_file", [True, False])
+def test_command_template(tmp_path: Path, writes_file: bool):
+    skill = make_skill(tmp_path)
+    (skill / "scripts").mkdir()
+    body = "open(sys.argv[2], 'w').write(answer)" if writes_file else "print(answer)"
+    (skill / "scripts" / "answer.py").write_text(
+        "import json, sys\nanswer = json.load(open(sys.argv[1]))['input'].upper()\n" + body + "\n"
+    )
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    (harness / "run.py").write_text((TEMPLATES / "command" / "run.py").read_text())
+    argv = ["python3", "{skill}/scripts/answer.py", "{task}"] + (["{out}/answer.txt"] if writes_file else [])
+    (harness / "command.yaml").write_text("argv:\n" + "".join(f'  - "{a}"\n' for a in argv))
+    task_file, out = tmp_path / "task.json", tmp_path / "out"
+    task_file.write_text(json.dumps({"id": "t", "input": "paris"}))
+    argv = [
+        sys.executable,
+        str(harness / "run.py"),
+        "--task",
+        str(task_file),
+        "--skill",
+        str(skill),
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "answer.txt").read_text().strip() == "PARIS"
+
+
+def test_command_template_passes_on_exit_code(tmp_path: Path):
+    (tmp_path / "skill").mkdir()
+    proc = run_template("command", tmp_path, {"id": "t", "input": "q"}, {})
+    assert proc.returncode == 2 and "answer.py" in proc.stderr  # python3 cannot open the missing script
+
+
+def load_scorer():
+    namespace: dict = {}
+    exec(compile((TEMPLATES / "scorer.py").read_text(), "scorer.py", "exec"), namespace)
+    return namespace["score"]
+
+
+def test_default_scorer(tmp_path: Path):
+    score = load_scorer()
+    ok = score({"answer": "New  York"}, "  new york\n", tmp_path)
+    assert ok == {"score": 1.0, "feedback": "correct: 'new york'", "soft": 1.0}
+    bad = score({"answer": "Paris"}, "Lyon", tmp_path)
+    assert (
+        bad["score"] == 0.0 and "expected 'paris', got 'lyon'" in bad["feedback"] and 0 <= bad["soft"] < 0.5
+    )
+    near = score({"answer": "Paris"}, "Pariss", tmp_path)
+    assert near["soft"] > 0.9
+    assert "empty answer" in score({"answer": "x"}, "", tmp_path)["feedback"]
+    assert score({"answer": 42}, "42", tmp_path)["score"] == 1.0
+    long = score({"answer": "a" * 1000}, "b", tmp_path)
+    assert len(long["feedback"]) < 500 and "[...]" in long["feedback"]
