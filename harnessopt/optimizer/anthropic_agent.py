@@ -1,0 +1,242 @@
+"""The built-in optimizer: Claude edits the view through the Messages API tool-use loop.
+
+One round is one conversation. The user message carries OPTIMIZE.md; the model answers with
+``bash`` / ``str_replace_based_edit_tool`` calls that run host-side, confined to the view, until
+it ends its turn (its final text is the summary) or a budget runs out (turns, tokens, wall
+clock). API errors, including the gateway refusing a call past the run's budget, end the round
+as data (``stopped_by="error"``), never as a traceback. The transcript is written as JSONL next
+to, never inside, the view.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import anthropic
+
+from harnessopt.config import OptimizerConfig
+from harnessopt.optimizer.tools import (
+    BASH_TOOL,
+    EDITOR_TOOL,
+    BashTool,
+    EditorTool,
+    ShellRunner,
+    SupportsClose,
+)
+from harnessopt.protocols import Proposal
+
+SYSTEM_PROMPT = (
+    "You improve an AI agent's skill from evidence. Your working directory is a copy of the skill, its "
+    "harness and the trajectories of recent runs. Use the bash tool to explore (each call starts a fresh "
+    "shell in that directory) and the str_replace_based_edit_tool for edits; paths are relative to it. "
+    "Follow OPTIMIZE.md. When done, reply without tool calls: your summary, first line a one-line title."
+)
+MAX_OUTPUT_TOKENS = 8192  # per model call; the round's budget is cfg.max_tokens
+
+
+class _Transcript:
+    """Append-only JSONL record of the conversation, flushed per event (survives a crash)."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._f: TextIO = path.open("w", encoding="utf-8")
+
+    def write(self, event: str, **data: Any) -> None:
+        self._f.write(json.dumps({"event": event, "t": round(time.time(), 3), **data}, default=str) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class AnthropicOptimizer:
+    """Optimizer backend ``anthropic``: a Claude tool loop over the view.
+
+    ``client`` is built by the caller (gateway base_url, optimizer-role token), or is a function
+    giving the client of round K, for a fresh gateway lease per round. ``shell_factory``
+    makes the ``ShellRunner`` for a view (local subprocess or Docker). Transcripts go to
+    ``transcript_dir/optimizer-round-K.jsonl``, or next to the view when no directory is given.
+    """
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        client: anthropic.Anthropic | Callable[[int], anthropic.Anthropic],
+        model: str,
+        cfg: OptimizerConfig,
+        shell_factory: Callable[[Path], ShellRunner],
+        *,
+        transcript_dir: Path | None = None,
+        view_aliases: tuple[str, ...] = (),
+    ):
+        self.client = client
+        self.model = model
+        self.cfg = cfg
+        self.shell_factory = shell_factory
+        self.transcript_dir = transcript_dir
+        self.view_aliases = view_aliases
+
+    def propose(
+        self, view: Path, brief: str, round_no: int, *, transcript_path: Path | None = None
+    ) -> Proposal:
+        """Run one round's conversation in ``view``; edits stay in the view, the summary is returned."""
+        view = Path(view).resolve()
+        path = transcript_path or self._default_transcript(view, round_no)
+        transcript = _Transcript(path)
+        client = self.client if isinstance(self.client, anthropic.Anthropic) else self.client(round_no)
+        shell = self.shell_factory(view)
+        try:
+            loop = _Loop(self, client, view, shell, transcript)
+            proposal = loop.run(brief)
+        finally:
+            if isinstance(shell, SupportsClose):
+                shell.close()
+        transcript.write(
+            "end",
+            stopped_by=proposal.stopped_by,
+            turns=proposal.turns,
+            input_tokens=proposal.input_tokens,
+            output_tokens=proposal.output_tokens,
+            summary=proposal.summary,
+        )
+        transcript.close()
+        proposal.transcript_path = path
+        return proposal
+
+    def _default_transcript(self, view: Path, round_no: int) -> Path:
+        if self.transcript_dir is not None:
+            return Path(self.transcript_dir) / f"optimizer-round-{round_no}.jsonl"
+        return view.parent / f"{view.name}.optimizer-round-{round_no}.jsonl"
+
+
+class _Loop:
+    """State of one round's conversation; ``run`` reads like the protocol it speaks."""
+
+    def __init__(
+        self,
+        opt: AnthropicOptimizer,
+        client: anthropic.Anthropic,
+        view: Path,
+        shell: ShellRunner,
+        transcript: _Transcript,
+    ):
+        self.opt, self.client, self.cfg, self.transcript = opt, client, opt.cfg, transcript
+        self.bash = BashTool(shell, opt.cfg.bash_timeout_s)
+        self.editor = EditorTool(view, aliases=opt.view_aliases)
+        self.deadline = time.monotonic() + opt.cfg.wall_s
+        self.turns = self.input_tokens = self.output_tokens = 0
+        self.last_text = ""
+
+    def run(self, brief: str) -> Proposal:
+        user = (
+            "Your task for this round is in OPTIMIZE.md in the working directory; it is repeated here.\n\n"
+            + brief
+        )
+        messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
+        self.transcript.write(
+            "start", model=self.opt.model, system=SYSTEM_PROMPT, tools=[BASH_TOOL, EDITOR_TOOL], user=user
+        )
+        while True:
+            stop = self._budget_spent()
+            if stop:
+                # The model's last words still describe the edits it made before the budget ran out.
+                note = f"(stopped: {stop.replace('_', ' ')} spent after {self.turns} turns)"
+                return self._proposal(stop, f"{self.last_text}\n\n{note}" if self.last_text else note)
+            try:
+                resp = self._call(messages)
+            except anthropic.APIError as e:
+                message = _api_error_text(e)
+                self.transcript.write("api_error", turn=self.turns + 1, error=message)
+                return self._proposal("error", f"optimizer stopped by an API error: {message}")
+            self.turns += 1
+            self.input_tokens += resp.usage.input_tokens
+            self.output_tokens += resp.usage.output_tokens
+            content = [b.model_dump(mode="json", exclude_none=True) for b in resp.content]
+            self.transcript.write(
+                "response", turn=self.turns, stop_reason=resp.stop_reason, content=content,
+                usage={"input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens},
+            )  # fmt: skip
+            text = "\n".join(b["text"] for b in content if b.get("type") == "text").strip()
+            self.last_text = text or self.last_text
+            messages.append({"role": "assistant", "content": content})
+            tool_uses = [b for b in content if b.get("type") == "tool_use"]
+            if tool_uses:
+                messages.append({"role": "user", "content": [self._run_tool(b) for b in tool_uses]})
+            elif resp.stop_reason == "max_tokens":
+                messages.append(
+                    {"role": "user", "content": "Your reply was cut off. Continue, more briefly."}
+                )
+            elif resp.stop_reason == "refusal":
+                return self._proposal("error", "optimizer stopped: the model refused to continue")
+            else:
+                return self._proposal("done", text or "(the optimizer gave no summary)")
+
+    def _budget_spent(self) -> str | None:
+        if self.turns >= self.cfg.max_turns:
+            return "turn_budget"
+        if self.input_tokens + self.output_tokens >= self.cfg.max_tokens:
+            return "token_budget"
+        if time.monotonic() >= self.deadline:
+            return "wall_clock"
+        return None
+
+    def _call(self, messages: list[dict[str, Any]]) -> Any:
+        remaining_tokens = self.cfg.max_tokens - self.input_tokens - self.output_tokens
+        return self.client.messages.create(
+            model=self.opt.model,
+            max_tokens=max(1, min(MAX_OUTPUT_TOKENS, remaining_tokens)),
+            system=SYSTEM_PROMPT,
+            tools=[BASH_TOOL, EDITOR_TOOL],  # type: ignore[list-item]
+            messages=messages,  # type: ignore[arg-type]
+            timeout=max(1.0, self.deadline - time.monotonic()),
+        )
+
+    def _run_tool(self, block: dict[str, Any]) -> dict[str, Any]:
+        """Execute one tool_use block; every failure becomes an is_error tool_result."""
+        name, tool_input = block.get("name"), block.get("input") or {}
+        started = time.monotonic()
+        if not isinstance(tool_input, dict):
+            text, is_error = "Error: tool input must be an object", True
+        elif name == BASH_TOOL["name"]:
+            text, is_error = self.bash(tool_input, deadline=self.deadline)
+        elif name == EDITOR_TOOL["name"]:
+            text, is_error = self.editor(tool_input)
+        else:
+            text, is_error = (
+                f"Error: unknown tool {name!r}; the tools are bash and str_replace_based_edit_tool",
+                True,
+            )
+        self.transcript.write(
+            "tool", turn=self.turns, id=block.get("id"), name=name, input=tool_input, output=text,
+            is_error=is_error, wall_s=round(time.monotonic() - started, 3),
+        )  # fmt: skip
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.get("id"), "content": text}
+        if is_error:
+            result["is_error"] = True
+        return result
+
+    def _proposal(self, stopped_by: str, summary: str) -> Proposal:
+        return Proposal(
+            summary=summary,
+            turns=self.turns,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            stopped_by=stopped_by,
+        )
+
+
+def _api_error_text(e: anthropic.APIError) -> str:
+    """One line: HTTP status (when there is one) and the server's message."""
+    status = getattr(e, "status_code", None)
+    body = getattr(e, "body", None)
+    message = e.message
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        message = str(body["error"].get("message") or message)
+    line = " ".join(str(message).split())
+    return f"HTTP {status}: {line}" if status else line

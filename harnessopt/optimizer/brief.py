@@ -1,0 +1,115 @@
+"""The two Markdown files an optimizer reads first: ``OPTIMIZE.md`` (its task) and ``history.md``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harnessopt.config import OptimizerConfig
+
+_SUMMARY_CAP = 1500  # characters of an earlier round's summary kept in history.md
+
+
+def render_brief(
+    round_no: int,
+    mode: str,
+    allowed: Sequence[str],
+    opt: OptimizerConfig,
+    *,
+    n_trajectories: int | None = None,
+) -> str:
+    """OPTIMIZE.md for one round: what to read, what to change, what not to do, how to finish."""
+    paths = "\n".join(f"- `{g}`" for g in allowed) or "- (nothing: this round cannot change files)"
+    count = f" ({n_trajectories} files)" if n_trajectories is not None else ""
+    harness = (
+        "You may also change the harness code under `harness/` (entry point `harness/run.py`, started as\n"
+        "  `python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR`; it must keep writing\n"
+        "  its final answer to `OUT_DIR/answer.txt`). Keep it importable: a harness that crashes is rejected."
+        if mode == "harness"
+        else "The harness under `harness/` is shown for reference only; this round may not change it."
+    )
+    budgets = (
+        f"- at most {opt.max_turns} model turns and {opt.max_tokens:,} tokens (built-in optimizer)\n"
+        if opt.backend == "anthropic"
+        else ""
+    ) + f"- {opt.wall_s:.0f} s of wall-clock time; one shell command may run {opt.bash_timeout_s:.0f} s\n"
+    return f"""# Round {round_no}: improve the skill from its train trajectories
+
+You are improving an agent skill (`skill/SKILL.md` and the files next to it). The agent was run on
+train tasks; `trajectories/` holds one Markdown file per task{count}: YAML front matter
+(`task_id`, `score`, `passed`, `feedback`, `error_class`, ...) then the task input, the full
+transcript, the answer and the scorer's feedback. `history.md` lists what earlier rounds tried and
+whether it was accepted.
+
+## What to do
+
+1. Explore with shell tools, not by reading everything: `ls trajectories/`,
+   `grep -l 'passed: false' trajectories/*`, `grep -h '^feedback:' trajectories/*`, `head -60 FILE`.
+2. Find a failure pattern shared by several trajectories. Name it, and cite the task ids
+   that show it (`task_id` in the front matter). One failing task is not a pattern.
+3. Read `history.md`: do not repeat an edit that was already rejected; build on accepted ones.
+4. Make the smallest edit that fixes the pattern in general. Prefer one clear instruction or
+   example in `skill/SKILL.md` over many; remove advice that the trajectories show is harmful.
+5. Check your edit: `SKILL.md` must keep valid YAML front matter with `name` and `description`.
+
+## Rules
+
+- Never write task-specific values, answers or ids into the skill. Your edit is validated on
+  held-out tasks you cannot see; advice that only fits these train tasks will be rejected.
+- {harness}
+- Only these paths (globs, relative to this directory) are copied back; any other change is
+  discarded and reported:
+{_indent(paths)}
+- `trajectories/`, `history.md` and this file are read-only inputs; edits to them are ignored.
+- Files larger than 1 MiB and symbolic links are never copied back.
+
+## Budget
+
+{budgets.rstrip()}
+
+## When you are done
+
+Finish with a short summary. Its first line is a one-line title of the change (it becomes the commit
+title). Then: the pattern, the task ids that show it, and what you changed. If you found no pattern
+worth an edit, change nothing and say why.
+"""
+
+
+def render_history(records: Sequence[Mapping[str, Any]]) -> str:
+    """history.md from the lead's round records (round, status, delta, dead_zone, summary, reason)."""
+    lines = ["# History of earlier rounds", ""]
+    if not records:
+        lines += ["No earlier rounds: this is the first proposal.", ""]
+        return "\n".join(lines)
+    lines += [
+        "Accepted edits are part of the current skill. Rejected ones were rolled back: do not repeat them",
+        "unless you can say why they failed and what is different now.",
+        "",
+    ]
+    for rec in records:
+        lines.append(f"## Round {rec.get('round', '?')}: {rec.get('status', 'unknown')}")
+        lines.append("")
+        numbers = []
+        if rec.get("delta") is not None:
+            numbers.append(f"delta {float(rec['delta']):+.3f}")
+        if rec.get("dead_zone") is not None:
+            numbers.append(f"dead zone {float(rec['dead_zone']):.3f}")
+        if numbers:
+            lines.append("- " + ", ".join(numbers))
+        if rec.get("reason"):
+            lines.append(f"- reason: {_one_line(str(rec['reason']))}")
+        summary = str(rec.get("summary") or "").strip()
+        if summary:
+            if len(summary) > _SUMMARY_CAP:
+                summary = summary[:_SUMMARY_CAP].rstrip() + " [...]"
+            lines += ["", summary]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

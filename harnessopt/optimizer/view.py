@@ -1,0 +1,293 @@
+"""The optimizer's view directory, and the whitelist copy-back that is the only way out of it.
+
+``build_view`` copies ``skill/``, ``harness/`` and the train ``trajectories/`` of a workspace into
+a fresh directory and writes ``history.md`` and ``OPTIMIZE.md``; nothing else of the workspace
+(``tasks/``, ``scorer.py``, ``harnessopt.yaml``, ``.git``, ``.harnessopt``) is ever copied. It
+returns a ``ViewSnapshot``: the hash of every file as it was handed out, kept in memory where the
+optimizer cannot touch it.
+
+``copy_back`` compares the view with that snapshot and writes to the workspace only the changes
+whose path matches a whitelist glob. Everything else is reported, never applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+# Directories of the workspace the optimizer reads. Everything else stays hidden.
+VIEW_DIRS = ("skill", "harness", "trajectories")
+HISTORY_NAME = "history.md"
+BRIEF_NAME = "OPTIMIZE.md"
+MAX_FILE_BYTES = 1 << 20  # a copied-back file above 1 MiB is a violation: skills are text
+# Paths that never leave the view, whatever the whitelist says (a too-broad ``**`` included).
+PROTECTED = ("tasks", "scorer.py", "harnessopt.yaml", ".git", ".harnessopt", "trajectories", "best_skill.md")
+# Editor and interpreter droppings: neither a change nor a violation.
+JUNK_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+JUNK_NAMES = re.compile(r"(.*\.py[co]|.*\.sw[op]|.*~|\.#.*|\.DS_Store|4913)$")
+
+
+@dataclass(frozen=True)
+class ViewSnapshot:
+    """What ``build_view`` handed out: view-relative posix path -> sha256 of the content."""
+
+    view: Path
+    hashes: dict[str, str]
+    skipped: list[str] = field(default_factory=list)  # ws files not copied (symlinks, non-train)
+
+
+@dataclass
+class CopyBackResult:
+    """What ``copy_back`` did. Paths are workspace-relative, posix style, sorted."""
+
+    changed: list[str] = field(default_factory=list)  # written or deleted in the workspace
+    violations: list[str] = field(default_factory=list)  # outside the whitelist: discarded
+    ignored: list[str] = field(default_factory=list)  # history.md, OPTIMIZE.md, trajectories/, junk
+
+
+# --------------------------------------------------------------------------- globs
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate a whitelist glob to a regex over posix relative paths.
+
+    ``*``, ``?`` and ``[...]`` never cross a ``/`` (fnmatch inside one segment); a ``**`` segment
+    matches zero or more whole segments, so ``skill/**`` covers every file below ``skill/`` and
+    ``**/*.md`` every Markdown file. A pattern naming a directory, e.g. ``skill``, covers what is
+    below it.
+    """
+    parts = [p for p in pattern.strip("/").split("/") if p not in ("", ".")]
+    rx = ""
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            rx += ".*" if last else "(?:[^/]+/)*"
+            continue
+        rx += _segment_regex(part) + ("" if last else "/")
+    return re.compile(rf"{rx}(?:/.*)?\Z")
+
+
+def _segment_regex(part: str) -> str:
+    out, i = "", 0
+    while i < len(part):
+        c = part[i]
+        if c == "*":
+            out += "[^/]*"
+        elif c == "?":
+            out += "[^/]"
+        elif c == "[" and (j := part.find("]", i + 2 if part[i + 1 : i + 2] in ("!", "]") else i + 1)) != -1:
+            body = part[i + 1 : j].replace("\\", "\\\\")
+            out += "[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]"
+            i = j
+        else:
+            out += re.escape(c)
+        i += 1
+    return out
+
+
+def matches_any(rel: str, globs: list[str]) -> bool:
+    """True when the posix relative path ``rel`` matches one of ``globs``."""
+    return any(_glob_regex(g).match(rel) for g in globs)
+
+
+# --------------------------------------------------------------------------- build
+
+
+def build_view(ws: Path, view: Path, *, history_md: str, brief_md: str) -> ViewSnapshot:
+    """Fill a fresh ``view`` directory from workspace ``ws``; return the pristine snapshot.
+
+    ``view`` is created (an existing one is emptied first). Symlinks in the workspace are not
+    followed or copied; trajectory files whose front matter does not say ``split: train`` are
+    skipped, although ``trajectories/`` holds only train rollouts by construction.
+    """
+    ws, view = ws.resolve(), view.resolve()
+    if view == ws or ws.is_relative_to(view):
+        raise ValueError(f"view {view} must not contain the workspace {ws}")
+    if view.exists():
+        shutil.rmtree(view)
+    view.mkdir(parents=True)
+    hashes: dict[str, str] = {}
+    skipped: list[str] = []
+    for top in VIEW_DIRS:
+        src_top = ws / top
+        (view / top).mkdir()
+        if src_top.is_symlink() or not src_top.is_dir():
+            continue
+        for src in _walk_files(src_top, skipped, ws):
+            rel = src.relative_to(ws).as_posix()
+            if top == "trajectories" and not _is_train_trajectory(src):
+                skipped.append(rel)
+                continue
+            dest = view / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _copy_file(src, dest)
+            hashes[rel] = _sha256(dest)
+    for name, text in ((HISTORY_NAME, history_md), (BRIEF_NAME, brief_md)):
+        (view / name).write_text(text, encoding="utf-8")
+        hashes[name] = _sha256(view / name)
+    return ViewSnapshot(view=view, hashes=hashes, skipped=sorted(skipped))
+
+
+def _walk_files(top: Path, skipped: list[str], ws: Path) -> list[Path]:
+    """Regular files below ``top``; symlinks and special files are recorded as skipped."""
+    files: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        d = Path(dirpath)
+        for name in list(dirnames):
+            if (d / name).is_symlink():
+                dirnames.remove(name)
+                skipped.append((d / name).relative_to(ws).as_posix())
+        for name in filenames:
+            p = d / name
+            if p.is_symlink() or not stat.S_ISREG(p.lstat().st_mode):
+                skipped.append(p.relative_to(ws).as_posix())
+            else:
+                files.append(p)
+    return sorted(files)
+
+
+def _is_train_trajectory(path: Path) -> bool:
+    """True only when the file's YAML front matter says ``split: train``."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            head = f.read(65536)
+    except OSError:
+        return False
+    if not head.startswith("---"):
+        return False
+    end = head.find("\n---", 3)
+    if end == -1:
+        return False
+    try:
+        meta = yaml.safe_load(head[3:end])
+    except yaml.YAMLError:
+        return False
+    return isinstance(meta, dict) and str(meta.get("split", "")).strip() == "train"
+
+
+# --------------------------------------------------------------------------- copy back
+
+
+def copy_back(view: Path, ws: Path, allowed: list[str], *, snapshot: ViewSnapshot) -> CopyBackResult:
+    """Apply the view's whitelisted changes to ``ws``; report the rest.
+
+    A change is a file whose content differs from the snapshot, a new file, or a deleted one.
+    Changes to ``history.md``, ``OPTIMIZE.md``, ``trajectories/`` and editor/interpreter junk
+    are ``ignored``. Changes outside ``allowed`` (globs, see ``matches_any``), under a protected
+    path, to symlinks or special files, or to files over 1 MiB are ``violations`` and discarded.
+    """
+    view, ws = view.resolve(), ws.resolve()
+    result = CopyBackResult()
+    present = _scan_view(view, result)
+    writes: list[str] = []
+    for rel, digest in present.items():
+        if snapshot.hashes.get(rel) != digest:
+            _classify(rel, allowed, result, writes, size=(view / rel).stat().st_size)
+    deletes: list[str] = []
+    for rel in snapshot.hashes:
+        if rel not in present and rel not in result.violations:
+            _classify(rel, allowed, result, deletes, size=0)
+    for rel in deletes:
+        if _safe_dest(ws, rel, result):
+            (ws / rel).unlink(missing_ok=True)
+            _prune_empty_dirs(ws, (ws / rel).parent)
+            result.changed.append(rel)
+    for rel in writes:
+        if _safe_dest(ws, rel, result):
+            dest = ws / rel
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                _copy_file(view / rel, dest)
+            except OSError:  # e.g. a directory of untracked files sits where the file goes
+                result.violations.append(rel)
+                continue
+            result.changed.append(rel)
+    result.changed.sort()
+    result.violations = sorted(set(result.violations))
+    result.ignored = sorted(set(result.ignored))
+    return result
+
+
+def _scan_view(view: Path, result: CopyBackResult) -> dict[str, str]:
+    """Hash every regular file in the view; symlinks and special files become violations."""
+    present: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(view, followlinks=False):
+        d = Path(dirpath)
+        for name in list(dirnames):
+            rel = (d / name).relative_to(view).as_posix()
+            if (d / name).is_symlink():
+                dirnames.remove(name)
+                result.violations.append(rel)
+            elif _is_junk(rel):
+                dirnames.remove(name)
+                result.ignored.append(rel)
+        for name in filenames:
+            p = d / name
+            rel = p.relative_to(view).as_posix()
+            if _is_junk(rel):
+                result.ignored.append(rel)
+            elif p.is_symlink() or not stat.S_ISREG(p.lstat().st_mode):
+                result.violations.append(rel)
+            else:
+                present[rel] = _sha256(p)
+    return present
+
+
+def _classify(rel: str, allowed: list[str], result: CopyBackResult, bucket: list[str], size: int) -> None:
+    top = PurePosixPath(rel).parts[0]
+    if rel in (HISTORY_NAME, BRIEF_NAME) or top == "trajectories":
+        result.ignored.append(rel)
+    elif top in PROTECTED or not matches_any(rel, allowed) or size > MAX_FILE_BYTES:
+        result.violations.append(rel)
+    else:
+        bucket.append(rel)
+
+
+def _safe_dest(ws: Path, rel: str, result: CopyBackResult) -> bool:
+    """Refuse to write through a symlink that sits in the workspace on the way to ``rel``."""
+    p = ws
+    for part in PurePosixPath(rel).parts:
+        p = p / part
+        if p.is_symlink():
+            result.violations.append(rel)
+            return False
+    return True
+
+
+def _prune_empty_dirs(ws: Path, d: Path) -> None:
+    # Keep the top-level skill/ and harness/ directories even when the agent emptied them.
+    while d != ws and d.parent != ws and d.is_dir() and not any(d.iterdir()):
+        d.rmdir()
+        d = d.parent
+
+
+def _is_junk(rel: str) -> bool:
+    parts = PurePosixPath(rel).parts
+    return any(p in JUNK_PARTS for p in parts) or bool(JUNK_NAMES.match(parts[-1]))
+
+
+def _copy_file(src: Path, dest: Path) -> None:
+    # Content and the executable bit only: no owner, no setuid, no timestamps to diff on.
+    if dest.is_symlink():
+        dest.unlink()
+    shutil.copyfile(src, dest)
+    dest.chmod(0o755 if src.stat().st_mode & stat.S_IXUSR else 0o644)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 16), b""):
+            h.update(chunk)
+    # The executable bit is part of the file's identity: chmod +x on a script is a change.
+    h.update(b"x" if path.stat().st_mode & stat.S_IXUSR else b"-")
+    return h.hexdigest()

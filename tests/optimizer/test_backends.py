@@ -1,0 +1,181 @@
+"""The command and manual backends, the factory, and the rendered brief and history."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from harnessopt.config import OptimizerConfig
+from harnessopt.errors import UserError
+from harnessopt.optimizer import make_optimizer, render_brief, render_history
+from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
+from harnessopt.optimizer.command import CommandOptimizer
+from harnessopt.optimizer.manual import ManualOptimizer
+
+
+@pytest.fixture
+def view(tmp_path: Path) -> Path:
+    root = tmp_path / "view"
+    (root / "skill").mkdir(parents=True)
+    (root / "skill" / "SKILL.md").write_text("---\nname: s\ndescription: d\n---\nbody\n")
+    return root
+
+
+# --------------------------------------------------------------------------- command
+
+
+def test_command_agent_gets_brief_on_stdin_and_the_lease_not_host_secrets(
+    view: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "host-secret")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "real-key")
+    script = (
+        "cat > brief.txt; env > env.txt; echo '- note' >> skill/SKILL.md; echo working; echo 'Title: terse'"
+    )
+    lease = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "lease-token"}
+    opt = CommandOptimizer(["bash", "-c", script], 10, env_factory=lambda k: lease)
+    proposal = opt.propose(view, "# the brief\n", 4)
+    assert proposal.stopped_by == "done"
+    assert proposal.summary == "working\nTitle: terse"
+    assert (view / "brief.txt").read_text() == "# the brief\n"
+    env = (view / "env.txt").read_text()
+    assert "ANTHROPIC_API_KEY=lease-token" in env and "ANTHROPIC_BASE_URL=http://127.0.0.1:9" in env
+    assert "host-secret" not in env and "real-key" not in env and "HARNESSOPT_ROUND=4" in env
+    assert (view / "skill" / "SKILL.md").read_text().endswith("- note\n")
+
+
+def test_command_agent_timeout_and_failure(view: Path) -> None:
+    started = time.monotonic()
+    slow = CommandOptimizer(["bash", "-c", "echo begun; sleep 30 & sleep 30"], 1.0).propose(view, "b", 1)
+    assert slow.stopped_by == "wall_clock" and slow.summary == "begun"
+    assert time.monotonic() - started < 5
+    bad = CommandOptimizer(["bash", "-c", "cat >/dev/null; echo broken >&2; exit 7"], 10).propose(
+        view, "b", 1
+    )
+    assert bad.stopped_by == "error" and "code 7" in bad.summary and "broken" in bad.summary
+
+
+def test_command_agent_must_exist() -> None:
+    with pytest.raises(UserError, match="not an executable"):
+        CommandOptimizer(["no-such-agent-xyz", "-p"], 10)
+    with pytest.raises(UserError, match="empty"):
+        CommandOptimizer([], 10)
+
+
+# --------------------------------------------------------------------------- manual
+
+
+def test_manual_returns_after_edits_settle(view: Path) -> None:
+    said: list[str] = []
+    opt = ManualOptimizer(settle_s=0.5, timeout_s=20, announce=said.append)
+
+    def person() -> None:
+        time.sleep(0.3)
+        (view / "skill" / "SKILL.md").write_text("---\nname: s\ndescription: d\n---\nbetter\n")
+
+    editor = threading.Thread(target=person)
+    started = time.monotonic()
+    editor.start()
+    proposal = opt.propose(view, "brief", 2)
+    editor.join()
+    took = time.monotonic() - started
+    assert proposal.summary == "manual edit" and proposal.stopped_by == "done"
+    assert 0.7 <= took < 5
+    assert str(view.resolve()) in said[0]
+
+
+def test_manual_done_file_and_summary(view: Path) -> None:
+    opt = ManualOptimizer(settle_s=30, timeout_s=20, announce=lambda s: None)
+
+    def person() -> None:
+        time.sleep(0.2)
+        (view / "skill" / "SKILL.md").write_text("edited\n")
+        (view / "SUMMARY.md").write_text("Shorter answers\n\nBecause t1 and t3 rambled.\n")
+        (view / "DONE").touch()
+
+    threading.Thread(target=person).start()
+    started = time.monotonic()
+    proposal = opt.propose(view, "brief", 2)
+    assert time.monotonic() - started < 5  # DONE wins over the long settle time
+    assert proposal.summary.splitlines()[0] == "Shorter answers"
+    assert not (view / "DONE").exists() and not (view / "SUMMARY.md").exists()
+
+
+def test_manual_times_out_without_edits(view: Path) -> None:
+    (view / "skill" / "SKILL.md").read_text()  # reading is not an edit
+    proposal = ManualOptimizer(settle_s=0.2, timeout_s=0.6, announce=lambda s: None).propose(view, "b", 1)
+    assert proposal.summary == "no edits" and proposal.stopped_by == "wall_clock"
+
+
+# --------------------------------------------------------------------------- factory, brief, history
+
+
+def _client(round_no: int) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url="http://127.0.0.1:9/", api_key=f"lease-{round_no}")
+
+
+def test_make_optimizer_chooses_by_backend() -> None:
+    assert isinstance(make_optimizer(OptimizerConfig(), client_factory=_client), AnthropicOptimizer)
+    assert isinstance(
+        make_optimizer(OptimizerConfig(backend="manual"), client_factory=_client), ManualOptimizer
+    )
+    cmd = make_optimizer(
+        OptimizerConfig(backend="command", command=["bash", "-c", "true"]), client_factory=_client
+    )
+    assert isinstance(cmd, CommandOptimizer) and cmd.env_factory is not None
+    assert cmd.env_factory(3) == {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "lease-3"}
+    with pytest.raises(UserError, match="optimizer.command is empty"):
+        make_optimizer(OptimizerConfig(backend="command"), client_factory=_client)
+    with pytest.raises(UserError, match="known: anthropic, command, manual"):
+        make_optimizer(OptimizerConfig.model_construct(backend="magic"), client_factory=_client)
+
+
+def test_brief_names_the_whitelist_budgets_and_rules() -> None:
+    cfg = OptimizerConfig(max_turns=12, max_tokens=50_000, wall_s=600)
+    text = render_brief(3, "skill", ["skill/**"], cfg, n_trajectories=8)
+    assert text.startswith("# Round 3")
+    for needle in (
+        "`skill/**`",
+        "12 model turns",
+        "50,000 tokens",
+        "600 s",
+        "8 files",
+        "task ids",
+        "Never write task-specific",
+        "first line is a one-line title",
+        "front matter",
+    ):
+        assert needle in text, needle
+    assert "may not change it" in text
+    harness = render_brief(1, "harness", ["skill/**", "harness/**"], OptimizerConfig(backend="manual"))
+    assert "`harness/**`" in harness and "harness/run.py" in harness and "model turns" not in harness
+
+
+def test_history_lists_rounds_with_numbers() -> None:
+    assert "first proposal" in render_history([])
+    text = render_history(
+        [
+            {
+                "round": 1,
+                "status": "accepted",
+                "delta": 0.125,
+                "dead_zone": 0.08,
+                "summary": "Terse answers\n\nx",
+            },
+            {
+                "round": 2,
+                "status": "rejected",
+                "delta": -0.02,
+                "dead_zone": 0.09,
+                "reason": "inside\nthe zone",
+            },
+            {"round": 3, "status": "noop", "summary": "y" * 5000},
+        ]
+    )
+    assert "## Round 1: accepted" in text and "delta +0.125, dead zone 0.080" in text
+    assert "reason: inside the zone" in text and "Terse answers" in text
+    assert "[...]" in text and len(text) < 3000
