@@ -1,0 +1,299 @@
+"""Gate policies: decide from paired val outcomes whether a candidate replaces the incumbent.
+
+``PairedGate`` is harnessopt's gate (docs/gate.md): paired per-task differences, flip
+confirmation, a dead zone Δ from the sample size and the observed paired spread, and a soft
+metric that may break ties inside the zone. The baselines (``minibatch``, ``mean``,
+``deadband``) are the acceptance rules of GEPA, SkillOpt and SkillOpt-Lite; they are selectable
+by name and are what ``benchmarks/gate_simulation.py`` measures the paired gate against.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harnessopt import stats
+from harnessopt.config import GateConfig
+from harnessopt.errors import UserError
+from harnessopt.protocols import ConfirmFn, GateDecision, GatePolicy, Outcome, Outcomes
+
+
+@dataclass
+class _Paired:
+    """Per-task means of the tasks both sides have, in id order."""
+
+    ids: list[str]
+    cand: dict[str, float]
+    inc: dict[str, float]
+    missing: list[str]
+
+    @classmethod
+    def of(cls, candidate: Outcomes, incumbent: Outcomes) -> _Paired:
+        c, i = stats.task_means(candidate), stats.task_means(incumbent)
+        return cls(sorted(set(c) & set(i)), c, i, sorted(set(c) ^ set(i)))
+
+    def score(self, side: dict[str, float]) -> float:
+        return stats.mean([side[t] for t in self.ids])
+
+
+def _sign(x: float) -> str:
+    return f"{x:+.3f}"
+
+
+def _base_details(candidate: Outcomes, incumbent: Outcomes, p: _Paired) -> dict[str, Any]:
+    epochs = max((len(candidate[t]) for t in p.ids), default=0)
+    crashed = {
+        "candidate": sum(o.crashed for t in p.ids for o in candidate[t]),
+        "incumbent": sum(o.crashed for t in p.ids for o in incumbent[t]),
+    }
+    return {"m": len(p.ids), "epochs": epochs, "missing": p.missing, "crashed_runs": crashed}
+
+
+# --------------------------------------------------------------------------- harnessopt's gate
+
+
+class PairedGate:
+    """harnessopt's paired gate. ``decide`` calls ``confirm`` at most once (for flipped tasks)."""
+
+    name = "paired"
+
+    def __init__(self, cfg: GateConfig | None = None):
+        self.cfg = cfg or GateConfig.model_validate({})
+
+    def decide(
+        self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
+    ) -> GateDecision:
+        """Accept when the confirmed mean paired difference clears the dead zone (see docs/gate.md)."""
+        cfg = self.cfg
+        p = _Paired.of(candidate, incumbent)
+        details = _base_details(candidate, incumbent, p)
+        if not p.ids:
+            return GateDecision(
+                False,
+                "rejected: no val task was scored for both candidate and incumbent",
+                0,
+                0.0,
+                0.0,
+                0.0,
+                stats.dead_zone(0, 0.0),
+                details=details,
+            )
+        diffs, fixed, broken, noise = self._confirmed_diffs(p, confirm, details)
+        d = [diffs[t] for t in p.ids]
+        m, delta, s_d = len(d), stats.mean(d), stats.sample_sd(d)
+        zone = stats.dead_zone(m, s_d, cfg.confidence, cfg.min_effect, step=1.0 / max(details["epochs"], 1))
+        details.update(
+            raw_delta=p.score(p.cand) - p.score(p.inc),
+            s_d=s_d,
+            sd_floor=stats.sd_floor(m),
+            t=stats.t_statistic(d),
+            t_quantile=stats.t_quantile(cfg.confidence, max(m - 1, 1)),
+            confidence=cfg.confidence,
+            min_effect=cfg.min_effect,
+            max_broken=cfg.max_broken,
+            sign_test_p=stats.sign_test_p(len(fixed), len(broken)),
+        )
+        decision = GateDecision(
+            False, "", m, p.score(p.cand), p.score(p.inc), delta, zone, fixed, broken, noise, details=details
+        )
+        decision.accept, decision.reason = self._verdict(decision, candidate, incumbent, p.ids)
+        return decision
+
+    def _verdict(
+        self, dec: GateDecision, candidate: Outcomes, incumbent: Outcomes, ids: list[str]
+    ) -> tuple[bool, str]:
+        cfg, zone, delta = self.cfg, dec.dead_zone, dec.delta
+        head = f"{_sign(delta)} {{}} dead zone {zone:.3f} (n={dec.n})"
+        if cfg.max_broken is not None and len(dec.broken) > cfg.max_broken:
+            return False, f"rejected: {len(dec.broken)} broken > --max-broken {cfg.max_broken}"
+        if delta > zone:
+            return True, "accepted: " + head.format(">")
+        if delta < -zone:
+            return False, "rejected: " + head.format("below minus")
+        inside = "rejected: " + head.format("inside")
+        soft = soft_metric(candidate, incumbent, ids, cfg.confidence)
+        if soft is None:
+            return False, inside + "; no soft metric to break the tie"
+        metric, sdelta, sbound = soft
+        bound = max(cfg.soft_margin, sbound)
+        dec.soft_delta = sdelta
+        dec.details.update(soft_metric=metric, soft_bound=bound)
+        nf, nb = len(dec.fixed), len(dec.broken)
+        if sdelta <= bound:
+            return False, inside + f"; {metric} {_sign(sdelta)} below margin {bound:.3f}"
+        if nb > nf or delta < 0:
+            return False, inside + f"; {metric} {_sign(sdelta)} but {nb} broken > {nf} fixed or score fell"
+        return True, "accepted: " + head.format("inside") + f"; {metric} {_sign(sdelta)} > margin {bound:.3f}"
+
+    def _confirmed_diffs(
+        self, p: _Paired, confirm: ConfirmFn | None, details: dict[str, Any]
+    ) -> tuple[dict[str, float], list[str], list[str], list[str]]:
+        """Paired differences after rerunning flipped tasks once.
+
+        A flip reproduces when the rerun flips the same way; its difference becomes the mean of
+        both runs. A flip that does not reproduce is noise: its difference is set to 0 and it is
+        listed in ``noise_flips``, not in fixed/broken (see docs/gate.md for why 0).
+        """
+        diffs = {t: p.cand[t] - p.inc[t] for t in p.ids}
+        fixed = [t for t in p.ids if stats.passed(p.cand[t]) and not stats.passed(p.inc[t])]
+        broken = [t for t in p.ids if stats.passed(p.inc[t]) and not stats.passed(p.cand[t])]
+        flipped = sorted(fixed + broken)
+        details.update(flips_first_pass=len(flipped), confirmed=False, reruns=0)
+        if not (self.cfg.confirm_flips and confirm and flipped):
+            return diffs, fixed, broken, []
+        re_cand, re_inc = confirm(flipped)
+        rc, ri = stats.task_means(re_cand), stats.task_means(re_inc)
+        details.update(
+            confirmed=True, reruns=sum(len(re_cand.get(t, ())) + len(re_inc.get(t, ())) for t in flipped)
+        )
+        noise: list[str] = []
+        for t in flipped:
+            if t not in rc or t not in ri:
+                continue  # no rerun data (should not happen): keep the first-pass evidence
+            was_fix = t in fixed
+            again = stats.passed(rc[t]) != stats.passed(ri[t]) and stats.passed(rc[t]) == was_fix
+            if again:
+                diffs[t] = (diffs[t] + rc[t] - ri[t]) / 2.0
+            else:
+                diffs[t] = 0.0
+                noise.append(t)
+        noise_set = set(noise)
+        return (
+            diffs,
+            [t for t in fixed if t not in noise_set],
+            [t for t in broken if t not in noise_set],
+            noise,
+        )
+
+
+def soft_metric(
+    candidate: Outcomes, incumbent: Outcomes, ids: Sequence[str], confidence: float
+) -> tuple[str, float, float] | None:
+    """The tie-breaker inside the dead zone: (name, mean paired gain, its own dead zone).
+
+    In order: the scorer's ``soft`` value when every run has one; mean partial credit on the
+    tasks neither side passes, when scores are fractional; relative token saving when every run
+    counted tokens. None when no secondary metric is available.
+    """
+    runs = [o for t in ids for o in (*candidate[t], *incumbent[t])]
+    gains: list[float] = []
+    name = ""
+    if runs and all(o.soft is not None for o in runs):
+        name = "soft"
+        gains = [_mean_of(candidate[t], "soft") - _mean_of(incumbent[t], "soft") for t in ids]
+    if not gains and any(0.0 < o.score < 1.0 for o in runs):
+        unresolved = [
+            t
+            for t in ids
+            if not stats.passed(_mean_of(candidate[t], "score"))
+            and not stats.passed(_mean_of(incumbent[t], "score"))
+        ]
+        name = "partial credit"
+        gains = [_mean_of(candidate[t], "score") - _mean_of(incumbent[t], "score") for t in unresolved]
+    if not gains and runs and all(o.tokens > 0 for o in runs):
+        name = "token saving"
+        gains = [1.0 - _mean_of(candidate[t], "tokens") / _mean_of(incumbent[t], "tokens") for t in ids]
+    if not gains:
+        return None
+    # No continuity step: soft values are continuous, not a pass/fail lattice.
+    bound = stats.dead_zone(len(gains), stats.sample_sd(gains), confidence, step=0.0)
+    return name, stats.mean(gains), bound
+
+
+def _mean_of(runs: Sequence[Outcome], attr: str) -> float:
+    vals = [float(getattr(o, attr) or 0.0) for o in runs]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def _simple(
+    name: str, accept: bool, candidate: Outcomes, incumbent: Outcomes, ids: list[str], rule: str, zone: float
+) -> GateDecision:
+    c, i = stats.task_means(candidate), stats.task_means(incumbent)
+    cs, iscore = stats.mean([c[t] for t in ids]), stats.mean([i[t] for t in ids])
+    fixed, broken = stats.flips({t: candidate[t] for t in ids}, {t: incumbent[t] for t in ids})
+    verdict = "accepted" if accept else "rejected"
+    reason = f"{verdict}: {_sign(cs - iscore)} {rule} (n={len(ids)}, policy {name})"
+    return GateDecision(
+        accept,
+        reason,
+        len(ids),
+        cs,
+        iscore,
+        cs - iscore,
+        zone,
+        fixed,
+        broken,
+        details={"m": len(ids), "policy": name},
+    )
+
+
+class MinibatchImproved:
+    """GEPA's default: accept when a small random minibatch scored higher than the incumbent."""
+
+    name = "minibatch"
+
+    def __init__(self, size: int = 3, seed: int = 0):
+        self.size = size
+        self.rng = random.Random(seed)
+
+    def decide(
+        self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
+    ) -> GateDecision:
+        ids = sorted(set(candidate) & set(incumbent))
+        if len(ids) > self.size:
+            ids = sorted(self.rng.sample(ids, self.size))
+        c, i = stats.task_means(candidate), stats.task_means(incumbent)
+        improved = sum(c[t] for t in ids) > sum(i[t] for t in ids)
+        return _simple(self.name, improved, candidate, incumbent, ids, "minibatch sum improved?", 0.0)
+
+
+class MeanImproved:
+    """SkillOpt: accept when the val mean strictly improved."""
+
+    name = "mean"
+
+    def decide(
+        self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
+    ) -> GateDecision:
+        ids = sorted(set(candidate) & set(incumbent))
+        c, i = stats.task_means(candidate), stats.task_means(incumbent)
+        improved = bool(ids) and stats.mean([c[t] - i[t] for t in ids]) > 1e-12
+        return _simple(self.name, improved, candidate, incumbent, ids, "> 0", 0.0)
+
+
+class FixedDeadBand:
+    """SkillOpt-Lite: accept when the val mean improved by more than a fixed band (0.05)."""
+
+    name = "deadband"
+
+    def __init__(self, band: float = 0.05):
+        self.band = band
+
+    def decide(
+        self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
+    ) -> GateDecision:
+        ids = sorted(set(candidate) & set(incumbent))
+        c, i = stats.task_means(candidate), stats.task_means(incumbent)
+        improved = bool(ids) and stats.mean([c[t] - i[t] for t in ids]) > self.band + 1e-12
+        return _simple(self.name, improved, candidate, incumbent, ids, f"vs band {self.band:.3f}", self.band)
+
+
+GATES = ("paired", "minibatch", "mean", "deadband")
+
+
+def make_gate(name: str, cfg: GateConfig | None = None) -> GatePolicy:
+    """The gate policy called ``name``; an unknown name is a UserError listing the known ones."""
+    if name == "paired":
+        return PairedGate(cfg)
+    if name == "minibatch":
+        return MinibatchImproved()
+    if name == "mean":
+        return MeanImproved()
+    if name == "deadband":
+        return FixedDeadBand()
+    raise UserError(f"unknown gate policy '{name}'; choose one of: {', '.join(GATES)}")

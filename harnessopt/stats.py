@@ -1,0 +1,240 @@
+"""Paired statistics for the gate and for ``harnessopt audit`` (stdlib only, no scipy).
+
+Everything here is a pure function of per-task outcomes. The gate compares a candidate with the
+incumbent on the same val tasks, so the unit of evidence is the per-task difference
+``d_i = mean_k cand_{i,k} - mean_k inc_{i,k}`` (k over epochs). See docs/gate.md for the dead
+zone formula and the assumptions behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from statistics import NormalDist
+from typing import Any
+
+from harnessopt.protocols import Outcome, Outcomes
+
+PASS_THRESHOLD = 0.5
+"""A task counts as passed when its mean score over epochs is at least this."""
+
+
+# --------------------------------------------------------------------------- per-task summaries
+
+
+def task_means(outcomes: Outcomes) -> dict[str, float]:
+    """Mean score per task over its epochs (tasks without any outcome are left out)."""
+    return {tid: sum(o.score for o in runs) / len(runs) for tid, runs in outcomes.items() if runs}
+
+
+def passed(mean_score: float) -> bool:
+    return mean_score >= PASS_THRESHOLD
+
+
+def paired_diffs(candidate: Outcomes, incumbent: Outcomes) -> tuple[list[str], list[float]]:
+    """Task ids present on both sides (sorted) and their differences candidate - incumbent."""
+    cand, inc = task_means(candidate), task_means(incumbent)
+    ids = sorted(set(cand) & set(inc))
+    return ids, [cand[i] - inc[i] for i in ids]
+
+
+def flips(candidate: Outcomes, incumbent: Outcomes) -> tuple[list[str], list[str]]:
+    """(fixed, broken): tasks that pass only for the candidate, and only for the incumbent."""
+    cand, inc = task_means(candidate), task_means(incumbent)
+    ids = sorted(set(cand) & set(inc))
+    fixed = [i for i in ids if passed(cand[i]) and not passed(inc[i])]
+    broken = [i for i in ids if passed(inc[i]) and not passed(cand[i])]
+    return fixed, broken
+
+
+def mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def sample_sd(xs: Sequence[float]) -> float:
+    """Sample standard deviation (n-1 denominator); 0 for fewer than two values."""
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mu = mean(xs)
+    return math.sqrt(max(0.0, sum((x - mu) ** 2 for x in xs) / (n - 1)))
+
+
+# --------------------------------------------------------------------------- Student t
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz evaluation)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        for num in (
+            m * (b - m) * x / ((qam + m2) * (a + m2)),
+            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta function I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    front = math.exp(log_front)
+    # The continued fraction converges fast only on one side of the mean; use symmetry otherwise.
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+@lru_cache(maxsize=1024)
+def t_quantile(p: float, df: float) -> float:
+    """Inverse of ``t_cdf``: the t with P(T <= t) = p. Bisection on the exact CDF (cached)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"quantile level must be in (0, 1), got {p}")
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    if p == 0.5:
+        return 0.0
+    lo, hi = 0.0, max(1.0, NormalDist().inv_cdf(p))
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+# --------------------------------------------------------------------------- dead zone
+
+
+def sd_floor(m: int) -> float:
+    """Smallest paired SD the gate assumes: that of one flipped task among ``m`` (1/sqrt(m)).
+
+    With no observed disagreement (all ties) the sample SD is 0, which would make any positive
+    mean "significant". The floor says: m tasks cannot rule out one unseen flip.
+    """
+    return 1.0 / math.sqrt(m) if m > 0 else 1.0
+
+
+def dead_zone(
+    m: int, s_d: float, confidence: float = 0.95, min_effect: float = 0.0, step: float = 1.0
+) -> float:
+    """Dead zone Δ = t_{conf, m-1} * max(s_d, 1/sqrt(m)) / sqrt(m) + step/m + min_effect.
+
+    A one-sided Student-t bound on the mean paired difference, with a continuity correction of
+    one lattice step: a pass/fail flip moves a task's difference by ``step`` (1/epochs), so the
+    mean moves by step/m, and a handful of flips is then judged about as the exact sign test
+    would judge it (docs/gate.md). Use ``step=0`` for a continuous metric. Δ shrinks like 1/sqrt(m)
+    and grows with the observed paired spread. With m < 2 there is no variance to estimate, so
+    Δ is the widest possible difference (1.0) plus ``min_effect``.
+    """
+    if m < 2:
+        return 1.0 + min_effect
+    t = t_quantile(confidence, m - 1)
+    return t * max(s_d, sd_floor(m)) / math.sqrt(m) + step / m + min_effect
+
+
+def t_statistic(diffs: Sequence[float]) -> float:
+    """mean / (sd / sqrt(m)); +-inf when every difference is the same non-zero value."""
+    m, mu, s = len(diffs), mean(diffs), sample_sd(diffs)
+    if m == 0:
+        return 0.0
+    if s == 0.0:
+        return 0.0 if mu == 0 else math.copysign(math.inf, mu)
+    return mu / (s / math.sqrt(m))
+
+
+def sign_test_p(positive: int, negative: int) -> float:
+    """Exact one-sided sign test (McNemar on discordant pairs): P(X >= positive), X~Bin(n, 1/2)."""
+    n = positive + negative
+    if n == 0:
+        return 1.0
+    return sum(math.comb(n, k) for k in range(positive, n + 1)) / 2.0**n
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def paired_interval(diffs: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided t interval of the mean paired difference (degenerate when m < 2)."""
+    m, mu = len(diffs), mean(diffs)
+    if m < 2:
+        return (-1.0, 1.0) if m == 0 else (max(-1.0, mu - 1.0), min(1.0, mu + 1.0))
+    half = t_quantile(0.5 + confidence / 2.0, m - 1) * sample_sd(diffs) / math.sqrt(m)
+    return mu - half, mu + half
+
+
+def bootstrap_interval(
+    diffs: Sequence[float], confidence: float = 0.95, reps: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean paired difference (resampling tasks)."""
+    import random
+
+    if len(diffs) < 2:
+        return paired_interval(diffs, confidence)
+    rng = random.Random(seed)
+    m = len(diffs)
+    means = sorted(sum(rng.choices(diffs, k=m)) / m for _ in range(reps))
+    alpha = (1.0 - confidence) / 2.0
+    return means[int(alpha * (reps - 1))], means[int(math.ceil((1.0 - alpha) * (reps - 1)))]
+
+
+def audit_stats(base: Outcomes, best: Outcomes, confidence: float = 0.95) -> dict[str, Any]:
+    """Held-out gain of ``best`` over ``base`` on the same (test) tasks, with a paired interval.
+
+    Returns gain, interval (t), bootstrap interval, n, base/best scores, fixed and broken ids,
+    and ids present on only one side (``missing``), which are left out of the comparison.
+    """
+    ids, diffs = paired_diffs(best, base)
+    b, s = task_means(base), task_means(best)
+    fixed, broken = flips(best, base)
+    lo, hi = paired_interval(diffs, confidence)
+    blo, bhi = bootstrap_interval(diffs, confidence)
+    return {
+        "n": len(ids),
+        "gain": mean(diffs),
+        "interval": [lo, hi],
+        "bootstrap_interval": [blo, bhi],
+        "confidence": confidence,
+        "base_score": mean([b[i] for i in ids]),
+        "best_score": mean([s[i] for i in ids]),
+        "sd": sample_sd(diffs),
+        "fixed": fixed,
+        "broken": broken,
+        "missing": sorted(set(b) ^ set(s)),
+    }
+
+
+def outcome(score: float, soft: float | None = None, tokens: int = 0) -> Outcome:
+    """Shorthand used by tests and the simulation."""
+    return Outcome(score=score, soft=soft, tokens=tokens)

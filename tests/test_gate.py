@@ -1,0 +1,142 @@
+from collections.abc import Sequence
+
+import pytest
+
+from harnessopt.config import GateConfig
+from harnessopt.errors import UserError
+from harnessopt.gate import FixedDeadBand, MeanImproved, MinibatchImproved, PairedGate, make_gate
+from harnessopt.protocols import Outcome, Outcomes
+
+
+def side(scores: Sequence[float], soft: Sequence[float] | None = None, epochs: int = 1) -> Outcomes:
+    return {
+        f"t{i:03d}": [Outcome(score=s, soft=None if soft is None else soft[i]) for _ in range(epochs)]
+        for i, s in enumerate(scores)
+    }
+
+
+class Recorder:
+    """A ConfirmFn that returns scripted rerun outcomes and remembers what it was asked."""
+
+    def __init__(self, cand: dict[str, float], inc: dict[str, float]):
+        self.cand, self.inc, self.calls = cand, inc, []
+
+    def __call__(self, ids):
+        self.calls.append(list(ids))
+        return (
+            {t: [Outcome(score=self.cand[t])] for t in ids},
+            {t: [Outcome(score=self.inc[t])] for t in ids},
+        )
+
+
+def test_clear_gain_is_accepted_with_reason_and_details():
+    inc = side([0] * 20 + [1] * 30)
+    cand = side([1] * 10 + [0] * 10 + [1] * 30)
+    d = PairedGate(GateConfig()).decide(cand, inc)
+    assert d.accept and d.reason.startswith("accepted: +0.200 > dead zone")
+    assert "(n=50)" in d.reason
+    assert d.n == 50 and d.delta == pytest.approx(0.2) and len(d.fixed) == 10 and d.broken == []
+    for key in ("t", "s_d", "m", "epochs", "sign_test_p", "t_quantile", "confidence"):
+        assert key in d.details
+
+
+def test_all_ties_rejected_without_soft_metric():
+    d = PairedGate().decide(side([1, 0] * 10), side([1, 0] * 10))
+    assert not d.accept and d.delta == 0 and d.dead_zone > 0
+    assert "inside dead zone" in d.reason and "no soft metric" in d.reason
+
+
+def test_all_flips_at_m5_accepted_and_one_fix_rejected():
+    assert PairedGate().decide(side([1] * 5), side([0] * 5)).accept
+    one = PairedGate().decide(side([1, 0, 0, 0, 0]), side([0] * 5))
+    assert not one.accept and one.fixed == ["t000"]
+
+
+def test_soft_metric_breaks_a_tie_inside_the_zone():
+    inc = side([0] * 20, soft=[0.2] * 20)
+    good = side([1, 0] + [0] * 18, soft=[0.5] * 20)
+    d = PairedGate(GateConfig(soft_margin=0.05)).decide(good, inc)
+    assert d.accept and "inside dead zone" in d.reason and "soft +0.300 > margin" in d.reason
+    assert d.soft_delta == pytest.approx(0.3) and d.details["soft_metric"] == "soft"
+    small = side([1, 0] + [0] * 18, soft=[0.22] * 20)
+    d2 = PairedGate(GateConfig(soft_margin=0.05)).decide(small, inc)
+    assert not d2.accept and "soft +0.020 below margin" in d2.reason
+
+
+def test_soft_tie_break_refuses_when_more_broke_than_fixed():
+    inc = side([1, 1, 0] + [0] * 17, soft=[0.2] * 20)
+    cand = side([0, 0, 1] + [0] * 17, soft=[0.6] * 20)
+    d = PairedGate().decide(cand, inc)
+    assert not d.accept and len(d.broken) == 2 and len(d.fixed) == 1
+
+
+def test_token_saving_is_the_last_fallback():
+    inc = {f"t{i}": [Outcome(score=1, tokens=1000)] for i in range(10)}
+    cand = {f"t{i}": [Outcome(score=1, tokens=500)] for i in range(10)}
+    d = PairedGate().decide(cand, inc)
+    assert d.accept and d.details["soft_metric"] == "token saving" and d.soft_delta == pytest.approx(0.5)
+
+
+def test_clear_loss_rejected_below_minus_zone():
+    d = PairedGate().decide(side([0] * 20 + [1] * 30), side([1] * 50))
+    assert not d.accept and "below minus dead zone" in d.reason
+
+
+def test_max_broken_rejects_even_a_net_gain():
+    inc = side([0] * 30 + [1] * 3 + [0] * 17)
+    cand = side([1] * 30 + [0] * 3 + [0] * 17)
+    d = PairedGate(GateConfig(max_broken=2)).decide(cand, inc)
+    assert not d.accept and d.reason == "rejected: 3 broken > --max-broken 2"
+    assert PairedGate(GateConfig(max_broken=3)).decide(cand, inc).accept
+
+
+def test_flip_confirmation_drops_noise_and_keeps_reproduced_flips():
+    inc = side([0] * 6 + [1] * 44)
+    cand = side([1] * 6 + [1] * 44)
+    # t000..t002 reproduce; t003..t005 do not (tie, tie, reversed)
+    rerun_c = {f"t{i:03d}": 1.0 for i in range(3)} | {"t003": 0.0, "t004": 1.0, "t005": 0.0}
+    rerun_i = {f"t{i:03d}": 0.0 for i in range(3)} | {"t003": 0.0, "t004": 1.0, "t005": 1.0}
+    confirm = Recorder(rerun_c, rerun_i)
+    d = PairedGate().decide(cand, inc, confirm)
+    assert confirm.calls == [[f"t{i:03d}" for i in range(6)]]
+    assert d.fixed == ["t000", "t001", "t002"] and d.noise_flips == ["t003", "t004", "t005"]
+    assert d.delta == pytest.approx(3 / 50)
+    assert (
+        d.details["confirmed"]
+        and d.details["reruns"] == 12
+        and d.details["raw_delta"] == pytest.approx(6 / 50)
+    )
+    unconfirmed = PairedGate().decide(cand, inc)
+    assert unconfirmed.delta == pytest.approx(6 / 50) and unconfirmed.accept and not d.accept
+
+
+def test_confirm_not_called_when_disabled_or_no_flips():
+    confirm = Recorder({}, {})
+    PairedGate(GateConfig(confirm_flips=False)).decide(side([1, 0]), side([0, 0]), confirm)
+    PairedGate().decide(side([1, 0]), side([1, 0]), confirm)
+    assert confirm.calls == []
+
+
+def test_epochs_average_per_task_and_flips_use_the_mean():
+    inc = {f"t{i}": [Outcome(0), Outcome(0), Outcome(1)] for i in range(20)}
+    cand = {f"t{i}": [Outcome(1), Outcome(1), Outcome(0)] for i in range(20)}
+    d = PairedGate().decide(cand, inc)
+    assert d.details["epochs"] == 3 and d.delta == pytest.approx(1 / 3) and len(d.fixed) == 20 and d.accept
+
+
+def test_no_common_tasks_is_a_recorded_rejection():
+    d = PairedGate().decide(side([1]), {"other": [Outcome(1)]})
+    assert not d.accept and d.n == 0 and "no val task" in d.reason
+
+
+def test_baselines_and_make_gate():
+    inc, cand = side([0] * 19 + [1]), side([1] + [0] * 18 + [1])
+    assert MeanImproved().decide(cand, inc).accept
+    assert not FixedDeadBand(0.05).decide(cand, inc).accept
+    assert FixedDeadBand(0.04).decide(cand, inc).accept
+    mb = MinibatchImproved(size=3, seed=1).decide(cand, inc)
+    assert mb.n == 3
+    assert isinstance(make_gate("paired", GateConfig()), PairedGate)
+    assert make_gate("deadband").name == "deadband"
+    with pytest.raises(UserError, match="paired, minibatch, mean, deadband"):
+        make_gate("nope")
