@@ -105,11 +105,11 @@ class Config(_Strict):
     """Glob patterns (relative to the workspace) the optimizer may change; default per mode."""
     flags: dict[str, str] = Field(default_factory=dict)
     """Feature flags exported to the harness as HO_FLAG_<NAME>."""
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    gate: GateConfig = Field(default_factory=GateConfig)
-    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig())
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
+    optimizer: OptimizerConfig = Field(default_factory=lambda: OptimizerConfig())
+    gate: GateConfig = Field(default_factory=lambda: GateConfig())
+    budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig())
 
     def allowed_globs(self) -> list[str]:
         """Paths the optimizer may change, relative to the workspace root."""
@@ -123,7 +123,9 @@ def load_config(ws: Path) -> Config:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
-        raise UserError(f"{ws} is not a harnessopt workspace (no {CONFIG_NAME}); run 'harnessopt init' first")
+        raise UserError(
+            f"{ws} is not a harnessopt workspace (no {CONFIG_NAME}); run 'harnessopt init' first"
+        ) from None
     except yaml.YAMLError as e:
         raise UserError(f"{path} is not valid YAML ({_first_line(e)}); fix it or restore it with git") from e
     return parse_config(raw, str(path))

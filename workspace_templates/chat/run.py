@@ -3,7 +3,8 @@
 The skill body (SKILL.md without its front matter) is the system prompt, the task input is the
 user message, and the reply text, stripped, is the answer. The model comes from
 HARNESSOPT_TARGET_MODEL; the SDK reads ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY (inside
-harnessopt these point at the model gateway with a per-run token).
+harnessopt these point at the model gateway with a per-run token). With the feature flag
+HO_FLAG_STREAM=1 (``flags: {stream: "1"}`` in harnessopt.yaml) the request is streamed (SSE).
 
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
@@ -62,7 +63,11 @@ def main() -> int:
         "messages": [{"role": "user", "content": user_message(task)}],
     }
     log_event(args.out, "request", task_id=task.get("id"), model=model)
-    response = client.messages.create(**request)
+    if os.environ.get("HO_FLAG_STREAM") == "1":  # streaming keeps long generations under proxy timeouts
+        with client.messages.stream(**request) as stream:
+            response = stream.get_final_message()
+    else:
+        response = client.messages.create(**request)
     answer = "".join(block.text for block in response.content if block.type == "text").strip()
     log_event(args.out, "response", stop_reason=response.stop_reason, answer_chars=len(answer))
     (args.out / "answer.txt").write_text(answer)
