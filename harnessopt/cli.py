@@ -1,0 +1,262 @@
+"""Command line. The one place that turns errors into exit codes (2 user error, 130 Ctrl-C)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harnessopt import __version__
+from harnessopt.errors import HarnessoptError, UserError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def say(msg: str) -> None:
+    console.print(msg, markup=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse prints usage + exits 2 by itself; keep that to one line that says what to do."""
+
+    def error(self, message: str) -> Any:
+        raise UserError(f"{message} (see 'harnessopt {self.prog.split(' ', 1)[-1]} --help')")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="harnessopt", description="Improve agent skills and harnesses with gated, reviewable commits."
+    )
+    p.add_argument("--version", action="version", version=f"harnessopt {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    init = sub.add_parser("init", help="create a workspace from a skill directory and a task file")
+    init.add_argument("ws", type=Path)
+    init.add_argument("--skill", type=Path, required=True, help="skill directory (with SKILL.md)")
+    init.add_argument("--tasks", type=Path, required=True, help="tasks as JSONL")
+    init.add_argument(
+        "--template", default="chat", help="harness template (chat, tool-agent, claude-code, command)"
+    )
+    init.add_argument("--split", default="2:1:7", help="train:val:test ratio for tasks without a split")
+    init.add_argument("--seed", type=int, default=0, help="seed of the split assignment")
+
+    run = sub.add_parser("run", help="run optimization rounds")
+    run.add_argument("ws", type=Path)
+    run.add_argument("--rounds", type=_positive, default=1)
+    run.add_argument("--batch-size", type=_positive, help="train tasks rolled out per round")
+    run.add_argument("--target", help="target model (HARNESSOPT_TARGET_MODEL)")
+    run.add_argument("--optimizer", choices=["anthropic", "command", "manual"], help="optimizer backend")
+    run.add_argument("--optimizer-model", help="model of the built-in optimizer")
+    run.add_argument("--sandbox", choices=["auto", "docker", "local"])
+    run.add_argument("--concurrency", type=_positive)
+    run.add_argument("--smoke", type=int, help="val tasks in the smoke test")
+    run.add_argument("--epochs", type=_positive, help="runs per val task (stochastic targets)")
+    run.add_argument("--confidence", type=float, help="gate confidence, e.g. 0.95")
+    run.add_argument("--max-broken", type=int, help="reject when more val tasks broke than this")
+    run.add_argument("--rerun-incumbent", action=argparse.BooleanOptionalAction, default=None)
+    run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
+    run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
+    run.add_argument("--max-cost", type=float, help="US dollars allowed in this run")
+    run.add_argument("--timeout", type=float, help="seconds per task")
+    run.add_argument("--yes", action="store_true", help="do not ask for confirmations")
+
+    log = sub.add_parser("log", help="one row per round")
+    log.add_argument("ws", type=Path)
+    log.add_argument("--json", action="store_true")
+    diff = sub.add_parser("diff", help="a round's change as a git diff")
+    diff.add_argument("ws", type=Path)
+    diff.add_argument("round", type=int)
+    rb = sub.add_parser("rollback", help="restore skill/ and harness/ as of a round, in a new commit")
+    rb.add_argument("ws", type=Path)
+    rb.add_argument("round", type=int)
+    st = sub.add_parser("status", help="where the run stands")
+    st.add_argument("ws", type=Path)
+
+    audit = sub.add_parser("audit", help="held-out gain of ho/best over ho/round-0 on the test split")
+    audit.add_argument("ws", type=Path)
+    audit.add_argument("--epochs", type=_positive, default=1)
+    audit.add_argument("--sandbox", choices=["auto", "docker", "local"])
+    audit.add_argument("--concurrency", type=_positive)
+    audit.add_argument("--force", action="store_true", help="audit the same pair again")
+    audit.add_argument("--json", action="store_true")
+
+    demo = sub.add_parser("demo", help="the whole loop offline on a bundled example (scripted model)")
+    demo.add_argument("dir", type=Path, nargs="?", default=Path("harnessopt-demo"))
+    demo.add_argument("--sandbox", choices=["auto", "docker", "local"], default="auto")
+
+    sb = sub.add_parser("sandbox", help="build the sandbox image or remove leftover containers")
+    sbsub = sb.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    build = sbsub.add_parser("build", help="build the Docker image rollouts run in")
+    build.add_argument("--base", help="base image (default: a slim Python 3 image)")
+    build.add_argument("--tag", default="harnessopt-sandbox:latest")
+    sbsub.add_parser("cleanup", help="remove leftover harnessopt containers (by label)")
+    return p
+
+
+def cmd_init(a: argparse.Namespace) -> int:
+    from harnessopt.workspace import init_workspace
+
+    init_workspace(a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, announce=say)
+    say(f"next: harnessopt run {a.ws}")
+    return 0
+
+
+RUN_OVERRIDES = {
+    "batch_size": "rollout.batch_size",
+    "target": "model.target",
+    "optimizer": "optimizer.backend",
+    "optimizer_model": "optimizer.model",
+    "sandbox": "rollout.sandbox",
+    "concurrency": "rollout.concurrency",
+    "smoke": "gate.smoke",
+    "epochs": "gate.epochs",
+    "confidence": "gate.confidence",
+    "max_broken": "gate.max_broken",
+    "rerun_incumbent": "gate.rerun_incumbent",
+    "max_calls": "budget.max_calls",
+    "max_tokens": "budget.max_tokens",
+    "max_cost": "budget.max_cost",
+    "timeout": "rollout.timeout_s",
+}
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from harnessopt import loop
+    from harnessopt.config import apply_overrides
+    from harnessopt.workspace import Workspace
+
+    ws = Workspace.open(a.ws)
+    ws.cfg = apply_overrides(ws.cfg, {path: getattr(a, name) for name, path in RUN_OVERRIDES.items()})
+    if ws.cfg.mode == "harness" and not a.yes:
+        _confirm("harness mode lets the optimizer change harness code that then runs in the sandbox")
+    results = loop.run(ws, a.rounds, say)
+    for r in results:
+        say(f"round {r.round}: {r.status} ({r.commit[:10]}) {r.reason}")
+    say(f"review: harnessopt log {a.ws}  |  harnessopt diff {a.ws} ROUND  |  git -C {a.ws} log --oneline")
+    return 0
+
+
+def _confirm(what: str) -> None:
+    if not sys.stdin.isatty():
+        raise UserError(f"{what}; review the config and pass --yes to confirm")
+    answer = input(f"{what}. Continue? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise UserError("not confirmed; nothing was changed")
+
+
+def cmd_log(a: argparse.Namespace) -> int:
+    from harnessopt.report import log_rows, print_log
+    from harnessopt.workspace import Workspace
+
+    ws = Workspace.open(a.ws)
+    if a.json:
+        print(json.dumps(log_rows(ws), indent=2))
+    else:
+        print_log(ws, console)
+    return 0
+
+
+def cmd_diff(a: argparse.Namespace) -> int:
+    from harnessopt.report import round_diff
+    from harnessopt.workspace import Workspace
+
+    print(round_diff(Workspace.open(a.ws), a.round), end="")
+    return 0
+
+
+def cmd_rollback(a: argparse.Namespace) -> int:
+    from harnessopt.report import rollback
+    from harnessopt.workspace import Workspace
+
+    say(rollback(Workspace.open(a.ws), a.round))
+    return 0
+
+
+def cmd_status(a: argparse.Namespace) -> int:
+    from harnessopt.report import status_lines
+    from harnessopt.workspace import Workspace
+
+    for line in status_lines(Workspace.open(a.ws)):
+        say(line)
+    return 0
+
+
+def cmd_audit(a: argparse.Namespace) -> int:
+    from harnessopt.audit import run_audit
+    from harnessopt.config import apply_overrides
+    from harnessopt.workspace import Workspace
+
+    ws = Workspace.open(a.ws)
+    ws.cfg = apply_overrides(ws.cfg, {"rollout.sandbox": a.sandbox, "rollout.concurrency": a.concurrency})
+    report = run_audit(ws, epochs=a.epochs, force=a.force, say=say)
+    if a.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from harnessopt.demo import run_demo
+
+    return run_demo(a.dir, sandbox=a.sandbox, say=say)
+
+
+def cmd_sandbox(a: argparse.Namespace) -> int:
+    from harnessopt.sandbox import image
+
+    if a.action == "build":
+        image.build_image(base=a.base, tag=a.tag, announce=say)
+    else:
+        say(f"removed {image.cleanup_containers()} leftover container(s)")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "init": cmd_init,
+    "run": cmd_run,
+    "log": cmd_log,
+    "diff": cmd_diff,
+    "rollback": cmd_rollback,
+    "status": cmd_status,
+    "audit": cmd_audit,
+    "demo": cmd_demo,
+    "sandbox": cmd_sandbox,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserError as e:
+        err_console.print(f"harnessopt: {e}", markup=False)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print(
+            "harnessopt: interrupted; main is unchanged past the last recorded round", markup=False
+        )
+        return 130
+    except HarnessoptError as e:
+        err_console.print(f"harnessopt: {e}", markup=False)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

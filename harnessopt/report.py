@@ -1,0 +1,161 @@
+"""What users read: ``log``, ``status``, ``diff`` and ``rollback`` (all from git, the source of truth)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harnessopt import vcs
+from harnessopt.errors import UserError
+from harnessopt.workspace import EDITABLE_PATHS, Workspace
+
+
+def log_rows(ws: Workspace) -> list[dict[str, Any]]:
+    """One row per round (round 0, the initial state, is not a round)."""
+    rows = []
+    for r in vcs.round_records(ws.repo):
+        if r.round == 0:
+            continue
+        m = r.manifest
+        rows.append(
+            {
+                "round": r.round,
+                "status": r.status,
+                "val_score": m.get("val_score"),
+                "incumbent_score": m.get("incumbent_score"),
+                "delta": m.get("delta"),
+                "dead_zone": m.get("dead_zone"),
+                "n": m.get("n"),
+                "fixed": m.get("fixed", []),
+                "broken": m.get("broken", []),
+                "commit": r.commit,
+                "ref": r.ref,
+                "summary": (m.get("summary") or "").splitlines()[0] if m.get("summary") else "",
+                "reason": m.get("reason", ""),
+                "changed": m.get("changed", []),
+                "violations": m.get("violations", []),
+                "tokens": m.get("tokens", {}),
+                "cost_usd": m.get("cost_usd"),
+            }
+        )
+    return rows
+
+
+def print_log(ws: Workspace, console: Console) -> None:
+    rows = log_rows(ws)
+    if not rows:
+        console.print(f"no rounds yet; start with: harnessopt run {ws.root}")
+        return
+    table = Table(title=f"harnessopt rounds in {ws.root}")
+    for col in (
+        "round",
+        "status",
+        "val",
+        "incumbent",
+        "Δ",
+        "dead zone",
+        "fixed/broken",
+        "commit",
+        "summary / reason",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(
+            str(r["round"]),
+            _status_style(r["status"]),
+            _fmt(r["val_score"]),
+            _fmt(r["incumbent_score"]),
+            _fmt(r["delta"], sign=True),
+            _fmt(r["dead_zone"]),
+            f"+{len(r['fixed'])}/-{len(r['broken'])}" if r["n"] else "",
+            r["commit"][:10],
+            f"{r['summary']}\n[dim]{r['reason']}[/dim]",
+        )
+    console.print(table)
+
+
+def _status_style(status: str) -> str:
+    color = {"accepted": "green", "rejected": "red", "noop": "yellow", "failed": "magenta"}.get(
+        status, "white"
+    )
+    return f"[{color}]{status}[/{color}]"
+
+
+def _fmt(x: Any, sign: bool = False) -> str:
+    if x is None:
+        return ""
+    return f"{x:+.3f}" if sign else f"{x:.3f}"
+
+
+def find_round(ws: Workspace, k: int) -> vcs.RoundRecord:
+    for r in vcs.round_records(ws.repo):
+        if r.round == k:
+            return r
+    known = ", ".join(str(r.round) for r in vcs.round_records(ws.repo))
+    raise UserError(f"round {k} is not recorded in {ws.root}; recorded rounds: {known}")
+
+
+def round_diff(ws: Workspace, k: int) -> str:
+    """The change a round proposed (accepted or not), as a git diff of skill/ and harness/."""
+    r = find_round(ws, k)
+    if k == 0:
+        raise UserError("round 0 is the initial state and has no diff; pick a round >= 1")
+    parent = r.manifest.get("parent") or ws.repo.commit(r.commit).parents[0].hexsha
+    header = f"# round {k}: {r.status} ({r.ref} {r.commit[:10]})\n# {r.manifest.get('reason', '')}\n"
+    body = vcs.diff(ws.repo, parent, r.commit, EDITABLE_PATHS)
+    return header + (body if body.strip() else "# (no change to skill/ or harness/)\n")
+
+
+def rollback(ws: Workspace, k: int) -> str:
+    """Restore skill/ and harness/ as of accepted round k in a new commit; history is kept."""
+    r = find_round(ws, k)
+    if r.status not in ("accepted", "initial"):
+        accepted = [str(x.round) for x in vcs.round_records(ws.repo) if x.status in ("accepted", "initial")]
+        raise UserError(
+            f"round {k} was {r.status}; it never was on main. Roll back to an accepted round: {', '.join(accepted)}"
+        )
+    if vcs.dirty_paths(ws.repo):
+        raise UserError(f"{ws.root} has uncommitted changes; commit or stash them before a rollback")
+    repo = ws.repo
+    repo.git.rm("-r", "-q", "--ignore-unmatch", "--", *EDITABLE_PATHS)
+    repo.git.checkout(r.commit, "--", *EDITABLE_PATHS)
+    if not repo.git.status("--porcelain"):
+        return f"skill/ and harness/ already are as of round {k}; nothing to commit"
+    manifest = {"status": "rollback", "to_round": k, "to_commit": r.commit}
+    repo.git.commit("-q", "-m", vcs.manifest_message(f"harnessopt rollback to round {k}", "", manifest))
+    ws.journal.write(k, "rollback", commit=vcs.head_sha(repo))
+    return f"restored skill/ and harness/ as of round {k} in commit {vcs.head_sha(repo)[:10]}"
+
+
+def status_lines(ws: Workspace) -> list[str]:
+    records = vcs.round_records(ws.repo)
+    rounds = [r for r in records if r.round > 0]
+    counts: dict[str, int] = {}
+    for r in rounds:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    head = vcs.head_sha(ws.repo)
+    best = ws.repo.commit(vcs.BEST_TAG)
+    best_k = next((r.round for r in records if r.commit == best.hexsha), "?")
+    at = next((r for r in records if r.commit == head), None)
+    lines = [
+        f"workspace: {ws.root} (mode {ws.cfg.mode}, template {ws.cfg.template}, "
+        f"model {ws.cfg.model.provider}:{ws.cfg.model.target})",
+        f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
+        f"incumbent: {head[:10]}" + (f" = round {at.round}" if at else " (a rollback or manual commit)"),
+        f"best: round {best_k} ({best.hexsha[:10]}), val score "
+        f"{_fmt(vcs.parse_manifest(str(best.message)).get('val_score')) or 'not measured yet'}",
+    ]
+    cost = sum(r.manifest.get("cost_usd") or 0.0 for r in rounds)
+    lines.append(f"model cost recorded: ${cost:.4f}")
+    last = ws.journal.last()
+    if last and last.get("phase") not in ("recorded", "rollback", "run_end"):
+        lines.append(
+            f"last run stopped in round {last.get('round')} at phase '{last.get('phase')}' (nothing applied)"
+        )
+    dirty = vcs.dirty_paths(ws.repo)
+    if dirty:
+        lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
+    lines.append(f"next: harnessopt run {ws.root}   |   harnessopt log {ws.root}")
+    return lines

@@ -1,0 +1,175 @@
+"""Run a candidate (skill + harness) on a batch of tasks: sandbox, gateway record, scorer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harnessopt.config import Config
+from harnessopt.gateway import Gateway
+from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
+from harnessopt.scoring import run_scorer
+
+ANSWER_CAP = 64 * 1024
+EVENTS_CAP = 500
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A skill + harness pair on the host, as the sandbox mounts it."""
+
+    root: Path  # holds skill/ and harness/
+    label: str  # "incumbent" or "candidate"
+    commit: str  # the harness commit it came from (or "candidate-of-<sha>")
+
+
+class Runner:
+    """Runs tasks concurrently through one sandbox and one gateway, and scores them."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        sandbox: Sandbox,
+        gateway: Gateway,
+        scorer: Callable[..., Any],
+        scratch: Path,
+        progress: Callable[[str, int, int], None] | None = None,
+    ):
+        self.cfg = cfg
+        self.sandbox = sandbox
+        self.gateway = gateway
+        self.scorer = scorer
+        self.scratch = scratch
+        self.progress = progress
+
+    def run(
+        self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
+    ) -> list[TaskResult]:
+        jobs = [(t, e) for e in epochs for t in tasks]
+        done = 0
+        results: list[TaskResult] = []
+        with ThreadPoolExecutor(max_workers=self.cfg.rollout.concurrency) as pool:
+            futures = [pool.submit(self.run_one, cand, t, round_no, e) for t, e in jobs]
+            for fut in futures:
+                results.append(fut.result())
+                done += 1
+                if self.progress:
+                    self.progress(cand.label, done, len(jobs))
+        return results
+
+    def run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:
+        out_dir = self.scratch / f"round-{round_no}" / cand.label / f"{_safe(task.id)}.{epoch}"
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.mkdir(parents=True)
+        lease = self.gateway.lease("target", round_no, task.id)
+        spec = RunSpec(
+            task=task.public(),
+            skill_dir=cand.root / "skill",
+            harness_dir=cand.root / "harness",
+            env=self._env(),
+            gateway=lease,
+            timeout_s=self.cfg.rollout.timeout_s,
+        )
+        try:
+            out = self.sandbox.run(spec, out_dir)
+        finally:
+            exchanges = self.gateway.release(lease.token)
+        return self._score(task, round_no, epoch, out, exchanges)
+
+    def _env(self) -> dict[str, str]:
+        env = {"HARNESSOPT_TARGET_MODEL": self.cfg.model.target}
+        for name, value in self.cfg.flags.items():
+            env[f"HO_FLAG_{name.upper()}"] = str(value)
+        return env
+
+    def _score(self, task: Task, round_no: int, epoch: int, out: RunOutput, exchanges: list) -> TaskResult:
+        answer = _read_capped(out.out_dir / "answer.txt", ANSWER_CAP)
+        notes = list(out.notes)
+        if out.error_class is not None:
+            score, soft = 0.0, None
+            feedback = f"harness failed ({out.error_class}, exit code {out.exit_code}); no score"
+        else:
+            task_dict = {**task.public(), "answer": task.answer}
+            sr = run_scorer(self.scorer, task_dict, answer, out.out_dir)
+            score, soft, feedback = sr.score, sr.soft, sr.feedback
+            if sr.error:
+                notes.append(f"scorer error (scored 0, not a win): {sr.error}")
+        return TaskResult(
+            task_id=task.id,
+            split=task.split,
+            round=round_no,
+            epoch=epoch,
+            score=score,
+            passed=score >= 1.0 - 1e-9,
+            soft=soft,
+            feedback=feedback,
+            answer=answer,
+            exit_code=out.exit_code,
+            error_class=out.error_class,
+            wall_s=round(out.wall_s, 3),
+            input_tokens=sum(x.input_tokens for x in exchanges),
+            output_tokens=sum(x.output_tokens for x in exchanges),
+            steps=len(exchanges),
+            stderr_tail=out.stderr_tail,
+            task_input=task.input,
+            exchanges=list(exchanges),
+            harness_events=_read_events(out.out_dir / "trajectory.jsonl"),
+            notes=notes,
+        )
+
+
+def outcomes(results: Sequence[TaskResult]) -> dict[str, list[Outcome]]:
+    """Per-task outcomes (one per epoch) for the gate."""
+    by_task: dict[str, list[Outcome]] = {}
+    for r in sorted(results, key=lambda r: (r.task_id, r.epoch)):
+        by_task.setdefault(r.task_id, []).append(
+            Outcome(
+                score=r.score,
+                soft=r.soft,
+                tokens=r.input_tokens + r.output_tokens,
+                crashed=r.crashed,
+            )
+        )
+    return by_task
+
+
+def _read_capped(path: Path, cap: int) -> str:
+    try:
+        with path.open("rb") as f:
+            data = f.read(cap + 1)
+    except OSError:
+        return ""
+    text = data[:cap].decode("utf-8", errors="replace")
+    return text.strip()
+
+
+def _read_events(path: Path) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if len(events) >= EVENTS_CAP:
+                    events.append({"event": "elided", "note": f"more than {EVENTS_CAP} events"})
+                    break
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(item, dict):
+                    events.append(item)
+    except OSError:
+        pass
+    return events
+
+
+def _safe(task_id: str) -> str:
+    """A scratch directory name for a task id (readable prefix + digest, so it stays unique)."""
+    digest = hashlib.sha1(task_id.encode()).hexdigest()[:8]
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)[:60] + f"-{digest}"

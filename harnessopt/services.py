@@ -1,0 +1,122 @@
+"""Wiring: the gateway, sandbox, runner, optimizer and gate one run uses, started and stopped together."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+
+from harnessopt.config import Config
+from harnessopt.gate import make_gate
+from harnessopt.gateway import Gateway
+from harnessopt.journal import STATE_DIR
+from harnessopt.models import make_model
+from harnessopt.optimizer import make_optimizer
+from harnessopt.optimizer.tools import LocalShell, ShellRunner
+from harnessopt.protocols import GatePolicy, Optimizer, Proposal, Sandbox
+from harnessopt.rollout import Runner
+from harnessopt.sandbox import make_sandbox
+from harnessopt.scoring import load_scorer
+
+Announce = Callable[[str], None]
+
+
+@dataclass
+class Services:
+    """Everything a round needs, built once per ``harnessopt run``."""
+
+    cfg: Config
+    gateway: Gateway
+    sandbox: Sandbox
+    runner: Runner
+    optimizer: Optimizer | None
+    gate: GatePolicy
+    scratch: Path
+    state_dir: Path
+
+    def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
+        assert self.optimizer is not None, "services were opened without an optimizer"
+        return self.optimizer.propose(view, brief, round_no)
+
+    def usage_of_round(self, k: int) -> dict[str, Any]:
+        tokens: dict[str, dict[str, int]] = {}
+        cost = 0.0
+        for (role, round_no), u in self.gateway.usage().items():
+            if round_no == k:
+                tokens[role] = {"calls": u.calls, "input": u.input_tokens, "output": u.output_tokens}
+                cost += u.cost_usd
+        return {"tokens": tokens, "cost_usd": round(cost, 6)}
+
+
+@contextmanager
+def open_services(
+    root: Path, cfg: Config, say: Announce, *, progress: Any = None, with_optimizer: bool = True
+) -> Iterator[Services]:
+    """Build and start the parts; everything started is stopped again, also on Ctrl-C or a crash."""
+    state_dir = root / STATE_DIR
+    model = make_model(
+        cfg.model.provider, script_path=(root / cfg.model.script) if cfg.model.script else None
+    )
+    scorer = load_scorer(root / "scorer.py")
+    with ExitStack() as stack:
+        sandbox = make_sandbox(cfg.rollout, announce=say)
+        stack.callback(sandbox.close)
+        socket_dir = Path(tempfile.mkdtemp(prefix="ho-gw-"))  # short path: Unix sockets cap it at 108 bytes
+        stack.callback(shutil.rmtree, socket_dir, True)
+        gateway = stack.enter_context(Gateway(model, cfg.budget, socket_dir=socket_dir))
+        scratch = state_dir / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        runner = Runner(cfg, sandbox, gateway, scorer, scratch, progress=progress)
+
+        def client_factory(round_no: int) -> anthropic.Anthropic:
+            lease = gateway.lease("optimizer", round_no, None)
+            return anthropic.Anthropic(base_url=lease.base_url, api_key=lease.token, max_retries=2)
+
+        optimizer = (
+            make_optimizer(
+                cfg.optimizer,
+                client_factory=client_factory,
+                shell_factory=_shell_factory(sandbox, cfg),
+                announce=say,
+                transcript_dir=state_dir / "optimizer",
+            )
+            if with_optimizer
+            else None
+        )
+        yield Services(
+            cfg, gateway, sandbox, runner, optimizer, make_gate("paired", cfg.gate), scratch, state_dir
+        )
+
+
+def _shell_factory(sandbox: Sandbox, cfg: Config) -> Callable[[Path], ShellRunner]:
+    """The optimizer's bash runs where the rollouts run: in a container when the sandbox is Docker."""
+    if sandbox.name == "docker":
+        from harnessopt.sandbox.docker import DockerShell
+
+        return lambda view: DockerShell(view, cfg.rollout)
+    return lambda view: LocalShell(view)
+
+
+@contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C (and SIGTERM) until the block is done: used around the one atomic git update."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    old = {s: signal.signal(s, lambda n, _f: received.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if received:
+            raise KeyboardInterrupt
