@@ -14,12 +14,17 @@ from rich.console import Console
 from harnessopt import __version__
 from harnessopt.errors import HarnessoptError, UserError
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def say(msg: str) -> None:
     console.print(msg, markup=False)
+
+
+def say_err(msg: str) -> None:
+    """Progress lines when stdout carries JSON for a script."""
+    err_console.print(msg, markup=False)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -204,7 +209,7 @@ def cmd_audit(a: argparse.Namespace) -> int:
 
     ws = Workspace.open(a.ws)
     ws.cfg = apply_overrides(ws.cfg, {"rollout.sandbox": a.sandbox, "rollout.concurrency": a.concurrency})
-    report = run_audit(ws, epochs=a.epochs, force=a.force, say=say)
+    report = run_audit(ws, epochs=a.epochs, force=a.force, say=say_err if a.json else say)
     if a.json:
         print(json.dumps(report, indent=2))
     return 0

@@ -73,7 +73,7 @@ def print_log(ws: Workspace, console: Console) -> None:
             r["commit"][:10],
             f"{r['summary']}\n[dim]{r['reason']}[/dim]",
         )
-    console.print(table)
+    console.print(table, width=max(console.width, 150))  # piped output is 80 wide by default: too narrow
 
 
 def _status_style(status: str) -> str:

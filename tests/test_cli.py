@@ -1,0 +1,114 @@
+"""End to end through the real CLI, the real anthropic SDK (harness and optimizer) against a local
+fake Messages API upstream behind the real gateway, and real git."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harnessopt.models.scripted import ScriptedModel
+from tests.cli_support import (
+    REAL_KEY,
+    ROUND1_EDIT,
+    ROUND2_EDIT,
+    SKILL_MD,
+    cli,
+    git,
+    upstream_script,
+    write_example,
+)
+from tests.fake_anthropic import FakeAnthropicServer
+
+
+@pytest.fixture
+def upstream():
+    with FakeAnthropicServer(ScriptedModel.from_dict(upstream_script())) as fake:
+        yield fake
+
+
+def _init(tmp_path: Path, env: dict[str, str]) -> Path:
+    skill, tasks = write_example(tmp_path)
+    ws = tmp_path / "ws"
+    r = cli("init", ws, "--skill", skill, "--tasks", tasks, env=env)
+    assert r.returncode == 0, r.stderr
+    # The target streams its answers (SSE through the SDK and the gateway); committed like any user edit.
+    cfg = yaml.safe_load((ws / "harnessopt.yaml").read_text())
+    cfg["flags"] = {"stream": "1"}
+    cfg["rollout"]["concurrency"] = 2
+    (ws / "harnessopt.yaml").write_text(yaml.safe_dump(cfg))
+    git(ws, "commit", "-qam", "stream the target")
+    return ws
+
+
+def test_two_rounds_accept_then_reject_then_log_diff_rollback(tmp_path: Path, upstream) -> None:
+    env = {"ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": REAL_KEY}
+    ws = _init(tmp_path, env)
+    assert git(ws, "rev-parse", "ho/round-0") == git(ws, "rev-parse", "ho/best")
+
+    r = cli("run", ws, "--rounds", "2", "--sandbox", "local", "--batch-size", "4", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    # Round 1 accepted: a commit on main, tagged, best; round 2 rejected: on its ref, main reset.
+    head = git(ws, "rev-parse", "HEAD")
+    assert head == git(ws, "rev-parse", "ho/round-1") == git(ws, "rev-parse", "ho/best")
+    rejected = git(ws, "rev-parse", "refs/harnessopt/rejected/round-2")
+    assert git(ws, "status", "--porcelain") == ""
+    skill_now = (ws / "skill" / "SKILL.md").read_text()
+    assert ROUND1_EDIT in skill_now and ROUND2_EDIT not in skill_now
+    assert (ws / "best_skill.md").read_text() == skill_now
+    assert ROUND2_EDIT in git(ws, "show", f"{rejected}:skill/SKILL.md")
+    # At rest, trajectories/ holds the rollouts that led to the incumbent (round 1's, of round 0's skill).
+    traj = sorted((ws / "trajectories").glob("*.md"))
+    assert len(traj) == 4
+    text = traj[0].read_text()
+    assert "round: 1" in text and "passed: false" in text and "streamed: true" in text
+    assert "Sure! The word you asked for is" in text  # the transcript recorded by the gateway
+
+    rows = json.loads(cli("log", ws, "--json", env=env).stdout)
+    assert [(row["round"], row["status"]) for row in rows] == [(1, "accepted"), (2, "rejected")]
+    for key in ("val_score", "incumbent_score", "delta", "dead_zone", "commit", "summary", "reason"):
+        assert key in rows[0]
+    assert rows[0]["val_score"] == 1.0 and rows[0]["incumbent_score"] == 0.0
+    assert rows[1]["delta"] < 0 and rows[1]["commit"] == rejected
+    assert len(rows[0]["fixed"]) == 8 and len(rows[1]["broken"]) == 8
+    assert rows[0]["tokens"]["target"]["calls"] > 0 and rows[0]["tokens"]["optimizer"]["calls"] == 3
+
+    d1 = cli("diff", ws, "1", env=env).stdout
+    assert f"+{ROUND1_EDIT}" in d1 and "-Respond politely to the user." in d1
+    d2 = cli("diff", ws, "2", env=env).stdout
+    assert f"+{ROUND2_EDIT}" in d2 and "rejected" in d2
+
+    rb = cli("rollback", ws, "0", env=env)
+    assert rb.returncode == 0, rb.stderr
+    assert (ws / "skill" / "SKILL.md").read_text() == SKILL_MD
+    assert git(ws, "rev-parse", "HEAD~1") == head  # a new commit; history kept
+    assert git(ws, "rev-parse", "ho/round-1") == head
+
+    # The real key went upstream only; no harness or optimizer request carried it to the gateway.
+    assert upstream.requests and all(req["headers"].get("x-api-key") == REAL_KEY for req in upstream.requests)
+    assert REAL_KEY not in "".join(p.read_text() for p in traj)
+
+    st = cli("status", ws, env=env)
+    assert st.returncode == 0 and "rounds: 2 (1 accepted, 1 rejected)" in st.stdout
+
+    # A second run continues after the last completed round.
+    r3 = cli("run", ws, "--rounds", "1", "--sandbox", "local", "--batch-size", "4", env=env)
+    assert r3.returncode == 0, r3.stderr
+    assert [row["round"] for row in json.loads(cli("log", ws, "--json", env=env).stdout)] == [1, 2, 3]
+
+
+def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
+    env = {"ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": REAL_KEY}
+    ws = _init(tmp_path, env)
+    assert cli("audit", ws, "--sandbox", "local", env=env).returncode == 2  # nothing accepted yet
+    assert cli("run", ws, "--rounds", "1", "--sandbox", "local", "--batch-size", "2", env=env).returncode == 0
+    r = cli("audit", ws, "--sandbox", "local", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["n"] == 4 and report["gain"] == 1.0 and report["claimed_val_gain"] == 1.0
+    again = cli("audit", ws, "--sandbox", "local", env=env)
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert git(ws, "for-each-ref", "refs/harnessopt/audit/")

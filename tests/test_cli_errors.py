@@ -1,0 +1,164 @@
+"""Bad input: one line that says what to do, exit code 2, no traceback, nothing changed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import cli, git, write_example
+
+
+def assert_user_error(r: subprocess.CompletedProcess, *needles: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> tuple[Path, Path]:
+    return write_example(tmp_path)
+
+
+def _init_fails(tmp_path: Path, skill: Path, tasks: Path, *needles: str, extra: tuple[str, ...] = ()) -> None:
+    ws = tmp_path / "ws"
+    before = snapshot(tmp_path)
+    assert_user_error(cli("init", ws, "--skill", skill, "--tasks", tasks, *extra), *needles)
+    assert not ws.exists()
+    assert snapshot(tmp_path) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ws.init-")]
+
+
+def test_missing_skill_dir(tmp_path: Path, example) -> None:
+    _init_fails(tmp_path, tmp_path / "nope", example[1], "nope")
+
+
+def test_missing_skill_md(tmp_path: Path, example) -> None:
+    (example[0] / "SKILL.md").unlink()
+    _init_fails(tmp_path, example[0], example[1], "SKILL.md")
+
+
+@pytest.mark.parametrize(
+    "front, needle",
+    [
+        ("name: Bad_Name\ndescription: x", "name"),
+        ("name: ok-name", "description"),
+        ("name: a--b\ndescription: x", "name"),
+        ("name: ok\ndescription: " + "x" * 1025, "description"),
+    ],
+)
+def test_bad_front_matter(tmp_path: Path, example, front: str, needle: str) -> None:
+    (example[0] / "SKILL.md").write_text(f"---\n{front}\n---\nbody\n")
+    _init_fails(tmp_path, example[0], example[1], needle)
+
+
+def test_task_file_not_jsonl_names_the_line(tmp_path: Path, example) -> None:
+    lines = example[1].read_text().splitlines()
+    lines[2] = "{not json"
+    example[1].write_text("\n".join(lines) + "\n")
+    _init_fails(tmp_path, example[0], example[1], ":3")
+
+
+def test_duplicate_ids(tmp_path: Path, example) -> None:
+    lines = example[1].read_text().splitlines()
+    example[1].write_text("\n".join([*lines, lines[0]]) + "\n")
+    _init_fails(tmp_path, example[0], example[1], "duplicate")
+
+
+def test_same_input_in_two_splits(tmp_path: Path, example) -> None:
+    lines = example[1].read_text().splitlines()
+    dup = json.loads(lines[0]) | {"id": "copy", "split": "test"}
+    example[1].write_text("\n".join([*lines, json.dumps(dup)]) + "\n")
+    _init_fails(tmp_path, example[0], example[1], "split")
+
+
+def test_fewer_than_five_val_tasks(tmp_path: Path, example) -> None:
+    rows = [json.loads(x) for x in example[1].read_text().splitlines()]
+    rows = [r for r in rows if r["split"] != "val"] + [r for r in rows if r["split"] == "val"][:4]
+    example[1].write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    _init_fails(tmp_path, example[0], example[1], "val")
+
+
+def test_unknown_template(tmp_path: Path, example) -> None:
+    _init_fails(tmp_path, example[0], example[1], "template", extra=("--template", "nope"))
+
+
+def test_init_into_non_empty_dir(tmp_path: Path, example) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "keep.txt").write_text("mine")
+    assert_user_error(cli("init", ws, "--skill", example[0], "--tasks", example[1]), "not empty")
+    assert [p.name for p in ws.iterdir()] == ["keep.txt"]
+
+
+@pytest.fixture
+def ws(tmp_path: Path, example) -> Path:
+    ws = tmp_path / "ws"
+    assert cli("init", ws, "--skill", example[0], "--tasks", example[1]).returncode == 0
+    return ws
+
+
+@pytest.mark.parametrize("command", ["run", "log", "status", "audit"])
+def test_not_a_workspace(tmp_path: Path, command: str) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    assert_user_error(cli(command, other), "not a harnessopt workspace")
+
+
+def test_uncommitted_changes_before_run(ws: Path) -> None:
+    (ws / "skill" / "SKILL.md").write_text((ws / "skill" / "SKILL.md").read_text() + "\nmine\n")
+    head = git(ws, "rev-parse", "HEAD")
+    r = cli("run", ws, "--sandbox", "local", env={"ANTHROPIC_API_KEY": "x"})
+    assert_user_error(r, "commit or stash")
+    assert (ws / "skill" / "SKILL.md").read_text().endswith("mine\n")
+    assert git(ws, "rev-parse", "HEAD") == head
+
+
+def test_no_api_key(ws: Path) -> None:
+    before = snapshot(ws)
+    assert_user_error(cli("run", ws, "--sandbox", "local"), "ANTHROPIC_API_KEY")
+    after = snapshot(ws)
+    assert {k: v for k, v in after.items() if ".harnessopt" not in k} == {
+        k: v for k, v in before.items() if ".harnessopt" not in k
+    }
+
+
+def test_rounds_zero(ws: Path) -> None:
+    assert_user_error(cli("run", ws, "--rounds", "0"), "--rounds")
+
+
+def test_bad_config_value(ws: Path) -> None:
+    (ws / "harnessopt.yaml").write_text((ws / "harnessopt.yaml").read_text() + "\nbogus_key: 1\n")
+    assert_user_error(cli("status", ws), "bogus_key")
+
+
+def test_unknown_round_for_diff_and_rollback(ws: Path) -> None:
+    assert_user_error(cli("diff", ws, "7"), "round 7")
+    assert_user_error(cli("rollback", ws, "7"), "round 7")
+
+
+def test_docker_requested_but_unreachable(ws: Path) -> None:
+    env = {"ANTHROPIC_API_KEY": "x", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    r = cli("run", ws, "--sandbox", "docker", env=env)
+    assert_user_error(r, "--sandbox local")
+
+
+def test_harness_mode_needs_confirmation(ws: Path) -> None:
+    text = (ws / "harnessopt.yaml").read_text().replace("mode: skill", "mode: harness")
+    (ws / "harnessopt.yaml").write_text(text)
+    git(ws, "commit", "-qam", "harness mode")
+    assert_user_error(cli("run", ws, "--sandbox", "local", env={"ANTHROPIC_API_KEY": "x"}), "--yes")
+
+
+def test_help_exits_zero() -> None:
+    r = cli("--help")
+    assert r.returncode == 0 and "demo" in r.stdout
