@@ -1,0 +1,63 @@
+"""Sandboxes that run ``harness/run.py`` on one task: ``docker`` (default) and ``local`` (fallback).
+
+``make_sandbox(cfg.rollout, announce=print)`` picks one by ``cfg.sandbox``; see docs/sandbox.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from harnessopt.config import RolloutConfig
+from harnessopt.errors import UserError
+from harnessopt.protocols import Sandbox
+
+KNOWN = ("auto", "docker", "local")
+
+
+def make_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
+    """The sandbox named by ``cfg.sandbox``.
+
+    ``auto``: Docker when the engine answers and ``cfg.image`` exists, else ``local`` with a
+    printed warning. ``docker``: UserError when the engine or the image is missing.
+    """
+    from harnessopt.sandbox.local import LocalSandbox
+
+    kind = cfg.sandbox
+    if kind not in KNOWN:
+        raise UserError(f"unknown sandbox {kind!r}; known: {', '.join(KNOWN)}")
+    if kind == "local":
+        return LocalSandbox(cfg)
+    client, why_not = _docker_with_image(cfg.image)
+    if client is not None:
+        from harnessopt.sandbox.docker import DockerSandbox
+
+        if why_not:  # stale image: usable, but say so
+            announce(why_not)
+        return DockerSandbox(cfg, client)
+    if kind == "docker":
+        raise UserError(why_not)
+    announce(
+        f"sandbox: using the local subprocess sandbox ({why_not}); its isolation is weaker: "
+        "the harness can read the host's files and reach the network"
+    )
+    return LocalSandbox(cfg)
+
+
+def _docker_with_image(image: str) -> tuple[Any | None, str]:
+    """(client, "") when Docker answers and the image exists, else (None, the reason)."""
+    from harnessopt.sandbox.image import docker_client, image_status
+
+    try:
+        client = docker_client(timeout=30)
+    except UserError as e:
+        return None, str(e)
+    status = image_status(client, image)
+    if status == "missing":
+        return (
+            None,
+            f"sandbox image {image} is missing: run `harnessopt sandbox build` (or use --sandbox local)",
+        )
+    if status == "stale":
+        return client, f"sandbox image {image} was built from an older runner: run `harnessopt sandbox build`"
+    return client, ""

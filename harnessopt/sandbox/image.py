@@ -1,0 +1,178 @@
+"""Build the task image (``harnessopt sandbox build``) and remove leftover containers.
+
+The build context is assembled in a temporary directory: ``sandbox/Dockerfile`` and
+``sandbox/runner.py`` from the repository, plus ``site/``, a copy of the host's *installed*
+``anthropic`` distribution and its runtime dependencies (file lists from their ``RECORD``). We copy
+installed trees rather than download wheels so that the build needs no package registry at all,
+and the image runs exactly the SDK version the host was tested with (host and image are both
+CPython 3.11 on glibc, so compiled extensions such as ``pydantic_core`` and ``jiter`` load).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harnessopt.errors import UserError
+
+DEFAULT_TAG = "harnessopt-sandbox:latest"
+OFFLINE_BASE = "harnessopt-base:bookworm"
+FALLBACK_BASE = "python:3.11-slim"
+LABEL = "harnessopt"
+RUNNER_LABEL = "org.harnessopt.runner"
+
+
+def sandbox_source_dir() -> Path:
+    """The repository's ``sandbox/`` directory (Dockerfile, runner.py, make_base_image.sh)."""
+    return Path(__file__).resolve().parents[2] / "sandbox"
+
+
+def runner_digest() -> str:
+    """Short hash of runner.py, stored as an image label to notice a stale image."""
+    return hashlib.sha256((sandbox_source_dir() / "runner.py").read_bytes()).hexdigest()[:16]
+
+
+def docker_client(timeout: float = 120.0) -> Any:
+    """A docker-py client that answered a ping, or UserError saying how to start the engine."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as e:
+        raise UserError(
+            "Docker is not reachable: start it (e.g. `dockerd &` or `systemctl start docker`) "
+            f"or use --sandbox local ({type(e).__name__})"
+        ) from e
+    return client
+
+
+def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[str], None] = print) -> str:
+    """Build the sandbox image FROM ``base`` and tag it; returns the image id.
+
+    ``base=None`` uses the offline Debian base (``sandbox/make_base_image.sh``) when it exists,
+    else ``python:3.11-slim`` (which must already be present or pullable).
+    """
+    import docker
+
+    client = docker_client(timeout=900)
+    src = sandbox_source_dir()
+    if not (src / "Dockerfile").is_file():
+        raise UserError(f"{src}/Dockerfile is missing: build the image from a harnessopt source checkout")
+    if base is None:
+        base = OFFLINE_BASE if _image_exists(client, OFFLINE_BASE) else FALLBACK_BASE
+    if not _image_exists(client, base):
+        raise UserError(
+            f"base image {base} is not present and cannot be pulled here: "
+            f"run `sandbox/make_base_image.sh {OFFLINE_BASE}` (offline, debootstrap) first"
+        )
+    with tempfile.TemporaryDirectory(prefix="ho-build-") as tmp:
+        ctx = Path(tmp)
+        shutil.copy2(src / "Dockerfile", ctx / "Dockerfile")
+        shutil.copy2(src / "runner.py", ctx / "runner.py")
+        dists = copy_installed("anthropic", ctx / "site")
+        announce(f"building {tag} from {base} with {', '.join(dists)}")
+        try:
+            image, _logs = client.images.build(
+                path=str(ctx),
+                tag=tag,
+                buildargs={"BASE": base},
+                labels={RUNNER_LABEL: runner_digest()},
+                rm=True,
+                forcerm=True,
+                network_mode="none",
+            )
+        except docker.errors.BuildError as e:
+            tail = "".join(str(x.get("stream", x.get("error", ""))) for x in e.build_log)[-800:]
+            raise UserError(f"building {tag} failed: {e.msg}; build log tail: {tail.strip()}") from e
+    announce(f"built {tag} ({image.short_id})")
+    return str(image.id)
+
+
+def image_status(client: Any, tag: str) -> str:
+    """'missing', 'stale' (built from another runner.py) or 'ok'."""
+    import docker
+
+    try:
+        image = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return "missing"
+    labels = image.labels or {}
+    return "ok" if labels.get(RUNNER_LABEL) == runner_digest() else "stale"
+
+
+def cleanup_containers(label: str = LABEL) -> int:
+    """Force-remove every container carrying ``label`` (leftovers of a killed run); returns the count."""
+    client = docker_client()
+    removed = 0
+    for c in client.containers.list(all=True, filters={"label": label}):
+        try:
+            c.remove(force=True)
+            removed += 1
+        except Exception:  # already gone (removed by a concurrent run): nothing to do
+            pass
+    return removed
+
+
+def copy_installed(root: str, dest: Path) -> list[str]:
+    """Copy the installed files of distribution ``root`` and its runtime dependencies into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    names = []
+    for dist in _closure(root):
+        names.append(f"{dist.metadata['Name']}=={dist.version}")
+        base = Path(str(dist.locate_file(""))).resolve()
+        for rel in dist.files or []:
+            parts = Path(str(rel)).parts
+            if ".." in parts or "__pycache__" in parts or str(rel).endswith(".pyc"):
+                continue  # console scripts outside site-packages; caches are rebuilt in the image
+            src = base / rel
+            if src.is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / rel)
+    return names
+
+
+def _closure(root: str) -> list[md.Distribution]:
+    seen: dict[str, md.Distribution] = {}
+    stack = [root]
+    while stack:
+        name = stack.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError as e:
+            raise UserError(f"{name} is not installed on this host; `pip install {root}` first") from e
+        seen[key] = dist
+        stack.extend(_runtime_requirements(dist))
+    return list(seen.values())
+
+
+def _runtime_requirements(dist: md.Distribution) -> list[str]:
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # no packaging: keep requirements without markers, skip the conditional ones
+        return [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or [] if ";" not in r]
+    out = []
+    for raw in dist.requires or []:
+        req = Requirement(raw)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            out.append(req.name)
+    return out
+
+
+def _image_exists(client: Any, name: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(name)
+        return True
+    except docker.errors.ImageNotFound:
+        return False

@@ -1,0 +1,110 @@
+"""LocalSandbox (subprocess fallback) and make_sandbox's choice of backend."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from harnessopt.config import RolloutConfig
+from harnessopt.errors import UserError
+from harnessopt.sandbox import make_sandbox
+from harnessopt.sandbox.local import LocalSandbox
+
+REAL_KEY = "sk-ant-REALKEY-local-0d1f"
+
+
+def test_env_is_scrubbed_and_gateway_vars_set(candidate, gateway, tmp_path, spec_for, small_cfg, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", REAL_KEY)
+    monkeypatch.setenv("SOME_HOST_SECRET", "s3cr3t")
+    skill, harness = candidate("answer(json.dumps(dict(os.environ)))\n")
+    lease = gateway.lease("tok-local")
+    out = LocalSandbox(small_cfg()).run(spec_for(skill, harness, lease), tmp_path / "out")
+    env = __import__("json").loads((tmp_path / "out" / "answer.txt").read_text())
+    assert out.error_class is None and out.exit_code == 0
+    assert env["ANTHROPIC_API_KEY"] == "tok-local" and env["ANTHROPIC_BASE_URL"] == lease.base_url
+    assert env["HARNESSOPT_TARGET_MODEL"] == "m"
+    assert "SOME_HOST_SECRET" not in env and REAL_KEY not in str(env)
+
+
+def test_harness_gets_private_copies(candidate, gateway, tmp_path, spec_for, small_cfg):
+    skill, harness = candidate("""
+        open(os.path.join(ARGS.skill, "SKILL.md"), "w").write("changed")
+        answer(os.getcwd())
+    """)
+    out = LocalSandbox(small_cfg()).run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+    assert out.error_class is None
+    assert "test skill" in (skill / "SKILL.md").read_text()
+    assert not (tmp_path / "out" / "answer.txt").read_text().startswith(str(candidate.ws))
+
+
+def test_timeout_kills_the_whole_group(candidate, gateway, tmp_path, spec_for, small_cfg):
+    late = tmp_path / "late.txt"
+    skill, harness = candidate(f"""
+        import subprocess
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2); open({str(late)!r}, 'w').write('x')"])
+        time.sleep(100)
+    """)
+    t0 = time.monotonic()
+    out = LocalSandbox(small_cfg()).run(spec_for(skill, harness, gateway.lease(), 1), tmp_path / "out")
+    assert out.error_class == "timeout" and out.exit_code is None
+    assert time.monotonic() - t0 < 5
+    time.sleep(2.5)
+    assert not late.exists()
+
+
+def test_output_is_capped_head_and_tail(candidate, gateway, tmp_path, spec_for, small_cfg):
+    skill, harness = candidate("""
+        print("FIRST")
+        for _ in range(20000):
+            print("y" * 100)
+        print("LAST")
+    """)
+    out = LocalSandbox(small_cfg(output_cap_kb=4)).run(
+        spec_for(skill, harness, gateway.lease()), tmp_path / "o"
+    )
+    assert out.stdout_tail.startswith("FIRST") and out.stdout_tail.endswith("LAST")
+    assert "elided" in out.stdout_tail and len(out.stdout_tail) < 5000
+
+
+def test_file_size_limit_is_output_cap(candidate, gateway, tmp_path, spec_for, small_cfg):
+    skill, harness = candidate("""
+        with open(os.path.join(OUT, "big.bin"), "wb") as f:
+            for _ in range(16):
+                f.write(b"0" * (1 << 20))
+    """)
+    out = LocalSandbox(small_cfg(out_mb=2)).run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+    assert out.error_class == "output_cap", out
+
+
+def test_crash(candidate, gateway, tmp_path, spec_for, small_cfg):
+    skill, harness = candidate("sys.exit(7)\n")
+    out = LocalSandbox(small_cfg()).run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+    assert out.error_class == "crash" and out.exit_code == 7
+
+
+def test_make_sandbox_choices(monkeypatch):
+    said: list[str] = []
+    assert make_sandbox(RolloutConfig(sandbox="local"), announce=said.append).name == "local"
+    bogus = RolloutConfig.model_construct(**{**RolloutConfig().model_dump(), "sandbox": "vm"})
+    with pytest.raises(UserError, match="known: auto, docker, local"):
+        make_sandbox(bogus, announce=said.append)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(UserError, match="Docker is not reachable"):
+        make_sandbox(RolloutConfig(sandbox="docker"), announce=said.append)
+    assert make_sandbox(RolloutConfig(sandbox="auto"), announce=said.append).name == "local"
+    assert "isolation is weaker" in said[-1]
+
+
+@pytest.mark.docker
+def test_make_sandbox_missing_image(docker_client: Any):
+    said: list[str] = []
+    cfg = RolloutConfig(sandbox="docker", image="harnessopt-no-such-image:0")
+    with pytest.raises(UserError, match="harnessopt sandbox build"):
+        make_sandbox(cfg, announce=said.append)
+    sb = make_sandbox(RolloutConfig(sandbox="auto"), announce=said.append)
+    try:
+        assert sb.name == "docker" and said == []
+    finally:
+        sb.close()
