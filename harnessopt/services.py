@@ -85,6 +85,7 @@ def open_services(
                 cfg.optimizer,
                 client_factory=client_factory,
                 shell_factory=_shell_factory(sandbox, cfg),
+                view_aliases=("/view",) if sandbox.name == "docker" else (),
                 announce=say,
                 transcript_dir=state_dir / "optimizer",
             )

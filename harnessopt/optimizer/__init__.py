@@ -46,18 +46,26 @@ def make_optimizer(
     shell_factory: Callable[[Path], ShellRunner] | None = None,
     announce: Callable[[str], None] = print,
     transcript_dir: Path | None = None,
+    view_aliases: tuple[str, ...] = (),
 ) -> Optimizer:
     """Build the optimizer named by ``cfg.backend``.
 
     ``client_factory(round_no)`` returns an Anthropic client pointed at the model gateway with the
     optimizer role's token for that round; the ``command`` backend hands its base_url and key to the CLI agent as
     ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY. ``shell_factory`` defaults to ``LocalShell``.
+    ``view_aliases``: other absolute roots the editor accepts for the view (``/view`` when the
+    bash tool runs in a container that mounts the view there).
     """
     if cfg.backend == "anthropic":
         from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 
         return AnthropicOptimizer(
-            client_factory, cfg.model, cfg, shell_factory or LocalShell, transcript_dir=transcript_dir
+            client_factory,
+            cfg.model,
+            cfg,
+            shell_factory or LocalShell,
+            transcript_dir=transcript_dir,
+            view_aliases=view_aliases,
         )
     if cfg.backend == "command":
         from harnessopt.optimizer.command import CommandOptimizer
