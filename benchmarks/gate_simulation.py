@@ -6,7 +6,7 @@ mean is mostly zero or harmful, with a few real +0.10 gains; every proposal fixe
 breaks others; every rollout is a fresh Bernoulli draw. Each policy runs its own optimization
 (its own incumbent) on the same proposal stream and the same val tasks.
 
-    python benchmarks/gate_simulation.py            # 200 runs x val sizes 16, 50, 200
+    python benchmarks/gate_simulation.py            # 1000 runs x val sizes 16, 50, 200
     python benchmarks/gate_simulation.py --quick    # 40 runs, a smoke check of the numbers
 """
 
@@ -51,6 +51,7 @@ POLICIES = [
     ),
     PolicySpec("(b) val mean improved [SkillOpt]", lambda seed: MeanImproved()),
     PolicySpec("(c) fixed band 0.05 [SkillOpt-Lite]", lambda seed: FixedDeadBand(0.05)),
+    PolicySpec("(d) harnessopt, one look", lambda seed: PairedGate(GateConfig(), second_look=0)),
     PolicySpec("(d) harnessopt, cached incumbent", lambda seed: PairedGate(GateConfig())),
     PolicySpec(
         "(d) harnessopt, rerun incumbent",
@@ -211,7 +212,7 @@ def table(m: int, tallies: list[Tally], initial: list[float], runs: int, rounds:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=200, help="simulated optimization runs per val size")
+    ap.add_argument("--runs", type=int, default=1000, help="simulated optimization runs per val size")
     ap.add_argument("--rounds", type=int, default=10, help="rounds (proposals) per run")
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 50, 200], help="val sizes m")
     ap.add_argument("--quick", action="store_true", help="40 runs: a fast look at the same table")

@@ -55,57 +55,132 @@ def _base_details(candidate: Outcomes, incumbent: Outcomes, p: _Paired) -> dict[
 
 
 class PairedGate:
-    """harnessopt's paired gate. ``decide`` calls ``confirm`` at most once (for flipped tasks)."""
+    """harnessopt's paired gate (docs/gate.md): a first look on the val outcomes, flip confirmation,
+    and, when the first look is promising but inside the dead zone, a second look.
+
+    ``decide`` calls ``confirm`` at most ``1 + second_look`` times: once with the flipped ids, then
+    (second look) ``second_look`` times with every paired val id, each call one more run of those
+    tasks on both sides. ``second_look=0`` restores the single-look gate. ``look_from`` is the
+    first-look t statistic above which the second look is spent. ``confirm_flips: false`` turns
+    off every rerun, the second look included.
+    """
 
     name = "paired"
 
-    def __init__(self, cfg: GateConfig | None = None):
+    def __init__(self, cfg: GateConfig | None = None, second_look: int = 2, look_from: float = 0.5):
         self.cfg = cfg or GateConfig.model_validate({})
+        self.second_look = second_look
+        self.look_from = look_from
 
     def decide(
         self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
     ) -> GateDecision:
-        """Accept when the confirmed mean paired difference clears the dead zone (see docs/gate.md)."""
-        cfg = self.cfg
+        """Accept when the mean paired difference clears the dead zone of its look (see docs/gate.md)."""
         p = _Paired.of(candidate, incumbent)
         details = _base_details(candidate, incumbent, p)
         if not p.ids:
-            return GateDecision(
-                False,
-                "rejected: no val task was scored for both candidate and incumbent",
-                0,
-                0.0,
-                0.0,
-                0.0,
-                stats.dead_zone(0, 0.0),
-                details=details,
+            reason = "rejected: no val task was scored for both candidate and incumbent"
+            return GateDecision(False, reason, 0, 0.0, 0.0, 0.0, stats.dead_zone(0, 0.0), details=details)
+        first, second = stats.look_levels(self.cfg.confidence, self.second_look > 0)
+        diffs, fixed, broken, noise, reruns = self._confirmed_diffs(p, confirm, details)
+        step = 1.0 / max(details["epochs"], 1)
+        dec = self._judge(p, diffs, fixed, broken, noise, details, first, step)
+        details.update(look=1, look_levels=[first, second] if self.second_look > 0 else [first])
+        if self._promising(dec) and confirm is not None and self.cfg.confirm_flips:
+            fresh: tuple[Outcomes, Outcomes] = ({}, {})
+            for _ in range(self.second_look):
+                more = confirm(p.ids)
+                fresh = (_merge(fresh[0], more[0]), _merge(fresh[1], more[1]))
+            details.update(
+                look=2,
+                first_look={"delta": dec.delta, "dead_zone": dec.dead_zone, "t": details["t"]},
+                reruns=details["reruns"] + 2 * self.second_look * len(p.ids),
             )
-        diffs, fixed, broken, noise = self._confirmed_diffs(p, confirm, details)
+            candidate = _merge(_merge(candidate, reruns[0]), fresh[0])
+            incumbent = _merge(_merge(incumbent, reruns[1]), fresh[1])
+            dec = self._second_look(p.ids, candidate, incumbent, diffs, fresh, dec, details, second)
+        dec.accept, dec.reason = self._verdict(dec, candidate, incumbent, p.ids)
+        return dec
+
+    def _promising(self, dec: GateDecision) -> bool:
+        """Inside the zone, not over --max-broken, and the first-look t above ``look_from``."""
+        cfg = self.cfg
+        if self.second_look <= 0 or abs(dec.delta) > dec.dead_zone:
+            return False
+        if cfg.max_broken is not None and len(dec.broken) > cfg.max_broken:
+            return False
+        return bool(dec.details["t"] > self.look_from)
+
+    def _second_look(
+        self,
+        ids: list[str],
+        candidate: Outcomes,
+        incumbent: Outcomes,
+        first_diffs: dict[str, float],
+        fresh: tuple[Outcomes, Outcomes],
+        first: GateDecision,
+        details: dict[str, Any],
+        level: float,
+    ) -> GateDecision:
+        """Re-judge with ``second_look`` fresh runs of every task on both sides.
+
+        A task's difference is the first-look (flip-confirmed) difference and the k fresh
+        differences averaged with equal weight per run: d = (d_first + k * d_fresh) / (1 + k). The
+        first look keeps its noise-flip rule (a flip that did not reproduce counts 0), which
+        shrinks selected first-look luck; fixed/broken use each side's mean over all its runs.
+        """
+        p = _Paired.of(candidate, incumbent)
+        p.ids = ids
+        fc, fi = stats.task_means(fresh[0]), stats.task_means(fresh[1])
+        k = self.second_look
+        diffs = {t: (first_diffs[t] + k * (fc[t] - fi[t])) / (1 + k) for t in ids}
+        fixed = [t for t in ids if stats.passed(p.cand[t]) and not stats.passed(p.inc[t])]
+        broken = [t for t in ids if stats.passed(p.inc[t]) and not stats.passed(p.cand[t])]
+        was = set(first.fixed) | set(first.broken) | set(first.noise_flips)
+        noise = sorted(was - set(fixed) - set(broken))
+        runs = min(min(len(candidate[t]), len(incumbent[t])) for t in ids)
+        details["epochs_total"] = runs
+        dec = self._judge(p, diffs, fixed, broken, noise, details, level, 1.0 / max(runs, 1))
+        dec.details["fresh_delta"] = stats.mean([fc[t] - fi[t] for t in ids])
+        return dec
+
+    def _judge(
+        self,
+        p: _Paired,
+        diffs: dict[str, float],
+        fixed: list[str],
+        broken: list[str],
+        noise: list[str],
+        details: dict[str, Any],
+        level: float,
+        step: float,
+    ) -> GateDecision:
+        """The numbers of one look: mean difference, its dead zone at ``level``, and the details."""
+        cfg = self.cfg
         d = [diffs[t] for t in p.ids]
         m, delta, s_d = len(d), stats.mean(d), stats.sample_sd(d)
-        zone = stats.dead_zone(m, s_d, cfg.confidence, cfg.min_effect, step=1.0 / max(details["epochs"], 1))
+        zone = stats.dead_zone(m, s_d, level, cfg.min_effect, step=step)
         details.update(
-            raw_delta=p.score(p.cand) - p.score(p.inc),
+            raw_delta=details.get("raw_delta", p.score(p.cand) - p.score(p.inc)),
             s_d=s_d,
             sd_floor=stats.sd_floor(m),
             t=stats.t_statistic(d),
-            t_quantile=stats.t_quantile(cfg.confidence, max(m - 1, 1)),
+            t_quantile=stats.t_quantile(level, max(m - 1, 1)),
             confidence=cfg.confidence,
+            level=level,
             min_effect=cfg.min_effect,
             max_broken=cfg.max_broken,
             sign_test_p=stats.sign_test_p(len(fixed), len(broken)),
         )
-        decision = GateDecision(
-            False, "", m, p.score(p.cand), p.score(p.inc), delta, zone, fixed, broken, noise, details=details
-        )
-        decision.accept, decision.reason = self._verdict(decision, candidate, incumbent, p.ids)
-        return decision
+        cand, inc = p.score(p.cand), p.score(p.inc)
+        return GateDecision(False, "", m, cand, inc, delta, zone, fixed, broken, noise, details=details)
 
     def _verdict(
         self, dec: GateDecision, candidate: Outcomes, incumbent: Outcomes, ids: list[str]
     ) -> tuple[bool, str]:
         cfg, zone, delta = self.cfg, dec.dead_zone, dec.delta
-        head = f"{_sign(delta)} {{}} dead zone {zone:.3f} (n={dec.n})"
+        look = ", second look" if dec.details.get("look") == 2 else ""
+        head = f"{_sign(delta)} {{}} dead zone {zone:.3f} (n={dec.n}{look})"
         if cfg.max_broken is not None and len(dec.broken) > cfg.max_broken:
             return False, f"rejected: {len(dec.broken)} broken > --max-broken {cfg.max_broken}"
         if delta > zone:
@@ -129,8 +204,8 @@ class PairedGate:
 
     def _confirmed_diffs(
         self, p: _Paired, confirm: ConfirmFn | None, details: dict[str, Any]
-    ) -> tuple[dict[str, float], list[str], list[str], list[str]]:
-        """Paired differences after rerunning flipped tasks once.
+    ) -> tuple[dict[str, float], list[str], list[str], list[str], tuple[Outcomes, Outcomes]]:
+        """Paired differences after rerunning flipped tasks once, and the rerun outcomes.
 
         A flip reproduces when the rerun flips the same way; its difference becomes the mean of
         both runs. A flip that does not reproduce is noise: its difference is set to 0 and it is
@@ -142,7 +217,7 @@ class PairedGate:
         flipped = sorted(fixed + broken)
         details.update(flips_first_pass=len(flipped), confirmed=False, reruns=0)
         if not (self.cfg.confirm_flips and confirm and flipped):
-            return diffs, fixed, broken, []
+            return diffs, fixed, broken, [], ({}, {})
         re_cand, re_inc = confirm(flipped)
         rc, ri = stats.task_means(re_cand), stats.task_means(re_inc)
         details.update(
@@ -165,7 +240,16 @@ class PairedGate:
             [t for t in fixed if t not in noise_set],
             [t for t in broken if t not in noise_set],
             noise,
+            (re_cand, re_inc),
         )
+
+
+def _merge(first: Outcomes, more: Outcomes) -> Outcomes:
+    """Every run of every task: ``first``'s runs followed by ``more``'s."""
+    out = {t: list(runs) for t, runs in first.items()}
+    for t, runs in more.items():
+        out.setdefault(t, []).extend(runs)
+    return out
 
 
 def soft_metric(

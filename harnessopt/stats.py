@@ -164,6 +164,20 @@ def dead_zone(
     return t * max(s_d, sd_floor(m)) / math.sqrt(m) + step / m + min_effect
 
 
+def look_levels(confidence: float, two_looks: bool) -> tuple[float, float]:
+    """One-sided confidence of the first and of the second look.
+
+    Two looks split the false-accept budget alpha = 1 - confidence evenly (Bonferroni, the
+    simplest alpha-spending rule): each look tests at alpha/2, so by the union bound the chance
+    that a no-effect candidate clears either look is at most alpha, whatever the correlation
+    between the looks (they share the first-look runs). One look keeps the full level.
+    """
+    if not two_looks:
+        return confidence, confidence
+    half = 1.0 - (1.0 - confidence) / 2.0
+    return half, half
+
+
 def t_statistic(diffs: Sequence[float]) -> float:
     """mean / (sd / sqrt(m)); +-inf when every difference is the same non-zero value."""
     m, mu, s = len(diffs), mean(diffs), sample_sd(diffs)

@@ -97,7 +97,7 @@ def test_flip_confirmation_drops_noise_and_keeps_reproduced_flips():
     rerun_c = {f"t{i:03d}": 1.0 for i in range(3)} | {"t003": 0.0, "t004": 1.0, "t005": 0.0}
     rerun_i = {f"t{i:03d}": 0.0 for i in range(3)} | {"t003": 0.0, "t004": 1.0, "t005": 1.0}
     confirm = Recorder(rerun_c, rerun_i)
-    d = PairedGate().decide(cand, inc, confirm)
+    d = PairedGate(second_look=0).decide(cand, inc, confirm)
     assert confirm.calls == [[f"t{i:03d}" for i in range(6)]]
     assert d.fixed == ["t000", "t001", "t002"] and d.noise_flips == ["t003", "t004", "t005"]
     assert d.delta == pytest.approx(3 / 50)
@@ -140,3 +140,76 @@ def test_baselines_and_make_gate():
     assert make_gate("deadband").name == "deadband"
     with pytest.raises(UserError, match="paired, minibatch, mean, deadband"):
         make_gate("nope")
+
+
+class Fresh:
+    """A ConfirmFn that reruns tasks with scripted scores: call i uses scripts[i] (last repeats)."""
+
+    def __init__(self, *scripts: tuple[Sequence[float], Sequence[float]]):
+        self.scripts, self.calls = scripts, []
+
+    def __call__(self, ids):
+        cand, inc = self.scripts[min(len(self.calls), len(self.scripts) - 1)]
+        self.calls.append(list(ids))
+        return (
+            {t: [Outcome(score=cand[int(t[1:])])] for t in ids},
+            {t: [Outcome(score=inc[int(t[1:])])] for t in ids},
+        )
+
+
+# first look: 8 fixed, 2 broken of 50 -> +0.12, inside the zone at level 0.975
+INC = [0] * 8 + [1] * 2 + [1] * 20 + [0] * 20
+CAND = [1] * 8 + [0] * 2 + [1] * 20 + [0] * 20
+
+
+def test_promising_first_look_spends_a_second_look_and_accepts():
+    # the fresh runs also fix 6 tasks the first look saw as ties (both failed)
+    better = [1] * 8 + [0] * 2 + [1] * 20 + [1] * 6 + [0] * 14
+    fresh = Fresh((CAND, INC), (better, INC))
+    first = PairedGate(second_look=0).decide(side(CAND), side(INC), fresh)
+    assert not first.accept and first.delta == pytest.approx(0.12) and first.details["look"] == 1
+    fresh.calls = []
+    d = PairedGate().decide(side(CAND), side(INC), fresh)
+    # one flip-confirmation call (the 10 flips), then two second-look calls with every task
+    assert [len(c) for c in fresh.calls] == [10, 50, 50]
+    assert d.details["look"] == 2 and d.details["epochs_total"] == 3
+    assert d.details["reruns"] == 2 * 10 + 2 * 2 * 50 and d.details["look_levels"] == pytest.approx(
+        [0.975] * 2
+    )
+    # per task (d_first + 2 * d_fresh) / 3: the 6 new fixes count 2/3 each
+    assert d.delta == pytest.approx((8 - 2 + 6 * 2 / 3) / 50)
+    assert d.accept and "second look" in d.reason and d.details["first_look"]["delta"] == pytest.approx(0.12)
+
+
+def test_second_look_that_does_not_reproduce_rejects():
+    same = [0] * 10 + [1] * 20 + [0] * 20
+    fresh = Fresh((CAND, INC), (same, same))  # flips reproduce once, then vanish
+    d = PairedGate().decide(side(CAND), side(INC), fresh)
+    # (0.12 + 2 * 0) / 3 = 0.04: the fresh runs outvote the first look
+    assert not d.accept and d.details["look"] == 2 and d.delta == pytest.approx(0.04)
+    # fixed/broken use each side's mean over all 4 runs: 2 of 4 passes is still a pass
+    assert len(d.fixed) == 8 and len(d.broken) == 2 and d.details["fresh_delta"] == 0.0
+
+
+def test_no_second_look_for_clear_results_or_weak_first_looks():
+    fresh = Fresh(([1] * 50, [0] * 50))
+    clear_inc, clear_cand = side([0] * 20 + [1] * 30), side([1] * 20 + [1] * 30)
+    assert PairedGate().decide(clear_cand, clear_inc, fresh).details["look"] == 1
+    tie = PairedGate().decide(side([1, 0] + [0] * 48), side([0, 1] + [0] * 48), Fresh(([0] * 50, [0] * 50)))
+    negative = PairedGate().decide(side([0] * 50), side([1, 1] + [0] * 48), fresh)
+    assert tie.details["look"] == 1 and negative.details["look"] == 1 and not negative.accept
+    weak = PairedGate(look_from=1.5).decide(side([1] + [0] * 49), side([0] * 50), fresh)
+    assert weak.details["t"] == pytest.approx(1.0) and weak.details["look"] == 1
+    assert all(len(c) < 50 for c in fresh.calls)  # flip confirmations only, never all 50 tasks
+    off = Fresh((CAND, INC))
+    PairedGate(GateConfig(confirm_flips=False)).decide(side(CAND), side(INC), off)
+    assert off.calls == []
+
+
+def test_second_look_levels_split_alpha():
+    from harnessopt import stats
+
+    assert stats.look_levels(0.95, True) == pytest.approx((0.975, 0.975))
+    assert stats.look_levels(0.9, False) == (0.9, 0.9)
+    one = PairedGate(second_look=0).decide(side([1] * 10 + [0] * 40), side([0] * 50))
+    assert one.details["look_levels"] == [0.95]
