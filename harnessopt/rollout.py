@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.config import Config
+from harnessopt.errors import BudgetExceeded
 from harnessopt.gateway import Gateway
 from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
 from harnessopt.scoring import run_scorer
@@ -61,6 +62,9 @@ class Runner:
                 done += 1
                 if self.progress:
                     self.progress(cand.label, done, len(jobs))
+        spent = self.gateway.exhausted()
+        if spent:  # refused calls made these runs fail: they are no evidence about the candidate
+            raise BudgetExceeded(spent)
         return results
 
     def run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:

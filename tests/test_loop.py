@@ -114,3 +114,20 @@ def test_train_batches_rotate_through_the_split() -> None:
     assert set(seen) == {t.id for t in train}
     assert loop.train_batch(train, 1, 4) == loop.train_batch(train, 1, 4)
     assert len(loop.train_batch(train, 7, 50)) == 10
+
+
+def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    head = git(ws, "rev-parse", "HEAD")
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "3", "--max-calls", "3"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "budget" in r.stdout and "stopping after round 1" in r.stdout
+    records = vcs.round_records(Workspace.open(ws).repo)
+    assert [(x.round, x.status) for x in records] == [(0, "initial"), (1, "failed")]
+    assert "max_calls" in records[1].manifest["reason"]
+    assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
