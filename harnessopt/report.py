@@ -73,7 +73,9 @@ def print_log(ws: Workspace, console: Console) -> None:
             r["commit"][:10],
             f"{r['summary']}\n[dim]{r['reason']}[/dim]",
         )
-    console.print(table, width=max(console.width, 150))  # piped output is 80 wide by default: too narrow
+    if not console.is_terminal:  # piped output would be squeezed to 80 columns
+        console = Console(width=160, highlight=False, file=console.file)
+    console.print(table)
 
 
 def _status_style(status: str) -> str:

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.config import RolloutConfig
+from harnessopt.sandbox.image import LABEL
 
-LABEL = "harnessopt"
 SLOT = "/ho"
 GATEWAY_DIR = "/ho-gw"
 
