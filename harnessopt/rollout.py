@@ -53,15 +53,19 @@ class Runner:
         self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
     ) -> list[TaskResult]:
         jobs = [(t, e) for e in epochs for t in tasks]
-        done = 0
         results: list[TaskResult] = []
-        with ThreadPoolExecutor(max_workers=self.cfg.rollout.concurrency) as pool:
+        pool = ThreadPoolExecutor(max_workers=self.cfg.rollout.concurrency)
+        try:
             futures = [pool.submit(self.run_one, cand, t, round_no, e) for t, e in jobs]
             for fut in futures:
                 results.append(fut.result())
-                done += 1
                 if self.progress:
-                    self.progress(cand.label, done, len(jobs))
+                    self.progress(cand.label, len(results), len(jobs))
+        except BaseException:
+            # Ctrl-C or a failure: queued tasks never start; running ones end when the sandbox closes.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         spent = self.gateway.exhausted()
         if spent:  # refused calls made these runs fail: they are no evidence about the candidate
             raise BudgetExceeded(spent)

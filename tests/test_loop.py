@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,11 +52,21 @@ def _wait_for_phase(ws: Path, phase: str, proc: subprocess.Popen, timeout: float
 
 @pytest.mark.parametrize("phase", ["propose", "smoke"])
 def test_ctrl_c_mid_round_leaves_main_untouched(tmp_path: Path, phase: str) -> None:
+    _interrupt_mid_round(tmp_path, phase, "local")
+
+
+@pytest.mark.docker
+def test_ctrl_c_while_containers_run_leaves_none_behind(tmp_path: Path, docker_client: Any) -> None:
+    _interrupt_mid_round(tmp_path, "smoke", "docker")
+    assert docker_client.containers.list(all=True, filters={"label": "harnessopt"}) == []
+
+
+def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> None:
     # manual optimizer: waits for a person, so the run is reliably inside the round when interrupted
     ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
     head = git(ws, "rev-parse", "HEAD")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1"],
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", sandbox],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -131,3 +142,36 @@ def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Pa
     assert [(x.round, x.status) for x in records] == [(0, "initial"), (1, "failed")]
     assert "max_calls" in records[1].manifest["reason"]
     assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("sandbox", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: str, request) -> None:
+    if sandbox == "docker":
+        request.getfixturevalue("docker_client")  # skips locally / fails in CI without an engine
+    ws = make_ws(tmp_path, rollout={"timeout_s": 300})
+    run_py = ws / "harness" / "run.py"
+    run_py.write_text("import time\ntime.sleep(120)\n" + run_py.read_text())
+    git(ws, "commit", "-qam", "a slow harness")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--sandbox", sandbox],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_phase(ws, "start", proc)
+        time.sleep(2)  # the first tasks are running (sleeping) now
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert stopped_in < 20, stopped_in
+    left = subprocess.run(["pgrep", "-f", "harness/run.py"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
+    if sandbox == "docker":
+        client = request.getfixturevalue("docker_client")
+        assert client.containers.list(all=True, filters={"label": "harnessopt"}) == []

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +35,9 @@ class LocalSandbox:
 
     def __init__(self, cfg: RolloutConfig):
         self.cfg = cfg
+        self._live: set[int] = set()  # process groups of running tasks, killed by close()
+        self._lock = threading.Lock()
+        self._closed = False
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
         """Run the harness on ``spec.task``; its ``--out`` directory is ``out_dir``."""
@@ -67,13 +71,27 @@ class LocalSandbox:
                     start_new_session=True,
                     preexec_fn=self._limits,
                 )
-                timed_out = _wait_or_kill_group(proc, spec.timeout_s)
+                with self._lock:
+                    self._live.add(proc.pid)
+                    closed = self._closed
+                if closed:  # close() ran while this task was starting: do not let it run on
+                    _kill_group(proc.pid)
+                try:
+                    timed_out = _wait_or_kill_group(proc, spec.timeout_s)
+                finally:
+                    with self._lock:
+                        self._live.discard(proc.pid)
             wall = time.monotonic() - t0
             cap = self.cfg.output_cap_kb * 1024
             return self._output(proc.returncode, timed_out, wall, out_dir, stdout_p, stderr_p, cap)
 
     def close(self) -> None:
-        """Nothing persists between tasks."""
+        """Kill the process groups of tasks still running (Ctrl-C, a crash): nothing outlives the run."""
+        with self._lock:
+            self._closed = True
+            live = list(self._live)
+        for pgid in live:
+            _kill_group(pgid)
 
     def _env(self, spec: RunSpec, root: Path) -> dict[str, str]:
         # Built from nothing: the host's ANTHROPIC_API_KEY and the rest of its environment stay out.
@@ -139,6 +157,11 @@ class LocalSandbox:
             error,
             notes,
         )
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def _wait_or_kill_group(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:

@@ -160,6 +160,11 @@ class WarmPool:
             self._want.release()
         with self._lock:
             self._drain()
+        # Containers still running a task (Ctrl-C, a crash): removing them ends their tasks now,
+        # instead of the exit waiting for each to reach its timeout.
+        with contextlib.suppress(Exception):
+            for c in self.client.containers.list(all=True, filters={"label": f"{LABEL}.run={self.run_id}"}):
+                remove_container(c)
         self._trash.put(None)
         self._reaper.join(timeout=60)
 
