@@ -36,6 +36,17 @@ def make_ws(tmp_path: Path, **cfg_updates) -> Path:
     return ws
 
 
+def _start_run(ws: Path, *args: str) -> subprocess.Popen:
+    """`harnessopt run WS ARGS` in the background, to be interrupted."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def _wait_for_phase(ws: Path, phase: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     journal = ws / ".harnessopt" / "journal.jsonl"
     deadline = time.monotonic() + timeout
@@ -65,13 +76,7 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> None:
     # manual optimizer: waits for a person, so the run is reliably inside the round when interrupted
     ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
     head = git(ws, "rev-parse", "HEAD")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", sandbox],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = _start_run(ws, "--rounds", "1", "--sandbox", sandbox)
     try:
         _wait_for_phase(ws, "propose", proc)
         view = ws / ".harnessopt" / "scratch" / "round-1" / "view"
@@ -152,13 +157,7 @@ def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: st
     run_py = ws / "harness" / "run.py"
     run_py.write_text("import time\ntime.sleep(120)\n" + run_py.read_text())
     git(ws, "commit", "-qam", "a slow harness")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--sandbox", sandbox],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = _start_run(ws, "--sandbox", sandbox)
     try:
         _wait_for_phase(ws, "start", proc)
         time.sleep(2)  # the first tasks are running (sleeping) now
