@@ -29,8 +29,10 @@ RUNNER_LABEL = "org.harnessopt.runner"
 
 
 def sandbox_source_dir() -> Path:
-    """The repository's ``sandbox/`` directory (Dockerfile, runner.py, make_base_image.sh)."""
-    return Path(__file__).resolve().parents[2] / "sandbox"
+    """``sandbox/`` (Dockerfile, runner.py, make_base_image.sh): the checkout's, or the wheel's copy."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parents[1] / "sandbox"
+    return checkout if (checkout / "Dockerfile").is_file() else here.parent / "sandbox_files"
 
 
 def runner_digest() -> str:
