@@ -19,7 +19,6 @@ def test_wheel_carries_templates_sandbox_files_and_demo(tmp_path: Path) -> None:
             "wheel",
             "-q",
             "--no-deps",
-            "--no-build-isolation",
             "-w",
             str(tmp_path),
             str(ROOT),
