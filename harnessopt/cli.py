@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -150,11 +151,30 @@ def cmd_run(a: argparse.Namespace) -> int:
     ws.cfg = apply_overrides(ws.cfg, {path: getattr(a, name) for name, path in RUN_OVERRIDES.items()})
     if ws.cfg.mode == "harness" and not a.yes:
         _confirm("harness mode lets the optimizer change harness code that then runs in the sandbox")
-    results = loop.run(ws, a.rounds, say)
+    with _task_progress() as progress:
+        results = loop.run(ws, a.rounds, say, progress=progress)
     for r in results:
         say(f"round {r.round}: {r.status} ({r.commit[:10]}) {r.reason}")
     say(f"review: harnessopt log {a.ws}  |  harnessopt diff {a.ws} ROUND  |  git -C {a.ws} log --oneline")
     return 0
+
+
+@contextmanager
+def _task_progress() -> Iterator[Callable[[str, int, int], None] | None]:
+    """A live 'tasks done' bar on a terminal; nothing when the output goes to a file or a pipe."""
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("tasks", total=None)
+
+        def update(label: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{label} tasks", completed=done, total=total)
+
+        yield update
 
 
 def _confirm(what: str) -> None:
