@@ -79,6 +79,7 @@ class Gateway:
         self._leases: dict[str, _Lease] = {}
         self._usage: dict[tuple[str, int], Usage] = defaultdict(Usage)
         self._in_flight = 0
+        self.refusals = 0  # calls refused for the budget: runs that made them say nothing about a candidate
         self.notes: list[str] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -175,6 +176,8 @@ class Gateway:
                 self._in_flight += 1
         started, t0 = time.time(), time.monotonic()
         if problem is not None:
+            with self._lock:
+                self.refusals += 1
             self._record(lease, call, None, problem, started, 0.0)
             raise ModelError(429, "rate_limit_error", problem, retryable=False)
         try:
@@ -236,5 +239,5 @@ class Gateway:
 def _budget_message(spent: str, setting: str) -> str:
     return (
         f"harnessopt budget spent: {spent} used (budget.{setting}); "
-        f"raise budget.{setting} in harnessopt.yaml (or its command-line flag) to allow more"
+        f"raise budget.{setting} in harnessopt.yaml or pass --{setting.replace('_', '-')} to allow more"
     )

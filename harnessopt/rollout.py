@@ -53,6 +53,7 @@ class Runner:
         self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
     ) -> list[TaskResult]:
         jobs = [(t, e) for e in epochs for t in tasks]
+        refused_before = self.gateway.refusals
         results: list[TaskResult] = []
         pool = ThreadPoolExecutor(max_workers=self.cfg.rollout.concurrency)
         try:
@@ -66,9 +67,8 @@ class Runner:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
-        spent = self.gateway.exhausted()
-        if spent:  # refused calls made these runs fail: they are no evidence about the candidate
-            raise BudgetExceeded(spent)
+        if self.gateway.refusals > refused_before:  # runs whose calls were refused are no evidence
+            raise BudgetExceeded(self.gateway.exhausted() or "the model budget is spent")
         return results
 
     def run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:
