@@ -68,6 +68,8 @@ def open_services(
     scorer = load_scorer(root / "scorer.py")
     with ExitStack() as stack:
         sandbox = make_sandbox(cfg.rollout, announce=say)
+        if sandbox.name == "docker":  # the local fallback announces itself with its warning
+            say(f"sandbox: docker ({cfg.rollout.image}), a fresh container per task, no network")
         stack.callback(sandbox.close)
         socket_dir = Path(tempfile.mkdtemp(prefix="ho-gw-"))  # short path: Unix sockets cap it at 108 bytes
         stack.callback(shutil.rmtree, socket_dir, True)

@@ -17,6 +17,7 @@ def _check_demo(tmp_path: Path, sandbox: str) -> Path:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "SCRIPTED" in r.stdout and "no real model is called" in r.stdout
     assert "where to look next" in r.stdout
+    assert ("sandbox: docker" in r.stdout) == (sandbox == "docker")
     rows = json.loads(cli("log", target, "--json").stdout)
     assert [row["status"] for row in rows] == ["accepted", "rejected", "accepted"]
     assert rows[1]["violations"] == ["harness/NOTES.txt"]  # discarded: skill mode allows skill/** only
