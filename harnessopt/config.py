@@ -47,6 +47,8 @@ class RolloutConfig(_Strict):
     """Bytes of stdout/stderr kept per task."""
     image: str = "harnessopt-sandbox:latest"
     """Docker image the task containers run."""
+    scorer_timeout_s: float = Field(60.0, gt=0)
+    """Time the host-side scorer may take per task; past it the task scores 0 (scorer error)."""
 
 
 class OptimizerConfig(_Strict):

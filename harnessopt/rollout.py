@@ -105,7 +105,9 @@ class Runner:
             feedback = f"harness failed ({out.error_class}, exit code {out.exit_code}); no score"
         else:
             task_dict = {**task.public(), "answer": task.answer}
-            sr = run_scorer(self.scorer, task_dict, answer, out.out_dir)
+            sr = run_scorer(
+                self.scorer, task_dict, answer, out.out_dir, timeout_s=self.cfg.rollout.scorer_timeout_s
+            )
             score, soft, feedback = sr.score, sr.soft, sr.feedback
             if sr.error:
                 notes.append(f"scorer error (scored 0, not a win): {sr.error}")

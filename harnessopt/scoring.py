@@ -14,6 +14,7 @@ import itertools
 import math
 import numbers
 import sys
+import threading
 import traceback
 import types
 from collections.abc import Callable
@@ -76,14 +77,35 @@ def load_scorer(path: Path) -> ScoreFn:
     return fn
 
 
-def run_scorer(fn: ScoreFn, task: dict[str, Any], answer: str, out_dir: Path) -> ScoreResult:
-    """Score one answer. Never raises for a scorer bug: that becomes score 0 with ``error`` set."""
-    try:
-        # A copy, so a scorer that mutates its task cannot change the next task's gold data.
-        raw = fn(copy.deepcopy(task), answer, Path(out_dir))
-    except (Exception, SystemExit) as e:  # sys.exit() in a scorer is a scorer bug too
+def run_scorer(
+    fn: ScoreFn, task: dict[str, Any], answer: str, out_dir: Path, *, timeout_s: float | None = None
+) -> ScoreResult:
+    """Score one answer. Never raises for a scorer bug: that becomes score 0 with ``error`` set.
+
+    With ``timeout_s``, a scorer still running after that long scores 0 ("timed out"); its thread
+    is abandoned (Python cannot kill it), so a hanging scorer costs a thread, not the run.
+    """
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            # A copy, so a scorer that mutates its task cannot change the next task's gold data.
+            box["raw"] = fn(copy.deepcopy(task), answer, Path(out_dir))
+        except (Exception, SystemExit) as e:  # sys.exit() in a scorer is a scorer bug too
+            box["error"] = e
+
+    if timeout_s is None:
+        call()
+    else:
+        worker = threading.Thread(target=call, name="harnessopt-scorer", daemon=True)
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            return _failed(f"scorer did not return within {timeout_s:g} s")
+    if "error" in box:
         filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
-        return _failed(f"scorer raised {_describe(e, filename)}")
+        return _failed(f"scorer raised {_describe(box['error'], filename)}")
+    raw = box.get("raw")
     try:
         return _interpret(raw)
     except ValueError as e:

@@ -130,3 +130,27 @@ def test_reload_picks_up_edits_and_writes_no_bytecode(tmp_path: Path) -> None:
     assert run_scorer(first, TASK, "4", tmp_path).score == 0.0
     assert run_scorer(second, TASK, "4", tmp_path).score == 1.0
     assert not (tmp_path / "__pycache__").exists()
+
+
+def test_a_hanging_scorer_times_out_as_a_scorer_error(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def hangs(task, answer, out_dir):
+        release.wait(30)
+        return 1.0
+
+    t0 = time.monotonic()
+    result = run_scorer(hangs, {"id": "t", "answer": "a"}, "a", tmp_path, timeout_s=0.2)
+    release.set()
+    assert time.monotonic() - t0 < 5
+    assert result.score == 0.0 and result.error and "did not return within 0.2 s" in result.error
+
+
+def test_a_scorer_within_its_time_scores_normally(tmp_path: Path) -> None:
+    result = run_scorer(
+        lambda task, answer, out_dir: 0.5, {"id": "t", "answer": "a"}, "a", tmp_path, timeout_s=5
+    )
+    assert result.score == 0.5 and result.error is None
