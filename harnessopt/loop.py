@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class RoundState:
     candidate: Candidate | None = None
     decision: GateDecision | None = None
     cand_val: list[TaskResult] = field(default_factory=list)
+    view: Path | None = None  # the optimizer's copy, in a temp dir outside the workspace
     snapshot: Any = None  # the view's pristine state, kept outside the view (see optimizer.view)
 
 
@@ -72,6 +74,9 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
     except Exception as e:  # an infrastructure failure is a recorded outcome, not a traceback
         ws.journal.write(k, "error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         return record(ws, svc, st, "failed", f"{type(e).__name__}: {e}"[:500], say=say)
+    finally:
+        if st.view is not None:
+            shutil.rmtree(st.view, ignore_errors=True)
 
 
 def _steps(ws: Workspace, svc: Services, st: RoundState, say: Announce) -> RoundResult:
@@ -136,7 +141,9 @@ def stage(svc: Services, st: RoundState) -> None:
 
 
 def propose(ws: Workspace, svc: Services, st: RoundState, say: Announce) -> None:
-    view = st.scratch / "view"
+    # Outside the workspace: a shell in the view finds no tasks/ or scorer.py up its own tree.
+    view = Path(tempfile.mkdtemp(prefix=f"ho-view-r{st.k}-"))
+    st.view = view
     history = render_history([r.manifest | {"round": r.round, "status": r.status} for r in _past(ws)])
     cfg = svc.cfg
     brief = render_brief(st.k, cfg.mode, cfg.allowed_globs(), cfg.optimizer, n_trajectories=len(st.train))
@@ -156,9 +163,10 @@ def propose(ws: Workspace, svc: Services, st: RoundState, say: Announce) -> None
 
 def check(ws: Workspace, svc: Services, st: RoundState) -> tuple[str, str] | None:
     """Copy back only whitelisted edits into a candidate; (status, reason) when the round ends here."""
+    assert st.view is not None, "check() follows propose()"
     cand_root = st.scratch / "candidate"
     shutil.copytree(st.incumbent.root, cand_root)
-    result = copy_back(st.scratch / "view", cand_root, svc.cfg.allowed_globs(), snapshot=st.snapshot)
+    result = copy_back(st.view, cand_root, svc.cfg.allowed_globs(), snapshot=st.snapshot)
     st.check = {"changed": result.changed, "violations": result.violations}
     ws.journal.write(st.k, "check", **st.check)
     if st.proposal.get("stopped_by") == "error":
@@ -275,7 +283,6 @@ def record(
             vcs.reset_hard(ws.repo)
     ws.journal.write(st.k, "recorded", status=status, commit=sha)
     say(f"round {st.k}: {reason}" if reason.startswith(status) else f"round {st.k}: {status}: {reason}")
-    shutil.rmtree(st.scratch / "view", ignore_errors=True)
     return RoundResult(st.k, status, reason, sha, manifest)
 
 

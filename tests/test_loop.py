@@ -47,6 +47,11 @@ def _start_run(ws: Path, *args: str) -> subprocess.Popen:
     )
 
 
+def _journal_entry(ws: Path, phase: str) -> dict:
+    lines = (ws / ".harnessopt" / "journal.jsonl").read_text().splitlines()
+    return next(e for e in map(json.loads, lines) if e.get("phase") == phase)
+
+
 def _wait_for_phase(ws: Path, phase: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     journal = ws / ".harnessopt" / "journal.jsonl"
     deadline = time.monotonic() + timeout
@@ -79,7 +84,7 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> None:
     proc = _start_run(ws, "--rounds", "1", "--sandbox", sandbox)
     try:
         _wait_for_phase(ws, "propose", proc)
-        view = ws / ".harnessopt" / "scratch" / "round-1" / "view"
+        view = Path(_journal_entry(ws, "propose")["view"])
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
         if phase == "smoke":
@@ -94,6 +99,7 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> None:
     assert git(ws, "status", "--porcelain") == ""
     assert git(ws, "tag", "--list", "ho/round-*") == "ho/round-0"
     assert "Reply with only the city name" not in (ws / "skill" / "SKILL.md").read_text()
+    assert not Path(_journal_entry(ws, "propose")["view"]).exists()  # the view is not left in /tmp
     # Nothing was recorded, so the next run starts round 1 again.
     assert loop.next_round(Workspace.open(ws)) == 1
 

@@ -39,7 +39,7 @@ def make_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sand
         raise UserError(why_not)
     announce(
         f"sandbox: using the local subprocess sandbox ({why_not}); its isolation is weaker: "
-        "the harness can read the host's files and reach the network"
+        "the harness and the optimizer's bash tool can read the host's files and reach the network"
     )
     return LocalSandbox(cfg)
 
