@@ -85,6 +85,7 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> None:
     try:
         _wait_for_phase(ws, "propose", proc)
         view = Path(_journal_entry(ws, "propose")["view"])
+        assert ws.resolve() not in view.resolve().parents  # no tasks/ or scorer.py up the view's tree
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
         if phase == "smoke":
