@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from harnessopt import __version__
+from harnessopt import __version__, interrupts
 from harnessopt.errors import HarnessoptError, UserError
 
 console = Console(highlight=False, soft_wrap=True)
@@ -265,6 +265,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    interrupts.install()
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)

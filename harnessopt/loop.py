@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harnessopt import vcs
+from harnessopt import interrupts, vcs
 from harnessopt.errors import UserError
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import build_view, copy_back
 from harnessopt.protocols import GateDecision, Outcomes, Task, TaskResult
 from harnessopt.rollout import Candidate, outcomes
-from harnessopt.services import Services, deferred_interrupt, open_services
+from harnessopt.services import Services, open_services
 from harnessopt.skillspec import read_skill
 from harnessopt.trajectory import write_trajectories
 from harnessopt.valcache import ValCache
@@ -83,6 +83,7 @@ def _steps(ws: Workspace, svc: Services, st: RoundState, say: Announce) -> Round
     rollout_train(ws, svc, st, say)  # 1
     stage(svc, st)  # 2
     propose(ws, svc, st, say)  # 3
+    interrupts.check()
     problem = check(ws, svc, st)  # 4
     if problem is not None:
         return record(ws, svc, st, *problem, say=say)
@@ -92,6 +93,7 @@ def _steps(ws: Workspace, svc: Services, st: RoundState, say: Announce) -> Round
         return record(ws, svc, st, "rejected", crash, say=say)
     validate(ws, svc, st, say)  # 6
     gate(ws, svc, st, incumbent_val)  # 7
+    interrupts.check()
     assert st.decision is not None
     return record(ws, svc, st, "accepted" if st.decision.accept else "rejected", st.decision.reason, say=say)
 
@@ -294,7 +296,7 @@ def _commit_accepted(ws: Workspace, svc: Services, st: RoundState, message: str,
         shutil.copy2(overlay / "skill" / "SKILL.md", overlay / "best_skill.md")
         paths.append("best_skill.md")
     sha = vcs.build_commit(ws.repo, st.parent, overlay, paths, message)
-    with deferred_interrupt():
+    with interrupts.deferred():
         ws.journal.write(st.k, "applying", commit=sha)
         vcs.advance_main(ws.repo, sha, st.parent)
         vcs.tag(ws.repo, vcs.ROUND_TAG.format(k=st.k), sha)
@@ -357,6 +359,7 @@ def run(ws: Workspace, rounds: int, say: Announce, *, progress: Any = None) -> l
     with open_services(ws.root, ws.cfg, say, progress=progress) as svc:
         ws.journal.write(start, "run_start", rounds=rounds)
         for k in range(start, start + rounds):
+            interrupts.check()
             result = run_round(ws, svc, k, say)
             results.append(result)
             spent = svc.gateway.exhausted()

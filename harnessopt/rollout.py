@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harnessopt import interrupts
 from harnessopt.config import Config
 from harnessopt.errors import BudgetExceeded
 from harnessopt.gateway import Gateway
@@ -60,6 +61,7 @@ class Runner:
             futures = [pool.submit(self.run_one, cand, t, round_no, e) for t, e in jobs]
             for fut in futures:
                 results.append(fut.result())
+                interrupts.check()
                 if self.progress:
                     self.progress(cand.label, len(results), len(jobs))
         except BaseException:
@@ -67,6 +69,7 @@ class Runner:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
+        interrupts.check()  # a Ctrl-C swallowed while the last task finished
         if self.gateway.refusals > refused_before:  # runs whose calls were refused are no evidence
             raise BudgetExceeded(self.gateway.exhausted() or "the model budget is spent")
         return results

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import shutil
-import signal
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -106,20 +104,3 @@ def _shell_factory(sandbox: Sandbox, cfg: Config) -> Callable[[Path], ShellRunne
 
         return lambda view: DockerShell(view, cfg.rollout)
     return lambda view: LocalShell(view)
-
-
-@contextmanager
-def deferred_interrupt() -> Iterator[None]:
-    """Hold Ctrl-C (and SIGTERM) until the block is done: used around the one atomic git update."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    old = {s: signal.signal(s, lambda n, _f: received.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-        if received:
-            raise KeyboardInterrupt
