@@ -24,6 +24,7 @@ from harnessopt.protocols import GateDecision, Outcomes, Task, TaskResult
 from harnessopt.rollout import Candidate, outcomes
 from harnessopt.services import Services, open_services
 from harnessopt.skillspec import read_skill
+from harnessopt.stats import mean, task_means
 from harnessopt.trajectory import write_trajectories
 from harnessopt.valcache import ValCache
 from harnessopt.workspace import EDITABLE_PATHS, RECORD_PATHS, Workspace
@@ -347,8 +348,8 @@ def _past(ws: Workspace) -> list[vcs.RoundRecord]:
 
 
 def _mean_score(got: Outcomes) -> float | None:
-    per_task = [sum(o.score for o in v) / len(v) for v in got.values() if v]
-    return round(sum(per_task) / len(per_task), 4) if per_task else None
+    per_task = list(task_means(got).values())
+    return round(mean(per_task), 4) if per_task else None
 
 
 def run(ws: Workspace, rounds: int, say: Announce, *, progress: Any = None) -> list[RoundResult]:

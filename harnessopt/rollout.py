@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from harnessopt.errors import BudgetExceeded
 from harnessopt.gateway import Gateway
 from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
 from harnessopt.scoring import run_scorer
+from harnessopt.trajectory import safe_filename
 
 ANSWER_CAP = 64 * 1024
 EVENTS_CAP = 500
@@ -75,7 +75,7 @@ class Runner:
         return results
 
     def run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:
-        out_dir = self.scratch / f"round-{round_no}" / cand.label / f"{_safe(task.id)}.{epoch}"
+        out_dir = self.scratch / f"round-{round_no}" / cand.label / f"{safe_filename(task.id)}.{epoch}"
         if out_dir.exists():
             shutil.rmtree(out_dir)
         out_dir.mkdir(parents=True)
@@ -104,14 +104,14 @@ class Runner:
         answer = _read_capped(out.out_dir / "answer.txt", ANSWER_CAP)
         notes = list(out.notes)
         if out.error_class is not None:
-            score, soft = 0.0, None
+            score, soft, passed = 0.0, None, False
             feedback = f"harness failed ({out.error_class}, exit code {out.exit_code}); no score"
         else:
             task_dict = {**task.public(), "answer": task.answer}
             sr = run_scorer(
                 self.scorer, task_dict, answer, out.out_dir, timeout_s=self.cfg.rollout.scorer_timeout_s
             )
-            score, soft, feedback = sr.score, sr.soft, sr.feedback
+            score, soft, feedback, passed = sr.score, sr.soft, sr.feedback, sr.passed
             if sr.error:
                 notes.append(f"scorer error (scored 0, not a win): {sr.error}")
         return TaskResult(
@@ -120,7 +120,7 @@ class Runner:
             round=round_no,
             epoch=epoch,
             score=score,
-            passed=score >= 1.0 - 1e-9,
+            passed=passed,
             soft=soft,
             feedback=feedback,
             answer=answer,
@@ -180,9 +180,3 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
     except OSError:
         pass
     return events
-
-
-def _safe(task_id: str) -> str:
-    """A scratch directory name for a task id (readable prefix + digest, so it stays unique)."""
-    digest = hashlib.sha1(task_id.encode()).hexdigest()[:8]
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)[:60] + f"-{digest}"
