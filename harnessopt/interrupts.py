@@ -8,10 +8,12 @@ would go on. The handler here also sets a flag, and the loop checks it between s
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 _interrupted = threading.Event()
 
@@ -21,11 +23,19 @@ def _on_sigint(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _unraisable(info: Any) -> None:
+    # A KeyboardInterrupt dropped in a finalizer is kept by the flag: no "Exception ignored" traceback.
+    if isinstance(info.exc_value, KeyboardInterrupt) and _interrupted.is_set():
+        return
+    sys.__unraisablehook__(info)
+
+
 def install() -> None:
     """Route SIGINT through the flag (main thread only; a no-op elsewhere)."""
     _interrupted.clear()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
+        sys.unraisablehook = _unraisable
 
 
 def check() -> None:
