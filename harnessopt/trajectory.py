@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from harnessopt.protocols import Exchange, TaskResult
+from harnessopt.textutil import elide, tail
 
 FIELDS = (
     "task_id", "split", "round", "score", "passed", "soft", "feedback", "harness_commit",
@@ -42,21 +43,6 @@ _UNSAFE = ("Cc", "Cs", "Cn", "Zl", "Zp")
 
 
 # --------------------------------------------------------------------------- text helpers
-
-
-def elide(text: str, limit: int) -> str:
-    """Keep the head and tail of ``text``; the middle becomes ``[... N chars elided ...]``."""
-    if len(text) <= limit:
-        return text
-    head = limit // 2
-    tail = limit - head
-    return f"{text[:head]}\n[... {len(text) - head - tail} chars elided ...]\n{text[-tail:]}"
-
-
-def _tail(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"[... {len(text) - limit} chars elided ...]\n{text[-limit:]}"
 
 
 def _fence(text: str, lang: str = "text") -> str:
@@ -128,21 +114,6 @@ def front_matter(result: TaskResult, *, harness_commit: str, target_model: str) 
         "error_class": result.error_class,
     }
     return {key: values[key] for key in FIELDS}
-
-
-def parse_front_matter(text: str) -> dict[str, Any]:
-    """Read the front matter of a trajectory file back (ValueError when there is none)."""
-    lines = text.split("\n")
-    if not lines or lines[0].strip() != "---":
-        raise ValueError("no front matter: the file does not start with '---'")
-    try:
-        end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
-    except StopIteration:
-        raise ValueError("front matter is not closed by a '---' line") from None
-    data = yaml.safe_load("\n".join(lines[1:end])) or {}
-    if not isinstance(data, dict):
-        raise ValueError("front matter is not a mapping")
-    return data
 
 
 # --------------------------------------------------------------------------- transcript
@@ -305,7 +276,7 @@ def render(result: TaskResult, *, harness_commit: str, target_model: str) -> str
         "",
         "# Harness stderr (tail)",
         "",
-        _text_or_empty(_tail(result.stderr_tail or "", STDERR_CHARS)),
+        _text_or_empty(tail(result.stderr_tail or "", STDERR_CHARS)),
     ]
     lines += ["", "# Scorer feedback", "", _text_or_empty(elide(result.feedback or "", FULL_FEEDBACK_CHARS))]
     lines += ["", "# Notes", ""]

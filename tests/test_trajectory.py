@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from harnessopt.protocols import Exchange, TaskResult
+from harnessopt.textutil import elide, parse_front_matter
 from harnessopt.trajectory import (
     FIELDS,
-    elide,
-    parse_front_matter,
     render,
     safe_filename,
     trajectory_filenames,
