@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.errors import UserError
+from harnessopt.textutil import elide
 
 ScoreFn = Callable[[dict[str, Any], str, Path], Any]
 RESULT_KEYS = ("score", "feedback", "soft")
@@ -132,7 +133,7 @@ def _interpret(raw: Any) -> ScoreResult:
         soft = raw.get("soft")
         if soft is not None:
             soft = _finite(soft, "soft")
-        return ScoreResult(score=score, feedback=_cap(feedback), soft=soft)
+        return ScoreResult(score=score, feedback=elide(feedback, MAX_FEEDBACK_CHARS), soft=soft)
     return ScoreResult(score=_unit_number(raw, "score"), feedback="")
 
 
@@ -153,7 +154,7 @@ def _unit_number(value: Any, what: str) -> float:
 
 
 def _failed(error: str) -> ScoreResult:
-    error = _cap(error, 2000)
+    error = elide(error, 2000)
     return ScoreResult(score=0.0, feedback=f"scorer error: {error}", soft=None, error=error)
 
 
@@ -168,10 +169,3 @@ def _describe(e: BaseException, filename: str | None) -> str:
         frame = inner[-1]
         text += f" ({Path(frame.filename).name}:{frame.lineno} in {frame.name})"
     return text
-
-
-def _cap(text: str, limit: int = MAX_FEEDBACK_CHARS) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} chars elided ...]\n{text[-half:]}"
