@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from harnessopt.textutil import elision_marker
 
 
 class HeadTail:
@@ -30,19 +30,5 @@ class HeadTail:
         elided = self.total - len(self.head) - len(tail)
         body = bytes(self.head)
         if elided > 0:
-            body += f"\n[... {elided} bytes elided by harnessopt ...]\n".encode()
+            body += elision_marker(elided, "bytes").encode()
         return (body + tail).decode("utf-8", "replace")
-
-
-def head_tail_of_file(path: Path, cap: int) -> str:
-    """The head and tail of a (possibly huge) file, read without loading the middle."""
-    size = path.stat().st_size
-    half = max(cap // 2, 1)
-    with path.open("rb") as f:
-        if size <= 2 * half:
-            return f.read().decode("utf-8", "replace")
-        head = f.read(half)
-        f.seek(size - half)
-        tail = f.read(half)
-    marker = f"\n[... {size - 2 * half} bytes elided by harnessopt ...]\n".encode()
-    return (head + marker + tail).decode("utf-8", "replace")

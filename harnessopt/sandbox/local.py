@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harnessopt.config import RolloutConfig
 from harnessopt.protocols import RunOutput, RunSpec
-from harnessopt.sandbox.capture import head_tail_of_file
+from harnessopt.textutil import head_tail_of_file
 
 KILL_GRACE_S = 2.0
 
