@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
+from harnessopt.textutil import elide, head_tail_of_file
+
 BASH_TOOL = {"type": "bash_20250124", "name": "bash"}
 EDITOR_TOOL = {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}
 OUTPUT_CAP = 30_000  # characters of tool output shown to the model
@@ -51,10 +53,7 @@ class SupportsClose(Protocol):
 
 def cap_output(text: str, cap: int = OUTPUT_CAP) -> str:
     """Keep the head and the tail of long output, with a marker saying how much was elided."""
-    if len(text) <= cap:
-        return text
-    half = cap // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters elided ...]\n{text[-half:]}"
+    return elide(text, cap)
 
 
 class LocalShell:
@@ -108,16 +107,7 @@ def _kill_group(pgid: int) -> None:
 
 def _read_capped(f: IO[bytes], cap: int) -> str:
     """Read at most ``cap`` bytes' worth from both ends of a possibly huge output file."""
-    size = f.seek(0, os.SEEK_END)
-    if size <= cap:
-        f.seek(0)
-        return f.read().decode("utf-8", errors="replace")
-    half = cap // 2
-    f.seek(0)
-    head = f.read(half).decode("utf-8", errors="replace")
-    f.seek(size - half)
-    tail = f.read(half).decode("utf-8", errors="replace")
-    return f"{head}\n[... {size - 2 * half} bytes elided ...]\n{tail}"
+    return head_tail_of_file(f, cap)
 
 
 class BashTool:

@@ -81,7 +81,7 @@ def test_output_is_capped_in_the_middle(view: Path) -> None:
     assert len(res.output) < 1100
     assert "bytes elided" in res.output
     assert res.output.startswith("a") and res.output.rstrip().endswith("END")
-    assert "characters elided" in cap_output("x" * 50, cap=10)
+    assert "chars elided" in cap_output("x" * 50, cap=10)
 
 
 def test_bash_tool_results(view: Path) -> None:
