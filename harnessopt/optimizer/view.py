@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-import yaml
+import pathspec
+
+from harnessopt.errors import UserError
+from harnessopt.textutil import FrontMatterError, parse_front_matter
 
 # Directories of the workspace the optimizer reads. Everything else stays hidden.
 VIEW_DIRS = ("skill", "harness", "trajectories")
@@ -56,47 +59,43 @@ class CopyBackResult:
 # --------------------------------------------------------------------------- globs
 
 
-@lru_cache(maxsize=256)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """Translate a whitelist glob to a regex over posix relative paths.
+def _anchored(pattern: str) -> str | None:
+    """A whitelist glob as a gitignore line anchored at the workspace root (None when empty).
 
-    ``*``, ``?`` and ``[...]`` never cross a ``/`` (fnmatch inside one segment); a ``**`` segment
-    matches zero or more whole segments, so ``skill/**`` covers every file below ``skill/`` and
-    ``**/*.md`` every Markdown file. A pattern naming a directory, e.g. ``skill``, covers what is
-    below it.
+    Unlike ``.gitignore``, a pattern without a slash does not match at any depth: ``SKILL.md``
+    means the top-level file and ``skill`` the top-level directory, so a short pattern never
+    widens the boundary (write ``**/SKILL.md`` for any depth). Empty and ``.`` segments are
+    dropped (``./skill//**`` = ``skill/**``); a trailing ``/`` still means "directories only".
     """
-    parts = [p for p in pattern.strip("/").split("/") if p not in ("", ".")]
-    rx = ""
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**":
-            rx += ".*" if last else "(?:[^/]+/)*"
-            continue
-        rx += _segment_regex(part) + ("" if last else "/")
-    return re.compile(rf"{rx}(?:/.*)?\Z")
+    negate = pattern.startswith("!")
+    body = pattern[1:] if negate else pattern
+    parts = [p for p in body.split("/") if p not in ("", ".")]
+    if not parts:
+        return None
+    return ("!" if negate else "") + "/" + "/".join(parts) + ("/" if body.endswith("/") else "")
 
 
-def _segment_regex(part: str) -> str:
-    out, i = "", 0
-    while i < len(part):
-        c = part[i]
-        if c == "*":
-            out += "[^/]*"
-        elif c == "?":
-            out += "[^/]"
-        elif c == "[" and (j := part.find("]", i + 2 if part[i + 1 : i + 2] in ("!", "]") else i + 1)) != -1:
-            body = part[i + 1 : j].replace("\\", "\\\\")
-            out += "[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]"
-            i = j
-        else:
-            out += re.escape(c)
-        i += 1
-    return out
+@lru_cache(maxsize=64)
+def _whitelist_spec(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
+    lines = [a for a in map(_anchored, globs) if a is not None]
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except Exception as e:  # pathspec raises its own error, re.error or ValueError
+        raise UserError(
+            f"whitelist pattern list {list(globs)!r} has an invalid glob ({e}); "
+            "fix 'whitelist' in harnessopt.yaml (see docs/optimizer.md)"
+        ) from e
 
 
 def matches_any(rel: str, globs: list[str]) -> bool:
-    """True when the posix relative path ``rel`` matches one of ``globs``."""
-    return any(_glob_regex(g).match(rel) for g in globs)
+    """True when the posix relative path ``rel`` is covered by the whitelist ``globs``.
+
+    Gitignore-style globs (``pathspec``), anchored at the workspace root: ``*``, ``?`` and
+    ``[...]`` stay inside one segment, ``**`` spans segments (``skill/**``, ``**/*.md``), a
+    pattern naming a directory covers what is below it, and a later ``!pattern`` takes paths
+    back out. An invalid glob is a ``UserError``.
+    """
+    return _whitelist_spec(tuple(globs)).match_file(rel)
 
 
 # --------------------------------------------------------------------------- build
@@ -162,16 +161,11 @@ def _is_train_trajectory(path: Path) -> bool:
             head = f.read(65536)
     except OSError:
         return False
-    if not head.startswith("---"):
-        return False
-    end = head.find("\n---", 3)
-    if end == -1:
-        return False
     try:
-        meta = yaml.safe_load(head[3:end])
-    except yaml.YAMLError:
+        meta = parse_front_matter(head)
+    except FrontMatterError:
         return False
-    return isinstance(meta, dict) and str(meta.get("split", "")).strip() == "train"
+    return str(meta.get("split", "")).strip() == "train"
 
 
 # --------------------------------------------------------------------------- copy back

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from harnessopt.errors import UserError
 from harnessopt.optimizer.view import build_view, copy_back, matches_any
 from tests.optimizer.conftest import GOLD
 
@@ -171,3 +172,37 @@ def test_big_files_are_violations_and_mode_changes_are_changes(ws: Path, tmp_pat
 )
 def test_glob_semantics(path: str, globs: list[str], expected: bool) -> None:
     assert matches_any(path, globs) is expected
+
+
+@pytest.mark.parametrize(
+    ("path", "globs", "expected"),
+    [
+        # Deliberately unlike .gitignore: a pattern without a slash stays at the workspace root,
+        # so a short pattern never widens the boundary to every depth.
+        ("a.md", ["*.md"], True),
+        ("skill/a.md", ["*.md"], False),
+        ("skill/SKILL.md", ["SKILL.md"], False),
+        ("harness/skill/x.py", ["skill"], False),
+        ("skill/SKILL.md", ["**/SKILL.md"], True),
+        # As in .gitignore: a later !pattern takes paths back out.
+        ("skill/secret.md", ["skill/**", "!skill/secret.md"], False),
+        ("skill/other.md", ["skill/**", "!skill/secret.md"], True),
+        # As in .gitignore: a trailing slash means directories only.
+        ("skill/a.md", ["skill/"], True),
+        ("skill", ["skill/"], False),
+        # As in .gitignore: a backslash escapes a wildcard.
+        ("skill/*", ["skill/\\*"], True),
+        ("skill/a", ["skill/\\*"], False),
+        # Kept from the old matcher: empty and "." segments are dropped; "#" is not a comment.
+        ("skill/a.md", ["./skill//**"], True),
+        ("skill/#notes.md", ["skill/#notes.md"], True),
+        ("x", ["", "/"], False),
+    ],
+)
+def test_glob_semantics_where_gitignore_differs(path: str, globs: list[str], expected: bool) -> None:
+    assert matches_any(path, globs) is expected
+
+
+def test_invalid_glob_is_a_user_error() -> None:
+    with pytest.raises(UserError, match=r"invalid glob .*fix 'whitelist' in harnessopt.yaml"):
+        matches_any("skill/a", ["skill/[z-a]"])
