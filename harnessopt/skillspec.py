@@ -16,16 +16,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from harnessopt.errors import UserError
+from harnessopt.textutil import FrontMatterError, read_front_matter
 
 SKILL_FILE = "SKILL.md"
 OPTIONAL_KEYS = ("license", "compatibility", "metadata", "allowed-tools")
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_NAME, MAX_DESCRIPTION, MAX_COMPATIBILITY = 64, 1024, 500
+_NAME_HINT = "lowercase letters, digits and hyphens, e.g. pdf-tools"
+_DESCRIPTION_RULE = "'description' must be a non-empty string saying what the skill does and when to use it"
 
 
 @dataclass(frozen=True)
@@ -38,18 +42,104 @@ class SkillInfo:
     front_matter: dict[str, Any] = field(default_factory=dict)
 
 
-def split_front_matter(text: str, where: str) -> tuple[str, str]:
-    """Split ``---\\nYAML\\n---\\nbody`` into (yaml text, body); UserError when the fences are missing."""
-    text = text.removeprefix("\ufeff")
-    lines = text.splitlines(keepends=True)
-    if not lines or lines[0].strip() != "---":
-        raise UserError(
-            f"{where} must start with a '---' line opening the YAML front matter (name, description)"
-        )
-    for i in range(1, len(lines)):
-        if lines[i].strip() == "---":
-            return "".join(lines[1:i]), "".join(lines[i + 1 :])
-    raise UserError(f"{where}: the YAML front matter is not closed; add a '---' line after it")
+def _fail(message: str) -> NoReturn:
+    raise PydanticCustomError("skill_front_matter", message)
+
+
+class SkillFrontMatter(BaseModel):
+    """The front matter of ``SKILL.md``; each rule fails with the sentence the user sees."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """1-64 characters of a-z, 0-9 and single hyphens, not starting or ending with one."""
+    description: str
+    """What the skill does and when to use it, 1-1024 characters."""
+    license: str | None = None
+    """License name or file, free text."""
+    compatibility: str | None = None
+    """Environment requirements, at most 500 characters."""
+    metadata: dict[str, str] | None = None
+    """Extra string key/value pairs."""
+    allowed_tools: str | None = Field(default=None, alias="allowed-tools")
+    """Space-separated list of pre-approved tools."""
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, name: Any) -> Any:
+        if name is None:
+            _fail(f"'name' is required ({_NAME_HINT})")
+        if not isinstance(name, str) or not name:
+            _fail(f"'name' must be a non-empty string, got {name!r}")
+        if len(name) > MAX_NAME:
+            _fail(f"'name' is {len(name)} characters; shorten it to {MAX_NAME}")
+        if not NAME_RE.match(name):
+            _fail(
+                f"'name' {name!r} may only use a-z, 0-9 and single hyphens, "
+                "not starting or ending with a hyphen (e.g. pdf-tools)"
+            )
+        return name
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _description(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            _fail(_DESCRIPTION_RULE)
+        if len(value) > MAX_DESCRIPTION:
+            _fail(f"'description' is {len(value)} characters; shorten it to {MAX_DESCRIPTION}")
+        return value
+
+    @field_validator("license", "allowed_tools", mode="before")
+    @classmethod
+    def _plain_string(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, str):
+            key = "allowed-tools" if info.field_name == "allowed_tools" else info.field_name
+            _fail(f"{key!r} must be a string, got {type(value).__name__}")
+        return value
+
+    @field_validator("compatibility", mode="before")
+    @classmethod
+    def _compatibility(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            _fail("'compatibility' must be a non-empty string (or left out)")
+        if len(value) > MAX_COMPATIBILITY:
+            _fail(f"'compatibility' is {len(value)} characters; shorten it to {MAX_COMPATIBILITY}")
+        return value
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata(cls, value: Any) -> Any:
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            _fail("'metadata' must map string keys to string values (quote numbers: \"1.0\")")
+        return value
+
+
+def parse_skill_front_matter(meta: dict[Any, Any], where: str) -> SkillFrontMatter:
+    """Validate a front-matter mapping; the first problem is a one-line ``UserError``."""
+    try:
+        return SkillFrontMatter.model_validate(meta)
+    except ValidationError as e:
+        raise UserError(f"{where}: {_first_problem(e)}") from e
+
+
+def _first_problem(e: ValidationError) -> str:
+    """One sentence for the first problem: an unknown key first, then fields in order."""
+    errors = e.errors()
+    unknown = sorted(
+        str(err["loc"][0]) for err in errors if err["type"] in ("extra_forbidden", "invalid_key")
+    )
+    if unknown:
+        allowed = ", ".join(("name", "description", *OPTIONAL_KEYS))
+        return f"unknown front matter key {unknown[0]!r}; allowed keys are {allowed}"
+    err = errors[0]
+    if err["type"] == "missing":
+        return f"'name' is required ({_NAME_HINT})" if err["loc"] == ("name",) else _DESCRIPTION_RULE
+    if err["type"] == "skill_front_matter":
+        return str(err["msg"])
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"{loc}: {err['msg']}; fix the front matter between the '---' lines"
 
 
 def read_skill(skill_dir: Path, expect_name: str | None = None) -> SkillInfo:
@@ -59,20 +149,27 @@ def read_skill(skill_dir: Path, expect_name: str | None = None) -> SkillInfo:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 text; re-save it as UTF-8") from e
-    raw_yaml, body = split_front_matter(text, str(path))
+    meta, body = _read_front_matter(text, str(path))
+    spec = parse_skill_front_matter(meta, str(path))
+    if expect_name is not None and spec.name != expect_name:
+        raise UserError(f"{path}: name {spec.name!r} must match the skill folder name {expect_name!r}")
+    return SkillInfo(name=spec.name, description=spec.description, body=body.strip(), front_matter=meta)
+
+
+def _read_front_matter(text: str, where: str) -> tuple[dict[Any, Any], str]:
     try:
-        meta = yaml.safe_load(raw_yaml)
-    except yaml.YAMLError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(
-            f"{path}: front matter is not valid YAML ({first}); fix the YAML between the '---' lines"
-        ) from e
-    if not isinstance(meta, dict):
-        raise UserError(f"{path}: front matter must be a YAML mapping with 'name' and 'description'")
-    _check_front_matter(meta, str(path))
-    if expect_name is not None and meta["name"] != expect_name:
-        raise UserError(f"{path}: name {meta['name']!r} must match the skill folder name {expect_name!r}")
-    return SkillInfo(name=meta["name"], description=meta["description"], body=body.strip(), front_matter=meta)
+        return read_front_matter(text)
+    except FrontMatterError as e:
+        if e.problem == "missing":
+            message = "must start with a '---' line opening the YAML front matter (name, description)"
+            raise UserError(f"{where} {message}") from e
+        if e.problem == "unclosed":
+            raise UserError(f"{where}: the YAML front matter is not closed; add a '---' line after it") from e
+        if e.problem == "yaml":
+            raise UserError(
+                f"{where}: front matter is not valid YAML ({e.detail}); fix the YAML between the '---' lines"
+            ) from e
+        raise UserError(f"{where}: front matter must be a YAML mapping with 'name' and 'description'") from e
 
 
 def skill_body(skill_dir: Path) -> str:
@@ -90,55 +187,3 @@ def _skill_file(skill_dir: Path) -> Path:
             f"{skill_dir} has no {SKILL_FILE}; a skill folder needs a SKILL.md with name and description"
         )
     return path
-
-
-def _check_front_matter(meta: dict[Any, Any], where: str) -> None:
-    unknown = sorted(str(k) for k in meta if k not in ("name", "description", *OPTIONAL_KEYS))
-    if unknown:
-        allowed = ", ".join(("name", "description", *OPTIONAL_KEYS))
-        raise UserError(f"{where}: unknown front matter key {unknown[0]!r}; allowed keys are {allowed}")
-    _check_name(meta.get("name"), where)
-    description = meta.get("description")
-    if not isinstance(description, str) or not description.strip():
-        raise UserError(
-            f"{where}: 'description' must be a non-empty string saying what the skill does and when to use it"
-        )
-    if len(description) > MAX_DESCRIPTION:
-        raise UserError(
-            f"{where}: 'description' is {len(description)} characters; shorten it to {MAX_DESCRIPTION}"
-        )
-    for key in ("license", "allowed-tools"):
-        if key in meta and not isinstance(meta[key], str):
-            raise UserError(f"{where}: {key!r} must be a string, got {type(meta[key]).__name__}")
-    if "compatibility" in meta:
-        value = meta["compatibility"]
-        if not isinstance(value, str) or not value.strip():
-            raise UserError(f"{where}: 'compatibility' must be a non-empty string (or left out)")
-        if len(value) > MAX_COMPATIBILITY:
-            raise UserError(
-                f"{where}: 'compatibility' is {len(value)} characters; shorten it to {MAX_COMPATIBILITY}"
-            )
-    if "metadata" in meta:
-        value = meta["metadata"]
-        if not isinstance(value, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-        ):
-            raise UserError(
-                f"{where}: 'metadata' must map string keys to string values (quote numbers: \"1.0\")"
-            )
-
-
-def _check_name(name: Any, where: str) -> None:
-    if name is None:
-        raise UserError(
-            f"{where}: 'name' is required (lowercase letters, digits and hyphens, e.g. pdf-tools)"
-        )
-    if not isinstance(name, str) or not name:
-        raise UserError(f"{where}: 'name' must be a non-empty string, got {name!r}")
-    if len(name) > MAX_NAME:
-        raise UserError(f"{where}: 'name' is {len(name)} characters; shorten it to {MAX_NAME}")
-    if not NAME_RE.match(name):
-        raise UserError(
-            f"{where}: 'name' {name!r} may only use a-z, 0-9 and single hyphens, "
-            "not starting or ending with a hyphen (e.g. pdf-tools)"
-        )

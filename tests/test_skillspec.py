@@ -111,3 +111,17 @@ def test_missing_dir_and_file(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="has no SKILL.md"):
         skill_body(tmp_path / "empty")
+
+
+def test_hostile_yaml_is_a_user_error_not_a_crash(tmp_path: Path) -> None:
+    deep = "---\nname: " + "[" * 20_000 + "\n---\nBody\n"
+    with pytest.raises(UserError, match="not valid YAML") as info:
+        read_skill(make_skill(tmp_path, deep))
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_key_is_reported_before_field_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="unknown front matter key 'b'"):
+        read_skill(make_skill(tmp_path, "---\nname: BAD\nc: 1\nb: 2\n---\n"))
+    with pytest.raises(UserError, match="unknown front matter key '1'"):
+        read_skill(make_skill(tmp_path, "---\nname: ok\ndescription: d\n1: x\n---\n"))
