@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import PydanticCustomError
 
 from harnessopt.errors import UserError
-from harnessopt.textutil import FrontMatterError, read_front_matter
+from harnessopt.textutil import FrontMatterError, load_yaml, split_front_matter
 
 SKILL_FILE = "SKILL.md"
 OPTIONAL_KEYS = ("license", "compatibility", "metadata", "allowed-tools")
@@ -158,18 +158,22 @@ def read_skill(skill_dir: Path, expect_name: str | None = None) -> SkillInfo:
 
 def _read_front_matter(text: str, where: str) -> tuple[dict[Any, Any], str]:
     try:
-        return read_front_matter(text)
+        raw_yaml, body = split_front_matter(text)
     except FrontMatterError as e:
-        if e.problem == "missing":
-            message = "must start with a '---' line opening the YAML front matter (name, description)"
-            raise UserError(f"{where} {message}") from e
-        if e.problem == "unclosed":
-            raise UserError(f"{where}: the YAML front matter is not closed; add a '---' line after it") from e
-        if e.problem == "yaml":
-            raise UserError(
-                f"{where}: front matter is not valid YAML ({e.detail}); fix the YAML between the '---' lines"
-            ) from e
-        raise UserError(f"{where}: front matter must be a YAML mapping with 'name' and 'description'") from e
+        raise UserError(f"{where}: the YAML front matter is not closed; add a '---' line after it") from e
+    if raw_yaml is None:
+        raise UserError(
+            f"{where} must start with a '---' line opening the YAML front matter (name, description)"
+        )
+    try:
+        meta = load_yaml(raw_yaml)
+    except FrontMatterError as e:
+        raise UserError(
+            f"{where}: front matter is not valid YAML ({e.detail}); fix the YAML between the '---' lines"
+        ) from e
+    if not isinstance(meta, dict):
+        raise UserError(f"{where}: front matter must be a YAML mapping with 'name' and 'description'")
+    return meta, body
 
 
 def skill_body(skill_dir: Path) -> str:
