@@ -1,8 +1,9 @@
 """Task files: parse the user's JSONL, assign and check train/val/test splits, store them.
 
 A task line is ``{"id": str, "input": str | object, "answer": any, "split"?: "train"|"val"|"test",
-"metadata"?: object}``. Every problem is a ``UserError`` that names the file and line, because
-the user fixes task files with an editor, line by line.
+"metadata"?: object}``, validated by the pydantic model ``TaskLine``. Every problem is a
+``UserError`` that names the file and line, because the user fixes task files with an editor,
+line by line.
 
 ``Task`` is frozen and has no line field, so where a task came from (``file:line``) is kept in a
 side table keyed by object identity (entries vanish with their task), and carried over when
@@ -18,7 +19,10 @@ import unicodedata
 import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NoReturn
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from harnessopt.errors import UserError
 from harnessopt.protocols import Task
@@ -76,6 +80,77 @@ def load_tasks(path: Path) -> list[Task]:
     return tasks
 
 
+def _fail(message: str) -> NoReturn:
+    raise PydanticCustomError("task_line", message)
+
+
+class TaskLine(BaseModel):
+    """One line of a task file as the user writes it; ``to_task`` gives the ``Task`` the code uses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    """Unique, non-empty, at most 200 characters, no control or line-break characters."""
+    input: str | dict[str, Any]
+    """What the harness sees: a non-empty string or a JSON object."""
+    answer: Any
+    """The gold answer, for the scorer only (any JSON value, null included)."""
+    split: Literal["train", "val", "test"] | None = None
+    """Fixed split; left out (or null), ``assign_splits`` picks one."""
+    metadata: dict[str, Any] | None = None
+    """Free-form extra fields, shown to the harness."""
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id(cls, value: Any) -> Any:
+        if value is None:
+            _fail("task has no 'id'; give every task a unique string id")
+        if not isinstance(value, str):
+            _fail(f"'id' must be a string, got {_json_type(value)} {value!r}")
+        if not value.strip():
+            _fail("'id' is empty; give every task a unique non-empty id")
+        if len(value) > MAX_ID_CHARS:
+            _fail(f"'id' is {len(value)} characters long; keep ids under {MAX_ID_CHARS}")
+        # Ids become file names and front-matter lines: no line breaks, tabs or other control characters.
+        bad = next((c for c in value if c != " " and unicodedata.category(c)[0] in "CZ"), None)
+        if bad is not None:
+            _fail(f"'id' {value!r} contains the control/space character {bad!r}; remove it")
+        return value
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, str | dict):
+            _fail(f"'input' must be a string or an object, got {_json_type(value)}")
+        if isinstance(value, str) and not value.strip():
+            _fail(f"'input' of task {info.data.get('id')!r} is empty")
+        return value
+
+    @field_validator("split", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if value is not None and value not in SPLITS:
+            _fail(f"'split' must be one of train, val, test (or left out), got {value!r}")
+        return value
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, dict):
+            _fail(f"'metadata' must be an object, got {_json_type(value)}")
+        return value
+
+    def to_task(self) -> Task:
+        """The frozen ``Task``; a line without a split gets ``UNASSIGNED``."""
+        return Task(
+            id=self.id,
+            input=self.input,
+            answer=self.answer,
+            split=self.split or UNASSIGNED,
+            metadata=self.metadata or {},
+        )
+
+
 def _parse_line(line: str, where: str) -> Task:
     try:
         raw = json.loads(line)
@@ -83,52 +158,36 @@ def _parse_line(line: str, where: str) -> Task:
         raise UserError(
             f"{where}: not valid JSON ({e.msg} at column {e.colno}); one JSON object per line"
         ) from e
+    except RecursionError as e:
+        raise UserError(f"{where}: not valid JSON (nested too deeply); one JSON object per line") from e
     if not isinstance(raw, dict):
         raise UserError(f"{where}: a task must be a JSON object, got {type(raw).__name__}")
-    unknown = sorted(k for k in raw if k not in KNOWN_KEYS)
+    try:
+        return TaskLine.model_validate(raw).to_task()
+    except ValidationError as e:
+        raise UserError(f"{where}: {_first_problem(e, raw)}") from e
+
+
+def _first_problem(e: ValidationError, raw: dict[str, Any]) -> str:
+    """One sentence for the first problem: an unknown key first, then fields in line order."""
+    errors = e.errors()
+    unknown = sorted(str(err["loc"][0]) for err in errors if err["type"] == "extra_forbidden")
     if unknown:
-        raise UserError(
-            f"{where}: unknown key {unknown[0]!r}; allowed keys are {', '.join(KNOWN_KEYS)} "
+        return (
+            f"unknown key {unknown[0]!r}; allowed keys are {', '.join(KNOWN_KEYS)} "
             "(put extra fields under 'metadata')"
         )
-    task_id = _check_id(raw.get("id"), where)
-    for key in ("input", "answer"):
-        if key not in raw:
-            raise UserError(
-                f"{where}: task {task_id!r} has no {key!r}; every task needs 'input' and 'answer'"
-            )
-    task_input = raw["input"]
-    if not isinstance(task_input, str | dict):
-        raise UserError(f"{where}: 'input' must be a string or an object, got {_json_type(task_input)}")
-    if isinstance(task_input, str) and not task_input.strip():
-        raise UserError(f"{where}: 'input' of task {task_id!r} is empty")
-    split = raw.get("split")
-    if split is not None and split not in SPLITS:
-        raise UserError(f"{where}: 'split' must be one of train, val, test (or left out), got {split!r}")
-    metadata = raw.get("metadata", {})
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise UserError(f"{where}: 'metadata' must be an object, got {_json_type(metadata)}")
-    return Task(
-        id=task_id, input=task_input, answer=raw["answer"], split=split or UNASSIGNED, metadata=metadata
-    )
-
-
-def _check_id(value: Any, where: str) -> str:
-    if value is None:
-        raise UserError(f"{where}: task has no 'id'; give every task a unique string id")
-    if not isinstance(value, str):
-        raise UserError(f"{where}: 'id' must be a string, got {_json_type(value)} {value!r}")
-    if not value.strip():
-        raise UserError(f"{where}: 'id' is empty; give every task a unique non-empty id")
-    if len(value) > MAX_ID_CHARS:
-        raise UserError(f"{where}: 'id' is {len(value)} characters long; keep ids under {MAX_ID_CHARS}")
-    # Ids become file names and front-matter lines: no line breaks, tabs or other control characters.
-    bad = next((c for c in value if c != " " and unicodedata.category(c)[0] in "CZ"), None)
-    if bad is not None:
-        raise UserError(f"{where}: 'id' {value!r} contains the control/space character {bad!r}; remove it")
-    return value
+    # The id first (other messages name it), then a missing 'input' or 'answer', then the rest.
+    err = min(errors, key=lambda x: 0 if x["loc"][:1] == ("id",) else 1 if x["type"] == "missing" else 2)
+    field_name = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "missing" and field_name == "id":
+        return "task has no 'id'; give every task a unique string id"
+    if err["type"] == "missing":
+        return f"task {raw.get('id')!r} has no {field_name!r}; every task needs 'input' and 'answer'"
+    if err["type"] == "task_line":
+        return str(err["msg"])
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"{loc}: {err['msg']}; fix the line (see docs/workspace.md)"
 
 
 def _json_type(value: Any) -> str:

@@ -195,3 +195,30 @@ def test_read_split_errors(tmp_path: Path) -> None:
     )
     with pytest.raises(UserError, match=r"val\.jsonl:1: task 'a' is marked 'train', not 'val'"):
         read_split(tmp_path, "val")
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        # The order of checks is kept: the id, then a missing key, then the values.
+        ('{"id": 7, "answer": "a"}', "'id' must be a string"),
+        ('{"id": "x", "input": [1]}', "has no 'answer'"),
+        ('{"id": "x", "input": "q", "answer": 1, "split": "dev", "metadata": 3}', "'split' must be one of"),
+        ('{"id": "x", "input": "q", "answer": 1, "b": 1, "a": 2}', "unknown key 'a'"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_first_problem_is_the_one_reported(tmp_path: Path, line: str, needle: str) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(UserError, match=needle) as info:
+        load_tasks(path)
+    assert f"{path}:1:" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_null_split_and_metadata_mean_left_out(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "t.jsonl", [{"id": "a", "input": "q", "answer": None, "split": None, "metadata": None}]
+    )
+    (task,) = load_tasks(path)
+    assert (task.split, task.metadata, task.answer) == ("", {}, None)
