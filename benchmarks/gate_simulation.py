@@ -25,8 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.baselines import FixedDeadBand, MeanImproved, MinibatchImproved  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
-from harnessopt.gate import FixedDeadBand, MeanImproved, MinibatchImproved, PairedGate  # noqa: E402
+from harnessopt.gate import PairedGate  # noqa: E402
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
 
 POPULATION = 1000  # tasks in the "true" distribution; true quality = mean pass probability

@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from harnessopt import vcs
+from harnessopt import ledger, vcs
 from harnessopt.errors import UserError
 from harnessopt.rollout import Candidate, outcomes
 from harnessopt.services import open_services
@@ -22,13 +22,13 @@ AUDIT_REF = "refs/harnessopt/audit/{base}-{best}"
 
 def run_audit(ws: Workspace, *, epochs: int, force: bool, say: Callable[[str], None]) -> dict[str, Any]:
     repo = ws.repo
-    base = repo.commit(vcs.ROUND_TAG.format(k=0)).hexsha
-    best = repo.commit(vcs.BEST_TAG).hexsha
+    base = repo.commit(ledger.ROUND_TAG.format(k=0)).hexsha
+    best = ledger.best(repo).commit
     if base == best:
         raise UserError("ho/best is still round 0: nothing to audit yet; run rounds until one is accepted")
     ref = AUDIT_REF.format(base=base[:12], best=best[:12])
     if vcs.ref_exists(repo, ref) and not force:
-        earlier = vcs.parse_manifest(str(repo.commit(ref).message))
+        earlier = ledger.manifest_data(str(repo.commit(ref).message))
         raise UserError(
             f"this pair was audited already (held-out gain {earlier.get('gain', 0):+.3f}, see {ref}); "
             "auditing again is selection on the test split: pass --force only if you must"
@@ -50,12 +50,13 @@ def run_audit(ws: Workspace, *, epochs: int, force: bool, say: Callable[[str], N
         base_out = outcomes(svc.runner.run(cands["round-0"], tests, 0, epochs=range(epochs)))
         best_out = outcomes(svc.runner.run(cands["best"], tests, 0, epochs=range(epochs)))
         usage = svc.usage_of_round(0)
+        notes = list(svc.gateway.notes)
     report = audit_stats(base_out, best_out, confidence=0.95)
     report.update(
         {"claimed_val_gain": claimed, "epochs": epochs, "base": base, "best": best, "forced": force}
     )
-    report.update(usage)
-    message = vcs.manifest_message(f"harnessopt audit of {best[:10]} over round 0", "", report)
+    report.update(tokens=usage.tokens, cost_usd=usage.cost_usd, notes=notes)
+    message = ledger.message(f"harnessopt audit of {best[:10]} over round 0", "", report)
     sha = repo.git.commit_tree(repo.commit(best).tree.hexsha, "-p", best, "-m", message)
     vcs.set_ref(repo, ref, sha)
     ws.journal.write(0, "audit", ref=ref, gain=report["gain"], interval=report["interval"])
@@ -64,13 +65,11 @@ def run_audit(ws: Workspace, *, epochs: int, force: bool, say: Callable[[str], N
         f"held-out gain {report['gain']:+.3f} (95% interval {lo:+.3f} to {hi:+.3f}, n={report['n']}) "
         f"vs claimed on val {claimed:+.3f}; fixed {len(report['fixed'])}, broken {len(report['broken'])}"
     )
+    for note in notes:
+        say(f"audit: note: {note}")
     return report
 
 
 def claimed_gain(ws: Workspace, best: str) -> float:
     """The val gain the accepted rounds leading to ho/best claimed, summed along its history."""
-    total = 0.0
-    for r in vcs.round_records(ws.repo):
-        if r.status == "accepted" and r.round > 0 and vcs.is_ancestor(ws.repo, r.commit, best):
-            total += float(r.manifest.get("delta") or 0.0)
-    return total
+    return sum(r.manifest.delta or 0.0 for r in ledger.accepted_along(ws.repo, best))

@@ -32,7 +32,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse prints usage + exits 2 by itself; keep that to one line that says what to do."""
 
     def error(self, message: str) -> Any:
-        raise UserError(f"{message} (see 'harnessopt {self.prog.split(' ', 1)[-1]} --help')")
+        hint = ""
+        if "unrecognized arguments: --" in message and self.prog.split(" ")[-1] in ("run", "audit"):
+            hint = "; a setting without a flag of its own is set with -c KEY=VALUE (e.g. -c gate.epochs=3)"
+        raise UserError(f"{message}{hint} (see 'harnessopt {self.prog.split(' ', 1)[-1]} --help')")
 
 
 def _positive(text: str) -> int:
@@ -67,19 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=_positive, default=1)
     run.add_argument("--batch-size", type=_positive, help="train tasks rolled out per round")
     run.add_argument("--target", help="target model (HARNESSOPT_TARGET_MODEL)")
-    run.add_argument("--optimizer", choices=["anthropic", "command", "manual"], help="optimizer backend")
-    run.add_argument("--optimizer-model", help="model of the built-in optimizer")
-    run.add_argument("--sandbox", choices=["auto", "docker", "local"])
+    run.add_argument(
+        "--optimizer", help="optimizer backend (anthropic, command, manual, or package.module:Factory)"
+    )
+    run.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
     run.add_argument("--concurrency", type=_positive)
-    run.add_argument("--smoke", type=int, help="val tasks in the smoke test")
-    run.add_argument("--epochs", type=_positive, help="runs per val task (stochastic targets)")
-    run.add_argument("--confidence", type=float, help="gate confidence, e.g. 0.95")
-    run.add_argument("--max-broken", type=int, help="reject when more val tasks broke than this")
-    run.add_argument("--rerun-incumbent", action=argparse.BooleanOptionalAction, default=None)
     run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
     run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
     run.add_argument("--max-cost", type=float, help="US dollars allowed in this run")
-    run.add_argument("--timeout", type=float, help="seconds per task")
+    _add_config_option(run)
     run.add_argument("--yes", action="store_true", help="do not ask for confirmations")
 
     log = sub.add_parser("log", help="one row per round")
@@ -97,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="held-out gain of ho/best over ho/round-0 on the test split")
     audit.add_argument("ws", type=Path)
     audit.add_argument("--epochs", type=_positive, default=1)
-    audit.add_argument("--sandbox", choices=["auto", "docker", "local"])
+    audit.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
     audit.add_argument("--concurrency", type=_positive)
+    _add_config_option(audit)
     audit.add_argument("--force", action="store_true", help="audit the same pair again")
     audit.add_argument("--json", action="store_true")
 
@@ -115,6 +115,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-c",
+        dest="config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set any harnessopt.yaml key for this run, e.g. -c gate.epochs=3 (repeatable)",
+    )
+
+
+# The few flags people type daily; any other setting is -c KEY=VALUE.
+RUN_FLAGS = {
+    "batch_size": "rollout.batch_size",
+    "target": "model.target",
+    "optimizer": "optimizer.backend",
+    "sandbox": "rollout.sandbox",
+    "concurrency": "rollout.concurrency",
+    "max_calls": "budget.max_calls",
+    "max_tokens": "budget.max_tokens",
+    "max_cost": "budget.max_cost",
+}
+
+
+def _overrides(a: argparse.Namespace, flags: dict[str, str]) -> dict[str, Any]:
+    """Flags and -c KEY=VALUE in one mapping; a flag given on the line wins over -c."""
+    from harnessopt.config import parse_assignment
+
+    out: dict[str, Any] = dict(parse_assignment(text) for text in a.config)
+    for name, key in flags.items():
+        if getattr(a, name, None) is not None:
+            out[key] = getattr(a, name)
+    return out
+
+
 def cmd_init(a: argparse.Namespace) -> int:
     from harnessopt.workspace import init_workspace
 
@@ -123,32 +158,11 @@ def cmd_init(a: argparse.Namespace) -> int:
     return 0
 
 
-RUN_OVERRIDES = {
-    "batch_size": "rollout.batch_size",
-    "target": "model.target",
-    "optimizer": "optimizer.backend",
-    "optimizer_model": "optimizer.model",
-    "sandbox": "rollout.sandbox",
-    "concurrency": "rollout.concurrency",
-    "smoke": "gate.smoke",
-    "epochs": "gate.epochs",
-    "confidence": "gate.confidence",
-    "max_broken": "gate.max_broken",
-    "rerun_incumbent": "gate.rerun_incumbent",
-    "max_calls": "budget.max_calls",
-    "max_tokens": "budget.max_tokens",
-    "max_cost": "budget.max_cost",
-    "timeout": "rollout.timeout_s",
-}
-
-
 def cmd_run(a: argparse.Namespace) -> int:
     from harnessopt import loop
-    from harnessopt.config import apply_overrides
     from harnessopt.workspace import Workspace
 
-    ws = Workspace.open(a.ws)
-    ws.cfg = apply_overrides(ws.cfg, {path: getattr(a, name) for name, path in RUN_OVERRIDES.items()})
+    ws = Workspace.open(a.ws, _overrides(a, RUN_FLAGS))
     if ws.cfg.mode == "harness" and not a.yes:
         _confirm("harness mode lets the optimizer change harness code that then runs in the sandbox")
     with _task_progress() as progress:
@@ -224,11 +238,11 @@ def cmd_status(a: argparse.Namespace) -> int:
 
 def cmd_audit(a: argparse.Namespace) -> int:
     from harnessopt.audit import run_audit
-    from harnessopt.config import apply_overrides
     from harnessopt.workspace import Workspace
 
-    ws = Workspace.open(a.ws)
-    ws.cfg = apply_overrides(ws.cfg, {"rollout.sandbox": a.sandbox, "rollout.concurrency": a.concurrency})
+    ws = Workspace.open(
+        a.ws, _overrides(a, {"sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"})
+    )
     report = run_audit(ws, epochs=a.epochs, force=a.force, say=say_err if a.json else say)
     if a.json:
         print(json.dumps(report, indent=2))
@@ -238,7 +252,7 @@ def cmd_audit(a: argparse.Namespace) -> int:
 def cmd_demo(a: argparse.Namespace) -> int:
     from harnessopt.demo import run_demo
 
-    return run_demo(a.dir, sandbox=a.sandbox, say=say)
+    return run_demo(a.dir, sandbox=a.sandbox, say=say, console=console)
 
 
 def cmd_sandbox(a: argparse.Namespace) -> int:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from harnessopt import registry
 from harnessopt.errors import UserError
 
 CONFIG_NAME = "harnessopt.yaml"
@@ -17,17 +20,26 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+# A config field naming a part: a registry name or a dotted path ``package.module:Factory``.
+SandboxName = Annotated[str, AfterValidator(partial(registry.check, "sandbox"))]
+OptimizerName = Annotated[str, AfterValidator(partial(registry.check, "optimizer"))]
+ModelName = Annotated[str, AfterValidator(partial(registry.check, "model"))]
+GateName = Annotated[str, AfterValidator(partial(registry.check, "gate"))]
+
+
 class ModelConfig(_Strict):
-    provider: Literal["anthropic", "scripted"] = "anthropic"
+    provider: ModelName = "anthropic"
     """Where model calls go: the real Messages API, or the scripted model (offline)."""
     target: str = "claude-sonnet-4-5"
     """Model the harness runs (exported as HARNESSOPT_TARGET_MODEL)."""
     script: str | None = None
     """Scripted-model YAML (path relative to the workspace) when provider is 'scripted'."""
+    allow_server_tools: bool = False
+    """Let calls use server tools (web search/fetch, code execution), MCP servers and URL sources."""
 
 
 class RolloutConfig(_Strict):
-    sandbox: Literal["auto", "docker", "local"] = "auto"
+    sandbox: SandboxName = "auto"
     """auto = docker when an engine answers, else local (with a warning)."""
     batch_size: int = Field(8, ge=1)
     """Train tasks rolled out per round for the optimizer to read."""
@@ -52,7 +64,7 @@ class RolloutConfig(_Strict):
 
 
 class OptimizerConfig(_Strict):
-    backend: Literal["anthropic", "command", "manual"] = "anthropic"
+    backend: OptimizerName = "anthropic"
     """Who edits the view: the built-in Claude tool loop, a CLI agent, or a person."""
     model: str = "claude-opus-4-1"
     """Model of the built-in optimizer."""
@@ -71,6 +83,8 @@ class OptimizerConfig(_Strict):
 
 
 class GateConfig(_Strict):
+    policy: GateName = "paired"
+    """The gate policy (docs/gate.md); a dotted path plugs in your own."""
     smoke: int = Field(5, ge=0)
     """Val tasks run first; any crash or timeout there rejects without spending the rest."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
@@ -96,6 +110,27 @@ class BudgetConfig(_Strict):
     """Input+output tokens the gateway allows in the whole run."""
     max_cost: float | None = Field(None, gt=0)
     """US dollars the gateway allows in the whole run (list prices)."""
+    target_max_output_tokens: int = Field(32_000, ge=1)
+    """Largest max_tokens one harness call may ask for; larger asks are refused (400)."""
+    optimizer_max_output_tokens: int = Field(32_000, ge=1)
+    """Largest max_tokens one optimizer call may ask for; larger asks are refused (400)."""
+
+
+class GatewayConfig(_Strict):
+    max_connections: int = Field(64, ge=2, le=4096)
+    """Connections each gateway listener serves at once (a thread each); more get a 503 at once."""
+    max_calls_per_lease: int = Field(10, ge=1)
+    """Calls one lease (a task, or an optimizer round) may have in flight; more get a retryable 429."""
+    io_timeout_s: float = Field(10.0, gt=0)
+    """Time a client has to send a request's headers, and again its body; slower ones are dropped."""
+    target_body_mb: float = Field(4.0, gt=0, le=32)
+    """Largest request body a harness may send."""
+    optimizer_body_mb: float = Field(32.0, gt=0, le=32)
+    """Largest request body the optimizer may send."""
+    socket_gid: int | None = Field(None, ge=1)
+    """Group owning the gateway socket's dir, given to task containers; default: an unused gid (root)."""
+    container_uids: list[int] = Field(default_factory=lambda: [65534])
+    """Uids besides harnessopt's own (and root) that may connect to the gateway's Unix socket."""
 
 
 class Config(_Strict):
@@ -112,6 +147,7 @@ class Config(_Strict):
     optimizer: OptimizerConfig = Field(default_factory=lambda: OptimizerConfig())
     gate: GateConfig = Field(default_factory=lambda: GateConfig())
     budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig())
+    gateway: GatewayConfig = Field(default_factory=lambda: GatewayConfig())
 
     def allowed_globs(self) -> list[str]:
         """Paths the optimizer may change, relative to the workspace root."""
@@ -148,8 +184,11 @@ def dump_config(cfg: Config) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
 
 
-def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
-    """CLI flags win over the YAML: keys are dotted paths like 'rollout.concurrency'."""
+def apply_overrides(cfg: Config, overrides: Mapping[str, Any]) -> Config:
+    """Command-line values win over the YAML: keys are dotted paths like 'rollout.concurrency'.
+
+    ``None`` values (a flag that was not given) are skipped. An unknown key is a UserError.
+    """
     data = cfg.model_dump()
     for dotted, value in overrides.items():
         if value is None:
@@ -157,9 +196,27 @@ def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
         node = data
         *parents, leaf = dotted.split(".")
         for p in parents:
-            node = node[p]
+            child = node.get(p) if isinstance(node, dict) else None
+            if not isinstance(child, dict):
+                raise UserError(f"unknown setting {dotted!r}; the settings are listed in docs/workspace.md")
+            node = child
+        if leaf not in node:
+            raise UserError(f"unknown setting {dotted!r}; the settings are listed in docs/workspace.md")
         node[leaf] = value
     return parse_config(data, "command-line options")
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``-c key=value``: the value is read as YAML (``3`` an int, ``true`` a bool, ``[a, b]`` a list)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UserError(f"-c takes KEY=VALUE (e.g. -c gate.epochs=3), got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
 
 
 def _first_line(e: Exception) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.console import Console
+
 from harnessopt import loop
 from harnessopt.config import Config, GateConfig, ModelConfig, OptimizerConfig, RolloutConfig
 from harnessopt.errors import HarnessoptError
@@ -34,7 +36,7 @@ def demo_config(sandbox: str) -> Config:
     )
 
 
-def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None]) -> int:
+def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None], console: Console) -> int:
     say(SCRIPTED_NOTICE.format(script=DEMO_DATA / "model.yaml"))
     init_workspace(
         target,
@@ -47,8 +49,6 @@ def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None]) -> int:
     )
     ws = Workspace.open(target)
     results = loop.run(ws, DEMO_ROUNDS, say)
-    from harnessopt.cli import console
-
     print_log(ws, console)
     statuses = [r.status for r in results]
     say(SCRIPTED_NOTICE.format(script=f"{target}/scripted_model.yaml"))

@@ -2,21 +2,18 @@
 
 ``PairedGate`` is harnessopt's gate (docs/gate.md): paired per-task differences, flip
 confirmation, a dead zone Δ from the sample size and the observed paired spread, and a soft
-metric that may break ties inside the zone. The baselines (``minibatch``, ``mean``,
-``deadband``) are the acceptance rules of GEPA, SkillOpt and SkillOpt-Lite; they are selectable
-by name and are what ``benchmarks/gate_simulation.py`` measures the paired gate against.
+metric that may break ties inside the zone. The baselines it is measured against (the
+acceptance rules of GEPA, SkillOpt and SkillOpt-Lite) live in ``benchmarks/baselines.py``.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harnessopt import stats
 from harnessopt.config import GateConfig
-from harnessopt.errors import UserError
 from harnessopt.protocols import ConfirmFn, GateDecision, GatePolicy, Outcome, Outcomes
 
 
@@ -134,8 +131,8 @@ class PairedGate:
         fc, fi = stats.task_means(fresh[0]), stats.task_means(fresh[1])
         k = self.second_look
         diffs = {t: (first_diffs[t] + k * (fc[t] - fi[t])) / (1 + k) for t in ids}
-        fixed = [t for t in ids if stats.passed(p.cand[t]) and not stats.passed(p.inc[t])]
-        broken = [t for t in ids if stats.passed(p.inc[t]) and not stats.passed(p.cand[t])]
+        fixed = [t for t in ids if stats.solved(p.cand[t]) and not stats.solved(p.inc[t])]
+        broken = [t for t in ids if stats.solved(p.inc[t]) and not stats.solved(p.cand[t])]
         was = set(first.fixed) | set(first.broken) | set(first.noise_flips)
         noise = sorted(was - set(fixed) - set(broken))
         runs = min(min(len(candidate[t]), len(incumbent[t])) for t in ids)
@@ -212,8 +209,8 @@ class PairedGate:
         listed in ``noise_flips``, not in fixed/broken (see docs/gate.md for why 0).
         """
         diffs = {t: p.cand[t] - p.inc[t] for t in p.ids}
-        fixed = [t for t in p.ids if stats.passed(p.cand[t]) and not stats.passed(p.inc[t])]
-        broken = [t for t in p.ids if stats.passed(p.inc[t]) and not stats.passed(p.cand[t])]
+        fixed = [t for t in p.ids if stats.solved(p.cand[t]) and not stats.solved(p.inc[t])]
+        broken = [t for t in p.ids if stats.solved(p.inc[t]) and not stats.solved(p.cand[t])]
         flipped = sorted(fixed + broken)
         details.update(flips_first_pass=len(flipped), confirmed=False, reruns=0)
         if not (self.cfg.confirm_flips and confirm and flipped):
@@ -228,7 +225,7 @@ class PairedGate:
             if t not in rc or t not in ri:
                 continue  # no rerun data (should not happen): keep the first-pass evidence
             was_fix = t in fixed
-            again = stats.passed(rc[t]) != stats.passed(ri[t]) and stats.passed(rc[t]) == was_fix
+            again = stats.solved(rc[t]) != stats.solved(ri[t]) and stats.solved(rc[t]) == was_fix
             if again:
                 diffs[t] = (diffs[t] + rc[t] - ri[t]) / 2.0
             else:
@@ -271,8 +268,8 @@ def soft_metric(
         unresolved = [
             t
             for t in ids
-            if not stats.passed(_mean_of(candidate[t], "score"))
-            and not stats.passed(_mean_of(incumbent[t], "score"))
+            if not stats.solved(_mean_of(candidate[t], "score"))
+            and not stats.solved(_mean_of(incumbent[t], "score"))
         ]
         name = "partial credit"
         gains = [_mean_of(candidate[t], "score") - _mean_of(incumbent[t], "score") for t in unresolved]
@@ -291,93 +288,9 @@ def _mean_of(runs: Sequence[Outcome], attr: str) -> float:
     return sum(vals) / len(vals) if vals else 0.0
 
 
-# --------------------------------------------------------------------------- baselines
+def make_gate(cfg: GateConfig) -> GatePolicy:
+    """The gate policy named by ``cfg.policy`` (a registry name or a dotted path)."""
+    from harnessopt import registry
 
-
-def _simple(
-    name: str, accept: bool, candidate: Outcomes, incumbent: Outcomes, ids: list[str], rule: str, zone: float
-) -> GateDecision:
-    c, i = stats.task_means(candidate), stats.task_means(incumbent)
-    cs, iscore = stats.mean([c[t] for t in ids]), stats.mean([i[t] for t in ids])
-    fixed, broken = stats.flips({t: candidate[t] for t in ids}, {t: incumbent[t] for t in ids})
-    verdict = "accepted" if accept else "rejected"
-    reason = f"{verdict}: {_sign(cs - iscore)} {rule} (n={len(ids)}, policy {name})"
-    return GateDecision(
-        accept,
-        reason,
-        len(ids),
-        cs,
-        iscore,
-        cs - iscore,
-        zone,
-        fixed,
-        broken,
-        details={"m": len(ids), "policy": name},
-    )
-
-
-class MinibatchImproved:
-    """GEPA's default: accept when a small random minibatch scored higher than the incumbent."""
-
-    name = "minibatch"
-
-    def __init__(self, size: int = 3, seed: int = 0):
-        self.size = size
-        self.rng = random.Random(seed)
-
-    def decide(
-        self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
-    ) -> GateDecision:
-        ids = sorted(set(candidate) & set(incumbent))
-        if len(ids) > self.size:
-            ids = sorted(self.rng.sample(ids, self.size))
-        c, i = stats.task_means(candidate), stats.task_means(incumbent)
-        improved = sum(c[t] for t in ids) > sum(i[t] for t in ids)
-        return _simple(self.name, improved, candidate, incumbent, ids, "minibatch sum improved?", 0.0)
-
-
-class MeanImproved:
-    """SkillOpt: accept when the val mean strictly improved."""
-
-    name = "mean"
-
-    def decide(
-        self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
-    ) -> GateDecision:
-        ids = sorted(set(candidate) & set(incumbent))
-        c, i = stats.task_means(candidate), stats.task_means(incumbent)
-        improved = bool(ids) and stats.mean([c[t] - i[t] for t in ids]) > 1e-12
-        return _simple(self.name, improved, candidate, incumbent, ids, "> 0", 0.0)
-
-
-class FixedDeadBand:
-    """SkillOpt-Lite: accept when the val mean improved by more than a fixed band (0.05)."""
-
-    name = "deadband"
-
-    def __init__(self, band: float = 0.05):
-        self.band = band
-
-    def decide(
-        self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
-    ) -> GateDecision:
-        ids = sorted(set(candidate) & set(incumbent))
-        c, i = stats.task_means(candidate), stats.task_means(incumbent)
-        improved = bool(ids) and stats.mean([c[t] - i[t] for t in ids]) > self.band + 1e-12
-        return _simple(self.name, improved, candidate, incumbent, ids, f"vs band {self.band:.3f}", self.band)
-
-
-GATES = ("paired", "minibatch", "mean", "deadband")
-
-
-def make_gate(name: str, cfg: GateConfig | None = None) -> GatePolicy:
-    """The gate policy called ``name``; an unknown name is a UserError listing the known ones."""
-    if name == "paired":
-        return PairedGate(cfg)
-    if name == "minibatch":
-        return MinibatchImproved()
-    if name == "mean":
-        return MeanImproved()
-    if name == "deadband":
-        return FixedDeadBand()
-    raise UserError(f"unknown gate policy '{name}'; choose one of: {', '.join(GATES)}")
+    gate: GatePolicy = registry.build("gate", cfg.policy, cfg)
+    return gate

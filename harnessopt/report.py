@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harnessopt import vcs
+from harnessopt import ledger, vcs
 from harnessopt.errors import UserError
 from harnessopt.workspace import EDITABLE_PATHS, Workspace
 
@@ -15,29 +15,28 @@ from harnessopt.workspace import EDITABLE_PATHS, Workspace
 def log_rows(ws: Workspace) -> list[dict[str, Any]]:
     """One row per round (round 0, the initial state, is not a round)."""
     rows = []
-    for r in vcs.round_records(ws.repo):
-        if r.round == 0:
-            continue
+    for r in ledger.past_rounds(ws.repo):
         m = r.manifest
         rows.append(
             {
                 "round": r.round,
                 "status": r.status,
-                "val_score": m.get("val_score"),
-                "incumbent_score": m.get("incumbent_score"),
-                "delta": m.get("delta"),
-                "dead_zone": m.get("dead_zone"),
-                "n": m.get("n"),
-                "fixed": m.get("fixed", []),
-                "broken": m.get("broken", []),
+                "val_score": m.val_score,
+                "incumbent_score": m.incumbent_score,
+                "delta": m.delta,
+                "dead_zone": m.dead_zone,
+                "n": m.n,
+                "fixed": m.fixed,
+                "broken": m.broken,
                 "commit": r.commit,
                 "ref": r.ref,
-                "summary": (m.get("summary") or "").splitlines()[0] if m.get("summary") else "",
-                "reason": m.get("reason", ""),
-                "changed": m.get("changed", []),
-                "violations": m.get("violations", []),
-                "tokens": m.get("tokens", {}),
-                "cost_usd": m.get("cost_usd"),
+                "summary": m.title,
+                "reason": m.reason,
+                "changed": m.changed,
+                "violations": m.violations,
+                "tokens": {role: u.model_dump() for role, u in m.tokens.items()},
+                "cost_usd": m.cost_usd,
+                "notes": m.notes,
             }
         )
     return rows
@@ -91,30 +90,22 @@ def _fmt(x: Any, sign: bool = False) -> str:
     return f"{x:+.3f}" if sign else f"{x:.3f}"
 
 
-def find_round(ws: Workspace, k: int) -> vcs.RoundRecord:
-    for r in vcs.round_records(ws.repo):
-        if r.round == k:
-            return r
-    known = ", ".join(str(r.round) for r in vcs.round_records(ws.repo))
-    raise UserError(f"round {k} is not recorded in {ws.root}; recorded rounds: {known}")
-
-
 def round_diff(ws: Workspace, k: int) -> str:
     """The change a round proposed (accepted or not), as a git diff of skill/ and harness/."""
-    r = find_round(ws, k)
+    r = ledger.find(ws.repo, k)
     if k == 0:
         raise UserError("round 0 is the initial state and has no diff; pick a round >= 1")
-    parent = r.manifest.get("parent") or ws.repo.commit(r.commit).parents[0].hexsha
-    header = f"# round {k}: {r.status} ({r.ref} {r.commit[:10]})\n# {r.manifest.get('reason', '')}\n"
+    parent = r.manifest.parent or ws.repo.commit(r.commit).parents[0].hexsha
+    header = f"# round {k}: {r.status} ({r.ref} {r.commit[:10]})\n# {r.manifest.reason}\n"
     body = vcs.diff(ws.repo, parent, r.commit, EDITABLE_PATHS)
     return header + (body if body.strip() else "# (no change to skill/ or harness/)\n")
 
 
 def rollback(ws: Workspace, k: int) -> str:
     """Restore skill/ and harness/ as of accepted round k in a new commit; history is kept."""
-    r = find_round(ws, k)
+    r = ledger.find(ws.repo, k)
     if r.status not in ("accepted", "initial"):
-        accepted = [str(x.round) for x in vcs.round_records(ws.repo) if x.status in ("accepted", "initial")]
+        accepted = [str(x.round) for x in ledger.rounds(ws.repo) if x.status in ("accepted", "initial")]
         raise UserError(
             f"round {k} was {r.status}; it never was on main. Roll back to an accepted round: {', '.join(accepted)}"
         )
@@ -125,32 +116,32 @@ def rollback(ws: Workspace, k: int) -> str:
     repo.git.checkout(r.commit, "--", *EDITABLE_PATHS)
     if not repo.git.status("--porcelain"):
         return f"skill/ and harness/ already are as of round {k}; nothing to commit"
-    manifest = {"status": "rollback", "to_round": k, "to_commit": r.commit}
-    repo.git.commit("-q", "-m", vcs.manifest_message(f"harnessopt rollback to round {k}", "", manifest))
+    repo.git.commit("-q", "-m", ledger.rollback_message(k, r.commit))
     ws.journal.write(k, "rollback", commit=vcs.head_sha(repo))
     return f"restored skill/ and harness/ as of round {k} in commit {vcs.head_sha(repo)[:10]}"
 
 
 def status_lines(ws: Workspace) -> list[str]:
-    records = vcs.round_records(ws.repo)
+    records = ledger.rounds(ws.repo)
     rounds = [r for r in records if r.round > 0]
     counts: dict[str, int] = {}
     for r in rounds:
         counts[r.status] = counts.get(r.status, 0) + 1
     head = vcs.head_sha(ws.repo)
-    best = ws.repo.commit(vcs.BEST_TAG)
-    best_k = next((r.round for r in records if r.commit == best.hexsha), "?")
+    best = ledger.best(ws.repo)
     at = next((r for r in records if r.commit == head), None)
     lines = [
         f"workspace: {ws.root} (mode {ws.cfg.mode}, template {ws.cfg.template}, "
         f"model {ws.cfg.model.provider}:{ws.cfg.model.target})",
         f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
         f"incumbent: {head[:10]}" + (f" = round {at.round}" if at else " (a rollback or manual commit)"),
-        f"best: round {best_k} ({best.hexsha[:10]}), val score "
-        f"{_fmt(vcs.parse_manifest(str(best.message)).get('val_score')) or 'not measured yet'}",
+        f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
+        f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]
-    cost = sum(r.manifest.get("cost_usd") or 0.0 for r in rounds)
+    cost = sum(r.manifest.cost_usd or 0.0 for r in rounds)
     lines.append(f"model cost recorded: ${cost:.4f}")
+    notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
+    lines += [f"note: {n}" for n in notes]
     last = ws.journal.last()
     if last and last.get("phase") not in ("recorded", "rollback", "run_end"):
         lines.append(

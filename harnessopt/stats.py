@@ -16,8 +16,13 @@ from typing import Any
 
 from harnessopt.protocols import Outcome, Outcomes
 
-PASS_THRESHOLD = 0.5
-"""A task counts as passed when its mean score over epochs is at least this."""
+SOLVED_THRESHOLD = 0.5
+"""A *task* is solved when its mean score over its runs (epochs) is at least this.
+
+Two words, two meanings, used the same way everywhere (docs/gate.md, "passed and solved"):
+a *run* passed when its scorer gave full credit (``ScoreResult.passed``, the trajectory's
+``passed:`` field, the train pass count); a *task* is solved over its runs (the gate's fixed and
+broken lists: a fixed task is solved by the candidate and not by the incumbent)."""
 
 
 # --------------------------------------------------------------------------- per-task summaries
@@ -28,8 +33,9 @@ def task_means(outcomes: Outcomes) -> dict[str, float]:
     return {tid: sum(o.score for o in runs) / len(runs) for tid, runs in outcomes.items() if runs}
 
 
-def passed(mean_score: float) -> bool:
-    return mean_score >= PASS_THRESHOLD
+def solved(mean_score: float) -> bool:
+    """Is a task with this mean score over its runs solved? (see ``SOLVED_THRESHOLD``)"""
+    return mean_score >= SOLVED_THRESHOLD
 
 
 def paired_diffs(candidate: Outcomes, incumbent: Outcomes) -> tuple[list[str], list[float]]:
@@ -40,11 +46,11 @@ def paired_diffs(candidate: Outcomes, incumbent: Outcomes) -> tuple[list[str], l
 
 
 def flips(candidate: Outcomes, incumbent: Outcomes) -> tuple[list[str], list[str]]:
-    """(fixed, broken): tasks that pass only for the candidate, and only for the incumbent."""
+    """(fixed, broken): tasks solved only by the candidate, and only by the incumbent."""
     cand, inc = task_means(candidate), task_means(incumbent)
     ids = sorted(set(cand) & set(inc))
-    fixed = [i for i in ids if passed(cand[i]) and not passed(inc[i])]
-    broken = [i for i in ids if passed(inc[i]) and not passed(cand[i])]
+    fixed = [i for i in ids if solved(cand[i]) and not solved(inc[i])]
+    broken = [i for i in ids if solved(inc[i]) and not solved(cand[i])]
     return fixed, broken
 
 

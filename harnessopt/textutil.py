@@ -140,3 +140,22 @@ def read_front_matter(text: str) -> tuple[dict[str, Any], str]:
 def parse_front_matter(text: str) -> dict[str, Any]:
     """The front matter of ``text`` as a mapping; ``FrontMatterError`` (a ValueError) otherwise."""
     return read_front_matter(text)[0]
+
+
+# --------------------------------------------------------------------------- untrusted text
+
+# C0 controls but tab and newline, DEL, C1 controls: escape sequences (OSC 52 clipboard writes,
+# cursor moves), NUL (which git refuses in a message) and bidi/zero-width tricks stay visible.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))}
+_CONTROL.update(
+    {c: f"\\u{c:04x}" for c in (0x200B, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+)
+_CONTROL[0x0D] = "\\r"
+
+
+def visible(text: str, limit: int | None = None) -> str:
+    """Untrusted text made safe for git, files and terminals: controls other than newline and tab
+    are written out as ``\\xNN`` (so an escape sequence is shown, never executed), and the result
+    is elided to ``limit`` characters when one is given."""
+    out = text.translate(_CONTROL)
+    return out if limit is None else elide(out, limit)

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from harnessopt.protocols import Exchange, TaskResult
-from harnessopt.textutil import elide, tail
+from harnessopt.textutil import elide, tail, visible
 
 FIELDS = (
     "task_id", "split", "round", "score", "passed", "soft", "feedback", "harness_commit",
@@ -327,8 +327,8 @@ def write_trajectories(
     paths = []
     for result, name in zip(results, trajectory_filenames(results), strict=True):
         path = directory / name
-        path.write_text(
-            render(result, harness_commit=harness_commit, target_model=target_model), encoding="utf-8"
-        )
+        text = render(result, harness_commit=harness_commit, target_model=target_model)
+        # Model and harness output is untrusted: an escape sequence is shown, never run by `head`.
+        path.write_text(visible(text), encoding="utf-8")
         paths.append(path)
     return paths

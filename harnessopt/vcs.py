@@ -7,38 +7,17 @@ moves in one atomic ``update-ref`` (accept) or never moves at all (reject / no-o
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
-import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import git
 
-MANIFEST_PREFIX = "harnessopt-manifest: "
-ROUND_TAG = "ho/round-{k}"
-BEST_TAG = "ho/best"
-RECORD_REF = "refs/harnessopt/{status}/round-{k}"
-RECORD_STATUSES = ("rejected", "noop", "failed")
-_ROUND_RE = re.compile(r"round-(\d+)$")
 # Interpreter droppings never enter a round's commit, whatever the overlay holds.
 _JUNK_PATHSPECS = (":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc")
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """One round as git remembers it: where its commit is and the manifest in its message."""
-
-    round: int
-    status: str
-    commit: str
-    ref: str
-    manifest: dict[str, Any]
-    subject: str
 
 
 def open_repo(ws: Path) -> git.Repo:
@@ -106,12 +85,55 @@ def build_commit(repo: git.Repo, parent: str, overlay: Path, paths: Sequence[str
             repo.git.rm("-r", "--cached", "-q", "--ignore-unmatch", "--", *existing)
         present = [p for p in paths if (overlay / p).exists()]
         if present:
+            # -f: an in-tree .gitignore must not make the commit differ from what was evaluated.
             repo.git.execute(
-                ["git", f"--work-tree={overlay}", "add", "-A", "--", *present, *_JUNK_PATHSPECS],
+                ["git", f"--work-tree={overlay}", "add", "-A", "-f", "--", *present, *_JUNK_PATHSPECS],
                 env={**os.environ, **env},
             )
         tree = repo.git.write_tree()
-    return repo.git.commit_tree(tree, "-p", parent, "-m", message)
+    sha = repo.git.commit_tree(tree, "-p", parent, "-m", message)
+    problems = tree_differences(repo, sha, overlay, present)
+    if problems:
+        raise RecordMismatch(
+            f"the commit would not hold the evaluated candidate ({'; '.join(problems[:3])}); nothing was recorded"
+        )
+    return str(sha)
+
+
+class RecordMismatch(Exception):
+    """A built commit's tree differs from the overlay it was built from (e.g. a nested .git)."""
+
+
+def tree_differences(repo: git.Repo, rev: str, overlay: Path, paths: Sequence[str]) -> list[str]:
+    """How ``paths`` in ``rev``'s tree differ from ``overlay`` (names, modes, blob hashes; a gitlink
+    or any other non-file entry is a difference). Interpreter droppings are left out on both sides."""
+    want: dict[str, tuple[str, str]] = {}
+    for top in paths:
+        for f in sorted((overlay / top).rglob("*")) if (overlay / top).is_dir() else [overlay / top]:
+            rel = f.relative_to(overlay).as_posix()
+            if f.is_dir() and not f.is_symlink() or "__pycache__" in f.parts or rel.endswith(".pyc"):
+                continue
+            if f.is_symlink() or not f.is_file():
+                want[rel] = ("special", "")
+                continue
+            data = f.read_bytes()
+            blob = _blob_id(data)
+            want[rel] = ("100755" if f.stat().st_mode & 0o100 else "100644", blob)
+    have: dict[str, tuple[str, str]] = {}
+    listing = repo.git.ls_tree("-r", "-z", "--full-tree", rev, "--", *paths) if paths else ""
+    for entry in filter(None, listing.split("\0")):
+        meta, name = entry.split("\t", 1)
+        mode, kind, sha = meta.split()
+        have[name] = (mode, sha) if kind == "blob" else (f"{kind} {mode}", sha)
+    problems = [f"{n}: {have[n][0]}" for n in sorted(have) if have[n][0] not in ("100644", "100755")]
+    problems += [f"{n} missing from the commit" for n in sorted(set(want) - set(have))]
+    problems += [f"{n} not in the candidate" for n in sorted(set(have) - set(want))]
+    problems += [f"{n} differs" for n in sorted(set(want) & set(have)) if want[n] != have[n]]
+    return problems
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def advance_main(repo: git.Repo, new: str, expected_old: str) -> None:
@@ -134,57 +156,6 @@ def reset_hard(repo: git.Repo) -> None:
     repo.git.clean("-fdq", "--", "skill", "harness", "trajectories")
 
 
-def manifest_message(subject: str, body: str, manifest: dict[str, Any]) -> str:
-    text = subject.strip()
-    if body.strip():
-        text += "\n\n" + body.strip()
-    return f"{text}\n\n{MANIFEST_PREFIX}{json.dumps(manifest, sort_keys=True)}\n"
-
-
-def parse_manifest(message: str) -> dict[str, Any]:
-    for line in reversed(message.splitlines()):
-        if line.startswith(MANIFEST_PREFIX):
-            try:
-                data = json.loads(line[len(MANIFEST_PREFIX) :])
-            except json.JSONDecodeError:
-                return {}
-            return data if isinstance(data, dict) else {}
-    return {}
-
-
-def round_records(repo: git.Repo) -> list[RoundRecord]:
-    """Every recorded round: accepted ones by their tag, the others by their refs; sorted."""
-    records: dict[int, RoundRecord] = {}
-    for t in repo.tags:
-        m = _ROUND_RE.search(t.name)
-        if t.name.startswith("ho/round-") and m:
-            records[int(m.group(1))] = _record(int(m.group(1)), "accepted", t.commit, t.path)
-    for status in RECORD_STATUSES:
-        for ref in _refs_under(repo, f"refs/harnessopt/{status}/"):
-            m = _ROUND_RE.search(ref)
-            if m and int(m.group(1)) not in records:
-                records[int(m.group(1))] = _record(int(m.group(1)), status, repo.commit(ref), ref)
-    return [records[k] for k in sorted(records)]
-
-
-def _refs_under(repo: git.Repo, prefix: str) -> list[str]:
-    out = repo.git.for_each_ref("--format=%(refname)", prefix)
-    return [line for line in out.splitlines() if line]
-
-
-def _record(k: int, status: str, commit: git.Commit, ref: str) -> RoundRecord:
-    message = str(commit.message)
-    manifest = parse_manifest(message)
-    return RoundRecord(
-        round=k,
-        status=manifest.get("status", status) if k else "initial",
-        commit=commit.hexsha,
-        ref=ref,
-        manifest=manifest,
-        subject=message.splitlines()[0] if message else "",
-    )
-
-
 def diff(repo: git.Repo, old: str, new: str, paths: Sequence[str] = ()) -> str:
     args = ["--stat", "-p", old, new]
     if paths:
@@ -200,14 +171,27 @@ def show_text(repo: git.Repo, rev: str, path: str) -> str | None:
 
 
 def export(repo: git.Repo, rev: str, paths: Sequence[str], dest: Path) -> None:
-    """Write ``paths`` as of ``rev`` into ``dest`` (file modes kept), without touching the work tree."""
-    import io
-    import tarfile
+    """Write ``paths`` as of ``rev`` into a new ``dest`` straight from the object store.
 
-    data = repo.git.execute(["git", "archive", "--format=tar", rev, "--", *paths], stdout_as_string=False)
+    Not ``git archive``: an in-tree ``.gitattributes`` (``export-ignore``, ``export-subst``) must
+    not make the audited skill differ from the committed one. Regular files only (modes 0644 or
+    0755); a link or a gitlink in the tree is not written.
+    """
+    listing = repo.git.ls_tree("-r", "-z", "--full-tree", rev, "--", *paths)
     dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(dest, filter="data")
+    for entry in filter(None, listing.split("\0")):
+        meta, name = entry.split("\t", 1)
+        mode, kind, sha = meta.split()
+        parts = name.split("/")
+        if kind != "blob" or mode not in ("100644", "100755") or any(p in ("", ".", "..") for p in parts):
+            continue
+        target = dest.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(
+            target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if mode == "100755" else 0o644
+        )
+        with os.fdopen(fd, "wb") as f:
+            f.write(repo.odb.stream(bytes.fromhex(sha)).read())
 
 
 def ref_exists(repo: git.Repo, ref: str) -> bool:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import git
 
-from harnessopt import vcs
-from harnessopt.config import CONFIG_NAME, Config, dump_config, load_config
+from harnessopt import ledger, vcs
+from harnessopt.config import CONFIG_NAME, Config, apply_overrides, dump_config, load_config
 from harnessopt.errors import UserError
 from harnessopt.journal import STATE_DIR, Journal
 from harnessopt.protocols import Task
@@ -37,9 +38,13 @@ def known_templates() -> list[str]:
     return sorted(p.name for p in templates_dir().iterdir() if (p / "run.py").is_file())
 
 
-@dataclass
+@dataclass(frozen=True)
 class Workspace:
-    """An opened workspace: its root, validated config, git repo and journal."""
+    """An opened workspace: its root, the run's one validated config, git repo and journal.
+
+    ``cfg`` is harnessopt.yaml with the command line's overrides applied once, at ``open``; it is
+    never replaced afterwards.
+    """
 
     root: Path
     cfg: Config
@@ -47,7 +52,7 @@ class Workspace:
     journal: Journal
 
     @classmethod
-    def open(cls, path: Path) -> Workspace:
+    def open(cls, path: Path, overrides: Mapping[str, Any] | None = None) -> Workspace:
         root = Path(path).resolve()
         if not root.is_dir():
             raise UserError(f"{path} does not exist; create a workspace with 'harnessopt init {path} ...'")
@@ -61,7 +66,10 @@ class Workspace:
             repo.git.rev_parse("ho/round-0")
         except (git.InvalidGitRepositoryError, git.GitCommandError):
             raise UserError(f"{path} is not a harnessopt workspace (no ho/round-0 tag)") from None
-        return cls(root, load_config(root), repo, Journal(root))
+        cfg = load_config(root)
+        if overrides:
+            cfg = apply_overrides(cfg, overrides)
+        return cls(root, cfg, repo, Journal(root))
 
     def tasks(self, split: str) -> list[Task]:
         return read_split(self.root / "tasks", split)
@@ -141,8 +149,5 @@ def _config_header() -> str:
 def _first_commit(root: Path, skill_name: str, n_tasks: int) -> None:
     repo = vcs.init_repo(root)
     repo.git.add("-A")
-    manifest = {"round": 0, "status": "initial", "skill": skill_name, "tasks": n_tasks}
-    repo.git.commit("-q", "-m", vcs.manifest_message("harnessopt round 0: initial workspace", "", manifest))
-    sha = vcs.head_sha(repo)
-    vcs.tag(repo, vcs.ROUND_TAG.format(k=0), sha)
-    vcs.tag(repo, vcs.BEST_TAG, sha)
+    repo.git.commit("-q", "-m", ledger.initial_message(skill_name, n_tasks))
+    ledger.tag_initial(repo)

@@ -1,10 +1,12 @@
 from collections.abc import Sequence
 
 import pytest
+from pydantic import ValidationError
 
+from benchmarks.baselines import FixedDeadBand, MeanImproved, MinibatchImproved
 from harnessopt.config import GateConfig
 from harnessopt.errors import UserError
-from harnessopt.gate import FixedDeadBand, MeanImproved, MinibatchImproved, PairedGate, make_gate
+from harnessopt.gate import PairedGate, make_gate
 from harnessopt.protocols import Outcome, Outcomes
 
 
@@ -129,6 +131,11 @@ def test_no_common_tasks_is_a_recorded_rejection():
     assert not d.accept and d.n == 0 and "no val task" in d.reason
 
 
+def band_gate(cfg: GateConfig) -> FixedDeadBand:
+    """A user's own gate policy, plugged in by dotted path."""
+    return FixedDeadBand(0.05)
+
+
 def test_baselines_and_make_gate():
     inc, cand = side([0] * 19 + [1]), side([1] + [0] * 18 + [1])
     assert MeanImproved().decide(cand, inc).accept
@@ -136,10 +143,12 @@ def test_baselines_and_make_gate():
     assert FixedDeadBand(0.04).decide(cand, inc).accept
     mb = MinibatchImproved(size=3, seed=1).decide(cand, inc)
     assert mb.n == 3
-    assert isinstance(make_gate("paired", GateConfig()), PairedGate)
-    assert make_gate("deadband").name == "deadband"
-    with pytest.raises(UserError, match="paired, minibatch, mean, deadband"):
-        make_gate("nope")
+    assert isinstance(make_gate(GateConfig()), PairedGate)
+    assert make_gate(GateConfig(policy="tests.test_gate:band_gate")).name == "deadband"
+    with pytest.raises(ValidationError, match="known: paired"):
+        GateConfig(policy="nope")
+    with pytest.raises(UserError, match="known: paired"):
+        make_gate(GateConfig.model_construct(**{**GateConfig().model_dump(), "policy": "nope"}))
 
 
 class Fresh:

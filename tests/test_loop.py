@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harnessopt import loop, vcs
+from harnessopt import ledger, loop, vcs
 from harnessopt.demo import DEMO_DATA, demo_config
 from harnessopt.errors import UserError
 from harnessopt.protocols import Task
@@ -102,7 +102,7 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> None:
     assert "Reply with only the city name" not in (ws / "skill" / "SKILL.md").read_text()
     assert not Path(_journal_entry(ws, "propose")["view"]).exists()  # the view is not left in /tmp
     # Nothing was recorded, so the next run starts round 1 again.
-    assert loop.next_round(Workspace.open(ws)) == 1
+    assert ledger.next_round(Workspace.open(ws).repo) == 1
 
 
 def test_recover_finishes_an_interrupted_checkout(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_recover_finishes_an_interrupted_checkout(tmp_path: Path) -> None:
     ws.repo.git.update_ref("refs/heads/main", sha, parent)  # the crash came after update-ref, before checkout
     assert vcs.dirty_paths(ws.repo)
     said: list[str] = []
-    loop.recover(ws, said.append)
+    ledger.recover(ws.repo, ws.journal, said.append)
     assert not vcs.dirty_paths(ws.repo)
     assert (ws_path / "skill" / "SKILL.md").read_text().endswith("new line\n")
     assert ws.repo.commit("ho/round-1").hexsha == sha and said
@@ -127,7 +127,8 @@ def test_recover_refuses_a_users_uncommitted_edit(tmp_path: Path) -> None:
     ws_path = make_ws(tmp_path)
     (ws_path / "skill" / "notes.md").write_text("mine")
     with pytest.raises(UserError, match="commit or stash"):
-        loop.recover(Workspace.open(ws_path), print)
+        opened = Workspace.open(ws_path)
+        ledger.recover(opened.repo, opened.journal, print)
     assert (ws_path / "skill" / "notes.md").read_text() == "mine"
 
 
@@ -150,9 +151,9 @@ def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Pa
     )
     assert r.returncode == 0, r.stderr
     assert "budget" in r.stdout and "stopping after round 1" in r.stdout
-    records = vcs.round_records(Workspace.open(ws).repo)
+    records = ledger.rounds(Workspace.open(ws).repo)
     assert [(x.round, x.status) for x in records] == [(0, "initial"), (1, "failed")]
-    assert "max_calls" in records[1].manifest["reason"]
+    assert "max_calls" in records[1].manifest.reason
     assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
 
 

@@ -115,3 +115,35 @@ def test_audit_stats_reports_gain_interval_and_flips():
     blo, bhi = out["bootstrap_interval"]
     assert blo < out["gain"] < bhi
     assert len(out["fixed"]) == 12 and out["broken"] == ["p0"] and out["missing"] == ["extra"]
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 15, 49, 199, 1000])
+@pytest.mark.parametrize("p", [0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.995, 0.9995])
+def test_t_quantile_and_cdf_agree_with_scipy(p: float, df: int) -> None:
+    """The hand-written quantile (no scipy at run time) against scipy's, on the gate's levels."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    scipy_special = pytest.importorskip("scipy.special")
+    assert stats.t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-7, abs=1e-9)
+    assert stats.t_cdf(1.7, df) == pytest.approx(scipy_stats.t.cdf(1.7, df), rel=1e-9)
+    assert stats.betainc(df / 2, 0.5, 0.3) == pytest.approx(scipy_special.betainc(df / 2, 0.5, 0.3), rel=1e-9)
+
+
+def test_a_run_passes_on_full_credit_and_a_task_is_solved_over_its_runs() -> None:
+    """The two words of docs/gate.md: 'passed' (one run, full credit) and 'solved' (a task, mean >= 0.5)."""
+    from harnessopt.scoring import ScoreResult
+
+    assert ScoreResult(score=1.0, feedback="").passed
+    assert not ScoreResult(score=0.6, feedback="").passed  # partial credit is not a pass
+    assert not ScoreResult(score=1.0, feedback="", error="boom").passed
+    runs = {
+        "t": [Outcome(score=1.0), Outcome(score=0.0)],
+        "u": [Outcome(score=0.6)],
+        "v": [Outcome(score=0.4)],
+    }
+    assert {t: stats.solved(m) for t, m in stats.task_means(runs).items()} == {
+        "t": True,
+        "u": True,
+        "v": False,
+    }
+    fixed, broken = stats.flips(runs, {t: [Outcome(score=0.0)] for t in runs})
+    assert fixed == ["t", "u"] and broken == []

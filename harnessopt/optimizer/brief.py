@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from harnessopt.config import OptimizerConfig
+from harnessopt.ledger import Round
 
 _SUMMARY_CAP = 1500  # characters of an earlier round's summary kept in history.md
 
@@ -75,10 +75,10 @@ worth an edit, change nothing and say why.
 """
 
 
-def render_history(records: Sequence[Mapping[str, Any]]) -> str:
-    """history.md from the lead's round records (round, status, delta, dead_zone, summary, reason)."""
+def render_history(rounds: Sequence[Round]) -> str:
+    """history.md from the ledger's earlier rounds (status, delta, dead zone, reason, summary)."""
     lines = ["# History of earlier rounds", ""]
-    if not records:
+    if not rounds:
         lines += ["No earlier rounds: this is the first proposal.", ""]
         return "\n".join(lines)
     lines += [
@@ -86,19 +86,20 @@ def render_history(records: Sequence[Mapping[str, Any]]) -> str:
         "unless you can say why they failed and what is different now.",
         "",
     ]
-    for rec in records:
-        lines.append(f"## Round {rec.get('round', '?')}: {rec.get('status', 'unknown')}")
+    for r in rounds:
+        m = r.manifest
+        lines.append(f"## Round {r.round}: {r.status}")
         lines.append("")
         numbers = []
-        if rec.get("delta") is not None:
-            numbers.append(f"delta {float(rec['delta']):+.3f}")
-        if rec.get("dead_zone") is not None:
-            numbers.append(f"dead zone {float(rec['dead_zone']):.3f}")
+        if m.delta is not None:
+            numbers.append(f"delta {m.delta:+.3f}")
+        if m.dead_zone is not None:
+            numbers.append(f"dead zone {m.dead_zone:.3f}")
         if numbers:
             lines.append("- " + ", ".join(numbers))
-        if rec.get("reason"):
-            lines.append(f"- reason: {_one_line(str(rec['reason']))}")
-        summary = str(rec.get("summary") or "").strip()
+        if m.reason:
+            lines.append(f"- reason: {_one_line(m.reason)}")
+        summary = m.summary.strip()
         if summary:
             if len(summary) > _SUMMARY_CAP:
                 summary = summary[:_SUMMARY_CAP].rstrip() + " [...]"

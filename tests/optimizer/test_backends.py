@@ -11,6 +11,7 @@ import pytest
 
 from harnessopt.config import OptimizerConfig
 from harnessopt.errors import UserError
+from harnessopt.ledger import Round, RoundManifest
 from harnessopt.optimizer import make_optimizer, render_brief, render_history
 from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 from harnessopt.optimizer.command import CommandOptimizer
@@ -157,24 +158,19 @@ def test_brief_names_the_whitelist_budgets_and_rules() -> None:
 
 def test_history_lists_rounds_with_numbers() -> None:
     assert "first proposal" in render_history([])
+    rows = [
+        {
+            "round": 1,
+            "status": "accepted",
+            "delta": 0.125,
+            "dead_zone": 0.08,
+            "summary": "Terse answers\n\nx",
+        },
+        {"round": 2, "status": "rejected", "delta": -0.02, "dead_zone": 0.09, "reason": "inside\nthe zone"},
+        {"round": 3, "status": "noop", "summary": "y" * 5000},
+    ]
     text = render_history(
-        [
-            {
-                "round": 1,
-                "status": "accepted",
-                "delta": 0.125,
-                "dead_zone": 0.08,
-                "summary": "Terse answers\n\nx",
-            },
-            {
-                "round": 2,
-                "status": "rejected",
-                "delta": -0.02,
-                "dead_zone": 0.09,
-                "reason": "inside\nthe zone",
-            },
-            {"round": 3, "status": "noop", "summary": "y" * 5000},
-        ]
+        [Round(r["round"], r["status"], "c0ffee", "ref", RoundManifest.model_validate(r), "") for r in rows]
     )
     assert "## Round 1: accepted" in text and "delta +0.125, dead zone 0.080" in text
     assert "reason: inside the zone" in text and "Terse answers" in text

@@ -1,0 +1,93 @@
+"""One registry of swappable parts: sandboxes, optimizers, models and gate policies.
+
+A part is chosen by a short name from the config (``rollout.sandbox: docker``) or by a dotted
+path ``package.module:factory`` naming a user's own part, so nobody has to fork harnessopt to
+plug one in. Every name maps to a *factory* with one signature per kind (below); a user's
+factory (a class is fine) is called the same way and must return an object that satisfies the
+kind's protocol in ``harnessopt.protocols``. Nothing is imported until a part is built, so
+reading the registry costs nothing at start-up.
+
+Factory signatures, by kind:
+
+* ``sandbox``: ``(cfg: RolloutConfig, *, announce) -> Sandbox``
+* ``optimizer``: ``(cfg: OptimizerConfig, *, client_factory, shell_factory, announce,
+  transcript_dir) -> Optimizer``
+* ``model``: ``(cfg: ModelConfig, *, root: Path) -> Model``
+* ``gate``: ``(cfg: GateConfig) -> GatePolicy``
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Literal
+
+from harnessopt.errors import UserError
+
+Kind = Literal["sandbox", "optimizer", "model", "gate"]
+
+PARTS: dict[str, dict[str, str]] = {
+    "sandbox": {
+        "auto": "harnessopt.sandbox:auto_sandbox",
+        "docker": "harnessopt.sandbox:docker_sandbox",
+        "local": "harnessopt.sandbox:local_sandbox",
+    },
+    "optimizer": {
+        "anthropic": "harnessopt.optimizer:anthropic_optimizer",
+        "command": "harnessopt.optimizer:command_optimizer",
+        "manual": "harnessopt.optimizer:manual_optimizer",
+    },
+    "model": {
+        "anthropic": "harnessopt.models:anthropic_model",
+        "scripted": "harnessopt.models:scripted_model",
+    },
+    "gate": {
+        "paired": "harnessopt.gate:PairedGate",
+    },
+}
+
+
+def known(kind: Kind) -> list[str]:
+    return list(PARTS[kind])
+
+
+def is_dotted(name: str) -> bool:
+    module, _, attr = name.partition(":")
+    return bool(module and attr) and all(p.isidentifier() for p in module.split(".") + attr.split("."))
+
+
+def check(kind: Kind, name: str) -> str:
+    """``name`` if it is a known part or a well-formed dotted path, else ValueError (for config)."""
+    if name in PARTS[kind] or is_dotted(name):
+        return name
+    raise ValueError(f"unknown {kind} {name!r}; {_available(kind)}")
+
+
+def resolve(kind: Kind, name: str) -> Callable[..., Any]:
+    """The factory of part ``name`` of ``kind``; a UserError that lists what is available."""
+    target = PARTS[kind].get(name)
+    if target is None:
+        if not is_dotted(name):
+            raise UserError(f"unknown {kind} {name!r}; {_available(kind)}")
+        target = name
+    module_name, _, attr = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except ImportError as e:
+        raise UserError(f"{kind} {name!r}: cannot import {module_name} ({e}); {_available(kind)}") from None
+    except AttributeError:
+        raise UserError(f"{kind} {name!r}: {module_name} has no {attr}; {_available(kind)}") from None
+    if not callable(obj):
+        raise UserError(f"{kind} {name!r} is not callable; name a class or a factory function")
+    return obj
+
+
+def build(kind: Kind, name: str, *args: Any, **kwargs: Any) -> Any:
+    """Resolve and call the factory of ``name``."""
+    return resolve(kind, name)(*args, **kwargs)
+
+
+def _available(kind: Kind) -> str:
+    return f"known: {', '.join(PARTS[kind])} (or a dotted path package.module:Factory)"

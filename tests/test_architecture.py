@@ -1,0 +1,110 @@
+"""The module map of docs/architecture.md, checked: no import cycle, no import from a lower layer up."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "harnessopt"
+
+# Lowest first. A module may import its own layer or lower ones, never a higher one.
+LAYERS: list[set[str]] = [
+    {"errors", "protocols", "textutil", "stats", "journal", "interrupts", "proc", "registry"},
+    {"config", "tasks", "skillspec", "scoring", "trajectory", "messages_http", "vcs", "untar"},
+    {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache"},
+    {"rollout", "services"},
+    {"loop", "audit", "report"},
+    {"demo"},
+    {"cli", "__main__", "__init__"},
+]
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if module.count(".") else "__init__"
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module} is in no layer of tests/test_architecture.py: place it")
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> harnessopt modules it imports (at top level or inside functions)."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                base = node.module
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for t in targets:
+                if t.startswith("harnessopt") and t != name:
+                    while t not in modules:
+                        t = t.rsplit(".", 1)[0]
+                    if t != name:
+                        graph[name].add(t)
+    return graph
+
+
+def test_no_import_goes_up_a_layer() -> None:
+    wrong = [
+        f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+        for a, targets in import_graph().items()
+        for b in targets
+        if _layer(b) > _layer(a)
+    ]
+    assert wrong == []
+
+
+def test_no_import_cycle() -> None:
+    graph = import_graph()
+    # A package's __init__ may import its own submodules (and they their siblings); a submodule
+    # importing its package's __init__ back would close a cycle and counts.
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append(stack[stack.index(n) :] + [n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert cycles == []
+
+
+def test_sandbox_does_not_import_the_optimizer() -> None:
+    graph = import_graph()
+    bad = {m: t for m, t in graph.items() if m.startswith("harnessopt.sandbox") for x in t if "optimizer" in x}
+    assert bad == {}
+
+
+def test_rounds_are_read_only_through_the_ledger() -> None:
+    """No module but the ledger parses manifests or indexes them by string keys."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.name == "ledger.py":
+            continue
+        for needle in ("MANIFEST_PREFIX", "manifest.get(", 'manifest["', "round_records("):
+            if needle in text:
+                offenders.append(f"{path.relative_to(PACKAGE)}: {needle}")
+    assert offenders == []
