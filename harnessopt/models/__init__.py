@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from harnessopt.config import ModelConfig
 from harnessopt.errors import UserError
 from harnessopt.models.anthropic_api import AnthropicModel
 from harnessopt.models.scripted import ScriptedModel
@@ -13,7 +14,7 @@ from harnessopt.protocols import Model
 
 PROVIDERS = ("anthropic", "scripted")
 
-__all__ = ["PROVIDERS", "AnthropicModel", "ScriptedModel", "make_model"]
+__all__ = ["PROVIDERS", "AnthropicModel", "ScriptedModel", "make_model", "model_for"]
 
 
 def make_model(
@@ -34,3 +35,21 @@ def make_model(
             )
         return ScriptedModel.from_yaml(script_path)
     raise UserError(f"unknown model provider {provider!r}; known providers: {', '.join(PROVIDERS)}")
+
+
+def anthropic_model(cfg: ModelConfig, *, root: Path) -> Model:
+    """``anthropic``: the Messages API, with the key from this process's environment."""
+    return make_model("anthropic")
+
+
+def scripted_model(cfg: ModelConfig, *, root: Path) -> Model:
+    """``scripted``: replies replayed from ``model.script`` (a path relative to the workspace)."""
+    return make_model("scripted", script_path=(root / cfg.script) if cfg.script else None)
+
+
+def model_for(cfg: ModelConfig, root: Path) -> Model:
+    """The model named by ``cfg.provider`` (a registry name or a dotted path)."""
+    from harnessopt import registry
+
+    model: Model = registry.build("model", cfg.provider, cfg, root=root)
+    return model
