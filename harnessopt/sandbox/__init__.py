@@ -12,36 +12,51 @@ from harnessopt.config import RolloutConfig
 from harnessopt.errors import UserError
 from harnessopt.protocols import Sandbox
 
-KNOWN = ("auto", "docker", "local")
-
 
 def make_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
-    """The sandbox named by ``cfg.sandbox``.
+    """The sandbox named by ``cfg.sandbox`` (a registry name or a dotted path)."""
+    from harnessopt import registry
 
-    ``auto``: Docker when the engine answers and ``cfg.image`` exists, else ``local`` with a
-    printed warning. ``docker``: UserError when the engine or the image is missing.
-    """
+    sandbox: Sandbox = registry.build("sandbox", cfg.sandbox, cfg, announce=announce)
+    return sandbox
+
+
+def local_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
+    """``local``: a subprocess per task (weaker isolation; asked for explicitly)."""
     from harnessopt.sandbox.local import LocalSandbox
 
-    kind = cfg.sandbox
-    if kind not in KNOWN:
-        raise UserError(f"unknown sandbox {kind!r}; known: {', '.join(KNOWN)}")
-    if kind == "local":
-        return LocalSandbox(cfg)
+    return LocalSandbox(cfg)
+
+
+def docker_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
+    """``docker``: a UserError when the engine or the image is missing."""
+    client, why_not = _docker_with_image(cfg.image)
+    if client is None:
+        raise UserError(why_not)
+    return _docker(cfg, client, why_not, announce)
+
+
+def auto_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
+    """``auto``: Docker when the engine answers and ``cfg.image`` exists, else ``local`` with a warning."""
+    from harnessopt.sandbox.local import LocalSandbox
+
     client, why_not = _docker_with_image(cfg.image)
     if client is not None:
-        from harnessopt.sandbox.docker import DockerSandbox
-
-        if why_not:  # stale image: usable, but say so
-            announce(why_not)
-        return DockerSandbox(cfg, client)
-    if kind == "docker":
-        raise UserError(why_not)
+        return _docker(cfg, client, why_not, announce)
     announce(
         f"sandbox: using the local subprocess sandbox ({why_not}); its isolation is weaker: "
         "the harness and the optimizer's bash tool can read the host's files and reach the network"
     )
     return LocalSandbox(cfg)
+
+
+def _docker(cfg: RolloutConfig, client: Any, stale: str, announce: Callable[[str], None]) -> Sandbox:
+    from harnessopt.sandbox.docker import DockerSandbox
+
+    if stale:  # stale image: usable, but say so
+        announce(stale)
+    announce(f"sandbox: docker ({cfg.image}), a fresh container per task, no network")
+    return DockerSandbox(cfg, client)
 
 
 def _docker_with_image(image: str) -> tuple[Any | None, str]:
