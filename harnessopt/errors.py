@@ -9,9 +9,5 @@ class HarnessoptError(Exception):
     """An internal failure that is not the user's fault (exit code 1)."""
 
 
-class SandboxUnavailable(UserError):
-    """The requested sandbox backend cannot run on this machine."""
-
-
 class BudgetExceeded(HarnessoptError):
     """The run's model budget (calls, tokens or cost) is spent."""

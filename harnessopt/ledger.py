@@ -200,18 +200,6 @@ def best(repo: git.Repo) -> Round:
     return _round(-1, "accepted", repo.commit(sha), BEST_TAG)
 
 
-def manifest_at(repo: git.Repo, rev: str) -> RoundManifest | None:
-    """The round manifest of any commit, or None when its message carries none."""
-    text = str(repo.commit(rev).message)
-    if not manifest_data(text):
-        return None
-    data = manifest_data(text)
-    try:
-        return RoundManifest.model_validate(data)
-    except ValidationError:
-        return None
-
-
 # --------------------------------------------------------------------------- writing
 
 

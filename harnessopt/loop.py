@@ -312,8 +312,6 @@ def record(
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
     ws.journal.write(rc.k, "recorded", status=status, commit=sha)
     say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
-    for note in m.notes:
-        say(f"round {rc.k}: note: {note}")
     return RoundResult(rc.k, status, reason, sha, m)
 
 
@@ -365,12 +363,16 @@ def run(ws: Workspace, rounds: int, say: Announce, *, progress: object = None) -
     ledger.recover(ws.repo, ws.journal, say)
     start = ledger.next_round(ws.repo)
     results: list[RoundResult] = []
+    told: list[str] = []
     with open_services(ws.root, ws.cfg, say, progress=progress) as svc:
         ws.journal.write(start, "run_start", rounds=rounds)
         for k in range(start, start + rounds):
             interrupts.check()
             result = run_round(ws, svc, k, say)
             results.append(result)
+            for note in svc.gateway.notes[len(told) :]:  # e.g. a model without a price, counted at $0
+                say(f"note: {note}")
+                told.append(note)
             spent = svc.gateway.exhausted()
             if result.status == "failed" or spent:
                 say(f"stopping after round {k}: {spent or result.reason}")

@@ -131,6 +131,7 @@ class Runner:
             output_tokens=sum(x.output_tokens for x in exchanges),
             steps=len(exchanges),
             stderr_tail=out.stderr_tail,
+            stdout_tail=out.stdout_tail,
             task_input=task.input,
             exchanges=list(exchanges),
             harness_events=_read_events(out.out_dir / "trajectory.jsonl"),

@@ -14,7 +14,7 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import Any
 
-from harnessopt.protocols import Outcome, Outcomes
+from harnessopt.protocols import Outcomes
 
 SOLVED_THRESHOLD = 0.5
 """A *task* is solved when its mean score over its runs (epochs) is at least this.
@@ -253,8 +253,3 @@ def audit_stats(base: Outcomes, best: Outcomes, confidence: float = 0.95) -> dic
         "broken": broken,
         "missing": sorted(set(b) ^ set(s)),
     }
-
-
-def outcome(score: float, soft: float | None = None, tokens: int = 0) -> Outcome:
-    """Shorthand used by tests and the simulation."""
-    return Outcome(score=score, soft=soft, tokens=tokens)

@@ -3,7 +3,7 @@
 Layout (see docs/trajectories.md): YAML front matter with a fixed list of fields, one per line,
 then ``# Task``, ``# Transcript`` (every model call the gateway recorded, in order: the messages
 that are new since the previous call, then the response blocks), ``# Harness events`` when the
-harness logged any, ``# Answer``, ``# Harness stderr (tail)``, ``# Scorer feedback``, ``# Notes``.
+harness logged any, ``# Answer``, ``# Harness stdout (tail)`` (when it printed anything), ``# Harness stderr (tail)``, ``# Scorer feedback``, ``# Notes``.
 Free text sits inside code fences so a model that writes ``# Answer`` cannot fake a section.
 Output depends only on the inputs (no clocks, no dict-order surprises), so files diff cleanly.
 """
@@ -272,6 +272,8 @@ def render(result: TaskResult, *, harness_commit: str, target_model: str) -> str
             events = [*events[:half], {"elided_events": skipped}, *events[-half:]]
         lines += [f"- {_event_line(e)}" for e in events]
     lines += ["", "# Answer", "", _text_or_empty(elide(result.answer or "", ANSWER_CHARS))]
+    if result.stdout_tail.strip():  # what the harness printed (captured by the sandbox), when anything
+        lines += ["", "# Harness stdout (tail)", "", tail(result.stdout_tail, STDERR_CHARS)]
     lines += [
         "",
         "# Harness stderr (tail)",

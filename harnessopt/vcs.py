@@ -163,13 +163,6 @@ def diff(repo: git.Repo, old: str, new: str, paths: Sequence[str] = ()) -> str:
     return str(repo.git.diff(*args))
 
 
-def show_text(repo: git.Repo, rev: str, path: str) -> str | None:
-    try:
-        return str(repo.git.show(f"{rev}:{path}"))
-    except git.GitCommandError:
-        return None
-
-
 def export(repo: git.Repo, rev: str, paths: Sequence[str], dest: Path) -> None:
     """Write ``paths`` as of ``rev`` into a new ``dest`` straight from the object store.
 

@@ -276,3 +276,10 @@ def test_other_block_types() -> None:
     assert "#### assistant thinking" in text and "hmm, multiply" in text
     assert "[image image/png, 5000 chars of base64 data]" in text and "AAAA" not in text
     assert "#### assistant server_thing" in text
+
+
+def test_harness_stdout_is_shown_when_there_is_any() -> None:
+    text = render_one(stdout_tail="progress: 3/3 tools ok\n")
+    assert text.index("# Answer") < text.index("# Harness stdout (tail)") < text.index("# Harness stderr")
+    assert "progress: 3/3 tools ok" in text
+    assert "# Harness stdout" not in render_one(stdout_tail="")
