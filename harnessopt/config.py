@@ -80,6 +80,8 @@ class OptimizerConfig(_Strict):
     """Time limit of one bash tool command."""
     settle_s: float = Field(5.0, gt=0)
     """Manual backend: seconds without edits before gating starts."""
+    feedback: Literal["full", "no_expected"] = "full"
+    """Scorer feedback in train trajectories: as written, or with the gold answer cut out."""
 
 
 class GateConfig(_Strict):

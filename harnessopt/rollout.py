@@ -16,6 +16,7 @@ from harnessopt.errors import BudgetExceeded
 from harnessopt.gateway import Gateway
 from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
 from harnessopt.scoring import run_scorer
+from harnessopt.textutil import redact
 from harnessopt.trajectory import safe_filename
 
 ANSWER_CAP = 64 * 1024
@@ -112,6 +113,8 @@ class Runner:
                 self.scorer, task_dict, answer, out.out_dir, timeout_s=self.cfg.rollout.scorer_timeout_s
             )
             score, soft, feedback, passed = sr.score, sr.soft, sr.feedback, sr.passed
+            if self.cfg.optimizer.feedback == "no_expected":  # enforced here, whatever scorer.py says
+                feedback = _without_answer(feedback, task.answer)
             if sr.error:
                 notes.append(f"scorer error (scored 0, not a win): {sr.error}")
         return TaskResult(
@@ -137,6 +140,15 @@ class Runner:
             harness_events=_read_events(out.out_dir / "trajectory.jsonl"),
             notes=notes,
         )
+
+
+def _without_answer(feedback: str, answer: Any) -> str:
+    """The scorer's feedback with the gold answer (as text and as JSON) cut out."""
+    forms = {str(answer), json.dumps(answer, ensure_ascii=False, sort_keys=True)}
+    forms.add(json.dumps(answer, ensure_ascii=False, sort_keys=True, separators=(",", ":")))
+    for form in sorted(forms, key=len, reverse=True):
+        feedback = redact(feedback, form)
+    return feedback
 
 
 def outcomes(results: Sequence[TaskResult]) -> dict[str, list[Outcome]]:

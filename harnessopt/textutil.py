@@ -9,6 +9,7 @@ hostile document escape as anything but a ``FrontMatterError`` (a ``ValueError``
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -159,3 +160,19 @@ def visible(text: str, limit: int | None = None) -> str:
     is elided to ``limit`` characters when one is given."""
     out = text.translate(_CONTROL)
     return out if limit is None else elide(out, limit)
+
+
+HIDDEN = "[expected value hidden]"
+
+
+def redact(text: str, secret: str) -> str:
+    """``text`` with every occurrence of ``secret`` replaced by ``HIDDEN``: case-insensitive, any
+    run of whitespace in ``secret`` matching any run in ``text``, whole words where ``secret``
+    starts or ends with a word character (so a gold answer "a" does not eat every letter a)."""
+    words = secret.split()
+    if not words:
+        return text
+    body = r"\s+".join(re.escape(w) for w in words)
+    start = r"(?<!\w)" if re.match(r"\w", words[0]) else ""
+    end = r"(?!\w)" if re.search(r"\w$", words[-1]) else ""
+    return re.sub(start + body + end, HIDDEN, text, flags=re.IGNORECASE)

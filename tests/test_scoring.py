@@ -154,3 +154,19 @@ def test_a_scorer_within_its_time_scores_normally(tmp_path: Path) -> None:
         lambda task, answer, out_dir: 0.5, {"id": "t", "answer": "a"}, "a", tmp_path, timeout_s=5
     )
     assert result.score == 0.5 and result.error is None
+
+
+def test_feedback_mode_no_expected_cuts_the_gold_answer_whatever_the_scorer_says(tmp_path: Path) -> None:
+    """Train gold answers reach the optimizer through feedback unless optimizer.feedback says not."""
+    from harnessopt.rollout import _without_answer
+    from harnessopt.textutil import HIDDEN
+
+    scorer = load_scorer(Path(__file__).resolve().parents[1] / "workspace_templates" / "scorer.py")
+    task = {"id": "t", "input": "capital of Australia?", "answer": "Canberra"}
+    fb = run_scorer(scorer, task, "Sydney", tmp_path).feedback
+    assert "canberra" in fb.lower()  # the default: the expected value is quoted
+    hidden = _without_answer(fb, "Canberra")
+    assert "canberra" not in hidden.lower() and HIDDEN in hidden and "sydney" in hidden
+    assert "new york" not in _without_answer("expected 'NEW   York'", "New York").lower()
+    assert "banana" in _without_answer("expected 'a', got 'banana'", "a")
+    assert '"k": 1' not in _without_answer('expected {"k": 1}', {"k": 1})
