@@ -84,6 +84,8 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
     except Exception as e:  # an infrastructure failure is a recorded outcome, not a traceback
         ws.journal.write(k, "error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         return record(ws, svc, rc, trail, ("failed", f"{type(e).__name__}: {e}"[:500]), say)
+    finally:  # the optimizer's token dies with its round: nothing it left running can spend later
+        svc.gateway.release_round("optimizer", k)
 
 
 def _steps(

@@ -55,7 +55,6 @@ def _docker(cfg: RolloutConfig, client: Any, stale: str, announce: Callable[[str
 
     if stale:  # stale image: usable, but say so
         announce(stale)
-    announce(f"sandbox: docker ({cfg.image}), a fresh container per task, no network")
     return DockerSandbox(cfg, client)
 
 
