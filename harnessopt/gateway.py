@@ -28,7 +28,7 @@ from typing import Any
 from harnessopt.config import BudgetConfig
 from harnessopt.errors import UserError
 from harnessopt.messages_http import COUNT_TOKENS_PATH, ApiCall, MessagesServer, estimate_input_tokens
-from harnessopt.protocols import Exchange, GatewayLease, Model, ModelError, Usage
+from harnessopt.protocols import Exchange, Forward, GatewayLease, Model, ModelError, Usage
 
 SOCKET_NAME = "gateway.sock"
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
@@ -180,8 +180,9 @@ class Gateway:
                 self.refusals += 1
             self._record(lease, call, None, problem, started, 0.0)
             raise ModelError(429, "rate_limit_error", problem, retryable=False)
+        forward = Forward.of(call.headers, call.query)  # beta features; never the client's key
         try:
-            response = self.model.create(call.body, lease.role)
+            response = self.model.create(call.body, lease.role, forward=forward)
         except ModelError as e:
             self._record(lease, call, None, f"{e.status} {e.error_type}: {e.message}", started, t0, done=True)
             raise

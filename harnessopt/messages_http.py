@@ -53,6 +53,7 @@ class ApiCall:
     streamed: bool = False
     raw: bytes = b""
     extra: dict[str, Any] = field(default_factory=dict)
+    query: str = ""  # the request path's query string without "?", e.g. "beta=true"
 
     def api_key(self) -> str | None:
         """The caller's key, from ``x-api-key`` or ``Authorization: Bearer``."""
@@ -206,7 +207,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise ModelError(400, "invalid_request_error", "request body must be a JSON object")
         streamed = bool(body.pop("stream", False)) and path == MESSAGES_PATH
         headers = {k.lower(): v for k, v in self.headers.items()}
-        return ApiCall(path=path, body=body, headers=headers, streamed=streamed, raw=raw)
+        query = self.path.partition("?")[2]
+        return ApiCall(path=path, body=body, headers=headers, streamed=streamed, raw=raw, query=query)
 
     def _send_json(self, status: int, body: dict[str, Any], extra: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()

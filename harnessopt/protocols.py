@@ -63,20 +63,52 @@ class Usage:
         self.cost_usd += other.cost_usd
 
 
+# Request headers a client's features depend on that the gateway passes upstream. Nothing
+# else of the client's headers leaves the gateway: never its credentials (the lease token).
+FORWARDED_HEADERS = ("anthropic-beta", "anthropic-version")
+
+
+@dataclass(frozen=True)
+class Forward:
+    """What of a client's request, besides the body, a model passes upstream.
+
+    ``headers`` holds only FORWARDED_HEADERS (lower-cased names); ``query`` is the request
+    path's query string without ``?`` (Claude Code calls ``/v1/messages?beta=true``).
+    """
+
+    headers: Mapping[str, str] = field(default_factory=dict)
+    query: str = ""
+
+    @classmethod
+    def of(cls, headers: Mapping[str, str], query: str = "") -> Forward:
+        """The allow-listed subset of a request's headers (names in any case), and its query."""
+        kept = {k.lower(): v for k, v in headers.items() if k.lower() in FORWARDED_HEADERS}
+        return cls(kept, query)
+
+
 class Model(Protocol):
     """What the gateway forwards to: the real API or the scripted model.
 
     ``create`` takes a Messages API request body (``stream`` already removed) and returns the
     response body of a non-streaming call. It raises ``ModelError`` for an API error.
+    ``forward`` carries the client's allow-listed headers and query string; a model that has
+    no use for them ignores them.
     """
 
     name: str
 
-    def create(self, request: dict[str, Any], role: str) -> dict[str, Any]: ...
+    def create(
+        self, request: dict[str, Any], role: str, *, forward: Forward | None = None
+    ) -> dict[str, Any]: ...
 
 
 class ModelError(Exception):
-    """An API error to pass back to the caller with its HTTP status and error type."""
+    """An API error to pass back to the caller with its HTTP status and error type.
+
+    ``retryable`` becomes the ``x-should-retry`` header of the gateway's answer. A model that
+    retries by itself raises only what it gave up on, with ``retryable=False``, so that
+    clients do not repeat the whole sequence (one place decides retries).
+    """
 
     def __init__(self, status: int, error_type: str, message: str, retryable: bool = False):
         super().__init__(message)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harnessopt.errors import UserError
 from harnessopt.messages_http import estimate_input_tokens, text_of
-from harnessopt.protocols import ModelError
+from harnessopt.protocols import Forward, ModelError
 
 _REGEX_FIELDS = ("system", "first_user", "last_user")
 
@@ -119,8 +119,11 @@ class ScriptedModel:
             ) from e
         return cls(script, source)
 
-    def create(self, request: dict[str, Any], role: str) -> dict[str, Any]:
-        """The reply of the first matching rule as a complete Messages API response body."""
+    def create(self, request: dict[str, Any], role: str, *, forward: Forward | None = None) -> dict[str, Any]:
+        """The reply of the first matching rule as a complete Messages API response body.
+
+        ``forward`` (beta headers, query string) is accepted and ignored: the script decides.
+        """
         messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
         users = [text_of(m.get("content")) for m in messages if m.get("role") == "user"]
         texts = {
