@@ -1,21 +1,29 @@
-"""Ctrl-C that is never lost, and held while main moves.
+"""The signal policy: Ctrl-C that is never lost, SIGTERM that still cleans up, and exit cleanup.
 
 Python raises KeyboardInterrupt wherever the main thread happens to be; when that is a garbage
 collector finalizer (a weakref callback), the exception is printed and swallowed, and the run
 would go on. The handler here also sets a flag, and the loop checks it between steps and tasks.
+
+SIGTERM becomes ``SystemExit`` (when nobody else handles it), so the interpreter exits through
+its normal path and the callbacks registered with ``on_exit`` run: that is how containers left
+by a killed run are removed. Nothing else in the package installs signal handlers.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
 _interrupted = threading.Event()
+_exit_callbacks: list[Callable[[], None]] = []
+_exit_lock = threading.Lock()
 
 
 def _on_sigint(_signum: int, _frame: FrameType | None) -> None:
@@ -30,12 +38,43 @@ def _unraisable(info: Any) -> None:
     sys.__unraisablehook__(info)
 
 
+def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
 def install() -> None:
-    """Route SIGINT through the flag (main thread only; a no-op elsewhere)."""
+    """Route SIGINT through the flag; SIGTERM exits cleanly (main thread only; a no-op elsewhere)."""
     _interrupted.clear()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _on_sigterm)
         sys.unraisablehook = _unraisable
+
+
+def on_exit(callback: Callable[[], None]) -> None:
+    """Run ``callback`` when the interpreter exits (also after SIGTERM once ``install`` ran).
+
+    Registering the same callback again is a no-op. Callbacks run newest first; one that raises
+    does not stop the others.
+    """
+    with _exit_lock:
+        if callback in _exit_callbacks:
+            return
+        if not _exit_callbacks:
+            atexit.register(run_exit_callbacks)
+        _exit_callbacks.append(callback)
+
+
+def run_exit_callbacks() -> None:
+    """Run (and forget) every ``on_exit`` callback now; ``atexit`` calls this at the end."""
+    with _exit_lock:
+        callbacks = _exit_callbacks[::-1]
+        _exit_callbacks.clear()
+        atexit.unregister(run_exit_callbacks)
+    for callback in callbacks:
+        with contextlib.suppress(Exception):
+            callback()
 
 
 def check() -> None:

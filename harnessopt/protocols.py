@@ -155,6 +155,35 @@ class RunOutput:
     notes: list[str] = field(default_factory=list)  # facts about containment to show in the trajectory
 
 
+@dataclass
+class ShellResult:
+    """Outcome of one shell command: combined stdout+stderr (capped), exit code, timeout flag."""
+
+    output: str
+    exit_code: int | None  # None when killed at its timeout
+    timed_out: bool
+
+
+@runtime_checkable
+class Shell(Protocol):
+    """Where the optimizer's ``bash`` tool runs: one fresh shell per command, cwd = the view.
+
+    ``view_root`` is the path under which the commands see the view (``/view`` in a container,
+    the host path on the host); the editor accepts absolute paths below it.
+    """
+
+    view_root: str
+
+    def run(self, command: str, timeout_s: float) -> ShellResult: ...
+
+
+@runtime_checkable
+class SupportsClose(Protocol):
+    """A part holding resources (a container, a pool) releases them in ``close``."""
+
+    def close(self) -> None: ...
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """Runs one task at a time per call; safe to call from several threads at once."""
@@ -163,6 +192,13 @@ class Sandbox(Protocol):
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
         """Run the harness on ``spec.task``; collect its /out files into ``out_dir`` (host)."""
+        ...
+
+    def shell(self, view: Path) -> Shell:
+        """The optimizer's shell for ``view``, isolated like this sandbox's tasks.
+
+        A shell holding resources is ``SupportsClose``: its user closes it after the round.
+        """
         ...
 
     def close(self) -> None:

@@ -18,7 +18,6 @@ from harnessopt.gateway import Gateway
 from harnessopt.journal import STATE_DIR
 from harnessopt.models import make_model
 from harnessopt.optimizer import make_optimizer
-from harnessopt.optimizer.tools import LocalShell, ShellRunner
 from harnessopt.protocols import GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout import Runner
 from harnessopt.sandbox import make_sandbox
@@ -84,8 +83,7 @@ def open_services(
             make_optimizer(
                 cfg.optimizer,
                 client_factory=client_factory,
-                shell_factory=_shell_factory(sandbox, cfg),
-                view_aliases=("/view",) if sandbox.name == "docker" else (),
+                shell_factory=sandbox.shell,  # the optimizer's bash is isolated like the tasks
                 announce=say,
                 transcript_dir=state_dir / "optimizer",
             )
@@ -95,12 +93,3 @@ def open_services(
         yield Services(
             cfg, gateway, sandbox, runner, optimizer, make_gate("paired", cfg.gate), scratch, state_dir
         )
-
-
-def _shell_factory(sandbox: Sandbox, cfg: Config) -> Callable[[Path], ShellRunner]:
-    """The optimizer's bash runs where the rollouts run: in a container when the sandbox is Docker."""
-    if sandbox.name == "docker":
-        from harnessopt.sandbox.docker import DockerShell
-
-        return lambda view: DockerShell(view, cfg.rollout)
-    return lambda view: LocalShell(view)

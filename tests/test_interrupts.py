@@ -5,8 +5,12 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
 import sys
+import textwrap
+import time
 import weakref
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +19,10 @@ from harnessopt import interrupts
 
 @pytest.fixture(autouse=True)
 def restore_sigint():
+    term = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, term)
     interrupts._interrupted.clear()
 
 
@@ -79,3 +85,49 @@ def test_deferred_holds_the_interrupt_until_the_block_ends() -> None:
     assert done == ["block finished"]
     with pytest.raises(KeyboardInterrupt):
         interrupts.check()
+
+
+def test_exit_callbacks_run_once_newest_first_and_one_failing_does_not_stop_the_others() -> None:
+    ran: list[str] = []
+
+    def first() -> None:
+        ran.append("first")
+
+    def broken() -> None:
+        raise RuntimeError("cleanup failed")
+
+    interrupts.on_exit(first)
+    interrupts.on_exit(broken)
+    interrupts.on_exit(first)  # registered already: no second run
+    interrupts.run_exit_callbacks()
+    interrupts.run_exit_callbacks()
+    assert ran == ["first"]
+
+
+def test_sigterm_exits_through_the_exit_callbacks(tmp_path: Path) -> None:
+    # A run killed with SIGTERM (systemd, `kill`, a CI timeout) still removes what it started.
+    marker = tmp_path / "cleaned"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from harnessopt import interrupts
+        interrupts.install()
+        interrupts.on_exit(lambda: open({str(marker)!r}, "w").write("yes"))
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    assert time.monotonic() - t0 < 10
+    assert marker.read_text() == "yes"
+
+
+def test_install_leaves_a_sigterm_handler_someone_else_set() -> None:
+    def mine(_signum, _frame) -> None:
+        pass
+
+    signal.signal(signal.SIGTERM, mine)
+    interrupts.install()
+    assert signal.getsignal(signal.SIGTERM) is mine

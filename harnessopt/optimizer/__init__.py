@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 from harnessopt.config import OptimizerConfig
 from harnessopt.errors import UserError
 from harnessopt.optimizer.brief import render_brief, render_history
-from harnessopt.optimizer.tools import LocalShell, ShellResult, ShellRunner
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back, matches_any
-from harnessopt.protocols import Optimizer
+from harnessopt.protocols import Optimizer, Shell
 
 if TYPE_CHECKING:
     import anthropic
@@ -26,9 +25,6 @@ BACKENDS = ("anthropic", "command", "manual")
 __all__ = [
     "BACKENDS",
     "CopyBackResult",
-    "LocalShell",
-    "ShellResult",
-    "ShellRunner",
     "ViewSnapshot",
     "build_view",
     "copy_back",
@@ -43,21 +39,20 @@ def make_optimizer(
     cfg: OptimizerConfig,
     *,
     client_factory: Callable[[int], anthropic.Anthropic],
-    shell_factory: Callable[[Path], ShellRunner] | None = None,
+    shell_factory: Callable[[Path], Shell] | None = None,
     announce: Callable[[str], None] = print,
     transcript_dir: Path | None = None,
-    view_aliases: tuple[str, ...] = (),
 ) -> Optimizer:
     """Build the optimizer named by ``cfg.backend``.
 
     ``client_factory(round_no)`` returns an Anthropic client pointed at the model gateway with the
     optimizer role's token for that round; the ``command`` backend hands its base_url and key to the CLI agent as
-    ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY. ``shell_factory`` defaults to ``LocalShell``.
-    ``view_aliases``: other absolute roots the editor accepts for the view (``/view`` when the
-    bash tool runs in a container that mounts the view there).
+    ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY. ``shell_factory(view)`` gives the optimizer's
+    ``Shell`` (``sandbox.shell``); it defaults to the local shell on the host.
     """
     if cfg.backend == "anthropic":
         from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
+        from harnessopt.sandbox.local import LocalShell
 
         return AnthropicOptimizer(
             client_factory,
@@ -65,7 +60,6 @@ def make_optimizer(
             cfg,
             shell_factory or LocalShell,
             transcript_dir=transcript_dir,
-            view_aliases=view_aliases,
         )
     if cfg.backend == "command":
         from harnessopt.optimizer.command import CommandOptimizer

@@ -1,9 +1,9 @@
 """The built-in optimizer: Claude edits the view through the Messages API tool-use loop.
 
 One round is one conversation. The user message carries OPTIMIZE.md; the model answers with
-``bash`` / ``str_replace_based_edit_tool`` calls that run host-side, confined to the view, until
-it ends its turn (its final text is the summary) or a budget runs out (turns, tokens, wall
-clock). API errors, including the gateway refusing a call past the run's budget, end the round
+``bash`` / ``str_replace_based_edit_tool`` calls, run through the sandbox's shell and confined to
+the view, until it ends its turn (its final text is the summary) or a budget runs out (turns,
+tokens, wall clock). API errors, including the gateway refusing a call past the run's budget, end the round
 as data (``stopped_by="error"``), never as a traceback. The transcript is written as JSONL next
 to, never inside, the view.
 """
@@ -19,15 +19,8 @@ from typing import Any, TextIO
 import anthropic
 
 from harnessopt.config import OptimizerConfig
-from harnessopt.optimizer.tools import (
-    BASH_TOOL,
-    EDITOR_TOOL,
-    BashTool,
-    EditorTool,
-    ShellRunner,
-    SupportsClose,
-)
-from harnessopt.protocols import Proposal
+from harnessopt.optimizer.tools import BASH_TOOL, EDITOR_TOOL, BashTool, EditorTool
+from harnessopt.protocols import Proposal, Shell, SupportsClose
 
 SYSTEM_PROMPT = (
     "You improve an AI agent's skill from evidence. Your working directory is a copy of the skill, its "
@@ -59,7 +52,7 @@ class AnthropicOptimizer:
 
     ``client`` is built by the caller (gateway base_url, optimizer-role token), or is a function
     giving the client of round K, for a fresh gateway lease per round. ``shell_factory``
-    makes the ``ShellRunner`` for a view (local subprocess or Docker). Transcripts go to
+    makes the ``Shell`` for a view (``sandbox.shell``: local subprocess or Docker). Transcripts go to
     ``transcript_dir/optimizer-round-K.jsonl``, or next to the view when no directory is given.
     """
 
@@ -70,17 +63,15 @@ class AnthropicOptimizer:
         client: anthropic.Anthropic | Callable[[int], anthropic.Anthropic],
         model: str,
         cfg: OptimizerConfig,
-        shell_factory: Callable[[Path], ShellRunner],
+        shell_factory: Callable[[Path], Shell],
         *,
         transcript_dir: Path | None = None,
-        view_aliases: tuple[str, ...] = (),
     ):
         self.client = client
         self.model = model
         self.cfg = cfg
         self.shell_factory = shell_factory
         self.transcript_dir = transcript_dir
-        self.view_aliases = view_aliases
 
     def propose(
         self, view: Path, brief: str, round_no: int, *, transcript_path: Path | None = None
@@ -123,12 +114,13 @@ class _Loop:
         opt: AnthropicOptimizer,
         client: anthropic.Anthropic,
         view: Path,
-        shell: ShellRunner,
+        shell: Shell,
         transcript: _Transcript,
     ):
         self.opt, self.client, self.cfg, self.transcript = opt, client, opt.cfg, transcript
         self.bash = BashTool(shell, opt.cfg.bash_timeout_s)
-        self.editor = EditorTool(view, aliases=opt.view_aliases)
+        # The editor takes absolute paths as the shell sees the view, e.g. /view in a container.
+        self.editor = EditorTool(view, aliases=(shell.view_root,))
         self.deadline = time.monotonic() + opt.cfg.wall_s
         self.turns = self.input_tokens = self.output_tokens = 0
         self.last_text = ""

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import signal
-import subprocess
-import tempfile
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO
 
 from harnessopt.errors import UserError
+from harnessopt.proc import run_in_session
 from harnessopt.protocols import Proposal
 
 # Host variables that look like credentials never reach the agent; the caller adds the gateway lease.
@@ -23,7 +18,7 @@ _SECRET = re.compile(
     re.I,
 )
 _SUMMARY_LINES = 20
-_OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr read back
+_OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr read back (head and tail; the summary is the tail)
 
 
 def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -38,7 +33,7 @@ class CommandOptimizer:
 
     ``env_factory`` returns the variables that let the agent reach the model gateway
     (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` = the optimizer's lease for round K); it is
-    called once per round. A timeout kills the agent's whole process group.
+    called once per round. A timeout kills the agent's whole process group (``harnessopt.proc``).
     """
 
     name = "command"
@@ -64,47 +59,26 @@ class CommandOptimizer:
         """Run the agent once in ``view``; its exit code and output tail decide the Proposal."""
         env = scrubbed_env(self.env_factory(round_no) if self.env_factory else None)
         env["HARNESSOPT_ROUND"] = str(round_no)
-        started = time.monotonic()
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                self.argv,
-                cwd=view,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-            timed_out = False
-            try:
-                proc.communicate(brief.encode("utf-8"), timeout=self.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            _kill_group(proc.pid)  # also ends helpers the agent left running
-            proc.wait()
-            stdout, stderr = _tail(out), _tail(err)
-        wall = time.monotonic() - started
-        if timed_out:
+        done = run_in_session(
+            self.argv,
+            timeout_s=self.wall_s,
+            cap=_OUTPUT_CAP,
+            cwd=view,
+            env=env,
+            stdin=brief.encode("utf-8"),
+        )
+        stdout, stderr = done.stdout, done.stderr
+        if done.timed_out:
             return Proposal(
-                summary=_last_lines(stdout) or f"agent timed out after {wall:.0f} s", stopped_by="wall_clock"
+                summary=_last_lines(stdout) or f"agent timed out after {done.wall_s:.0f} s",
+                stopped_by="wall_clock",
             )
-        if proc.returncode != 0:
+        if done.returncode != 0:
             detail = _last_lines(stderr, 5) or _last_lines(stdout, 5)
             return Proposal(
-                summary=f"agent exited with code {proc.returncode}: {detail}".strip(), stopped_by="error"
+                summary=f"agent exited with code {done.returncode}: {detail}".strip(), stopped_by="error"
             )
         return Proposal(summary=_last_lines(stdout) or "(the agent printed no summary)", stopped_by="done")
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _tail(f: IO[bytes]) -> str:
-    size = f.seek(0, os.SEEK_END)
-    f.seek(max(0, size - _OUTPUT_CAP))
-    return f.read().decode("utf-8", errors="replace")
 
 
 def _last_lines(text: str, n: int = _SUMMARY_LINES) -> str:

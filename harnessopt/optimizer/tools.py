@@ -1,54 +1,24 @@
-"""The optimizer's two client tools, run host-side: ``bash`` and ``str_replace_based_edit_tool``.
+"""The optimizer's two client tools: ``bash`` and ``str_replace_based_edit_tool``.
 
 Both are confined to the view root. The editor resolves every path and refuses anything that
 lands outside the view (``..``, absolute paths elsewhere, symlinks pointing out); the error goes
-back to the model as an ``is_error`` tool result. ``bash`` runs through a ``ShellRunner``:
-``LocalShell`` here (a scrubbed subprocess), a Docker runner in ``harnessopt.sandbox``.
+back to the model as an ``is_error`` tool result. ``bash`` runs through the ``Shell`` the sandbox
+gives (``sandbox.shell(view)``): a scrubbed host subprocess, or an exec in a container.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import subprocess
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import Any
 
-from harnessopt.textutil import elide, head_tail_of_file
+from harnessopt.protocols import Shell
+from harnessopt.textutil import elide
 
 BASH_TOOL = {"type": "bash_20250124", "name": "bash"}
 EDITOR_TOOL = {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}
 OUTPUT_CAP = 30_000  # characters of tool output shown to the model
-_FSIZE_LIMIT_KB = 256 * 1024  # largest file one bash command may write (``ulimit -f``)
-_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-@dataclass
-class ShellResult:
-    """Outcome of one shell command: combined stdout+stderr (capped), exit code, timeout flag."""
-
-    output: str
-    exit_code: int | None
-    timed_out: bool
-
-
-@runtime_checkable
-class ShellRunner(Protocol):
-    """Runs one command with the view root as working directory. Each call is a fresh shell."""
-
-    def run(self, command: str, timeout_s: float) -> ShellResult: ...
-
-
-@runtime_checkable
-class SupportsClose(Protocol):
-    """A runner holding resources (a container) releases them in ``close``."""
-
-    def close(self) -> None: ...
 
 
 def cap_output(text: str, cap: int = OUTPUT_CAP) -> str:
@@ -56,64 +26,10 @@ def cap_output(text: str, cap: int = OUTPUT_CAP) -> str:
     return elide(text, cap)
 
 
-class LocalShell:
-    """A ``ShellRunner`` that runs ``bash -c`` on the host, in its own process group.
-
-    The environment is scrubbed to PATH, HOME (= the view) and LANG, so API keys of the host never
-    reach the command. A timeout kills the whole group. Output goes to a temp file rather than a
-    pipe, so a background child holding the pipe open cannot hang the call.
-    """
-
-    def __init__(self, root: Path, *, output_cap: int = OUTPUT_CAP):
-        self.root = Path(root).resolve()
-        self.output_cap = output_cap
-        self.env = {
-            "PATH": os.environ.get("PATH", _DEFAULT_PATH),
-            "HOME": str(self.root),
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ litter in the view
-            "TERM": "dumb",
-        }
-
-    def run(self, command: str, timeout_s: float) -> ShellResult:
-        script = f"ulimit -f {_FSIZE_LIMIT_KB} 2>/dev/null\n{command}"
-        with tempfile.TemporaryFile() as out:
-            proc = subprocess.Popen(
-                ["bash", "-c", script],
-                cwd=self.root,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            timed_out = False
-            try:
-                code: int | None = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out, code = True, None
-            # Also reaps background jobs the command left behind once bash itself has exited.
-            _kill_group(proc.pid)
-            if timed_out:
-                proc.wait()
-            text = _read_capped(out, self.output_cap)
-        return ShellResult(output=text, exit_code=code, timed_out=timed_out)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _read_capped(f: IO[bytes], cap: int) -> str:
-    """Read at most ``cap`` bytes' worth from both ends of a possibly huge output file."""
-    return head_tail_of_file(f, cap)
-
-
 class BashTool:
     """Host side of ``bash_20250124``: input ``{command, restart?}``."""
 
-    def __init__(self, shell: ShellRunner, timeout_s: float):
+    def __init__(self, shell: Shell, timeout_s: float):
         self.shell = shell
         self.timeout_s = timeout_s
 

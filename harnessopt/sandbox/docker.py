@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import tarfile
 import threading
 import time
@@ -59,9 +58,9 @@ class DockerSandbox:
     ):
         self.cfg = cfg
         self.client = client
+        self.description = f"docker ({cfg.image}), a fresh container per task, no network"
         self.run_id = run_id or secrets.token_hex(6)
         self.pool = WarmPool(client, cfg, self.run_id, cfg.concurrency if warm is None else warm)
-        _install_sigterm_exit()
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
         """Run ``harness/run.py`` on ``spec.task`` in a fresh container; /out lands in ``out_dir``."""
@@ -101,6 +100,10 @@ class DockerSandbox:
             )
         finally:
             self.pool.discard(warm)
+
+    def shell(self, view: Path) -> DockerShell:
+        """The optimizer's bash in its own container: no network, only ``view`` mounted (at /view)."""
+        return DockerShell(view, self.cfg, client=self.client)
 
     def close(self) -> None:
         """Remove the warm and finished containers of this sandbox."""
@@ -277,15 +280,3 @@ def _copy_readable(src: Path, dest: Path) -> None:
             p = os.path.join(root, f)
             if not os.path.islink(p):
                 os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
-
-
-def _install_sigterm_exit() -> None:
-    """Turn SIGTERM into SystemExit (when nobody else handles it) so atexit removes containers."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)

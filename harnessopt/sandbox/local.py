@@ -14,18 +14,19 @@ import os
 import resource
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from harnessopt.config import RolloutConfig
-from harnessopt.protocols import RunOutput, RunSpec
-from harnessopt.textutil import head_tail_of_file
+from harnessopt.proc import Finished, kill_group, run_in_session
+from harnessopt.protocols import RunOutput, RunSpec, ShellResult
 
-KILL_GRACE_S = 2.0
+TERM_GRACE_S = 0.2  # leftovers of a task get SIGTERM, then this long before SIGKILL
+OUTPUT_CAP = 30_000  # bytes of a shell command's output shown to the optimizer
+FSIZE_LIMIT_KB = 256 * 1024  # largest file one shell command may write (``ulimit -f``)
+_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class LocalSandbox:
@@ -58,32 +59,35 @@ class LocalSandbox:
                 "--out",
                 str(out_dir.resolve()),
             ]
-            stdout_p, stderr_p = root / "stdout.log", root / "stderr.log"
-            t0 = time.monotonic()
-            with stdout_p.open("wb") as so, stderr_p.open("wb") as se:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=root,
-                    env=self._env(spec, root),
-                    stdin=subprocess.DEVNULL,
-                    stdout=so,
-                    stderr=se,
-                    start_new_session=True,
-                    preexec_fn=self._limits,
-                )
+            pids: list[int] = []
+
+            def started(pid: int) -> None:
                 with self._lock:
-                    self._live.add(proc.pid)
+                    self._live.add(pid)
+                    pids.append(pid)
                     closed = self._closed
                 if closed:  # close() ran while this task was starting: do not let it run on
-                    _kill_group(proc.pid)
-                try:
-                    timed_out = _wait_or_kill_group(proc, spec.timeout_s)
-                finally:
-                    with self._lock:
-                        self._live.discard(proc.pid)
-            wall = time.monotonic() - t0
-            cap = self.cfg.output_cap_kb * 1024
-            return self._output(proc.returncode, timed_out, wall, out_dir, stdout_p, stderr_p, cap)
+                    kill_group(pid)
+
+            try:
+                done = run_in_session(
+                    argv,
+                    timeout_s=spec.timeout_s,
+                    cap=self.cfg.output_cap_kb * 1024,
+                    cwd=root,
+                    env=self._env(spec, root),
+                    preexec_fn=self._limits,
+                    started=started,
+                    term_grace_s=TERM_GRACE_S,
+                )
+            finally:
+                with self._lock:
+                    self._live.difference_update(pids)
+            return self._output(done, out_dir)
+
+    def shell(self, view: Path) -> LocalShell:
+        """The optimizer's bash on the host, in ``view`` (no more isolation than the tasks get)."""
+        return LocalShell(view)
 
     def close(self) -> None:
         """Kill the process groups of tasks still running (Ctrl-C, a crash): nothing outlives the run."""
@@ -91,7 +95,7 @@ class LocalSandbox:
             self._closed = True
             live = list(self._live)
         for pgid in live:
-            _kill_group(pgid)
+            kill_group(pgid)
 
     def _env(self, spec: RunSpec, root: Path) -> dict[str, str]:
         # Built from nothing: the host's ANTHROPIC_API_KEY and the rest of its environment stay out.
@@ -123,24 +127,16 @@ class LocalSandbox:
             with contextlib.suppress(ValueError, OSError):  # a lower hard limit already applies
                 resource.setrlimit(which, (value, value))
 
-    def _output(
-        self,
-        code: int | None,
-        timed_out: bool,
-        wall: float,
-        out_dir: Path,
-        stdout_p: Path,
-        stderr_p: Path,
-        cap: int,
-    ) -> RunOutput:
+    def _output(self, done: Finished, out_dir: Path) -> RunOutput:
         fsize = self.cfg.out_mb * 1024 * 1024
         sizes = [p.stat().st_size for p in out_dir.rglob("*") if p.is_file() and not p.is_symlink()]
-        sizes += [stdout_p.stat().st_size, stderr_p.stat().st_size]
+        sizes += [done.stdout_bytes, done.stderr_bytes]
         # RLIMIT_FSIZE stops each file at the cap (Python gets EFBIG, others SIGXFSZ); the total is
         # only checked afterwards, the local sandbox cannot bound it.
+        code = done.returncode
         capped = code == -signal.SIGXFSZ or max(sizes) >= fsize or sum(sizes) > fsize
-        if timed_out:
-            error, note, code = "timeout", f"killed after the {wall:.0f}s wall-clock limit", None
+        if done.timed_out:
+            error, note = "timeout", f"killed after the {done.wall_s:.0f}s wall-clock limit"
         elif capped:
             error, note = "output_cap", f"output cap hit ({self.cfg.out_mb} MB per file or in total)"
         elif code != 0:
@@ -148,37 +144,38 @@ class LocalSandbox:
         else:
             error, note = None, ""
         notes = ["local sandbox: no file-system or network isolation"] + ([note] if note else [])
-        return RunOutput(
-            code,
-            wall,
-            out_dir,
-            head_tail_of_file(stdout_p, cap).rstrip("\n"),
-            head_tail_of_file(stderr_p, cap),
-            error,
-            notes,
+        return RunOutput(code, done.wall_s, out_dir, done.stdout.rstrip("\n"), done.stderr, error, notes)
+
+
+class LocalShell:
+    """The optimizer's ``bash`` on the host: ``bash -c`` in the view, in its own session.
+
+    The environment is scrubbed to PATH, HOME (= the view) and LANG, so API keys of the host never
+    reach the command. The command and everything it started are killed when it returns or at
+    its timeout; ``ulimit -f`` bounds each file it writes. No file-system or network isolation.
+    """
+
+    def __init__(self, root: Path, *, output_cap: int = OUTPUT_CAP):
+        self.root = Path(root).resolve()
+        self.view_root = str(self.root)
+        self.output_cap = output_cap
+        self.env = {
+            "PATH": os.environ.get("PATH", _DEFAULT_PATH),
+            "HOME": str(self.root),
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ litter in the view
+            "TERM": "dumb",
+        }
+
+    def run(self, command: str, timeout_s: float) -> ShellResult:
+        """Run ``bash -c command`` in the view; stdout and stderr together, head and tail kept."""
+        script = f"ulimit -f {FSIZE_LIMIT_KB} 2>/dev/null\n{command}"
+        done = run_in_session(
+            ["bash", "-c", script],
+            timeout_s=timeout_s,
+            cap=self.output_cap,
+            cwd=self.root,
+            env=self.env,
+            merge_stderr=True,
         )
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _wait_or_kill_group(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait for the harness; on timeout kill its whole process group. Returns timed_out."""
-    try:
-        proc.wait(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    # Also when it exited in time: background processes it left behind must not outlive the task.
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        if sig == signal.SIGTERM:
-            time.sleep(0.05 if not timed_out else 0.2)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=KILL_GRACE_S)
-    return timed_out
+        return ShellResult(output=done.stdout, exit_code=done.returncode, timed_out=done.timed_out)

@@ -12,7 +12,6 @@ the task, the skill and harness copies and ``run.json`` into it just before ``go
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import queue
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harnessopt import interrupts
 from harnessopt.config import RolloutConfig
 from harnessopt.sandbox.image import LABEL
 
@@ -43,11 +43,9 @@ def _remove_all_live() -> None:
             container.remove(force=True)
 
 
-atexit.register(_remove_all_live)
-
-
 def register_live(container: Any) -> None:
     """Remember a container so that exit removes it even if its owner could not."""
+    interrupts.on_exit(_remove_all_live)  # once per process; a no-op after the first container
     with _LIVE_LOCK:
         _LIVE[container.id] = container
 

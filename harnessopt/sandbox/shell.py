@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.config import RolloutConfig
+from harnessopt.protocols import ShellResult
 from harnessopt.sandbox.image import docker_client
 from harnessopt.sandbox.pool import LABEL, container_kwargs, register_live, remove_container
 
@@ -24,7 +25,9 @@ HOST_GRACE_S = 15.0  # beyond the command's own timeout, before the host gives u
 
 
 class DockerShell:
-    """A ``ShellRunner`` (see harnessopt.optimizer.tools) whose commands run in a container."""
+    """A ``Shell`` whose commands run in a container that mounts the view at ``/view``."""
+
+    view_root = "/view"
 
     def __init__(self, view: Path, cfg: RolloutConfig, *, client: Any = None, output_cap: int = OUTPUT_CAP):
         self.view = Path(view).resolve()
@@ -35,10 +38,8 @@ class DockerShell:
         self._container: Any = None
         self._lock = threading.Lock()
 
-    def run(self, command: str, timeout_s: float) -> Any:
-        """Run ``bash -c command`` in /view; returns optimizer.tools.ShellResult."""
-        from harnessopt.optimizer.tools import ShellResult
-
+    def run(self, command: str, timeout_s: float) -> ShellResult:
+        """Run ``bash -c command`` in /view: output (capped), exit code, timeout flag."""
         with self._lock:
             container = self._ensure()
             argv = [

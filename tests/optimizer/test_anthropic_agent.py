@@ -13,9 +13,9 @@ import pytest
 
 from harnessopt.config import OptimizerConfig
 from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
-from harnessopt.optimizer.tools import LocalShell
 from harnessopt.optimizer.view import build_view, copy_back
 from harnessopt.protocols import ModelError
+from harnessopt.sandbox.local import LocalShell
 from tests.fake_anthropic import FakeAnthropicServer
 
 _ids = itertools.count(1)
@@ -199,3 +199,23 @@ def test_a_per_round_client_factory_is_called_with_the_round(view: Path, tmp_pat
         proposal = opt.propose(view, "brief", 7)
     assert rounds == [7] and proposal.summary == "Nothing to change"
     assert "lease-7" in _credential(fake.requests[0])
+
+
+def test_the_editor_takes_absolute_paths_as_the_shell_sees_the_view(view: Path, tmp_path: Path) -> None:
+    def container_like_shell(v: Path) -> LocalShell:
+        shell = LocalShell(v)
+        shell.view_root = "/view"  # as a container that mounts the view at /view reports it
+        return shell
+
+    replies = [
+        _reply([_tool("str_replace_based_edit_tool", {"command": "view", "path": "/view/skill/SKILL.md"})]),
+        _reply([{"type": "text", "text": "done"}]),
+    ]
+    with FakeAnthropicServer(_script(replies)) as fake:
+        client = anthropic.Anthropic(base_url=fake.base_url, api_key="k", max_retries=0)
+        opt = AnthropicOptimizer(
+            client, "m", OptimizerConfig(), container_like_shell, transcript_dir=tmp_path
+        )
+        assert opt.propose(view, "brief", 1).stopped_by == "done"
+        result = fake.requests[1]["body"]["messages"][2]["content"][0]
+    assert "is_error" not in result and "Add numbers." in result["content"]

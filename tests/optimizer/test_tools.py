@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harnessopt.optimizer.tools import BashTool, EditorTool, LocalShell, cap_output
+from harnessopt.optimizer.tools import BashTool, EditorTool, cap_output
+from harnessopt.sandbox.local import LocalShell
 
 
 @pytest.fixture

@@ -108,3 +108,30 @@ def test_make_sandbox_missing_image(docker_client: Any):
         assert sb.name == "docker" and said == []
     finally:
         sb.close()
+
+
+def test_the_local_sandbox_gives_the_optimizer_a_host_shell_in_the_view(tmp_path, small_cfg):
+    from harnessopt.protocols import Sandbox, Shell
+
+    view = tmp_path / "view"
+    view.mkdir()
+    sandbox = LocalSandbox(small_cfg())
+    assert isinstance(sandbox, Sandbox)
+    shell = sandbox.shell(view)
+    assert isinstance(shell, Shell) and shell.view_root == str(view.resolve())
+    res = shell.run("pwd", 10)
+    assert res.output.strip() == str(view.resolve()) and res.exit_code == 0
+
+
+def test_the_sandbox_package_imports_nothing_from_the_optimizer():
+    import ast
+    from pathlib import Path
+
+    import harnessopt.sandbox
+
+    for path in Path(harnessopt.sandbox.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not [n for n in names if n.startswith("harnessopt.optimizer")], path

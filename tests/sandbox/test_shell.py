@@ -59,3 +59,24 @@ def test_timeout_kills_the_command_and_its_background_jobs(shell):
 def test_output_is_capped(shell):
     r = shell.run("head -c 5000000 /dev/zero | tr '\\0' x", 10)
     assert r.exit_code == 0 and len(r.output) < 40_000 and "not shown" in r.output
+
+
+def test_the_docker_sandbox_gives_its_shell_and_installs_no_signal_handler(
+    docker_client, tmp_path, small_cfg
+):
+    import signal
+
+    from harnessopt.protocols import Sandbox, Shell
+    from harnessopt.sandbox.docker import DockerSandbox
+
+    before = signal.getsignal(signal.SIGTERM)
+    sandbox = DockerSandbox(small_cfg(), docker_client, warm=0)
+    try:
+        assert isinstance(sandbox, Sandbox)
+        assert signal.getsignal(signal.SIGTERM) is before  # signal policy lives in interrupts.install
+        (tmp_path / "view").mkdir()
+        shell = sandbox.shell(tmp_path / "view")
+        assert isinstance(shell, Shell) and isinstance(shell, DockerShell) and shell.view_root == "/view"
+        shell.close()
+    finally:
+        sandbox.close()
