@@ -1,4 +1,8 @@
-"""Command line. The one place that turns errors into exit codes (2 user error, 130 Ctrl-C)."""
+"""Command line. The one place that turns errors into exit codes.
+
+0 done; 1 an internal error; 2 bad input or a state the user must fix (nothing changed);
+3 a run finished but some of its rounds failed (budget spent, infrastructure); 130 Ctrl-C.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ from rich.console import Console
 
 from harnessopt import __version__, interrupts
 from harnessopt.errors import HarnessoptError, UserError
+from harnessopt.lock import workspace_lock
+
+EXIT_ROUND_FAILED = 3  # a run whose rounds failed (infrastructure, budget): not bad input (2)
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -165,11 +172,16 @@ def cmd_run(a: argparse.Namespace) -> int:
     ws = Workspace.open(a.ws, _overrides(a, RUN_FLAGS))
     if ws.cfg.mode == "harness" and not a.yes:
         _confirm("harness mode lets the optimizer change harness code that then runs in the sandbox")
-    with _task_progress() as progress:
+    with workspace_lock(ws.root, "run", say), _task_progress() as progress:
         results = loop.run(ws, a.rounds, say, progress=progress)
     for r in results:
         say(f"round {r.round}: {r.status} ({r.commit[:10]}) {r.reason}")
     say(f"review: harnessopt log {a.ws}  |  harnessopt diff {a.ws} ROUND  |  git -C {a.ws} log --oneline")
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        rounds = ", ".join(str(r.round) for r in failed)
+        say_err(f"harnessopt: round(s) {rounds} failed: {failed[-1].reason.splitlines()[0][:300]}")
+        return EXIT_ROUND_FAILED
     return 0
 
 
@@ -223,7 +235,9 @@ def cmd_rollback(a: argparse.Namespace) -> int:
     from harnessopt.report import rollback
     from harnessopt.workspace import Workspace
 
-    say(rollback(Workspace.open(a.ws), a.round))
+    ws = Workspace.open(a.ws)
+    with workspace_lock(ws.root, "rollback", say):
+        say(rollback(ws, a.round))
     return 0
 
 
@@ -243,7 +257,8 @@ def cmd_audit(a: argparse.Namespace) -> int:
     ws = Workspace.open(
         a.ws, _overrides(a, {"sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"})
     )
-    report = run_audit(ws, epochs=a.epochs, force=a.force, say=say_err if a.json else say)
+    with workspace_lock(ws.root, "audit", say_err):
+        report = run_audit(ws, epochs=a.epochs, force=a.force, say=say_err if a.json else say)
     if a.json:
         print(json.dumps(report, indent=2))
     return 0

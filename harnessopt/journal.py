@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,21 +19,42 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, round_no: int, phase: str, **fields: Any) -> None:
+        """Append one line and fsync it: a line the call returned for survives a crash or power loss."""
         entry = {"t": round(time.time(), 3), "round": round_no, "phase": phase, **fields}
+        line = json.dumps(entry, sort_keys=True, default=str) + "\n"
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
+            if f.tell() and not self._ends_with_newline():
+                line = "\n" + line  # a torn last line stays torn; this one starts clean
+            f.write(line)
             f.flush()
+            os.fsync(f.fileno())
+
+    def _ends_with_newline(self) -> bool:
+        with self.path.open("rb") as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
 
     def entries(self) -> list[dict[str, Any]]:
+        return self.read()[0]
+
+    def read(self) -> tuple[list[dict[str, Any]], int]:
+        """(entries, torn): the lines that parse, and how many did not (cut by a crash mid-write)."""
         if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+            return [], 0
+        out, torn = [], 0
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
             try:
-                out.append(json.loads(line))
+                entry = json.loads(line)
             except json.JSONDecodeError:
-                continue  # a line cut by a crash mid-write: skip it, keep the rest
-        return out
+                torn += 1
+                continue
+            if isinstance(entry, dict):
+                out.append(entry)
+            else:
+                torn += 1
+        return out, torn
 
     def last(self) -> dict[str, Any] | None:
         entries = self.entries()

@@ -92,6 +92,8 @@ def _steps(
     ws: Workspace, svc: Services, rc: RoundContext, t: Trail, view: Path, say: Announce
 ) -> RoundResult:
     t.train = rollout_train(ws, svc, rc, say)  # 1
+    if broken := incumbent_broken(t.train):  # nothing to learn from: spend nothing on the optimizer
+        return record(ws, svc, rc, t, ("failed", broken), say)
     stage(svc, rc, t.train)  # 2
     t.proposal, t.snapshot = propose(ws, svc, rc, view, len(t.train), say)  # 3
     interrupts.check()
@@ -139,6 +141,21 @@ def rollout_train(ws: Workspace, svc: Services, rc: RoundContext, say: Announce)
     train = svc.runner.run(rc.incumbent, batch, rc.k)
     ws.journal.write(rc.k, "rollout", tasks=[r.task_id for r in train], passed=sum(r.passed for r in train))
     return train
+
+
+def incumbent_broken(train: list[TaskResult]) -> str | None:
+    """Why the incumbent cannot be optimized right now: most train runs crashed or timed out
+    (a missing CLI, a wrong image, a broken harness). The harness's own first stderr lines say why."""
+    crashed = [r for r in train if r.crashed]
+    if not train or 2 * len(crashed) <= len(train):
+        return None
+    kinds = ", ".join(sorted({str(r.error_class) for r in crashed}))
+    said = next((r.stderr_tail for r in crashed if r.stderr_tail.strip()), "") or crashed[0].notes[0:1]
+    first = " | ".join(line.strip() for line in str(said).strip().splitlines()[:3] if line.strip())
+    return (
+        f"{len(crashed)}/{len(train)} train runs of the incumbent failed ({kinds}) before any optimizer "
+        f"call; the harness said: {first or '(nothing on stderr)'}"
+    )
 
 
 def train_batch(train: Sequence[Task], k: int, size: int) -> list[Task]:

@@ -142,7 +142,10 @@ def status_lines(ws: Workspace) -> list[str]:
     lines.append(f"model cost recorded: ${cost:.4f}")
     notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
     lines += [f"note: {n}" for n in notes]
-    last = ws.journal.last()
+    entries, torn = ws.journal.read()
+    last = entries[-1] if entries else None
+    if torn:
+        lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")
     if last and last.get("phase") not in ("recorded", "rollback", "run_end"):
         lines.append(
             f"last run stopped in round {last.get('round')} at phase '{last.get('phase')}' (nothing applied)"

@@ -149,8 +149,9 @@ def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Pa
         text=True,
         stdin=subprocess.DEVNULL,
     )
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 3, r.stderr  # a run whose rounds failed is not a success
     assert "budget" in r.stdout and "stopping after round 1" in r.stdout
+    assert "round(s) 1 failed" in r.stderr
     records = ledger.rounds(Workspace.open(ws).repo)
     assert [(x.round, x.status) for x in records] == [(0, "initial"), (1, "failed")]
     assert "max_calls" in records[1].manifest.reason
@@ -182,3 +183,24 @@ def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: st
     if sandbox == "docker":
         client = request.getfixturevalue("docker_client")
         assert client.containers.list(all=True, filters={"label": "harnessopt"}) == []
+
+
+def test_a_harness_that_crashes_everywhere_fails_the_round_before_any_optimizer_call(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    (ws / "harness" / "run.py").write_text(
+        "import sys\nprint(\"the 'claude' CLI is not on PATH\", file=sys.stderr)\nsys.exit(3)\n"
+    )
+    git(ws, "commit", "-qam", "a harness whose CLI is missing")
+    head = git(ws, "rev-parse", "HEAD")
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "2", "--sandbox", "local"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "the 'claude' CLI is not on PATH" in r.stdout and "Traceback" not in r.stderr
+    (only,) = ledger.past_rounds(Workspace.open(ws).repo)  # the run stopped after round 1
+    assert only.status == "failed" and "8/8 train runs" in only.manifest.reason
+    assert "optimizer" not in only.manifest.tokens and only.manifest.optimizer is None
+    assert git(ws, "rev-parse", "HEAD") == head
