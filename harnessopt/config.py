@@ -102,7 +102,14 @@ class GateConfig(_Strict):
     min_effect: float = Field(0.0, ge=0.0)
     """Smallest gain worth a commit, added to the dead zone."""
     soft_margin: float = Field(0.05, ge=0.0)
-    """Gain of the soft metric that breaks a tie inside the dead zone."""
+    """Smallest gain of the secondary metric (soft score, or relative token saving) that breaks a tie."""
+    secondary: Literal["none", "soft", "cost"] = "none"
+    """Tie-break inside the dead zone, chosen here and never by the data: none, soft (the scorer's
+    soft value), or cost (token saving, with a non-inferiority test on quality)."""
+    secondary_share: float = Field(0.5, gt=0.0, lt=1.0)
+    """Share of the round's false-accept budget (1 - confidence) that the secondary test spends."""
+    noninferiority_margin: float = Field(0.02, ge=0.0, le=1.0)
+    """secondary cost: the largest loss of mean val score a cheaper candidate may have."""
 
 
 class BudgetConfig(_Strict):

@@ -1,8 +1,9 @@
 """Gate policies: decide from paired val outcomes whether a candidate replaces the incumbent.
 
 ``PairedGate`` is harnessopt's gate (docs/gate.md): paired per-task differences, flip
-confirmation, a dead zone Δ from the sample size and the observed paired spread, and a soft
-metric that may break ties inside the zone. The baselines it is measured against (the
+confirmation, a dead zone Δ from the sample size and the observed paired spread, and the
+configured secondary test (``harnessopt.secondary``) that may accept inside the zone, each path
+spending its share of one false-accept budget. The baselines it is measured against (the
 acceptance rules of GEPA, SkillOpt and SkillOpt-Lite) live in ``benchmarks/baselines.py``.
 """
 
@@ -12,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harnessopt import stats
+from harnessopt import secondary, stats
 from harnessopt.config import GateConfig
-from harnessopt.protocols import ConfirmFn, GateDecision, GatePolicy, Outcome, Outcomes
+from harnessopt.protocols import ConfirmFn, GateDecision, GatePolicy, Outcomes
 
 
 @dataclass
@@ -53,13 +54,15 @@ def _base_details(candidate: Outcomes, incumbent: Outcomes, p: _Paired) -> dict[
 
 class PairedGate:
     """harnessopt's paired gate (docs/gate.md): a first look on the val outcomes, flip confirmation,
-    and, when the first look is promising but inside the dead zone, a second look.
+    and, when the first look is promising but inside the dead zone, a second look; inside the zone
+    only the configured secondary test (``gate.secondary``) may accept.
 
-    ``decide`` calls ``confirm`` at most ``1 + second_look`` times: once with the flipped ids, then
-    (second look) ``second_look`` times with every paired val id, each call one more run of those
-    tasks on both sides. ``second_look=0`` restores the single-look gate. ``look_from`` is the
-    first-look t statistic above which the second look is spent. ``confirm_flips: false`` turns
-    off every rerun, the second look included.
+    ``decide`` calls ``confirm`` at most ``K + second_look`` times (K = runs per task): K times with
+    the flipped ids, then (second look) ``second_look`` times with every paired val id, each call one
+    more run of those tasks on both sides. ``second_look=0`` restores the single-look gate.
+    ``look_from`` is the first-look t statistic above which the second look is spent.
+    ``confirm_flips: false`` (or no ``confirm``) turns off every rerun, the second look included,
+    and the primary test then spends its whole share of alpha on its one look.
     """
 
     name = "paired"
@@ -68,6 +71,15 @@ class PairedGate:
         self.cfg = cfg or GateConfig.model_validate({})
         self.second_look = second_look
         self.look_from = look_from
+        self.alpha: float | None = None
+        """This round's false-accept budget when it is not ``1 - confidence`` (``gate.run_alpha``)."""
+
+    def levels(self, can_rerun: bool, alpha: float | None = None) -> stats.Levels:
+        """How this gate spends the round's alpha (``1 - confidence`` unless ``alpha`` is given)."""
+        cfg = self.cfg
+        looks = 2 if can_rerun and self.second_look > 0 else 1
+        share = cfg.secondary_share if cfg.secondary != "none" else 0.0
+        return stats.round_levels(1.0 - cfg.confidence if alpha is None else alpha, looks, share)
 
     def decide(
         self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
@@ -78,12 +90,15 @@ class PairedGate:
         if not p.ids:
             reason = "rejected: no val task was scored for both candidate and incumbent"
             return GateDecision(False, reason, 0, 0.0, 0.0, 0.0, stats.dead_zone(0, 0.0), details=details)
-        first, second = stats.look_levels(self.cfg.confidence, self.second_look > 0)
+        if not self.cfg.confirm_flips:
+            confirm = None  # no rerun of any kind, so no second look to pay alpha for
+        lv = self.levels(confirm is not None, self.alpha)
+        details.update(alpha=lv.alpha, look_levels=list(lv.looks), secondary_level=lv.secondary)
         diffs, fixed, broken, noise, reruns = self._confirmed_diffs(p, confirm, details)
         step = 1.0 / max(details["epochs"], 1)
-        dec = self._judge(p, diffs, fixed, broken, noise, details, first, step)
-        details.update(look=1, look_levels=[first, second] if self.second_look > 0 else [first])
-        if self._promising(dec) and confirm is not None and self.cfg.confirm_flips:
+        dec = self._judge(p, diffs, fixed, broken, noise, details, lv.looks[0], step)
+        details.update(look=1)
+        if confirm is not None and self._promising(dec):
             fresh: tuple[Outcomes, Outcomes] = ({}, {})
             for _ in range(self.second_look):
                 more = confirm(p.ids)
@@ -91,12 +106,15 @@ class PairedGate:
             details.update(
                 look=2,
                 first_look={"delta": dec.delta, "dead_zone": dec.dead_zone, "t": details["t"]},
-                reruns=details["reruns"] + 2 * self.second_look * len(p.ids),
+                reruns=details["reruns"] + _count(fresh, p.ids),
             )
             candidate = _merge(_merge(candidate, reruns[0]), fresh[0])
             incumbent = _merge(_merge(incumbent, reruns[1]), fresh[1])
-            dec = self._second_look(p.ids, candidate, incumbent, diffs, fresh, dec, details, second)
-        dec.accept, dec.reason = self._verdict(dec, candidate, incumbent, p.ids)
+            dec = self._second_look(p.ids, candidate, incumbent, diffs, fresh, dec, details, lv.looks[-1])
+        else:
+            candidate = _merge(candidate, reruns[0])
+            incumbent = _merge(incumbent, reruns[1])
+        dec.accept, dec.reason = self._verdict(dec, candidate, incumbent, p.ids, lv.secondary)
         return dec
 
     def _promising(self, dec: GateDecision) -> bool:
@@ -121,24 +139,33 @@ class PairedGate:
     ) -> GateDecision:
         """Re-judge with ``second_look`` fresh runs of every task on both sides.
 
-        A task's difference is the first-look (flip-confirmed) difference and the k fresh
-        differences averaged with equal weight per run: d = (d_first + k * d_fresh) / (1 + k). The
-        first look keeps its noise-flip rule (a flip that did not reproduce counts 0), which
-        shrinks selected first-look luck; fixed/broken use each side's mean over all its runs.
+        A task's difference weighs every run the same: d = (K * d_first + k * d_fresh) / (K + k),
+        with K the first look's runs per task and k the fresh runs both sides have for it (a task a
+        rerun left out keeps its first-look difference). The first look keeps its noise-flip rule (a
+        flip that did not reproduce counts 0), which shrinks selected first-look luck; fixed/broken
+        use each side's mean over all its runs.
         """
         p = _Paired.of(candidate, incumbent)
         p.ids = ids
         fc, fi = stats.task_means(fresh[0]), stats.task_means(fresh[1])
-        k = self.second_look
-        diffs = {t: (first_diffs[t] + k * (fc[t] - fi[t])) / (1 + k) for t in ids}
+        first_runs = max(details["epochs"], 1)
+        diffs, missing = {}, []
+        for t in ids:
+            k = min(len(fresh[0].get(t, ())), len(fresh[1].get(t, ())))
+            if k == 0:
+                missing.append(t)
+                diffs[t] = first_diffs[t]
+            else:
+                diffs[t] = (first_runs * first_diffs[t] + k * (fc[t] - fi[t])) / (first_runs + k)
         fixed = [t for t in ids if stats.solved(p.cand[t]) and not stats.solved(p.inc[t])]
         broken = [t for t in ids if stats.solved(p.inc[t]) and not stats.solved(p.cand[t])]
         was = set(first.fixed) | set(first.broken) | set(first.noise_flips)
         noise = sorted(was - set(fixed) - set(broken))
         runs = min(min(len(candidate[t]), len(incumbent[t])) for t in ids)
-        details["epochs_total"] = runs
+        details.update(epochs_total=runs, rerun_missing=missing)
         dec = self._judge(p, diffs, fixed, broken, noise, details, level, 1.0 / max(runs, 1))
-        dec.details["fresh_delta"] = stats.mean([fc[t] - fi[t] for t in ids])
+        both = [t for t in ids if t in fc and t in fi]
+        dec.details["fresh_delta"] = stats.mean([fc[t] - fi[t] for t in both])
         return dec
 
     def _judge(
@@ -165,6 +192,7 @@ class PairedGate:
             t_quantile=stats.t_quantile(level, max(m - 1, 1)),
             confidence=cfg.confidence,
             level=level,
+            step=step,
             min_effect=cfg.min_effect,
             max_broken=cfg.max_broken,
             sign_test_p=stats.sign_test_p(len(fixed), len(broken)),
@@ -173,7 +201,7 @@ class PairedGate:
         return GateDecision(False, "", m, cand, inc, delta, zone, fixed, broken, noise, details=details)
 
     def _verdict(
-        self, dec: GateDecision, candidate: Outcomes, incumbent: Outcomes, ids: list[str]
+        self, dec: GateDecision, candidate: Outcomes, incumbent: Outcomes, ids: list[str], level: float | None
     ) -> tuple[bool, str]:
         cfg, zone, delta = self.cfg, dec.dead_zone, dec.delta
         look = ", second look" if dec.details.get("look") == 2 else ""
@@ -184,46 +212,43 @@ class PairedGate:
             return True, "accepted: " + head.format(">")
         if delta < -zone:
             return False, "rejected: " + head.format("below minus")
-        inside = "rejected: " + head.format("inside")
-        soft = soft_metric(candidate, incumbent, ids, cfg.confidence)
-        if soft is None:
-            return False, inside + "; no soft metric to break the tie"
-        metric, sdelta, sbound = soft
-        bound = max(cfg.soft_margin, sbound)
-        dec.soft_delta = sdelta
-        dec.details.update(soft_metric=metric, soft_bound=bound)
-        nf, nb = len(dec.fixed), len(dec.broken)
-        if sdelta <= bound:
-            return False, inside + f"; {metric} {_sign(sdelta)} below margin {bound:.3f}"
-        if nb > nf or delta < 0:
-            return False, inside + f"; {metric} {_sign(sdelta)} but {nb} broken > {nf} fixed or score fell"
-        return True, "accepted: " + head.format("inside") + f"; {metric} {_sign(sdelta)} > margin {bound:.3f}"
+        details = dec.details
+        q = secondary.Quality(delta, details["s_d"], dec.n, details["step"], len(dec.fixed), len(dec.broken))
+        sec = secondary.judge(cfg, candidate, incumbent, ids, level, q)
+        dec.soft_delta = sec.delta
+        details.update(sec.details)
+        verdict = "accepted: " if sec.accept else "rejected: "
+        return sec.accept, verdict + head.format("inside") + f"; {sec.note}"
 
     def _confirmed_diffs(
         self, p: _Paired, confirm: ConfirmFn | None, details: dict[str, Any]
     ) -> tuple[dict[str, float], list[str], list[str], list[str], tuple[Outcomes, Outcomes]]:
-        """Paired differences after rerunning flipped tasks once, and the rerun outcomes.
+        """Paired differences after rerunning flipped tasks, and the rerun outcomes.
 
-        A flip reproduces when the rerun flips the same way; its difference becomes the mean of
-        both runs. A flip that does not reproduce is noise: its difference is set to 0 and it is
-        listed in ``noise_flips``, not in fixed/broken (see docs/gate.md for why 0).
+        Each flipped task is rerun as many times as it ran (K epochs: K more runs a side), so the
+        rerun weighs as much as the first pass. A flip reproduces when the rerun flips the same way;
+        its difference becomes the mean of both passes. A flip that does not reproduce is noise: its
+        difference is set to 0 and it is listed in ``noise_flips``, not in fixed/broken (see
+        docs/gate.md for why 0). A task the rerun left out keeps its first-pass evidence.
         """
         diffs = {t: p.cand[t] - p.inc[t] for t in p.ids}
         fixed = [t for t in p.ids if stats.solved(p.cand[t]) and not stats.solved(p.inc[t])]
         broken = [t for t in p.ids if stats.solved(p.inc[t]) and not stats.solved(p.cand[t])]
         flipped = sorted(fixed + broken)
         details.update(flips_first_pass=len(flipped), confirmed=False, reruns=0)
-        if not (self.cfg.confirm_flips and confirm and flipped):
+        if confirm is None or not flipped:
             return diffs, fixed, broken, [], ({}, {})
-        re_cand, re_inc = confirm(flipped)
+        re_cand: Outcomes = {}
+        re_inc: Outcomes = {}
+        for _ in range(max(details["epochs"], 1)):
+            more = confirm(flipped)
+            re_cand, re_inc = _merge(re_cand, more[0]), _merge(re_inc, more[1])
         rc, ri = stats.task_means(re_cand), stats.task_means(re_inc)
-        details.update(
-            confirmed=True, reruns=sum(len(re_cand.get(t, ())) + len(re_inc.get(t, ())) for t in flipped)
-        )
+        details.update(confirmed=True, reruns=_count((re_cand, re_inc), flipped))
         noise: list[str] = []
         for t in flipped:
             if t not in rc or t not in ri:
-                continue  # no rerun data (should not happen): keep the first-pass evidence
+                continue  # the rerun left it out: keep the first-pass evidence
             was_fix = t in fixed
             again = stats.solved(rc[t]) != stats.solved(ri[t]) and stats.solved(rc[t]) == was_fix
             if again:
@@ -241,51 +266,17 @@ class PairedGate:
         )
 
 
+def _count(runs: tuple[Outcomes, Outcomes], ids: Sequence[str]) -> int:
+    """Rollouts in a pair of rerun outcomes, for the given ids."""
+    return sum(len(side.get(t, ())) for side in runs for t in ids)
+
+
 def _merge(first: Outcomes, more: Outcomes) -> Outcomes:
     """Every run of every task: ``first``'s runs followed by ``more``'s."""
     out = {t: list(runs) for t, runs in first.items()}
     for t, runs in more.items():
         out.setdefault(t, []).extend(runs)
     return out
-
-
-def soft_metric(
-    candidate: Outcomes, incumbent: Outcomes, ids: Sequence[str], confidence: float
-) -> tuple[str, float, float] | None:
-    """The tie-breaker inside the dead zone: (name, mean paired gain, its own dead zone).
-
-    In order: the scorer's ``soft`` value when every run has one; mean partial credit on the
-    tasks neither side passes, when scores are fractional; relative token saving when every run
-    counted tokens. None when no secondary metric is available.
-    """
-    runs = [o for t in ids for o in (*candidate[t], *incumbent[t])]
-    gains: list[float] = []
-    name = ""
-    if runs and all(o.soft is not None for o in runs):
-        name = "soft"
-        gains = [_mean_of(candidate[t], "soft") - _mean_of(incumbent[t], "soft") for t in ids]
-    if not gains and any(0.0 < o.score < 1.0 for o in runs):
-        unresolved = [
-            t
-            for t in ids
-            if not stats.solved(_mean_of(candidate[t], "score"))
-            and not stats.solved(_mean_of(incumbent[t], "score"))
-        ]
-        name = "partial credit"
-        gains = [_mean_of(candidate[t], "score") - _mean_of(incumbent[t], "score") for t in unresolved]
-    if not gains and runs and all(o.tokens > 0 for o in runs):
-        name = "token saving"
-        gains = [1.0 - _mean_of(candidate[t], "tokens") / _mean_of(incumbent[t], "tokens") for t in ids]
-    if not gains:
-        return None
-    # No continuity step: soft values are continuous, not a pass/fail lattice.
-    bound = stats.dead_zone(len(gains), stats.sample_sd(gains), confidence, step=0.0)
-    return name, stats.mean(gains), bound
-
-
-def _mean_of(runs: Sequence[Outcome], attr: str) -> float:
-    vals = [float(getattr(o, attr) or 0.0) for o in runs]
-    return sum(vals) / len(vals) if vals else 0.0
 
 
 def make_gate(cfg: GateConfig) -> GatePolicy:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 from typing import Any
@@ -29,8 +30,16 @@ broken lists: a fixed task is solved by the candidate and not by the incumbent).
 
 
 def task_means(outcomes: Outcomes) -> dict[str, float]:
-    """Mean score per task over its epochs (tasks without any outcome are left out)."""
-    return {tid: sum(o.score for o in runs) / len(runs) for tid, runs in outcomes.items() if runs}
+    """Mean score per task over its epochs (tasks without any outcome are left out).
+
+    A score that is not a finite number (NaN, inf) counts as 0, a failed run: it must never pass.
+    """
+    return {tid: sum(finite(o.score) for o in runs) / len(runs) for tid, runs in outcomes.items() if runs}
+
+
+def finite(x: float | None) -> float:
+    """``x`` when it is a finite number, else 0 (a failed run; ``max(0.0, nan)`` would be 0 or nan)."""
+    return float(x) if x is not None and math.isfinite(x) else 0.0
 
 
 def solved(mean_score: float) -> bool:
@@ -171,17 +180,44 @@ def dead_zone(
 
 
 def look_levels(confidence: float, two_looks: bool) -> tuple[float, float]:
-    """One-sided confidence of the first and of the second look.
+    """One-sided confidence of the first and of the second look (no secondary test).
 
     Two looks split the false-accept budget alpha = 1 - confidence evenly (Bonferroni, the
     simplest alpha-spending rule): each look tests at alpha/2, so by the union bound the chance
     that a no-effect candidate clears either look is at most alpha, whatever the correlation
     between the looks (they share the first-look runs). One look keeps the full level.
     """
-    if not two_looks:
-        return confidence, confidence
-    half = 1.0 - (1.0 - confidence) / 2.0
-    return half, half
+    lv = round_levels(1.0 - confidence, 2 if two_looks else 1)
+    return lv.looks[0], lv.looks[-1]
+
+
+@dataclass(frozen=True)
+class Levels:
+    """How one round spends its false-accept budget ``alpha`` (docs/gate.md, "One alpha a round").
+
+    Every path to an accept is a test with its own share: the primary test's looks split
+    ``alpha * (1 - share)`` evenly, the secondary test (when configured) gets ``alpha * share``.
+    By the union bound a candidate without the effect each test looks for is accepted with
+    probability at most ``alpha``, whatever the correlation between the tests.
+    """
+
+    alpha: float
+    looks: tuple[float, ...]  # one-sided confidence of each look of the primary test
+    secondary: float | None  # one-sided confidence of the secondary test; None without one
+
+    def spent(self) -> float:
+        """The alpha the levels add up to (equals ``alpha``)."""
+        return sum(1.0 - c for c in self.looks) + (1.0 - self.secondary if self.secondary else 0.0)
+
+
+def round_levels(alpha: float, looks: int, secondary_share: float = 0.0) -> Levels:
+    """Split ``alpha`` between ``looks`` looks of the primary test and an optional secondary test."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    looks = max(1, looks)
+    a_sec = alpha * secondary_share if secondary_share > 0 else 0.0
+    per_look = (alpha - a_sec) / looks
+    return Levels(alpha, tuple(1.0 - per_look for _ in range(looks)), 1.0 - a_sec if a_sec else None)
 
 
 def t_statistic(diffs: Sequence[float]) -> float:
@@ -206,11 +242,16 @@ def sign_test_p(positive: int, negative: int) -> float:
 
 
 def paired_interval(diffs: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Two-sided t interval of the mean paired difference (degenerate when m < 2)."""
+    """Two-sided t interval of the mean paired difference (degenerate when m < 2).
+
+    When every difference is the same (all ties, s = 0) the SD is the gate's floor (``sd_floor``):
+    m tasks that agree everywhere cannot rule out one unseen flip, so the interval is never [0, 0].
+    """
     m, mu = len(diffs), mean(diffs)
     if m < 2:
         return (-1.0, 1.0) if m == 0 else (max(-1.0, mu - 1.0), min(1.0, mu + 1.0))
-    half = t_quantile(0.5 + confidence / 2.0, m - 1) * sample_sd(diffs) / math.sqrt(m)
+    s = sample_sd(diffs) or sd_floor(m)
+    half = t_quantile(0.5 + confidence / 2.0, m - 1) * s / math.sqrt(m)
     return mu - half, mu + half
 
 
@@ -220,8 +261,8 @@ def bootstrap_interval(
     """Percentile bootstrap interval of the mean paired difference (resampling tasks)."""
     import random
 
-    if len(diffs) < 2:
-        return paired_interval(diffs, confidence)
+    if len(diffs) < 2 or sample_sd(diffs) == 0.0:
+        return paired_interval(diffs, confidence)  # nothing to resample: the t interval with the floor
     rng = random.Random(seed)
     m = len(diffs)
     means = sorted(sum(rng.choices(diffs, k=m)) / m for _ in range(reps))

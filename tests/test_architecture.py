@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "harnessopt"
 LAYERS: list[set[str]] = [
     {"errors", "protocols", "textutil", "stats", "journal", "interrupts", "proc", "registry", "lock"},
     {"config", "tasks", "skillspec", "scoring", "trajectory", "messages_http", "vcs", "untar"},
-    {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache"},
+    {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache", "secondary"},
     {"rollout", "services"},
     {"loop", "audit", "report"},
     {"demo"},

@@ -45,7 +45,7 @@ def test_clear_gain_is_accepted_with_reason_and_details():
 def test_all_ties_rejected_without_soft_metric():
     d = PairedGate().decide(side([1, 0] * 10), side([1, 0] * 10))
     assert not d.accept and d.delta == 0 and d.dead_zone > 0
-    assert "inside dead zone" in d.reason and "no soft metric" in d.reason
+    assert "inside dead zone" in d.reason and "no tie-break (gate.secondary: none)" in d.reason
 
 
 def test_all_flips_at_m5_accepted_and_one_fix_rejected():
@@ -57,26 +57,88 @@ def test_all_flips_at_m5_accepted_and_one_fix_rejected():
 def test_soft_metric_breaks_a_tie_inside_the_zone():
     inc = side([0] * 20, soft=[0.2] * 20)
     good = side([1, 0] + [0] * 18, soft=[0.5] * 20)
-    d = PairedGate(GateConfig(soft_margin=0.05)).decide(good, inc)
+    d = PairedGate(GateConfig(soft_margin=0.05, secondary="soft")).decide(good, inc)
     assert d.accept and "inside dead zone" in d.reason and "soft +0.300 > margin" in d.reason
     assert d.soft_delta == pytest.approx(0.3) and d.details["soft_metric"] == "soft"
     small = side([1, 0] + [0] * 18, soft=[0.22] * 20)
-    d2 = PairedGate(GateConfig(soft_margin=0.05)).decide(small, inc)
+    d2 = PairedGate(GateConfig(soft_margin=0.05, secondary="soft")).decide(small, inc)
     assert not d2.accept and "soft +0.020 below margin" in d2.reason
 
 
 def test_soft_tie_break_refuses_when_more_broke_than_fixed():
     inc = side([1, 1, 0] + [0] * 17, soft=[0.2] * 20)
     cand = side([0, 0, 1] + [0] * 17, soft=[0.6] * 20)
-    d = PairedGate().decide(cand, inc)
+    d = PairedGate(GateConfig(secondary="soft")).decide(cand, inc)
     assert not d.accept and len(d.broken) == 2 and len(d.fixed) == 1
+    assert "soft +0.400 but 2 broken > 1 fixed" in d.reason
 
 
-def test_token_saving_is_the_last_fallback():
-    inc = {f"t{i}": [Outcome(score=1, tokens=1000)] for i in range(10)}
-    cand = {f"t{i}": [Outcome(score=1, tokens=500)] for i in range(10)}
-    d = PairedGate().decide(cand, inc)
+def tokens(scores: Sequence[float], n_tokens: int, crashed: Sequence[int] = ()) -> Outcomes:
+    return {
+        f"t{i:03d}": [
+            Outcome(score=s, tokens=n_tokens, soft=None if i in crashed else float(s), crashed=i in crashed)
+        ]
+        for i, s in enumerate(scores)
+    }
+
+
+def test_token_saving_is_no_fallback_it_is_the_configured_cost_test():
+    """A token saving no longer breaks a tie by itself: only ``gate.secondary: cost`` tests it, as a
+    non-inferiority test on quality with a stated margin, at the secondary's share of alpha."""
+    inc, cand = tokens([1] * 200, 1000), tokens([1] * 200, 500)
+    assert not PairedGate().decide(cand, inc).accept  # secondary: none (default)
+    assert not PairedGate(GateConfig(secondary="soft")).decide(cand, inc).accept  # soft saw no gain
+    cost = GateConfig(secondary="cost")  # noninferiority_margin 0.02
+    d = PairedGate(cost).decide(cand, inc)
     assert d.accept and d.details["soft_metric"] == "token saving" and d.soft_delta == pytest.approx(0.5)
+    assert d.details["secondary_level"] == pytest.approx(0.975) and d.details["look_levels"] == [0.975]
+    assert -0.02 < d.details["quality_lower_bound"] < 0
+    # the same saving with 4 of 200 tasks broken (-0.02, inside the zone): it may be worse than -0.02
+    worse = tokens([0] * 4 + [1] * 196, 500)
+    w = PairedGate(cost).decide(worse, inc)
+    assert not w.accept and "inside dead zone" in w.reason
+    assert "quality may be worse by more than 0.020" in w.reason
+    # a looser margin, stated in the config, accepts that loss for that saving
+    assert PairedGate(GateConfig(secondary="cost", noninferiority_margin=0.05)).decide(worse, inc).accept
+    # m = 10: no test of 10 tasks can show quality within 0.02: the cost path cannot accept there
+    assert (
+        not PairedGate(GateConfig(secondary="cost"))
+        .decide(tokens([1] * 10, 500), tokens([1] * 10, 1000))
+        .accept
+    )
+
+
+def test_a_crashed_run_never_switches_the_secondary_metric():
+    """The audit's case: a candidate 0.2 worse on soft, with one crashed run (soft None), was
+    accepted on 'token saving'. Now the metric is the configured one; a crash's soft counts 0."""
+    inc = {f"t{i:03d}": [Outcome(score=0, soft=0.6, tokens=1000)] for i in range(50)}
+    cand = {f"t{i:03d}": [Outcome(score=0, soft=0.4, tokens=700)] for i in range(50)}
+    cand["t000"] = [Outcome(score=0, soft=None, tokens=10, crashed=True)]
+    for secondary in ("none", "soft"):
+        d = PairedGate(GateConfig(secondary=secondary)).decide(cand, inc)
+        assert not d.accept and "token" not in d.reason, d.reason
+    soft = PairedGate(GateConfig(secondary="soft")).decide(cand, inc)
+    assert soft.soft_delta == pytest.approx((49 * -0.2 - 0.6) / 50)  # the crash counts 0, not skipped
+    cand["t001"] = [Outcome(score=0, soft=None, tokens=700)]  # a run that did not crash has no soft
+    lacking = PairedGate(GateConfig(secondary="soft")).decide(cand, inc)
+    assert not lacking.accept and "1 run(s) have no soft value" in lacking.reason
+
+
+def test_every_accept_path_spends_from_one_alpha():
+    from harnessopt import stats
+
+    two = stats.round_levels(0.05, 2)
+    assert two.looks == pytest.approx((0.975, 0.975)) and two.secondary is None
+    split = stats.round_levels(0.05, 2, 0.5)
+    assert split.looks == pytest.approx((0.9875, 0.9875)) and split.secondary == pytest.approx(0.975)
+    for lv in (two, split, stats.round_levels(0.05, 1, 0.2)):
+        assert lv.spent() == pytest.approx(0.05)
+    gate = PairedGate(GateConfig(secondary="soft", secondary_share=0.2))
+    d = gate.decide(side(CAND), side(INC), Fresh((CAND, INC)))
+    assert d.details["look_levels"] == pytest.approx([0.98, 0.98]) and d.details[
+        "secondary_level"
+    ] == pytest.approx(0.99)
+    assert d.details["alpha"] == pytest.approx(0.05)
 
 
 def test_clear_loss_rejected_below_minus_zone():
@@ -222,3 +284,82 @@ def test_second_look_levels_split_alpha():
     assert stats.look_levels(0.9, False) == (0.9, 0.9)
     one = PairedGate(second_look=0).decide(side([1] * 10 + [0] * 40), side([0] * 50))
     assert one.details["look_levels"] == [0.95]
+
+
+def test_confirm_flips_false_tests_its_one_look_at_the_full_alpha():
+    """No rerun can happen, so no second look: the only look spends all of alpha (0.95, not 0.975)."""
+    cand, inc = side([1] * 9 + [0] * 41), side([0] * 50)
+    off = PairedGate(GateConfig(confirm_flips=False)).decide(cand, inc, Fresh((CAND, INC)))
+    assert off.details["look_levels"] == [0.95] and off.details["level"] == 0.95
+    on = PairedGate().decide(cand, inc, Fresh(([1] * 9 + [0] * 41, [0] * 50)))
+    assert on.details["look_levels"] == pytest.approx([0.975, 0.975])
+    assert off.dead_zone < on.details.get("first_look", {"dead_zone": on.dead_zone})["dead_zone"]
+    # 8 fixes of 50 clear the one look at 0.95 but not a look at 0.975
+    eight = side([1] * 8 + [0] * 42)
+    assert PairedGate(GateConfig(confirm_flips=False)).decide(eight, inc).accept
+    assert PairedGate().levels(can_rerun=False).looks == (0.95,)
+
+
+class PerCall:
+    """A ConfirmFn whose i-th call returns the i-th scripted (cand, inc) score for every asked id."""
+
+    def __init__(self, *scripts: tuple[float, float]):
+        self.scripts, self.calls = scripts, []
+
+    def __call__(self, ids):
+        c, i = self.scripts[len(self.calls) % len(self.scripts)]
+        self.calls.append(list(ids))
+        return {t: [Outcome(score=c)] for t in ids}, {t: [Outcome(score=i)] for t in ids}
+
+
+def test_with_k_epochs_a_flip_is_rerun_k_times_so_one_rerun_cannot_override_k_runs():
+    runs = 3
+    inc = {f"t{i:03d}": [Outcome(0)] * runs for i in range(20)}
+    cand = {f"t{i:03d}": [Outcome(1)] * runs if i < 6 else [Outcome(0)] * runs for i in range(20)}
+    # rerun: 1 tie then 2 fixes -> the rerun means are 2/3 vs 0: the flip reproduces
+    confirm = PerCall((0.0, 0.0), (1.0, 0.0), (1.0, 0.0))
+    d = PairedGate(second_look=0).decide(cand, inc, confirm)
+    assert [len(c) for c in confirm.calls] == [6, 6, 6] and d.details["reruns"] == 6 * 2 * runs
+    assert d.fixed == [f"t{i:03d}" for i in range(6)] and d.noise_flips == []
+    assert d.delta == pytest.approx(6 * (1 + 2 / 3) / 2 / 20)
+    # before: the first (tie) rerun alone set all six differences to 0 and called them noise
+
+
+def test_second_look_weighs_every_run_the_same_with_k_epochs():
+    inc = {f"t{i:03d}": [Outcome(0)] * 2 for i in range(50)}
+    cand = {f"t{i:03d}": [Outcome(1)] * 2 if i < 4 else [Outcome(0)] * 2 for i in range(50)}
+    confirm = PerCall((1.0, 0.0), (1.0, 0.0), (0.0, 0.0), (0.0, 0.0))  # flips x2, then 2 tie looks
+    d = PairedGate().decide(cand, inc, confirm)
+    assert d.details["look"] == 2 and [len(c) for c in confirm.calls] == [4, 4, 50, 50]
+    # flipped tasks: first-look d = 1 (K = 2 runs), fresh d = 0 (k = 2 runs): (2*1 + 2*0) / 4
+    # (the old weights (d_first + k d_fresh) / (1 + k) gave the 2 first runs the weight of one)
+    assert d.delta == pytest.approx(4 * 0.5 / 50) and d.details["epochs_total"] == 4
+
+
+def test_nan_scores_never_pass():
+    nan = float("nan")
+    cand = {f"t{i:03d}": [Outcome(score=nan, soft=nan, tokens=100)] for i in range(200)}
+    inc = {f"t{i:03d}": [Outcome(score=float(i < 4), soft=0.0, tokens=1000)] for i in range(200)}
+    for secondary in ("none", "soft", "cost"):  # before: 'accepted: +nan inside dead zone; token saving'
+        d = PairedGate(GateConfig(secondary=secondary)).decide(cand, inc)
+        assert not d.accept and d.delta == pytest.approx(-0.02) and "nan" not in d.reason, (
+            secondary,
+            d.reason,
+        )
+    half = {t: [Outcome(score=nan)] if int(t[1:]) < 10 else [Outcome(score=1.0)] for t in inc}
+    d = PairedGate().decide(half, inc)
+    assert d.delta == pytest.approx(186 / 200) and d.accept and "nan" not in d.reason
+
+
+def test_a_rerun_that_omits_tasks_keeps_their_first_evidence():
+    class Omitting(Fresh):
+        def __call__(self, ids):
+            cand, inc = super().__call__(ids)
+            drop = sorted(cand)[:3]
+            return {t: v for t, v in cand.items() if t not in drop}, {
+                t: v for t, v in inc.items() if t != drop[-1]
+            }
+
+    d = PairedGate().decide(side(CAND), side(INC), Omitting((CAND, INC)))
+    assert d.details["look"] == 2 and d.details["rerun_missing"] == ["t000", "t001", "t002"]
+    assert d.n == 50

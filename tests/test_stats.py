@@ -147,3 +147,19 @@ def test_a_run_passes_on_full_credit_and_a_task_is_solved_over_its_runs() -> Non
     }
     fixed, broken = stats.flips(runs, {t: [Outcome(score=0.0)] for t in runs})
     assert fixed == ["t", "u"] and broken == []
+
+
+def test_audit_interval_does_not_collapse_when_every_difference_is_zero() -> None:
+    same = {f"t{i}": runs(i % 2) for i in range(40)}
+    out = stats.audit_stats(same, same)
+    lo, hi = out["interval"]
+    assert out["gain"] == 0.0 and lo < 0 < hi
+    assert hi == pytest.approx(stats.t_quantile(0.975, 39) / 40)  # the SD of one flip among 40
+    blo, bhi = out["bootstrap_interval"]
+    assert blo < 0 < bhi
+    assert stats.paired_interval([0.1, 0.2, 0.3, 0.4, 0.5]) != stats.paired_interval([0.3] * 5)
+
+
+def test_task_means_count_a_non_finite_score_as_a_failed_run() -> None:
+    out = {"a": [Outcome(score=float("nan")), Outcome(score=1.0)], "b": [Outcome(score=float("inf"))]}
+    assert stats.task_means(out) == {"a": 0.5, "b": 0.0}
