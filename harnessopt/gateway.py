@@ -2,21 +2,23 @@
 
 Every sandboxed run gets a *lease*: a fresh random token that the harness uses as its API key
 (``ANTHROPIC_API_KEY``) against the gateway's URL or Unix socket (``ANTHROPIC_BASE_URL``). The
-gateway checks the token, forwards the request body to the configured ``Model`` (which alone
-holds the real key), records the exchange under that token, and counts calls, tokens and list
--price cost per (role, round). ``release(token)`` hands back the recorded exchanges, which are
-the run's transcript whatever the harness itself logs. Calls past the run's budget are refused
-with a 429 that tells the SDK not to retry and the user which setting to raise.
+gateway checks the token on the request's headers, before reading its body; checks what the
+lease may ask for (``gateway_policy``: its role's model, ``max_tokens``, no server tools);
+reserves the most the call can cost against the run's budget; forwards the body to the
+configured ``Model`` (which alone holds the real key); settles the reservation to the real
+usage; records the exchange under that token; and counts calls, tokens and list-price cost per
+(role, round). ``release(token)`` hands back the recorded exchanges, which are the run's
+transcript whatever the harness itself logs. A call whose reservation does not fit the budget
+is refused with a 429 that tells the SDK not to retry and the user which setting to raise, so
+no budget is exceeded at any concurrency.
 
-Prices used for cost, USD per million tokens (input / output), Anthropic list prices:
-opus 4.5+ 5/25; opus 4, 4.1 and 3 15/75; sonnet (3.5 to 4.5) 3/15; haiku 4.5 1/5;
-haiku 3.5 0.80/4; haiku 3 0.25/1.25. Cache writes cost 1.25x input, cache reads 0.1x input.
-A model outside this table (e.g. the scripted model) costs 0, with a note in ``notes``.
+Who may connect at all (peer uids, the socket's group), how many connections are served and
+how long a client may take to send a request: ``http_guard``, configured by ``gateway:``.
 """
 
 from __future__ import annotations
 
-import re
+import os
 import secrets
 import threading
 import time
@@ -25,31 +27,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harnessopt.config import BudgetConfig
+from harnessopt.config import BudgetConfig, Config, GatewayConfig
 from harnessopt.errors import UserError
-from harnessopt.messages_http import COUNT_TOKENS_PATH, ApiCall, MessagesServer, estimate_input_tokens
+from harnessopt.gateway_policy import PRICES, LeasePolicy, cost_bound, cost_of, input_bound, price_of
+from harnessopt.http_guard import ServerLimits, unused_gid
+from harnessopt.messages_http import (
+    COUNT_TOKENS_PATH,
+    Admission,
+    ApiCall,
+    MessagesServer,
+    api_key_of,
+    estimate_input_tokens,
+)
 from harnessopt.protocols import Exchange, Forward, GatewayLease, Model, ModelError, Usage
+
+__all__ = ["PRICES", "SOCKET_NAME", "Gateway", "price_of"]
 
 SOCKET_NAME = "gateway.sock"
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
-
-# (model name regex, USD per Mtok input, USD per Mtok output); first match wins.
-PRICES: list[tuple[str, float, float]] = [
-    (r"opus-4-[5-9]|opus-[5-9]", 5.0, 25.0),
-    (r"opus", 15.0, 75.0),
-    (r"sonnet", 3.0, 15.0),
-    (r"haiku-4|haiku-[5-9]", 1.0, 5.0),
-    (r"3-5-haiku|haiku-3-5", 0.80, 4.0),
-    (r"haiku", 0.25, 1.25),
-]
-
-
-def price_of(model: str) -> tuple[float, float] | None:
-    """(input, output) USD per million tokens of a model name, or None when unknown."""
-    for pattern, p_in, p_out in PRICES:
-        if re.search(pattern, model):
-            return p_in, p_out
-    return None
+_BAD_TOKEN = "invalid or expired harnessopt gateway token"
 
 
 @dataclass
@@ -58,34 +54,75 @@ class _Lease:
     round_no: int
     task_id: str | None
     exchanges: list[Exchange] = field(default_factory=list)
+    active: int = 0  # calls admitted and not finished
 
 
 class Gateway:
     """A Messages API server on loopback TCP (and a Unix socket in ``socket_dir`` when given).
 
     Thread safe: model calls of different leases run concurrently; bookkeeping is locked.
+    ``policy`` says what each role may ask for (default: any model, the budget's ``max_tokens``
+    caps, no server tools); ``settings`` bound connections, time, body sizes and peers.
+    ``Gateway.from_config`` builds both from a run's config.
     """
 
-    def __init__(self, model: Model, budget: BudgetConfig, *, socket_dir: Path | None = None):
+    def __init__(
+        self,
+        model: Model,
+        budget: BudgetConfig,
+        *,
+        socket_dir: Path | None = None,
+        policy: LeasePolicy | None = None,
+        settings: GatewayConfig | None = None,
+    ):
         self.model = model
         self.budget = budget
+        settings = settings or GatewayConfig()
+        self.policy = policy or LeasePolicy.build(budget, settings)
         socket_path = Path(socket_dir) / SOCKET_NAME if socket_dir is not None else None
         if socket_path is not None and len(str(socket_path)) > _MAX_SOCKET_PATH:
             raise UserError(
                 f"gateway socket path {socket_path} is too long for a Unix socket; use a shorter directory"
             )
-        self._server = MessagesServer(self._handle, socket_path=socket_path)
+        uids = frozenset({0, os.getuid(), *settings.container_uids})
+        limits = ServerLimits(
+            max_connections=settings.max_connections,
+            io_timeout_s=settings.io_timeout_s,
+            tcp_uids=uids,
+            unix_uids=uids,
+            socket_gid=_socket_group(settings) if socket_path is not None else None,
+        )
+        self._server = MessagesServer(self._handle, socket_path=socket_path, admit=self._admit, limits=limits)
         self._lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
         self._usage: dict[tuple[str, int], Usage] = defaultdict(Usage)
-        self._in_flight = 0
+        self._held = Usage()  # reservations of the calls in flight
+        self._last_refusal: str | None = None
         self.refusals = 0  # calls refused for the budget: runs that made them say nothing about a candidate
         self.notes: list[str] = []
+
+    @classmethod
+    def from_config(cls, model: Model, cfg: Config, *, socket_dir: Path | None = None) -> Gateway:
+        """The gateway of a run: ``cfg``'s budget, per-role models and limits, gateway settings."""
+        return cls(
+            model,
+            cfg.budget,
+            socket_dir=socket_dir,
+            policy=LeasePolicy.from_config(cfg),
+            settings=cfg.gateway,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Gateway:
-        self._server.start()
+        try:
+            self._server.start()
+        except PermissionError as e:
+            gid = self._server.limits.socket_gid
+            raise UserError(
+                f"cannot give the gateway socket's directory to group {gid} ({e.strerror}); "
+                "set gateway.socket_gid to a group you belong to, or leave it unset"
+            ) from e
         return self
 
     def stop(self) -> None:
@@ -104,8 +141,18 @@ class Gateway:
 
     @property
     def socket_path(self) -> Path | None:
-        """The Unix socket (mode 0666) when a ``socket_dir`` was given."""
+        """The Unix socket (0660, group ``socket_gid``, in a 0750 dir) when a ``socket_dir`` was given."""
         return self._server.socket_path
+
+    @property
+    def socket_gid(self) -> int | None:
+        """The group reserved for the run that owns the socket and its dir (task containers get it)."""
+        return self._server.limits.socket_gid
+
+    @property
+    def stats(self) -> Any:
+        """``http_guard.ServerStats``: bytes read from clients, connections refused or timed out."""
+        return self._server.stats
 
     # ------------------------------------------------------------------ leases
 
@@ -121,6 +168,19 @@ class Gateway:
         with self._lock:
             lease = self._leases.pop(token, None)
         return lease.exchanges if lease else []
+
+    def release_round(self, role: str, round_no: int) -> int:
+        """Forget every lease of (role, round), e.g. the optimizer's at the end of its round.
+
+        Returns how many were released; their exchanges are dropped (the usage stays counted).
+        """
+        with self._lock:
+            tokens = [
+                t for t, lease in self._leases.items() if (lease.role, lease.round_no) == (role, round_no)
+            ]
+            for token in tokens:
+                del self._leases[token]
+        return len(tokens)
 
     # ------------------------------------------------------------------ accounting
 
@@ -138,59 +198,126 @@ class Gateway:
             out.add(u)
         return out
 
-    def exhausted(self) -> str | None:
-        """Why the budget refuses further calls (the message callers get), or None."""
+    def held(self) -> Usage:
+        """What the calls in flight have reserved (calls, token and cost bounds)."""
         with self._lock:
-            return self._budget_problem(reserve=False)
+            return Usage(
+                self._held.calls, self._held.input_tokens, self._held.output_tokens, self._held.cost_usd
+            )
 
-    def _budget_problem(self, reserve: bool) -> str | None:
+    def exhausted(self) -> str | None:
+        """Why the budget refuses further calls (the message callers get), or None.
+
+        A budget is spent when a limit is reached, or once a call was refused because what it
+        could cost did not fit what remains (later calls of its kind would not fit either).
+        """
+        with self._lock:
+            return self._budget_problem(None) or self._last_refusal
+
+    def reservation(self, role: str, body: dict[str, Any], raw: bytes) -> Usage:
+        """What a call reserves: 1 call, its input bound, its ``max_tokens``, their list price.
+
+        ``raw`` is the request body as sent; a ``role`` policy refusal raises ModelError 400.
+        """
+        max_out = self.policy.check(role, body)
+        inp = input_bound(body, len(raw))
+        caches = b"cache_control" in raw
+        return Usage(1, inp, max_out, cost_bound(str(body.get("model")), inp, max_out, caches))
+
+    def _budget_problem(self, need: Usage | None) -> str | None:
+        """With ``need`` None: whether a limit is reached; else whether ``need`` does not fit."""
         total = Usage()
         for u in self._usage.values():
             total.add(u)
-        b = self.budget
-        # In-flight calls hold a slot so that concurrent runs cannot overshoot max_calls.
-        calls = total.calls + (self._in_flight if reserve else 0)
-        if b.max_calls is not None and calls >= b.max_calls:
-            spent = f"{total.calls} of {b.max_calls} model calls"
-            return _budget_message(spent, "max_calls")
+        b, held = self.budget, self._held
+        if b.max_calls is not None and total.calls >= b.max_calls:
+            return _budget_message(f"{total.calls} of {b.max_calls} model calls", "max_calls")
         tokens = total.input_tokens + total.output_tokens
         if b.max_tokens is not None and tokens >= b.max_tokens:
             return _budget_message(f"{tokens} of {b.max_tokens} tokens", "max_tokens")
         if b.max_cost is not None and total.cost_usd >= b.max_cost:
             return _budget_message(f"${total.cost_usd:.4f} of ${b.max_cost:.2f}", "max_cost")
+        if need is None:
+            return None
+        if b.max_calls is not None and total.calls + held.calls + need.calls > b.max_calls:
+            spent = f"{total.calls} of {b.max_calls} model calls used and {held.calls} in flight"
+            return _budget_message(spent, "max_calls")
+        held_tokens = held.input_tokens + held.output_tokens
+        need_tokens = need.input_tokens + need.output_tokens
+        if b.max_tokens is not None and tokens + held_tokens + need_tokens > b.max_tokens:
+            left = b.max_tokens - tokens - held_tokens
+            return _reserve_message(
+                f"{need_tokens} tokens", f"{max(left, 0)} tokens", "max_tokens", b.max_tokens
+            )
+        if b.max_cost is not None and total.cost_usd + held.cost_usd + need.cost_usd > b.max_cost:
+            left_usd = b.max_cost - total.cost_usd - held.cost_usd
+            return _reserve_message(
+                f"${need.cost_usd:.4f}", f"${max(left_usd, 0):.4f}", "max_cost", b.max_cost
+            )
         return None
 
     # ------------------------------------------------------------------ serving
 
-    def _handle(self, call: ApiCall) -> dict[str, Any]:
-        token = call.api_key() or ""
+    def _admit(self, path: str, headers: dict[str, str]) -> Admission:
+        """Before any body byte is read: a live token, and a free slot of its lease."""
         with self._lock:
-            lease = self._leases.get(token)
-        if lease is None:
-            raise ModelError(401, "authentication_error", "invalid or expired harnessopt gateway token")
+            lease = self._leases.get(api_key_of(headers) or "")
+            if lease is None:
+                raise ModelError(401, "authentication_error", _BAD_TOKEN)
+            limit = self.policy.max_calls_per_lease
+            if lease.active >= limit:
+                raise ModelError(
+                    429,
+                    "rate_limit_error",
+                    f"this lease already has {limit} calls in flight (gateway.max_calls_per_lease); "
+                    "wait for one to finish",
+                    retryable=True,
+                )
+            lease.active += 1
+        return Admission(self.policy.of(lease.role).max_body, lease, lambda: self._leave(lease))
+
+    def _leave(self, lease: _Lease) -> None:
+        with self._lock:
+            lease.active -= 1
+
+    def _handle(self, call: ApiCall) -> dict[str, Any]:
+        lease = call.context
+        if not isinstance(lease, _Lease):  # only admitted calls reach here
+            raise ModelError(401, "authentication_error", _BAD_TOKEN)
         if call.path == COUNT_TOKENS_PATH:
             return {"input_tokens": estimate_input_tokens(call.body)}
-        with self._lock:
-            problem = self._budget_problem(reserve=True)
-            if problem is None:
-                self._in_flight += 1
-        started, t0 = time.time(), time.monotonic()
-        if problem is not None:
-            with self._lock:
-                self.refusals += 1
-            self._record(lease, call, None, problem, started, 0.0)
-            raise ModelError(429, "rate_limit_error", problem, retryable=False)
+        started = time.time()
+        try:
+            hold = self._reserve(lease, call)
+        except ModelError as e:
+            self._record(lease, call, None, e.message, started, 0.0, None)
+            raise
+        t0 = time.monotonic()
         forward = Forward.of(call.headers, call.query)  # beta features; never the client's key
         try:
             response = self.model.create(call.body, lease.role, forward=forward)
         except ModelError as e:
-            self._record(lease, call, None, f"{e.status} {e.error_type}: {e.message}", started, t0, done=True)
+            self._record(lease, call, None, f"{e.status} {e.error_type}: {e.message}", started, t0, hold)
             raise
         except Exception as e:
-            self._record(lease, call, None, f"{type(e).__name__}: {e}", started, t0, done=True)
+            self._record(lease, call, None, f"{type(e).__name__}: {e}", started, t0, hold)
             raise
-        self._record(lease, call, response, None, started, t0, done=True)
+        self._record(lease, call, response, None, started, t0, hold)
         return response
+
+    def _reserve(self, lease: _Lease, call: ApiCall) -> Usage:
+        """Check the lease's policy and hold the call's worst case; 429 when it does not fit."""
+        need = self.reservation(lease.role, call.body, call.raw)
+        with self._lock:
+            problem = self._budget_problem(need)
+            if problem is not None:
+                self.refusals += 1
+                self._last_refusal = problem
+            else:
+                self._held.add(need)
+        if problem is not None:
+            raise ModelError(429, "rate_limit_error", problem, retryable=False)
+        return need
 
     def _record(
         self,
@@ -200,8 +327,9 @@ class Gateway:
         error: str | None,
         started: float,
         t0: float,
-        done: bool = False,
+        hold: Usage | None,
     ) -> None:
+        """Log the exchange; for a forwarded call (``hold``), swap its reservation for its usage."""
         wall = time.monotonic() - t0 if t0 else 0.0
         usage = (response or {}).get("usage") or {}
         tokens_in = int(usage.get("input_tokens") or 0)
@@ -212,33 +340,55 @@ class Gateway:
         exchange = Exchange(call.body, response, error, started, wall, tokens_in, tokens_out, call.streamed)
         model_name = str((response or {}).get("model") or call.body.get("model") or "")
         cost = self._cost(model_name, usage) if response is not None else 0.0
+        over = hold is not None and (tokens_in > hold.input_tokens or tokens_out > hold.output_tokens)
         with self._lock:
-            if done:
-                self._in_flight -= 1
             lease.exchanges.append(exchange)
-            if done:  # a refused call reached no model: it is not a call
+            if hold is not None:  # a refused call reached no model: it is not a call
+                self._held.calls -= hold.calls
+                self._held.input_tokens -= hold.input_tokens
+                self._held.output_tokens -= hold.output_tokens
+                self._held.cost_usd -= hold.cost_usd
+                if self._held.calls == 0:
+                    self._held = Usage()  # no float dust left over from the cost sums
                 self._usage[(lease.role, lease.round_no)].add(Usage(1, tokens_in, tokens_out, cost))
+            if over:
+                self._note(
+                    f"a {model_name} call used more tokens than its reservation (budgets may be passed)"
+                )
 
     def _cost(self, model_name: str, usage: dict[str, Any]) -> float:
-        price = price_of(model_name)
-        if price is None:
-            note = f"no list price for model {model_name!r}: its cost is counted as $0"
+        cost = cost_of(model_name, usage)
+        if cost is None:
             with self._lock:
-                if note not in self.notes:
-                    self.notes.append(note)
+                self._note(f"no list price for model {model_name!r}: its cost is counted as $0")
             return 0.0
-        p_in, p_out = price
-        units = (
-            int(usage.get("input_tokens") or 0) * p_in
-            + int(usage.get("cache_creation_input_tokens") or 0) * p_in * 1.25
-            + int(usage.get("cache_read_input_tokens") or 0) * p_in * 0.1
-            + int(usage.get("output_tokens") or 0) * p_out
-        )
-        return units / 1_000_000
+        return cost
+
+    def _note(self, note: str) -> None:
+        """Add a note once (caller holds the lock)."""
+        if note not in self.notes:
+            self.notes.append(note)
+
+
+def _socket_group(settings: GatewayConfig) -> int:
+    """The group the socket dir is given to: the configured one, a fresh one as root, else ours."""
+    if settings.socket_gid is not None:
+        return settings.socket_gid
+    if os.geteuid() == 0:
+        return unused_gid()  # never root's group: containers get this group as a supplementary one
+    return os.getgid()
 
 
 def _budget_message(spent: str, setting: str) -> str:
     return (
         f"harnessopt budget spent: {spent} used (budget.{setting}); "
         f"raise budget.{setting} in harnessopt.yaml or pass --{setting.replace('_', '-')} to allow more"
+    )
+
+
+def _reserve_message(need: str, left: str, setting: str, limit: float) -> str:
+    return (
+        f"harnessopt budget: this call may use up to {need} (its max_tokens plus its input) but only "
+        f"{left} of budget.{setting}={limit} remain; raise budget.{setting} in harnessopt.yaml or pass "
+        f"--{setting.replace('_', '-')} to allow more, or ask for a smaller max_tokens"
     )

@@ -14,17 +14,29 @@ socket is what a container without network reaches through a bind mount.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
-import os
 import socketserver
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from harnessopt.http_guard import (
+    DeadlineReader,
+    GuardedTCPServer,
+    GuardedUnixServer,
+    ServerLimits,
+    ServerStats,
+    linger,
+    secure_socket,
+    secure_socket_dir,
+)
 from harnessopt.protocols import ModelError
 
 MESSAGES_PATH = "/v1/messages"
@@ -54,13 +66,37 @@ class ApiCall:
     raw: bytes = b""
     extra: dict[str, Any] = field(default_factory=dict)
     query: str = ""  # the request path's query string without "?", e.g. "beta=true"
+    context: Any = None  # what the server's ``admit`` said about the caller (the gateway: its lease)
 
     def api_key(self) -> str | None:
         """The caller's key, from ``x-api-key`` or ``Authorization: Bearer``."""
-        if key := self.headers.get("x-api-key"):
-            return key
-        auth = self.headers.get("authorization", "")
-        return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        return api_key_of(self.headers)
+
+
+def api_key_of(headers: dict[str, str]) -> str | None:
+    """The key in lower-cased request headers, from ``x-api-key`` or ``Authorization: Bearer``."""
+    if key := headers.get("x-api-key"):
+        return key
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A caller whose headers were accepted: the body size it may send, and what to do after.
+
+    ``context`` reaches the backend as ``ApiCall.context``; ``done`` is called once the
+    backend has returned or raised (the gateway frees the lease's concurrency slot there).
+    """
+
+    max_body: int
+    context: Any = None
+    done: Callable[[], None] | None = None
+
+
+# Called with (path, lower-cased headers) BEFORE any byte of the body is read; raises
+# ModelError (401, 429, ...) to refuse, and the body is then never read.
+Admit = Callable[[str, dict[str, str]], Admission]
 
 
 # A backend returns the non-streaming response body (or {"input_tokens": n} for count_tokens)
@@ -167,6 +203,27 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the SDK pools connections
     server_version = "harnessopt-messages/1"
     backend: Backend  # set on a per-server subclass
+    admit: Admit | None = None
+    limits: ServerLimits
+    stats: ServerStats
+    deadline = 0.0  # time.monotonic() by which the bytes being read must have arrived
+    _body_pending = False  # a body was announced and not read: the connection cannot be reused
+
+    def setup(self) -> None:
+        super().setup()
+        self.deadline = time.monotonic() + self.limits.io_timeout_s
+        plain = self.rfile
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self, self.stats))
+        plain.close()
+
+    def handle_one_request(self) -> None:
+        # The whole request line and headers (after any keep-alive wait) within io_timeout_s.
+        self.deadline = time.monotonic() + self.limits.io_timeout_s
+        self._body_pending = False
+        super().handle_one_request()
+
+    def handle_expect_100(self) -> bool:
+        return True  # "100 Continue" is sent after admission, in _read_call
 
     def log_message(self, format: str, *args: Any) -> None:
         # Unix-socket peers have no address, and request logs would flood test output.
@@ -176,29 +233,65 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_error(ModelError(404, "not_found_error", f"no such endpoint: GET {self.path}"))
 
     def do_POST(self) -> None:
+        admission: Admission | None = None
         try:
-            call = self._read_call()
+            path, headers, length = self._request_head()
+            admission = self.admit(path, headers) if self.admit else Admission(MAX_BODY_BYTES)
+            call = self._read_call(path, headers, length, admission.max_body)
+            call.context = admission.context
             response = self.backend(call)
+        except _ClientGone:  # too slow, or hung up: nobody to answer
+            self.close_connection = True
+            return
         except ModelError as e:
             self._send_error(e)
             return
         except Exception as e:  # a backend bug must still be an API error, not a dropped socket
             self._send_error(ModelError(500, "api_error", f"internal error: {type(e).__name__}: {e}"))
             return
+        finally:
+            if admission is not None and admission.done is not None:
+                admission.done()
         if call.streamed:
             self._send_sse(response)
         else:
             self._send_json(200, response)
 
-    def _read_call(self) -> ApiCall:
-        length = int(self.headers.get("content-length") or 0)
-        if length > MAX_BODY_BYTES:
-            self.close_connection = True  # the unread body would corrupt a kept-alive connection
-            raise ModelError(413, "request_too_large", f"request body of {length} bytes is too large")
-        raw = self.rfile.read(length) if length else b""
+    def _request_head(self) -> tuple[str, dict[str, str], int]:
+        """Path, headers and announced body length; nothing of the body is read here."""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        if "transfer-encoding" in headers:
+            self._body_pending = True
+            raise ModelError(400, "invalid_request_error", "send the request body with a Content-Length")
+        try:
+            length = int(headers.get("content-length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._body_pending = True
+            raise ModelError(400, "invalid_request_error", "the Content-Length header is not a length")
+        self._body_pending = length > 0
         path = self.path.split("?", 1)[0].rstrip("/")
         if path not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
             raise ModelError(404, "not_found_error", f"no such endpoint: POST {self.path}")
+        return path, headers, length
+
+    def _read_call(self, path: str, headers: dict[str, str], length: int, max_body: int) -> ApiCall:
+        if length > max_body:
+            raise ModelError(
+                413, "request_too_large", f"request body of {length} bytes is over this caller's {max_body}"
+            )
+        if length and headers.get("expect", "").lower() == "100-continue":
+            self.send_response_only(100)  # only now: a refused caller never sends its body
+            self.end_headers()
+        self.deadline = time.monotonic() + self.limits.io_timeout_s
+        try:
+            raw = self.rfile.read(length) if length else b""
+        except OSError as e:  # TimeoutError past the deadline, or a reset
+            raise _ClientGone from e
+        if len(raw) < length:
+            raise _ClientGone
+        self._body_pending = False
         try:
             body = json.loads(raw or b"null")
         except ValueError as e:
@@ -206,27 +299,38 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise ModelError(400, "invalid_request_error", "request body must be a JSON object")
         streamed = bool(body.pop("stream", False)) and path == MESSAGES_PATH
-        headers = {k.lower(): v for k, v in self.headers.items()}
         query = self.path.partition("?")[2]
         return ApiCall(path=path, body=body, headers=headers, streamed=streamed, raw=raw, query=query)
 
     def _send_json(self, status: int, body: dict[str, Any], extra: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
+        self.connection.settimeout(self.limits.io_timeout_s)  # a client that does not read is dropped
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         for name, value in (extra or {}).items():
             self.send_header(name, value)
+        if self._body_pending:
+            self.send_header("connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
     def _send_error(self, e: ModelError) -> None:
         error_type = e.error_type or _STATUS_TYPES.get(e.status, "api_error")
         extra = {"x-should-retry": "true" if e.retryable else "false"}
+        if e.retryable and e.status in (429, 503, 529):
+            extra["retry-after"] = "1"
         self._send_json(e.status, error_body(error_type, e.message), extra)
+        if self._body_pending:  # refused before its body was read: answer, then close
+            self.close_connection = True
+            self._body_pending = False
+            with contextlib.suppress(OSError):
+                self.wfile.flush()
+            linger(self.connection, self.rfile, self)
 
     def _send_sse(self, message: dict[str, Any]) -> None:
         # No content-length: the body ends when the connection closes, as with a real stream.
+        self.connection.settimeout(self.limits.io_timeout_s)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -238,25 +342,46 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
+class _ClientGone(Exception):
+    """The client stopped sending before its request was complete."""
 
 
-class _TCPServer(ThreadingHTTPServer):
+class _UnixHTTPServer(GuardedUnixServer, socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
+    request_queue_size = 128  # listen backlog: a burst of connects waits instead of being reset
+
+
+class _TCPServer(GuardedTCPServer, ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
 
 
 class MessagesServer:
     """Serves one backend on loopback TCP (``port``; 0 = pick one) and optionally a Unix socket.
 
     ``start()`` binds and serves in background threads; ``stop()`` shuts both down and removes
-    the socket file. Usable as a context manager.
+    the socket file. Usable as a context manager. ``admit`` (optional) sees each request's path
+    and headers before its body is read and decides whether, and how much of it, to read;
+    without it any caller may send up to MAX_BODY_BYTES. ``limits`` bound connections, time
+    and peers (see ``http_guard``); ``stats`` counts what clients made the server do.
     """
 
     def __init__(
-        self, backend: Backend, *, host: str = "127.0.0.1", port: int = 0, socket_path: Path | None = None
+        self,
+        backend: Backend,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        socket_path: Path | None = None,
+        admit: Admit | None = None,
+        limits: ServerLimits | None = None,
     ):
-        handler = type("MessagesHandler", (_Handler,), {"backend": staticmethod(backend)})
+        self.limits = limits or ServerLimits()
+        self.stats = ServerStats()
+        attrs = {"backend": staticmethod(backend), "limits": self.limits, "stats": self.stats}
+        if admit is not None:
+            attrs["admit"] = staticmethod(admit)
+        handler = type("MessagesHandler", (_Handler,), attrs)
         self._handler = handler
         self._host, self._port = host, port
         self.socket_path = socket_path
@@ -275,12 +400,17 @@ class MessagesServer:
         return f"http://{self._host}:{self.port}"
 
     def start(self) -> MessagesServer:
-        self._servers.append(_TCPServer((self._host, self._port), self._handler))
+        tcp = _TCPServer((self._host, self._port), self._handler)
+        tcp.limits, tcp.stats, tcp.allowed_uids = self.limits, self.stats, self.limits.tcp_uids
+        self._servers.append(tcp)
         if self.socket_path is not None:
+            secure_socket_dir(self.socket_path.parent, self.limits.socket_gid)
             self.socket_path.unlink(missing_ok=True)
-            self._servers.append(_UnixHTTPServer(str(self.socket_path), self._handler))
-            # Sandboxed harnesses may run as another uid; connecting needs write permission.
-            os.chmod(self.socket_path, 0o666)
+            unix = _UnixHTTPServer(str(self.socket_path), self._handler)
+            unix.limits, unix.stats, unix.allowed_uids = self.limits, self.stats, self.limits.unix_uids
+            self._servers.append(unix)
+            # Sandboxed harnesses run as another uid: connecting needs write permission.
+            secure_socket(self.socket_path, self.limits.socket_gid)
         for server in self._servers:
             # A short poll interval makes stop() quick (serve_forever checks for shutdown per poll).
             thread = threading.Thread(

@@ -70,7 +70,7 @@ def open_services(
         stack.callback(sandbox.close)
         socket_dir = Path(tempfile.mkdtemp(prefix="ho-gw-"))  # short path: Unix sockets cap it at 108 bytes
         stack.callback(shutil.rmtree, socket_dir, True)
-        gateway = stack.enter_context(Gateway(model, cfg.budget, socket_dir=socket_dir))
+        gateway = stack.enter_context(Gateway.from_config(model, cfg, socket_dir=socket_dir))
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         runner = Runner(cfg, sandbox, gateway, scorer, scratch, progress=progress)

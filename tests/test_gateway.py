@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import threading
@@ -125,11 +126,24 @@ def test_budget_refusal_is_final_and_says_what_to_raise():
 
 
 def test_token_budget():
-    with Gateway(ScriptedModel.from_dict(SCRIPT), BudgetConfig(max_tokens=5)) as gw:
-        client, _ = client_for(gw)
-        ask(client, "capital of France? " * 4)
-        with pytest.raises(anthropic.RateLimitError, match="budget.max_tokens"):
-            ask(client, "hello")
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "capital of France? " * 4}],
+    }
+    raw = json.dumps(body).encode()
+    with Gateway(ScriptedModel.from_dict(SCRIPT), BudgetConfig(max_tokens=10**9)) as gw:
+        need = gw.reservation("target", body, raw)
+        # Room for one call's reservation: the second, the same, does not fit after the first's usage.
+        gw.budget = BudgetConfig(max_tokens=need.input_tokens + need.output_tokens + 10)
+        lease = gw.lease("target", 1, "t1")
+        with httpx.Client(base_url=lease.base_url, headers={"x-api-key": lease.token}) as http:
+            first = http.post("/v1/messages", content=raw)
+            assert first.status_code == 200
+            second = http.post("/v1/messages", content=raw)
+        assert second.status_code == 429 and second.headers["x-should-retry"] == "false"
+        assert "budget.max_tokens" in second.json()["error"]["message"]
+        assert gw.total().calls == 1 and "budget.max_tokens" in (gw.exhausted() or "")
 
 
 def test_concurrent_calls_never_exceed_max_calls():
@@ -183,7 +197,10 @@ def test_unix_socket_access(tmp_path: Path):
     with Gateway(ScriptedModel.from_dict(SCRIPT), BudgetConfig(), socket_dir=tmp_path) as gw:
         lease = gw.lease("target", 1, "t1")
         assert lease.socket_path == tmp_path / "gateway.sock"
-        assert stat.S_IMODE(os.stat(lease.socket_path).st_mode) == 0o666
+        # Only the run's group may pass the dir and connect (task containers get that group).
+        assert stat.S_IMODE(os.stat(lease.socket_path).st_mode) == 0o660
+        assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o750
+        assert os.stat(lease.socket_path).st_gid == os.stat(tmp_path).st_gid == gw.socket_gid
         transport = httpx.HTTPTransport(uds=str(lease.socket_path))
         with httpx.Client(transport=transport, base_url="http://gateway") as http:
             body = {

@@ -58,9 +58,25 @@ def remove_container(container: Any) -> None:
         _LIVE.pop(container.id, None)
 
 
+def gateway_group(socket_dir: str | None) -> int | None:
+    """The group the gateway reserved for its socket dir (0750, not root's), or None.
+
+    A container that joins it (``group_add``) may pass the dir and connect to the socket;
+    other local users may not (see gateway.py and docs/sandbox.md).
+    """
+    if not socket_dir:
+        return None
+    try:
+        st = os.stat(socket_dir)
+    except OSError:
+        return None
+    group_only = st.st_mode & 0o010 and not st.st_mode & 0o001
+    return st.st_gid if group_only and st.st_gid != 0 else None
+
+
 def _let_traverse(socket_dir: str | None) -> None:
     """uid 65534 in the container must pass through the (often 0700) socket dir to connect."""
-    if socket_dir:
+    if socket_dir and gateway_group(socket_dir) is None:  # a reserved group needs no opening
         with contextlib.suppress(OSError):
             mode = os.stat(socket_dir).st_mode
             os.chmod(socket_dir, (mode & 0o7777) | 0o111)
@@ -173,11 +189,12 @@ class WarmPool:
         volumes = {str(slot): {"bind": SLOT, "mode": "ro"}}
         if socket_dir:
             volumes[socket_dir] = {"bind": GATEWAY_DIR, "mode": "ro"}
+        kwargs = container_kwargs(self.cfg, self.run_id)
+        if (gid := gateway_group(socket_dir)) is not None:
+            kwargs["group_add"] = [str(gid)]  # the run's group: lets it reach the gateway socket
         container = None
         try:
-            container = self.client.containers.create(
-                self.cfg.image, volumes=volumes, **container_kwargs(self.cfg, self.run_id)
-            )
+            container = self.client.containers.create(self.cfg.image, volumes=volumes, **kwargs)
             register_live(container)
             sock = self.client.api.attach_socket(container.id, params={"stdout": 1, "stderr": 1, "stream": 1})
             container.start()

@@ -1,0 +1,265 @@
+"""What keeps a local HTTP listener alive against the clients it serves (harnesses, other users).
+
+The model gateway listens on loopback TCP and on a Unix socket that task containers reach. A
+client may be hostile: it may open thousands of connections, send headers one byte at a time,
+announce a 32 MiB body and never send it, or be another user of the host. This module holds
+the defences that do not depend on what is served:
+
+* ``ServerLimits``: at most ``max_connections`` connections per listener are served at once,
+  each by one thread; one more is answered ``503`` at once by the accepting thread and closed.
+  A connection must deliver a request's headers, and then its body, within ``io_timeout_s``
+  each (a total deadline, not a per-``recv`` one, so a trickle of bytes does not keep it).
+* Peer credentials: the Unix socket accepts only peers whose uid (``SO_PEERCRED``) is in
+  ``unix_uids``; the TCP port only those whose uid (the client socket's owner in
+  ``/proc/net/tcp``) is in ``tcp_uids``. A refused peer is closed before a thread is spent.
+* ``secure_socket_dir``/``secure_socket``: the socket's directory 0750 and the socket 0660,
+  both owned by a group reserved for the run, given to the task containers (``group_add``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MAX_CONNECTIONS = 64
+DEFAULT_IO_TIMEOUT_S = 10.0
+DRAIN_BYTES = 64 * 1024  # read (and dropped) from an answered request's unread body before closing
+DRAIN_S = 0.5  # time spent on that at most
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Limits of one server; ``None`` uid sets accept every peer."""
+
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # per listener, each served by one thread
+    io_timeout_s: float = DEFAULT_IO_TIMEOUT_S  # to send a request's headers, then its body
+    tcp_uids: frozenset[int] | None = None  # uids whose loopback connections are served
+    unix_uids: frozenset[int] | None = None  # uids whose Unix-socket connections are served
+    socket_gid: int | None = None  # group of the socket and its dir (0750/0660); None: socket 0666
+
+
+class ServerStats:
+    """Counters a test or an operator can read: bytes read from clients, connections refused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_read = 0
+        self.refused_busy = 0
+        self.refused_peer = 0
+        self.timed_out = 0
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+
+class DeadlineReader(io.RawIOBase):
+    """A socket's read side that raises ``TimeoutError`` once ``owner.deadline`` has passed.
+
+    Each ``recv`` waits at most until the deadline, so a client that sends a byte now and then
+    gets no more time than one that sends nothing. Bytes read are counted in ``stats``.
+    """
+
+    def __init__(self, sock: socket.socket, owner: Any, stats: ServerStats):
+        self._sock = sock
+        self._owner = owner  # has a ``deadline`` attribute (time.monotonic() value)
+        self._stats = stats
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self._owner.deadline - time.monotonic()
+        if remaining <= 0:
+            self._stats.add("timed_out")
+            raise TimeoutError("the client was too slow to send its request")
+        self._sock.settimeout(remaining)
+        try:
+            n = self._sock.recv_into(buffer)
+        except TimeoutError:
+            self._stats.add("timed_out")
+            raise
+        self._stats.add("bytes_read", n)
+        return n
+
+
+class GuardedServer:
+    """Mixin for a ``socketserver`` threading server: peer check and a bounded number of threads.
+
+    Set ``limits``, ``stats`` and ``allowed_uids`` before serving; ``_slots`` is made on first use.
+    """
+
+    limits: ServerLimits
+    stats: ServerStats
+    allowed_uids: frozenset[int] | None = None
+    _slots: threading.BoundedSemaphore | None = None
+
+    def peer_uid(self, request: Any, client_address: Any) -> int | None:
+        """The uid of the connecting process, or None when the platform cannot say."""
+        return None
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        if self.allowed_uids is None:
+            return True
+        uid = self.peer_uid(request, client_address)
+        if uid is None or uid in self.allowed_uids:
+            return True
+        self.stats.add("refused_peer")
+        return False
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if self._slots is None:
+            self._slots = threading.BoundedSemaphore(self.limits.max_connections)
+        if not self._slots.acquire(blocking=False):
+            self.stats.add("refused_busy")
+            answer_busy(request, self.limits.max_connections)
+            self.shutdown_request(request)  # type: ignore[attr-defined]
+            return
+        try:
+            super().process_request(request, client_address)  # type: ignore[misc]
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # the client went away mid-answer: nothing to report
+        super().handle_error(request, client_address)  # type: ignore[misc]
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+        finally:
+            assert self._slots is not None
+            self._slots.release()
+
+
+class GuardedTCPServer(GuardedServer):
+    """Peer uid of a loopback TCP client, from the kernel's socket table."""
+
+    def peer_uid(self, request: Any, client_address: Any) -> int | None:
+        return tcp_peer_uid(client_address, request.getsockname())
+
+
+class GuardedUnixServer(GuardedServer):
+    """Peer uid of a Unix-socket client, from ``SO_PEERCRED``."""
+
+    def peer_uid(self, request: Any, client_address: Any) -> int | None:
+        return unix_peer_uid(request)
+
+
+def unix_peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix stream socket (Linux), else None."""
+    opt = getattr(socket, "SO_PEERCRED", None)
+    if opt is None:
+        return None
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i")))
+    except OSError:
+        return None
+    return int(uid)
+
+
+def tcp_peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
+    """The uid owning the client end of an IPv4 loopback connection (``/proc/net/tcp``), else None.
+
+    The table has one line per socket; the client's line has the client's address as its local
+    address and the server's as its remote one.
+    """
+    want = (_hex_addr(client), _hex_addr(server))
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f, None)  # header
+            for line in f:
+                fields = line.split()
+                if len(fields) > 7 and (fields[1], fields[2]) == want:
+                    return int(fields[7])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _hex_addr(addr: tuple[str, int]) -> str:
+    host, port = addr[0], addr[1]
+    packed = socket.inet_aton(host)
+    return f"{struct.unpack('<I', packed)[0]:08X}:{port:04X}"
+
+
+def answer_busy(sock: socket.socket, limit: int) -> None:
+    """Write a canned ``503`` (retry shortly) without ever blocking the accepting thread."""
+    body = json.dumps(
+        {
+            "type": "error",
+            "error": {
+                "type": "overloaded_error",
+                "message": f"the harnessopt gateway is serving its limit of {limit} connections; retry shortly",
+            },
+        }
+    ).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nx-should-retry: true\r\nretry-after: 1\r\n"
+        "connection: close\r\n\r\n"
+    ).encode()
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        sock.send(head + body)
+
+
+def linger(sock: socket.socket, rfile: Any, owner: Any) -> None:
+    """After answering a request whose body was not read: end our side, drop a little of theirs.
+
+    Closing a socket with unread input makes the kernel send a reset, which can destroy the
+    answer before the client reads it; reading up to DRAIN_BYTES for up to DRAIN_S first lets
+    an ordinary client see the answer, and bounds what a hostile one can make us read.
+    """
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+    owner.deadline = time.monotonic() + DRAIN_S
+    left = DRAIN_BYTES
+    with contextlib.suppress(OSError, ValueError):
+        while left > 0:
+            chunk = rfile.read1(min(left, 16 * 1024))
+            if not chunk:
+                break
+            left -= len(chunk)
+
+
+def secure_socket_dir(directory: Path, gid: int | None) -> None:
+    """Make ``directory`` 0750 owned by group ``gid`` (no-op for None)."""
+    if gid is None:
+        return
+    os.chown(directory, -1, gid)
+    os.chmod(directory, 0o750)
+
+
+def secure_socket(path: Path, gid: int | None) -> None:
+    """The socket 0660 owned by ``gid``; without a group, 0666 (its directory then guards it)."""
+    if gid is None:
+        os.chmod(path, 0o666)  # a container user of another uid must be able to connect
+        return
+    os.chown(path, -1, gid)
+    os.chmod(path, 0o660)
+
+
+def unused_gid(low: int = 2_000_000, high: int = 2_999_999) -> int:
+    """A random group id that the host's group database does not name."""
+    import grp
+    import secrets
+
+    while True:
+        gid = low + secrets.randbelow(high - low + 1)
+        try:
+            grp.getgrgid(gid)
+        except KeyError:
+            return gid
