@@ -12,6 +12,7 @@ from typing import Any
 
 from harnessopt import ledger, vcs
 from harnessopt.errors import UserError
+from harnessopt.progress import RunProgress
 from harnessopt.rollout import Candidate, outcomes
 from harnessopt.services import open_services
 from harnessopt.stats import audit_stats
@@ -20,7 +21,14 @@ from harnessopt.workspace import EDITABLE_PATHS, Workspace
 AUDIT_REF = "refs/harnessopt/audit/{base}-{best}"
 
 
-def run_audit(ws: Workspace, *, epochs: int, force: bool, say: Callable[[str], None]) -> dict[str, Any]:
+def run_audit(
+    ws: Workspace,
+    *,
+    epochs: int,
+    force: bool,
+    say: Callable[[str], None],
+    progress: RunProgress | None = None,
+) -> dict[str, Any]:
     repo = ws.repo
     base = repo.commit(ledger.ROUND_TAG.format(k=0)).hexsha
     best = ledger.best(repo).commit
@@ -40,6 +48,9 @@ def run_audit(ws: Workspace, *, epochs: int, force: bool, say: Callable[[str], N
         )
     claimed = claimed_gain(ws, best)
     with open_services(ws.root, ws.cfg, say, with_optimizer=False) as svc:
+        if progress is not None:  # a bar (or plain lines) per candidate's test runs
+            progress.bind(svc.gateway.total)
+            svc.runner.observers.append(progress)
         scratch = svc.scratch / "audit"
         shutil.rmtree(scratch, ignore_errors=True)
         cands = {}

@@ -87,6 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-cost", type=float, help="US dollars allowed in this run")
     _add_config_option(run)
     run.add_argument("--yes", action="store_true", help="do not ask for confirmations")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the projected calls, tokens, dollars and time; run nothing",
+    )
+    run.add_argument(
+        "--mlflow",
+        nargs="?",
+        const="",
+        metavar="URI",
+        help="log each round to MLflow (default: a file store in WS/.harnessopt/mlruns)",
+    )
 
     log = sub.add_parser("log", help="one row per round")
     log.add_argument("ws", type=Path)
@@ -99,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("round", type=int)
     st = sub.add_parser("status", help="where the run stands")
     st.add_argument("ws", type=Path)
+    rep = sub.add_parser("report", help="an HTML report with plots (needs harnessopt[report])")
+    rep.add_argument("ws", type=Path)
+    rep.add_argument(
+        "--out", type=Path, help="directory for report.html and its plots (default WS/.harnessopt/report)"
+    )
 
     audit = sub.add_parser("audit", help="held-out gain of ho/best over ho/round-0 on the test split")
     audit.add_argument("ws", type=Path)
@@ -167,17 +184,30 @@ def cmd_init(a: argparse.Namespace) -> int:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from harnessopt import loop
+    from harnessopt.progress import progress_for
+    from harnessopt.stop import REASON as STOPPED
     from harnessopt.workspace import Workspace
 
     ws = Workspace.open(a.ws, _overrides(a, RUN_FLAGS))
+    if a.dry_run:  # no lock, no model call, nothing written
+        from harnessopt.projection import project
+
+        for line in project(ws, a.rounds).table():
+            say(line)
+        say(f"dry run: nothing was run; start it with: harnessopt run {a.ws} --rounds {a.rounds}")
+        return 0
     if ws.cfg.mode == "harness" and not a.yes:
         _confirm("harness mode lets the optimizer change harness code that then runs in the sandbox")
-    with workspace_lock(ws.root, "run", say), _task_progress() as progress:
-        results = loop.run(ws, a.rounds, say, progress=progress)
+    with (
+        workspace_lock(ws.root, "run", say),
+        _mlflow(ws, a.mlflow) as on_round,
+        progress_for(console, smoke=ws.cfg.gate.smoke) as progress,
+    ):
+        results = loop.run(ws, a.rounds, progress.say, progress=progress, on_round=on_round)
     for r in results:
         say(f"round {r.round}: {r.status} ({r.commit[:10]}) {r.reason}")
-    say(f"review: harnessopt log {a.ws}  |  harnessopt diff {a.ws} ROUND  |  git -C {a.ws} log --oneline")
-    failed = [r for r in results if r.status == "failed"]
+    say(f"review: harnessopt log {a.ws}  |  harnessopt diff {a.ws} ROUND  |  harnessopt report {a.ws}")
+    failed = [r for r in results if r.status == "failed" and r.reason != STOPPED]
     if failed:
         rounds = ", ".join(str(r.round) for r in failed)
         say_err(f"harnessopt: round(s) {rounds} failed: {failed[-1].reason.splitlines()[0][:300]}")
@@ -186,21 +216,15 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _task_progress() -> Iterator[Callable[[str, int, int], None] | None]:
-    """A live 'tasks done' bar on a terminal; nothing when the output goes to a file or a pipe."""
-    if not console.is_terminal:
+def _mlflow(ws: Any, uri: str | None) -> Iterator[Callable[[Any], None] | None]:
+    """With --mlflow: one MLflow run for this harnessopt run, a step per round; else nothing."""
+    if uri is None:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from harnessopt.mlflow_log import MlflowRun
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("tasks", total=None)
-
-        def update(label: str, done: int, total: int) -> None:
-            bar.update(task, description=f"{label} tasks", completed=done, total=total)
-
-        yield update
+    with MlflowRun(ws, uri or None, say) as run:
+        yield run.log_round
 
 
 def _confirm(what: str) -> None:
@@ -241,6 +265,16 @@ def cmd_rollback(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(a: argparse.Namespace) -> int:
+    from harnessopt.html_report import write_report
+    from harnessopt.workspace import Workspace
+
+    ws = Workspace.open(a.ws)
+    path = write_report(ws, a.out)
+    say(f"report: {path} (open it in a browser; the plots are beside it)")
+    return 0
+
+
 def cmd_status(a: argparse.Namespace) -> int:
     from harnessopt.report import status_lines
     from harnessopt.workspace import Workspace
@@ -257,8 +291,10 @@ def cmd_audit(a: argparse.Namespace) -> int:
     ws = Workspace.open(
         a.ws, _overrides(a, {"sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"})
     )
-    with workspace_lock(ws.root, "audit", say_err):
-        report = run_audit(ws, epochs=a.epochs, force=a.force, say=say_err if a.json else say)
+    from harnessopt.progress import progress_for
+
+    with workspace_lock(ws.root, "audit", say_err), progress_for(err_console if a.json else console) as p:
+        report = run_audit(ws, epochs=a.epochs, force=a.force, say=p.say, progress=p)
     if a.json:
         print(json.dumps(report, indent=2))
     return 0
@@ -287,6 +323,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "diff": cmd_diff,
     "rollback": cmd_rollback,
     "status": cmd_status,
+    "report": cmd_report,
     "audit": cmd_audit,
     "demo": cmd_demo,
     "sandbox": cmd_sandbox,

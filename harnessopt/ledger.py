@@ -50,6 +50,26 @@ class RoleUsage(_Tolerant):
     calls: int = 0
     input: int = 0
     output: int = 0
+    cost_usd: float | None = None
+    """Dollars at list price of this role's calls (None in rounds recorded before it was kept)."""
+
+
+class PhaseStats(_Tolerant):
+    """What the target's runs of one phase of a round did, counted when the round is recorded
+    (``taxonomy``): phases are rollout, incumbent, smoke, validation, reruns."""
+
+    runs: int = 0
+    passed: int = 0
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    wall_s: float = 0.0
+    failures: dict[str, int] = Field(default_factory=dict)
+    """Failed runs per failure class (docs/report.md)."""
+    turns: list[int] = Field(default_factory=list)
+    """Model calls of each run, sorted."""
+    looping: int = 0
+    """Runs in which the model repeated one identical tool call three times or more."""
 
 
 class OptimizerRecord(_Tolerant):
@@ -89,6 +109,12 @@ class RoundManifest(_Tolerant):
     cost_usd: float | None = None
     notes: list[str] = Field(default_factory=list)
     """Facts the run found worth telling (e.g. a model without a price counted at $0)."""
+    phases: dict[str, PhaseStats] = Field(default_factory=dict)
+    """The target's runs of this round per phase, with their failure taxonomy."""
+    repeats: dict[str, list[int]] = Field(default_factory=dict)
+    """Val task -> [groups of identical reruns seen this round, groups whose runs disagreed]."""
+    wall_s: float | None = None
+    """Seconds the round took, start to record."""
 
     @property
     def title(self) -> str:
@@ -298,3 +324,12 @@ def accepted_along(repo: git.Repo, tip: str) -> Iterator[Round]:
     for r in past_rounds(repo):
         if r.status == "accepted" and vcs.is_ancestor(repo, r.commit, tip):
             yield r
+
+
+def audits(repo: git.Repo) -> list[dict[str, Any]]:
+    """Every recorded audit (``refs/harnessopt/audit/*``): its report, oldest first, with its ref."""
+    found = []
+    for ref in _refs_under(repo, "refs/harnessopt/audit/"):
+        commit = repo.commit(ref)
+        found.append((commit.committed_date, {**manifest_data(str(commit.message)), "ref": ref}))
+    return [data for _, data in sorted(found, key=lambda x: x[0])]

@@ -12,19 +12,23 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harnessopt import interrupts, ledger, vcs
+from harnessopt import interrupts, ledger, stop, vcs
 from harnessopt.errors import UserError
 from harnessopt.ledger import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
+from harnessopt.progress import RunProgress, round_lines
+from harnessopt.projection import project
 from harnessopt.protocols import GateDecision, Outcomes, Proposal, Task, TaskResult
-from harnessopt.rollout import Candidate, outcomes
+from harnessopt.rollout import Candidate, RunObserver, outcomes
+from harnessopt.roundstats import RoundRuns
 from harnessopt.services import Services, open_services
 from harnessopt.skillspec import read_skill
 from harnessopt.stats import mean, task_means
@@ -71,21 +75,27 @@ class Trail:
     candidate: Candidate | None = None
     cand_val: list[TaskResult] = field(default_factory=list)
     decision: GateDecision | None = None
+    runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
+    started: float = field(default_factory=time.monotonic)
 
 
 def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResult:
     rc = start_round(ws, svc, k)
-    trail = Trail()
+    trail = Trail(runs=RoundRuns(svc.cfg.gate.smoke))
+    svc.runner.observers.append(trail.runs)
     try:
         with _view_dir(k) as view:
             return _steps(ws, svc, rc, trail, view, say)
     except (UserError, KeyboardInterrupt):
         raise
+    except stop.StopRequested:  # the STOP file, found at a phase boundary
+        return record(ws, svc, rc, trail, ("failed", stop.REASON), say)
     except Exception as e:  # an infrastructure failure is a recorded outcome, not a traceback
         ws.journal.write(k, "error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         return record(ws, svc, rc, trail, ("failed", f"{type(e).__name__}: {e}"[:500]), say)
     finally:  # the optimizer's token dies with its round: nothing it left running can spend later
         svc.gateway.release_round("optimizer", k)
+        svc.runner.observers.remove(trail.runs)
 
 
 def _steps(
@@ -366,10 +376,20 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
         changed=t.copied.changed if t.copied else [],
         violations=t.copied.violations if t.copied else [],
         optimizer=optimizer,
-        tokens={role: RoleUsage(**u) for role, u in usage.tokens.items()},
+        tokens={
+            role: RoleUsage(**u, cost_usd=_role_cost(svc, rc.k, role)) for role, u in usage.tokens.items()
+        },
         cost_usd=usage.cost_usd,
         notes=list(svc.gateway.notes),
+        phases=t.runs.phases(),
+        repeats=t.runs.repeats(),
+        wall_s=round(time.monotonic() - t.started, 3),
     )
+
+
+def _role_cost(svc: Services, k: int, role: str) -> float:
+    u = svc.gateway.usage().get((role, k))
+    return round(u.cost_usd, 6) if u else 0.0
 
 
 def _mean_score(got: Outcomes) -> float | None:
@@ -377,24 +397,64 @@ def _mean_score(got: Outcomes) -> float | None:
     return round(mean(per_task), 4) if per_task else None
 
 
-def run(ws: Workspace, rounds: int, say: Announce, *, progress: object = None) -> list[RoundResult]:
-    """Run ``rounds`` rounds after the last recorded one. Stops early when the budget is spent."""
+def run(
+    ws: Workspace,
+    rounds: int,
+    say: Announce,
+    *,
+    progress: RunProgress | None = None,
+    on_round: Callable[[RoundResult], None] | None = None,
+) -> list[RoundResult]:
+    """Run ``rounds`` rounds after the last recorded one. Stops early when the budget is spent,
+    a round fails, or the STOP file appears (``stop``)."""
     ledger.recover(ws.repo, ws.journal, say)
+    if stop.requested(ws.root):  # left from before this run: it does not stop this one
+        say(f"removed a STOP file left from before this run ({stop.stop_path(ws.root)})")
+        stop.stop_path(ws.root).unlink()
     start = ledger.next_round(ws.repo)
+    projected = project(ws, rounds)
+    say(projected.line())
     results: list[RoundResult] = []
     told: list[str] = []
-    with open_services(ws.root, ws.cfg, say, progress=progress) as svc:
-        ws.journal.write(start, "run_start", rounds=rounds)
+    with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress):
+        ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary())
         for k in range(start, start + rounds):
             interrupts.check()
+            if stop.requested(ws.root):
+                say(stop.honour(ws.root))
+                break
             result = run_round(ws, svc, k, say)
             results.append(result)
+            for line in round_lines(result.manifest):
+                say(line)
+            if on_round is not None:
+                on_round(result)
             for note in svc.gateway.notes[len(told) :]:  # e.g. a model without a price, counted at $0
                 say(f"note: {note}")
                 told.append(note)
             spent = svc.gateway.exhausted()
+            if result.reason == stop.REASON:
+                say(stop.honour(ws.root))
+                break
             if result.status == "failed" or spent:
                 say(f"stopping after round {k}: {spent or result.reason}")
                 break
         ws.journal.write(results[-1].round if results else start, "run_end")
     return results
+
+
+@contextmanager
+def _watched(ws: Workspace, svc: Services, progress: RunProgress | None) -> Iterator[None]:
+    """The run's observers of task runs: the STOP file, and the live progress display."""
+    watchers: list[RunObserver] = [stop.StopWatch(ws.root)]
+    if progress is not None:
+        progress.bind(svc.gateway.total, svc.state_dir / "optimizer")
+        watchers.append(progress)
+    svc.runner.observers.extend(watchers)
+    try:
+        yield
+    finally:
+        for w in watchers:
+            svc.runner.observers.remove(w)
+        if progress is not None:
+            progress.unbind()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harnessopt import ledger, vcs
 from harnessopt.errors import UserError
+from harnessopt.textutil import visible as _visible
 from harnessopt.workspace import EDITABLE_PATHS, Workspace
 
 
@@ -37,44 +40,53 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "tokens": {role: u.model_dump() for role, u in m.tokens.items()},
                 "cost_usd": m.cost_usd,
                 "notes": m.notes,
+                "train_passed": m.train_passed,
+                "train_tasks": m.train_tasks,
+                "failures": {p: dict(s.failures) for p, s in m.phases.items() if s.failures},
+                "wall_s": m.wall_s,
             }
         )
     return rows
 
 
 def print_log(ws: Workspace, console: Console) -> None:
+    """The rounds as a table that fits 100 columns: scores, fixed/broken, the train pass rate,
+    dollars, writes discarded outside the whitelist, and the summary with the gate's reason."""
     rows = log_rows(ws)
     if not rows:
         console.print(f"no rounds yet; start with: harnessopt run {ws.root}")
         return
-    table = Table(title=f"harnessopt rounds in {ws.root}")
-    for col in (
-        "round",
-        "status",
-        "val",
-        "incumbent",
-        "Δ",
-        "dead zone",
-        "fixed/broken",
-        "commit",
-        "summary / reason",
-    ):
-        table.add_column(col, overflow="fold")
+    table = Table(
+        title=f"harnessopt rounds in {ws.root}", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    for col in ("#", "status", "val", "Δ", "zone", "+fix/-brk", "train", "cost", "viol"):
+        table.add_column(col, no_wrap=True, justify="left" if col == "status" else "right")
+    table.add_column("summary / reason", ratio=1, min_width=30)
     for r in rows:
+        train = f"{r['train_passed']}/{r['train_tasks']}" if r["train_tasks"] else ""
         table.add_row(
             str(r["round"]),
             _status_style(r["status"]),
             _fmt(r["val_score"]),
-            _fmt(r["incumbent_score"]),
             _fmt(r["delta"], sign=True),
             _fmt(r["dead_zone"]),
             f"+{len(r['fixed'])}/-{len(r['broken'])}" if r["n"] else "",
-            r["commit"][:10],
-            f"{r['summary']}\n[dim]{r['reason']}[/dim]",
+            train,
+            f"${r['cost_usd']:.2f}" if r["cost_usd"] is not None else "",
+            f"[red]{len(r['violations'])}[/red]" if r["violations"] else "0",
+            f"{visible(r['summary'])}\n[dim]{visible(r['reason'])}[/dim]",
         )
-    if not console.is_terminal:  # piped output would be squeezed to 80 columns
-        console = Console(width=160, highlight=False, file=console.file)
+    if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
+        console = Console(width=LOG_WIDTH, highlight=False, file=console.file)
     console.print(table)
+
+
+LOG_WIDTH = 100
+
+
+def visible(text: str) -> str:
+    """Untrusted text (a summary, a reason) safe for rich markup and a terminal."""
+    return escape(_visible(text))
 
 
 def _status_style(status: str) -> str:
@@ -97,6 +109,11 @@ def round_diff(ws: Workspace, k: int) -> str:
         raise UserError("round 0 is the initial state and has no diff; pick a round >= 1")
     parent = r.manifest.parent or ws.repo.commit(r.commit).parents[0].hexsha
     header = f"# round {k}: {r.status} ({r.ref} {r.commit[:10]})\n# {r.manifest.reason}\n"
+    if r.manifest.violations:  # what the optimizer wrote outside the whitelist never reached the candidate
+        header += (
+            f"# discarded {len(r.manifest.violations)} write(s) outside the whitelist (not in this diff):\n"
+        )
+        header += "".join(f"#   {path}\n" for path in r.manifest.violations)
     body = vcs.diff(ws.repo, parent, r.commit, EDITABLE_PATHS)
     return header + (body if body.strip() else "# (no change to skill/ or harness/)\n")
 
@@ -140,6 +157,7 @@ def status_lines(ws: Workspace) -> list[str]:
     ]
     cost = sum(r.manifest.cost_usd or 0.0 for r in rounds)
     lines.append(f"model cost recorded: ${cost:.4f}")
+    lines += projected_vs_spent(ws)
     notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
     lines += [f"note: {n}" for n in notes]
     entries, torn = ws.journal.read()
@@ -155,3 +173,23 @@ def status_lines(ws: Workspace) -> list[str]:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
     lines.append(f"next: harnessopt run {ws.root}   |   harnessopt log {ws.root}")
     return lines
+
+
+def projected_vs_spent(ws: Workspace) -> list[str]:
+    """The last run's projection (journal ``run_start``) beside what its rounds spent."""
+    entries = ws.journal.entries()
+    starts = [i for i, e in enumerate(entries) if e.get("phase") == "run_start" and e.get("projected")]
+    if not starts:
+        return []
+    p = entries[starts[-1]]["projected"]
+    done = {int(e["round"]) for e in entries[starts[-1] :] if e.get("phase") == "recorded"}
+    spent = [r.manifest for r in ledger.past_rounds(ws.repo) if r.round in done]
+    calls = sum(u.calls for m in spent for u in m.tokens.values())
+    tokens = sum(u.input + u.output for m in spent for u in m.tokens.values())
+    cost = sum(m.cost_usd or 0.0 for m in spent)
+    off = f" ({(calls - p['calls']) / p['calls']:+.0%} calls)" if p.get("calls") else ""
+    return [
+        f"last run projected: {p.get('calls', 0)} calls, {p.get('tokens', 0)} tokens, "
+        f"${p.get('cost_usd', 0.0):.4f} for {p.get('rounds', 0)} round(s) (from {p.get('basis', '?')})",
+        f"last run spent:     {calls} calls, {tokens} tokens, ${cost:.4f} in {len(spent)} round(s){off}",
+    ]

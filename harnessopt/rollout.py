@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from harnessopt import interrupts
 from harnessopt.config import Config
@@ -32,6 +32,17 @@ class Candidate:
     commit: str  # the harness commit it came from (or "candidate-of-<sha>")
 
 
+class RunObserver(Protocol):
+    """Told, on the thread that called ``Runner.run``, when a batch starts and as each task ends.
+
+    ``started`` may raise to stop before the batch spends anything (the STOP file does).
+    """
+
+    def started(self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int]) -> None: ...
+
+    def finished(self, label: str, result: TaskResult, done: int, total: int) -> None: ...
+
+
 class Runner:
     """Runs tasks concurrently through one sandbox and one gateway, and scores them."""
 
@@ -50,6 +61,7 @@ class Runner:
         self.scorer = scorer
         self.scratch = scratch
         self.progress = progress
+        self.observers: list[RunObserver] = []  # progress display, per-round counts, the STOP file
 
     def run(
         self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
@@ -57,6 +69,8 @@ class Runner:
         jobs = [(t, e) for e in epochs for t in tasks]
         refused_before = self.gateway.refusals
         results: list[TaskResult] = []
+        for o in list(self.observers):
+            o.started(cand.label, tasks, round_no, epochs)
         pool = ThreadPoolExecutor(max_workers=self.cfg.rollout.concurrency)
         try:
             futures = [pool.submit(self.run_one, cand, t, round_no, e) for t, e in jobs]
@@ -65,6 +79,8 @@ class Runner:
                 interrupts.check()
                 if self.progress:
                     self.progress(cand.label, len(results), len(jobs))
+                for o in list(self.observers):
+                    o.finished(cand.label, results[-1], len(results), len(jobs))
         except BaseException:
             # Ctrl-C or a failure: queued tasks never start; running ones end when the sandbox closes.
             pool.shutdown(wait=False, cancel_futures=True)

@@ -9,12 +9,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "harnessopt"
 
 # Lowest first. A module may import its own layer or lower ones, never a higher one.
 LAYERS: list[set[str]] = [
-    {"errors", "protocols", "textutil", "stats", "journal", "interrupts", "proc", "registry", "lock"},
+    {"errors", "protocols", "textutil", "stats", "journal", "interrupts", "proc", "registry", "lock", "stop"},
     {"config", "tasks", "skillspec", "scoring", "trajectory", "messages_http", "vcs", "untar"},
-    {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache", "secondary"},
-    {"rollout", "services"},
-    {"loop", "audit", "report"},
-    {"demo"},
+    {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache", "secondary", "taxonomy"},
+    {"rollout", "services", "roundstats", "projection", "progress"},
+    {"loop", "audit", "report", "report_data", "adoption", "html_report"},
+    {"demo", "mlflow_log"},
     {"cli", "__main__", "__init__"},
 ]
 

@@ -62,7 +62,8 @@ def main() -> int:
         "system": skill_body(args.skill),
         "messages": [{"role": "user", "content": user_message(task)}],
     }
-    log_event(args.out, "request", task_id=task.get("id"), model=model)
+    flags = {"stream": os.environ.get("HO_FLAG_STREAM")}  # reported: harnessopt counts which flags runs read
+    log_event(args.out, "request", task_id=task.get("id"), model=model, flags_read=flags)
     if os.environ.get("HO_FLAG_STREAM") == "1":  # streaming keeps long generations under proxy timeouts
         with client.messages.stream(**request) as stream:
             response = stream.get_final_message()
