@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harnessopt import interrupts, ledger, stop, vcs
 from harnessopt.errors import UserError
+from harnessopt.gate import smoke_verdict
 from harnessopt.ledger import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
@@ -38,6 +39,7 @@ from harnessopt.valcache import ValCache
 from harnessopt.workspace import EDITABLE_PATHS, RECORD_PATHS, Workspace
 
 Announce = Callable[[str], None]
+SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's reruns' epochs)
 Ending = tuple[Status, str]  # (status, reason) of a round that ends before the gate
 SUMMARY_CAP = 20_000  # characters of the optimizer's summary kept in the commit message
 
@@ -247,9 +249,10 @@ def _compile_harness(harness: Path) -> None:
 
 
 def incumbent_outcomes(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> Outcomes:
-    """The incumbent's val outcomes: cached per skill+harness content unless re-running is asked."""
+    """The incumbent's val outcomes: cached under everything that changes a rollout or a score
+    (``valcache.key_parts``) unless re-running is asked."""
     cache = ValCache(svc.state_dir)
-    key = cache.key(ws.repo, rc.parent, svc.cfg)
+    key = cache.key(ws.repo, rc.parent, svc.cfg, svc.sandbox)
     cached = None if svc.cfg.gate.rerun_incumbent else cache.get(key)
     if cached is not None:
         return cached
@@ -264,21 +267,32 @@ def incumbent_outcomes(ws: Workspace, svc: Services, rc: RoundContext, say: Anno
 def smoke(
     ws: Workspace, svc: Services, rc: RoundContext, cand: Candidate, inc: Outcomes, say: Announce
 ) -> tuple[list[TaskResult], str | None]:
-    """Run the candidate on the first val tasks; a crash the incumbent does not have rejects it."""
+    """Run the candidate on the first val tasks. A crashed task is rerun once on both sides; only a
+    crash that reproduces and that the incumbent does not have rejects (``gate.smoke_verdict``)."""
     tasks = smoke_tasks(rc.val, svc.cfg.gate.smoke)
     if not tasks:
         return [], None
     say(f"round {rc.k}: smoke test of the candidate on {len(tasks)} val tasks")
     results = svc.runner.run(cand, tasks, rc.k)
-    crashes = [
-        f"{r.task_id} ({r.error_class})"
-        for r in results
-        if r.crashed and not all(o.crashed for o in inc.get(r.task_id, []))
-    ]
-    ws.journal.write(rc.k, "smoke", n=len(tasks), crashes=crashes)
-    if crashes:
-        return results, f"smoke test: {len(crashes)}/{len(tasks)} crashed: {', '.join(crashes[:5])}"
-    return results, None
+    crashed = [t for t in tasks if any(r.crashed for r in results if r.task_id == t.id)]
+    again: tuple[Outcomes, Outcomes] = ({}, {})
+    if crashed:  # a flake must not reject: the same tasks once more, on both sides
+        say(f"round {rc.k}: smoke test: {len(crashed)} crashed; rerunning them once on both sides")
+        again = (
+            outcomes(svc.runner.run(cand, crashed, rc.k, epochs=[SMOKE_RERUN_EPOCH])),
+            outcomes(svc.runner.run(rc.incumbent, crashed, rc.k, epochs=[SMOKE_RERUN_EPOCH])),
+        )
+    v = smoke_verdict(outcomes(results), again[0], again[1], inc)
+    ws.journal.write(
+        rc.k, "smoke", n=len(tasks), crashed=v.crashed, flaky=v.flaky, shared=v.shared, reproduced=v.reproduced
+    )
+    if not v.reject:
+        return results, None
+    kinds = {r.task_id: r.error_class for r in results if r.crashed}
+    named = ", ".join(f"{t} ({kinds.get(t)})" for t in v.reproduced[:5])
+    return results, (
+        f"smoke test: {len(v.reproduced)}/{len(tasks)} crashed twice where the incumbent did not: {named}"
+    )
 
 
 def smoke_tasks(val: Sequence[Task], n: int) -> list[Task]:
@@ -335,7 +349,7 @@ def record(
             paths.append("best_skill.md")
         sha = ledger.record_accepted(ws.repo, ws.journal, rc.parent, overlay, paths, m, new_best=new_best)
         cache = ValCache(svc.state_dir)
-        cache.put(cache.key(ws.repo, sha, svc.cfg), outcomes(t.cand_val))
+        cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox), outcomes(t.cand_val))
     else:
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)

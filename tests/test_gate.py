@@ -363,3 +363,16 @@ def test_a_rerun_that_omits_tasks_keeps_their_first_evidence():
     d = PairedGate().decide(side(CAND), side(INC), Omitting((CAND, INC)))
     assert d.details["look"] == 2 and d.details["rerun_missing"] == ["t000", "t001", "t002"]
     assert d.n == 50
+
+
+def test_smoke_verdict_rejects_only_reproduced_crashes_the_incumbent_does_not_have():
+    from harnessopt.gate import smoke_verdict
+
+    ok, crash = [Outcome(1.0)], [Outcome(0.0, crashed=True)]
+    first = {"a": ok, "flaky": crash, "shared": crash, "own": crash, "unchecked": crash}
+    again_c = {"flaky": ok, "shared": crash, "own": crash}  # 'unchecked' was not rerun
+    again_i = {"flaky": ok, "shared": crash, "own": ok}
+    v = smoke_verdict(first, again_c, again_i, {})
+    assert v.crashed == ["flaky", "own", "shared", "unchecked"] and v.flaky == ["flaky"]
+    assert v.shared == ["shared"] and v.reproduced == ["own", "unchecked"] and v.reject
+    assert not smoke_verdict({"a": ok}, {}, {}, {}).reject
