@@ -20,6 +20,7 @@ from harnessopt.textutil import redact
 from harnessopt.trajectory import safe_filename
 
 ANSWER_CAP = 64 * 1024
+OUT_DIRS = "task-out"  # scratch/round-K/task-out/<label>/<task>.<epoch>: no candidate is called that
 EVENTS_CAP = 500
 
 
@@ -92,7 +93,12 @@ class Runner:
         return results
 
     def run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:
-        out_dir = self.scratch / f"round-{round_no}" / cand.label / f"{safe_filename(task.id)}.{epoch}"
+        # Beside the round's candidate roots, never inside one: loop.check copies the incumbent's
+        # root, and what a harness left in /out (say a symlink loop) must not be part of that copy.
+        name = f"{safe_filename(task.id)}.{epoch}"
+        out_dir = self.scratch / f"round-{round_no}" / OUT_DIRS / cand.label / name
+        if cand.root.resolve() in out_dir.resolve().parents:
+            raise RuntimeError(f"task output {out_dir} would be inside the candidate root {cand.root}")
         if out_dir.exists():
             shutil.rmtree(out_dir)
         out_dir.mkdir(parents=True)

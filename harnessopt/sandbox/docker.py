@@ -10,12 +10,10 @@ wall-clock limit, caps stdout/stderr while reading them, and always removes the 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import secrets
 import shutil
-import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from docker.utils.socket import frames_iter
 
 from harnessopt.config import RolloutConfig
 from harnessopt.protocols import RunOutput, RunSpec
+from harnessopt.sandbox import untar
 from harnessopt.sandbox.capture import HeadTail
 from harnessopt.sandbox.pool import GATEWAY_DIR, Warm, WarmPool
 from harnessopt.sandbox.shell import DockerShell
@@ -34,6 +33,9 @@ __all__ = ["DockerSandbox", "DockerShell"]
 
 STOP_GRACE_S = 5.0  # after SIGUSR1, time for the runner to send /out before a hard kill
 FLOOD_FACTOR = 16  # stdout+stderr past this many times the cap counts as flooding: stop the task
+OUT_MAX_FILES = 10_000  # members of /out unpacked on the host; more is output_cap
+FRAME_HEADER = 5  # the runner's frames: kind byte (O, E, M, T), 4-byte big-endian length
+FRAME_MAX = 1 << 20  # the runner sends at most 64 KiB per frame; anything bigger is not the runner
 
 
 @dataclass
@@ -46,6 +48,7 @@ class _Stream:
     tar: bytearray = field(default_factory=bytearray)
     tar_overflow: bool = False
     flooded: bool = False
+    broken: str | None = None  # the attach stream did not follow the runner's framing
 
 
 class DockerSandbox:
@@ -79,11 +82,10 @@ class DockerSandbox:
                 stderr_tail=f"could not start a container: {e}",
             )
         try:
-            nonce = secrets.token_hex(8)
-            self._write_slot(warm, spec, nonce)
+            job = self._write_slot(warm, spec)
             t0 = time.monotonic()
-            (warm.slot / "go").touch()
-            stream, timed_out = self._collect(warm, nonce, spec.timeout_s)
+            _send_stdin(warm.sock, job)  # the runner's go: the job never touches the disk
+            stream, timed_out = self._collect(warm, spec.timeout_s)
             wall = time.monotonic() - t0
             meta = stream.meta or {}
             clean = not timed_out and meta.get("exit_code") is not None and meta["exit_code"] >= 0
@@ -109,11 +111,16 @@ class DockerSandbox:
         """Remove the warm and finished containers of this sandbox."""
         self.pool.close()
 
-    def _write_slot(self, warm: Warm, spec: RunSpec, nonce: str) -> None:
+    def _write_slot(self, warm: Warm, spec: RunSpec) -> bytes:
+        """Task, skill and harness into the slot; returns the job line for the runner's stdin.
+
+        The job carries the run's token, so it is never written to a file (see docs/sandbox.md).
+        """
         slot = warm.slot
         _copy_readable(spec.skill_dir, slot / "skill")
         _copy_readable(spec.harness_dir, slot / "harness")
         (slot / "task.json").write_text(json.dumps(spec.task))
+        (slot / "task.json").chmod(0o644)
         env = {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": "/tmp",
@@ -126,34 +133,27 @@ class DockerSandbox:
             "ANTHROPIC_BASE_URL": spec.gateway.base_url,
         }
         sock = spec.gateway.socket_path
-        job = {"env": env, "nonce": nonce, "socket": f"{GATEWAY_DIR}/{sock.name}" if sock else None}
-        (slot / "run.json").write_text(json.dumps(job))
-        for p in (slot / "task.json", slot / "run.json"):
-            p.chmod(0o644)
+        job = {"env": env, "socket": f"{GATEWAY_DIR}/{sock.name}" if sock else None}
+        return json.dumps(job).encode() + b"\n"  # ASCII only: no byte docker could read as a key
 
-    def _collect(self, warm: Warm, nonce: str, timeout_s: float) -> tuple[_Stream, bool]:
-        """Read the attach stream until the runner exits; stop it at the deadline or on a flood."""
+    def _collect(self, warm: Warm, timeout_s: float) -> tuple[_Stream, bool]:
+        """Read the runner's frames until it exits; stop it at the deadline or on a flood."""
         cap = self.cfg.output_cap_kb * 1024
         st = _Stream(HeadTail(cap), HeadTail(cap))
         stopper = _Stopper(warm.container)
         timer = threading.Timer(timeout_s, stopper.stop, kwargs={"reason": "timeout"})
         timer.daemon = True
         timer.start()
-        marker = f"\n@@HO-OUT {nonce} ".encode()
-        pending = b""  # stdout bytes that may hold the start of the marker
+        buf = bytearray()  # stdout bytes not yet parsed into whole frames
         tar_cap = self.cfg.out_mb * 1024 * 1024 + (1 << 20)
         try:
             for stream_id, data in frames_iter(warm.sock, tty=False):
-                if st.meta is not None:  # after the marker line: the tar of /out
-                    if len(st.tar) + len(data) > tar_cap:
-                        st.tar_overflow = True
-                    else:
-                        st.tar += data
-                    continue
-                if stream_id == 2:
+                if stream_id != 1:  # the runner's own stderr (a crash of the runner itself)
                     st.stderr.add(data)
-                else:
-                    pending = self._scan_stdout(st, pending + data, marker)
+                    continue
+                buf += data
+                if not self._take_frames(st, buf, tar_cap):
+                    break  # a broken stream or /out past its cap: stop reading, discard removes it
                 if st.stdout.total + st.stderr.total > FLOOD_FACTOR * cap and not st.flooded:
                     st.flooded = True
                     stopper.stop(reason="flood")
@@ -163,36 +163,57 @@ class DockerSandbox:
         return st, stopper.reason == "timeout"
 
     @staticmethod
-    def _scan_stdout(st: _Stream, buf: bytes, marker: bytes) -> bytes:
-        at = buf.find(marker)
-        if at < 0:
-            keep = len(marker) + 512
-            st.stdout.add(buf[:-keep] if len(buf) > keep else b"")
-            return buf[-keep:] if len(buf) > keep else buf
-        st.stdout.add(buf[:at])
-        rest = buf[at + len(marker) :]
-        end = rest.find(b"@@\n")
-        if end < 0:
-            return buf  # marker line not complete yet
-        st.meta = json.loads(rest[:end])
-        st.tar += rest[end + 3 :]
-        return b""
+    def _take_frames(st: _Stream, buf: bytearray, tar_cap: int) -> bool:
+        """Consume the whole frames at the start of ``buf``; False when reading should stop."""
+        at = 0
+        try:
+            while len(buf) - at >= FRAME_HEADER:
+                kind, size = buf[at : at + 1], int.from_bytes(buf[at + 1 : at + FRAME_HEADER], "big")
+                if kind not in b"OEMT" or size > FRAME_MAX:
+                    st.broken = f"bad frame header {bytes(buf[at : at + FRAME_HEADER])!r}"
+                    return False
+                if len(buf) - at - FRAME_HEADER < size:
+                    break  # the rest of this frame has not arrived yet
+                payload = bytes(buf[at + FRAME_HEADER : at + FRAME_HEADER + size])
+                at += FRAME_HEADER + size
+                if kind == b"O":
+                    st.stdout.add(payload)
+                elif kind == b"E":
+                    st.stderr.add(payload)
+                elif kind == b"M":
+                    st.meta = json.loads(payload)
+                elif len(st.tar) + size > tar_cap:
+                    st.tar_overflow = True
+                    return False
+                else:
+                    st.tar += payload
+            return True
+        except ValueError as e:
+            st.broken = f"bad meta frame ({e})"
+            return False
+        finally:
+            del buf[:at]
 
     def _output(
         self, st: _Stream, timed_out: bool, state: dict[str, Any], wall: float, out_dir: Path
     ) -> RunOutput:
-        notes: list[str] = []
         meta = st.meta or {}
-        if st.tar:
-            notes += _extract(bytes(st.tar), out_dir, self.cfg.out_mb * 1024 * 1024)
+        unpacked = _extract(st.tar, out_dir, self.cfg.out_mb * 1024 * 1024)
+        notes = unpacked.notes("/out/")
+        if meta.get("too_big_count"):
+            names = ", ".join(f"/out/{n}" for n in meta.get("too_big", []))
+            notes.append(f"{meta['too_big_count']} file(s) larger than /out itself, not collected: {names}")
+        capped = st.tar_overflow or meta.get("out_full") or meta.get("too_big_count") or unpacked.over_cap
         exit_code = meta.get("exit_code") if st.meta and not meta.get("stopped") else None
         oom = bool(state.get("OOMKilled"))
         if timed_out:
             error, why = "timeout", f"killed after the {wall:.0f}s wall-clock limit"
         elif oom:
             error, why = "oom", f"memory limit of {self.cfg.memory_mb} MB hit"
-        elif st.flooded or st.tar_overflow or meta.get("out_full"):
-            error, why = "output_cap", "output cap hit (stdout/stderr flood or /out full)"
+        elif st.broken:
+            error, why = "sandbox_error", f"the runner's stream is broken: {st.broken}"
+        elif st.flooded or capped:
+            error, why = "output_cap", "output cap hit (stdout/stderr flood, or /out full or too big)"
         elif st.meta is None:
             error, why = (
                 "sandbox_error",
@@ -250,24 +271,14 @@ def _final_state(container: Any) -> dict[str, Any]:
     return {}
 
 
-def _extract(data: bytes, out_dir: Path, limit: int) -> list[str]:
-    """Unpack the runner's tar of /out safely (no links out, no devices, bounded size)."""
-    notes: list[str] = []
-    total = 0
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as tar:
-            for member in tar:
-                total += max(member.size, 0)
-                if total > limit:
-                    notes.append("/out larger than its cap; the rest was not collected")
-                    break
-                try:
-                    tar.extract(member, out_dir, filter="data")
-                except (tarfile.FilterError, OSError) as e:
-                    notes.append(f"skipped /out/{member.name}: {e}")
-    except tarfile.TarError as e:
-        notes.append(f"/out archive incomplete: {e}")
-    return notes
+def _extract(data: bytearray, out_dir: Path, limit: int) -> untar.UntarResult:
+    """Unpack the runner's tar of /out: regular files and directories only, bounded size and count."""
+    return untar.extract(bytes(data), out_dir, max_bytes=limit, max_members=OUT_MAX_FILES)
+
+
+def _send_stdin(sock: Any, data: bytes) -> None:
+    """Write to the container's stdin through the attach socket (a SocketIO, or the socket itself)."""
+    getattr(sock, "_sock", sock).sendall(data)
 
 
 def _copy_readable(src: Path, dest: Path) -> None:

@@ -28,6 +28,7 @@ from harnessopt.sandbox.image import LABEL
 
 SLOT = "/ho"
 GATEWAY_DIR = "/ho-gw"
+CONTAINER_GID = 65534  # the task containers run as 65534:65534 (container_kwargs)
 
 # Every container this process created and has not removed yet: removed at exit whatever happens.
 _LIVE: dict[str, Any] = {}
@@ -80,6 +81,20 @@ def _let_traverse(socket_dir: str | None) -> None:
         with contextlib.suppress(OSError):
             mode = os.stat(socket_dir).st_mode
             os.chmod(socket_dir, (mode & 0o7777) | 0o111)
+
+
+def _open_slot_to_container(slot: Path) -> None:
+    """Let the container's uid 65534 read the slot, and no other local user when we can.
+
+    As root: ``root:65534`` mode 0750 (the container's group reads it; it cannot write a file of
+    it, nor can a host process running as ``nobody``). Otherwise 0755: the slot holds the task
+    without its answer and copies of the candidate, no secret (the job comes on stdin).
+    """
+    if os.geteuid() == 0:
+        os.chown(slot, 0, CONTAINER_GID)
+        slot.chmod(0o750)
+    else:
+        slot.chmod(0o755)
 
 
 @dataclass
@@ -185,18 +200,20 @@ class WarmPool:
     def make(self, socket_dir: str | None) -> Warm:
         """Create, attach and start one container (about 0.5 s)."""
         slot = Path(tempfile.mkdtemp(prefix="ho-slot-"))
-        slot.chmod(0o755)
+        _open_slot_to_container(slot)
         volumes = {str(slot): {"bind": SLOT, "mode": "ro"}}
         if socket_dir:
             volumes[socket_dir] = {"bind": GATEWAY_DIR, "mode": "ro"}
         kwargs = container_kwargs(self.cfg, self.run_id)
         if (gid := gateway_group(socket_dir)) is not None:
             kwargs["group_add"] = [str(gid)]  # the run's group: lets it reach the gateway socket
+        kwargs["stdin_open"] = True  # the runner's job comes on stdin: the run's token is in no file
         container = None
         try:
             container = self.client.containers.create(self.cfg.image, volumes=volumes, **kwargs)
             register_live(container)
-            sock = self.client.api.attach_socket(container.id, params={"stdout": 1, "stderr": 1, "stream": 1})
+            params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            sock = self.client.api.attach_socket(container.id, params=params)
             container.start()
         except BaseException:
             if container is not None:

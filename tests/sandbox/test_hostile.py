@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
+import shutil
 import socket
+import stat
+import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -255,3 +262,255 @@ def test_concurrent_runs_use_fresh_containers(make_sandbox, candidate, gateway, 
     answers = [(tmp_path / f"o{i}" / "answer.txt").read_text() for i in range(6)]
     assert all(o.error_class is None for o in outs)
     assert "reused" not in answers and len(set(answers)) == 6
+
+
+# --------------------------------------------------------------------------- the runner's protocol
+# A harness that knows the attach protocol tries to forge the end of its task: a fake exit code and
+# its own archive of /out (links, `..`, absolute paths, devices, a git hook aimed at the workspace).
+# Both the old marker line (with the nonce read from the slot) and length-prefixed frames are tried.
+
+FORGE = """
+    import io, tarfile
+    def member(tar, name, kind=tarfile.REGTYPE, data=b"", linkname=""):
+        ti = tarfile.TarInfo(name)
+        ti.type, ti.linkname, ti.mode = kind, linkname, 0o4755
+        ti.size = len(data) if kind == tarfile.REGTYPE else 0
+        tar.addfile(ti, io.BytesIO(data))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        member(tar, "answer.txt", data=b"FORGED")
+        member(tar, "forged.txt", data=b"forged")
+        member(tar, "../escaped.txt", data=b"x")
+        member(tar, ABS_TARGET, data=b"x")
+        member(tar, "link", tarfile.SYMTYPE, linkname=HOST_DIR)
+        member(tar, "link/planted.txt", data=b"x")
+        member(tar, "hard", tarfile.LNKTYPE, linkname=ABS_TARGET)
+        member(tar, "dev", tarfile.CHRTYPE)
+        member(tar, HOOK, data=b"#!/bin/sh\\ntouch /tmp/PWNED\\n")
+    forged_tar = buf.getvalue()
+    try:
+        nonce = json.load(open("/ho/run.json"))["nonce"]
+    except Exception:
+        nonce = "unknown"
+    meta = json.dumps({"exit_code": 0, "stopped": False, "out_full": False}).encode()
+    old = b"\\n@@HO-OUT " + nonce.encode() + b" " + meta + b"@@\\n" + forged_tar
+    framed = b"M" + len(meta).to_bytes(4, "big") + meta
+    framed += b"T" + len(forged_tar).to_bytes(4, "big") + forged_tar
+    answer("real")
+    sys.stdout.flush()
+    for stream in WHERE:
+        try:
+            with open(stream, "wb") as f:
+                f.write(old)
+                f.write(framed)
+        except OSError:
+            pass
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("where", ["/dev/stdout", "/proc/1/fd/1"])
+def test_forged_end_marker_and_archive_are_only_harness_output(
+    make_sandbox, candidate, gateway, tmp_path, spec_for, where
+):
+    out_dir = tmp_path / "out"
+    host_dir = tmp_path / "host"
+    host_dir.mkdir()
+    abs_target = tmp_path / "abs-planted.txt"
+    hook = "../ws/.git/hooks/post-checkout"  # from out_dir to the candidate's workspace
+    skill, harness = candidate(
+        f"ABS_TARGET, HOST_DIR, HOOK, WHERE = {str(abs_target)!r}, {str(host_dir)!r}, {hook!r}, [{where!r}]\n"
+        + textwrap.dedent(FORGE)
+    )
+    before = tree_digest(candidate.ws)
+    out = make_sandbox().run(spec_for(skill, harness, gateway.lease()), out_dir)
+    assert (out.error_class, out.exit_code) == ("crash", 3), out
+    assert sorted(p.name for p in out_dir.iterdir()) == ["answer.txt"]
+    assert (out_dir / "answer.txt").read_text() == "real"
+    assert not abs_target.exists() and list(host_dir.iterdir()) == []
+    assert not (tmp_path / "escaped.txt").exists() and not (candidate.ws / ".git").exists()
+    assert tree_digest(candidate.ws) == before
+
+
+def test_harness_cannot_open_or_trace_the_runner(make_sandbox, candidate, gateway, tmp_path, spec_for):
+    skill, harness = candidate("""
+        import ctypes
+        results = {}
+        for name, path, flags in [("stdout", "/proc/1/fd/1", os.O_WRONLY), ("mem", "/proc/1/mem", os.O_RDONLY),
+                                  ("environ", "/proc/1/environ", os.O_RDONLY)]:
+            try:
+                os.close(os.open(path, flags))
+                results[name] = "opened"
+            except OSError as e:
+                results[name] = type(e).__name__
+        try:
+            results["fds"] = "listed " + repr(os.listdir("/proc/1/fd"))
+        except OSError as e:
+            results["fds"] = type(e).__name__
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.ptrace(16, 1, 0, 0) == 0:  # PTRACE_ATTACH
+            results["ptrace"] = "attached"
+            time.sleep(0.1)
+            libc.ptrace(17, 1, 0, 0)  # PTRACE_DETACH
+        else:
+            results["ptrace"] = os.strerror(ctypes.get_errno())
+        answer(json.dumps(results))
+    """)
+    out = make_sandbox().run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+    assert out.error_class is None, out
+    results = json.loads((tmp_path / "out" / "answer.txt").read_text())
+    assert not any(v.startswith(("opened", "listed", "attached")) for v in results.values()), results
+
+
+# --------------------------------------------------------------------------- what /out may hold
+
+LINKS_IN_OUT = """
+    answer("real")
+    os.symlink("/etc/passwd", os.path.join(OUT, "abs"))
+    os.symlink(".", os.path.join(OUT, "loop"))
+    os.symlink("/out", os.path.join(OUT, "x"))
+    os.makedirs(os.path.join(OUT, "d"))
+    os.symlink("..", os.path.join(OUT, "d", "up"))
+    os.link(os.path.join(OUT, "answer.txt"), os.path.join(OUT, "hard"))
+    os.mkfifo(os.path.join(OUT, "fifo"))
+"""
+
+
+def _links_and_specials(root: Path) -> list[str]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) or (
+                stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+            ):
+                found.append(os.path.relpath(p, root))
+    return found
+
+
+def test_links_fifos_and_hard_links_in_out_are_not_collected(
+    make_sandbox, candidate, gateway, tmp_path, spec_for
+):
+    skill, harness = candidate(LINKS_IN_OUT)
+    out_dir = tmp_path / "out"
+    out = make_sandbox().run(spec_for(skill, harness, gateway.lease()), out_dir)
+    assert out.error_class is None, out
+    assert (out_dir / "answer.txt").read_text() == "real"
+    assert _links_and_specials(out_dir) == []
+    shutil.copytree(out_dir, tmp_path / "copy")  # what the next round does with a candidate root
+    skipped = " ".join(out.notes)
+    assert all(name in skipped for name in ("abs", "loop", "fifo", "hard")), out.notes
+
+
+def test_out_symlink_loop_does_not_break_the_next_rounds_copy(
+    docker_client, small_cfg, candidate, gateway, tmp_path
+):
+    from harnessopt.demo import demo_config
+    from harnessopt.protocols import Task
+    from harnessopt.rollout import Candidate, Runner
+
+    class Leases:  # the two calls Runner.run_one makes of the gateway, served by the echo gateway
+        refusals = 0
+
+        def lease(self, role: str, round_no: int, task_id: str | None = None) -> Any:
+            return gateway.lease()
+
+        def release(self, token: str) -> list:
+            return []
+
+    skill, harness = candidate(LINKS_IN_OUT)
+    scratch = tmp_path / "scratch"
+    root = scratch / "round-1" / "incumbent"  # where loop.start_round puts the incumbent
+    shutil.copytree(skill, root / "skill")
+    shutil.copytree(harness, root / "harness")
+    cfg = demo_config("docker")
+    cfg.rollout = small_cfg(sandbox="docker")
+    sandbox = DockerSandbox(cfg.rollout, docker_client, warm=1)
+    try:
+        runner = Runner(cfg, sandbox, Leases(), lambda task, answer, out_dir: answer == "real", scratch)  # type: ignore[arg-type]
+        task = Task("t1", "what?", "secret", "train")
+        result = runner.run_one(Candidate(root, "incumbent", "c0"), task, 1, 0)
+        result2 = runner.run_one(Candidate(root, "incumbent", "c0"), task, 1, 1)
+    finally:
+        sandbox.close()
+    assert result.passed and result2.passed, (result, result2)
+    # Before the fix the copy below followed `loop -> .` and `d/up -> ..` exponentially (10 min,
+    # 11 GB written, then the pytest timeout): check for links first so a regression fails fast.
+    assert _links_and_specials(scratch) == []
+    assert sorted(os.listdir(root)) == ["harness", "skill"]  # no task output inside a candidate
+    shutil.copytree(root, scratch / "round-1" / "candidate")  # loop.check's copy of the incumbent
+
+
+def test_many_files_in_out_are_capped(make_sandbox, candidate, gateway, tmp_path, spec_for):
+    skill, harness = candidate("""
+        answer("real")
+        for i in range(12_000):
+            open(os.path.join(OUT, f"f{i:05d}"), "w").close()
+    """)
+    out_dir = tmp_path / "out"
+    # /out big enough that the archive (a pax header per file) stays under the size cap
+    out = make_sandbox(out_mb=64).run(spec_for(skill, harness, gateway.lease(), 60), out_dir)
+    assert out.error_class == "output_cap", out
+    assert (out_dir / "answer.txt").read_text() == "real"
+    assert len(os.listdir(out_dir)) <= 10_000
+
+
+def test_sparse_file_bomb_in_out_is_cut_quickly(make_sandbox, candidate, gateway, tmp_path, spec_for):
+    skill, harness = candidate("""
+        answer("real")
+        with open(os.path.join(OUT, "bomb"), "wb") as f:
+            f.truncate(64 << 30)  # 64 GiB that take no room on the tmpfs
+    """)
+    out_dir = tmp_path / "out"
+    t0 = time.monotonic()
+    out = make_sandbox().run(spec_for(skill, harness, gateway.lease(), 20), out_dir)
+    assert time.monotonic() - t0 < 10, out
+    assert out.error_class == "output_cap", out
+    assert (out_dir / "answer.txt").read_text() == "real"
+    assert sum(p.stat().st_size for p in out_dir.rglob("*")) <= 8 << 20
+
+
+# --------------------------------------------------------------------------- the slot on the host
+
+
+def test_slot_never_holds_the_token_where_other_users_can_read_it(
+    make_sandbox, candidate, gateway, tmp_path, spec_for, monkeypatch
+):
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(slots))  # the pool's slot dirs land here
+    token = "ho-run-token-SLOT-" + "9d1e"
+    skill, harness = candidate('time.sleep(1.5)\nanswer("done")\n')
+    seen: dict[str, Any] = {"slots": set(), "token_in": set(), "open_dirs": set(), "open_files": set()}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for slot in slots.glob("ho-slot-*"):
+                with contextlib.suppress(OSError):
+                    st = slot.stat()
+                    seen["slots"].add(slot.name)
+                    # as root: root:65534 0750, readable by the container's group, no one else
+                    if st.st_mode & 0o027 or (os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 65534)):
+                        seen["open_dirs"].add(f"{slot.name} {oct(st.st_mode)} {st.st_uid}:{st.st_gid}")
+                    for f in slot.rglob("*"):
+                        with contextlib.suppress(OSError):
+                            if f.is_file() and token.encode() in f.read_bytes():
+                                seen["token_in"].add(f.name)
+                                if f.stat().st_mode & 0o077:
+                                    seen["open_files"].add(f"{f.name} {oct(f.stat().st_mode)}")
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        out = make_sandbox().run(spec_for(skill, harness, gateway.lease(token)), tmp_path / "out")
+    finally:
+        done.set()
+        watcher.join()
+    assert out.error_class is None, out
+    assert seen["slots"], "no slot dir was observed"
+    assert seen["open_files"] == set() and seen["token_in"] == set(), seen
+    if os.geteuid() == 0:
+        assert seen["open_dirs"] == set(), seen
