@@ -30,10 +30,9 @@ from typing import Any
 from harnessopt.config import BudgetConfig, Config, GatewayConfig
 from harnessopt.errors import UserError
 from harnessopt.gateway_policy import PRICES, LeasePolicy, cost_bound, cost_of, input_bound, price_of
-from harnessopt.http_guard import ServerLimits, unused_gid
+from harnessopt.http_guard import Admission, ServerLimits, unused_gid
 from harnessopt.messages_http import (
     COUNT_TOKENS_PATH,
-    Admission,
     ApiCall,
     MessagesServer,
     api_key_of,

@@ -27,6 +27,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,24 @@ class ServerLimits:
     tcp_uids: frozenset[int] | None = None  # uids whose loopback connections are served
     unix_uids: frozenset[int] | None = None  # uids whose Unix-socket connections are served
     socket_gid: int | None = None  # group of the socket and its dir (0750/0660); None: socket 0666
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A caller whose headers were accepted: the body size it may send, and what to do after.
+
+    ``context`` reaches the backend as ``ApiCall.context``; ``done`` is called once the
+    backend has returned or raised (the gateway frees the lease's concurrency slot there).
+    """
+
+    max_body: int
+    context: Any = None
+    done: Callable[[], None] | None = None
+
+
+# Called with (path, lower-cased headers) BEFORE any byte of the body is read; raises
+# ModelError (401, 429, ...) to refuse, and the body is then never read.
+Admit = Callable[[str, dict[str, str]], Admission]
 
 
 class ServerStats:

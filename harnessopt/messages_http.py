@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.http_guard import (
+    Admission,
+    Admit,
     DeadlineReader,
     GuardedTCPServer,
     GuardedUnixServer,
@@ -79,24 +81,6 @@ def api_key_of(headers: dict[str, str]) -> str | None:
         return key
     auth = headers.get("authorization", "")
     return auth[7:].strip() if auth.lower().startswith("bearer ") else None
-
-
-@dataclass(frozen=True)
-class Admission:
-    """A caller whose headers were accepted: the body size it may send, and what to do after.
-
-    ``context`` reaches the backend as ``ApiCall.context``; ``done`` is called once the
-    backend has returned or raised (the gateway frees the lease's concurrency slot there).
-    """
-
-    max_body: int
-    context: Any = None
-    done: Callable[[], None] | None = None
-
-
-# Called with (path, lower-cased headers) BEFORE any byte of the body is read; raises
-# ModelError (401, 429, ...) to refuse, and the body is then never read.
-Admit = Callable[[str, dict[str, str]], Admission]
 
 
 # A backend returns the non-streaming response body (or {"input_tokens": n} for count_tokens)
