@@ -320,3 +320,20 @@ def test_other_local_users_cannot_reach_the_gateway():
         import shutil
 
         shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def test_tcp_peer_uid_from_the_kernel_and_from_proc(monkeypatch):
+    from harnessopt import http_guard
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        conn, addr = server.accept()
+        with client, conn:
+            assert http_guard.tcp_peer_uid(addr, conn.getsockname()) == os.getuid()
+            assert http_guard.tcp_peer_uid(("127.0.0.1", 1), conn.getsockname()) is None
+
+            def no_netlink(*_a: Any) -> int:
+                raise OSError("no sock_diag")
+
+            monkeypatch.setattr(http_guard, "_sock_diag_uid", no_netlink)
+            assert http_guard.tcp_peer_uid(addr, conn.getsockname()) == os.getuid()  # /proc/net/tcp
