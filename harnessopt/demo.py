@@ -16,6 +16,7 @@ from rich.console import Console
 from harnessopt import loop
 from harnessopt.config import Config, GateConfig, ModelConfig, OptimizerConfig, RolloutConfig
 from harnessopt.errors import HarnessoptError
+from harnessopt.progress import progress_for
 from harnessopt.report import print_log
 from harnessopt.workspace import Workspace, init_workspace
 
@@ -48,7 +49,8 @@ def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None], console:
         announce=say,
     )
     ws = Workspace.open(target)
-    results = loop.run(ws, DEMO_ROUNDS, say)
+    with progress_for(console, smoke=ws.cfg.gate.smoke) as progress:  # bars on a terminal, lines elsewhere
+        results = loop.run(ws, DEMO_ROUNDS, progress.say, progress=progress)
     print_log(ws, console)
     statuses = [r.status for r in results]
     say(SCRIPTED_NOTICE.format(script=f"{target}/scripted_model.yaml"))

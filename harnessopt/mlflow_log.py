@@ -5,8 +5,10 @@ round (step = round number): val score, incumbent score, Δ, dead zone, fixed, b
 rate, tokens (per role and total), dollars, discarded writes, accepted (1/0). Artifacts: each
 round's diff (``diffs/round-K.diff``) and, at the end, the HTML report with its plots (``report/``,
 when matplotlib is installed; else its data as ``report/report.json``). Without a URI the runs go
-to a file store in ``WS/.harnessopt/mlruns``; ``mlflow ui --backend-store-uri`` that path shows
-them. MLflow is the optional extra ``harnessopt[mlflow]``.
+to a local store in the workspace: ``WS/.harnessopt/mlflow.db`` (SQLite; MLflow 3 no longer writes
+its plain-file store) with artifacts in ``WS/.harnessopt/mlartifacts``; ``mlflow ui
+--backend-store-uri sqlite:///WS/.harnessopt/mlflow.db`` shows them. MLflow is the optional extra
+``harnessopt[mlflow]``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ INSTALL_HINT = "--mlflow needs MLflow: pip install 'harnessopt[mlflow]' (or run 
 
 
 def default_uri(ws: Workspace) -> str:
-    return (ws.root / STATE_DIR / "mlruns").resolve().as_uri()
+    return f"sqlite:///{(ws.root / STATE_DIR / 'mlflow.db').resolve()}"
+
+
+def artifact_location(ws: Workspace) -> str:
+    return (ws.root / STATE_DIR / "mlartifacts").resolve().as_uri()
 
 
 def flat_params(data: Any, prefix: str = "") -> dict[str, str]:
@@ -78,12 +84,20 @@ class MlflowRun:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise UserError(INSTALL_HINT) from None
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self._client_class = MlflowClient
 
     def __enter__(self) -> MlflowRun:
         try:
+            self.client = self._client_class(tracking_uri=self.uri)
             exp = self.client.get_experiment_by_name(EXPERIMENT)
-            exp_id = exp.experiment_id if exp else self.client.create_experiment(EXPERIMENT)
+            local = self.uri == default_uri(self.ws)  # artifacts beside the store, not in the cwd
+            exp_id = (
+                exp.experiment_id
+                if exp
+                else self.client.create_experiment(
+                    EXPERIMENT, artifact_location=artifact_location(self.ws) if local else None
+                )
+            )
             run = self.client.create_run(
                 exp_id, run_name=self.ws.root.name, tags={"workspace": str(self.ws.root)}
             )
