@@ -60,26 +60,32 @@ class PairedGate:
     ``decide`` calls ``confirm`` at most ``K + second_look`` times (K = runs per task): K times with
     the flipped ids, then (second look) ``second_look`` times with every paired val id, each call one
     more run of those tasks on both sides. ``second_look=0`` restores the single-look gate.
-    ``look_from`` is the first-look t statistic above which the second look is spent.
+    ``look_from`` is the first-look t statistic above which the second look is spent;
+    ``first_share`` is the first look's share of the primary test's alpha.
     ``confirm_flips: false`` (or no ``confirm``) turns off every rerun, the second look included,
     and the primary test then spends its whole share of alpha on its one look.
     """
 
     name = "paired"
 
-    def __init__(self, cfg: GateConfig | None = None, second_look: int = 2, look_from: float = 0.5):
+    def __init__(
+        self,
+        cfg: GateConfig | None = None,
+        second_look: int = 2,
+        look_from: float = 0.5,
+        first_share: float = 0.2,
+    ):
         self.cfg = cfg or GateConfig.model_validate({})
         self.second_look = second_look
         self.look_from = look_from
-        self.alpha: float | None = None
-        """This round's false-accept budget when it is not ``1 - confidence`` (``gate.run_alpha``)."""
+        self.first_share = first_share
 
-    def levels(self, can_rerun: bool, alpha: float | None = None) -> stats.Levels:
-        """How this gate spends the round's alpha (``1 - confidence`` unless ``alpha`` is given)."""
+    def levels(self, can_rerun: bool) -> stats.Levels:
+        """How this gate spends the round's alpha, ``1 - confidence``."""
         cfg = self.cfg
         looks = 2 if can_rerun and self.second_look > 0 else 1
         share = cfg.secondary_share if cfg.secondary != "none" else 0.0
-        return stats.round_levels(1.0 - cfg.confidence if alpha is None else alpha, looks, share)
+        return stats.round_levels(1.0 - cfg.confidence, looks, share, self.first_share)
 
     def decide(
         self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
@@ -92,7 +98,7 @@ class PairedGate:
             return GateDecision(False, reason, 0, 0.0, 0.0, 0.0, stats.dead_zone(0, 0.0), details=details)
         if not self.cfg.confirm_flips:
             confirm = None  # no rerun of any kind, so no second look to pay alpha for
-        lv = self.levels(confirm is not None, self.alpha)
+        lv = self.levels(confirm is not None)
         details.update(alpha=lv.alpha, look_levels=list(lv.looks), secondary_level=lv.secondary)
         diffs, fixed, broken, noise, reruns = self._confirmed_diffs(p, confirm, details)
         step = 1.0 / max(details["epochs"], 1)
@@ -116,6 +122,33 @@ class PairedGate:
             incumbent = _merge(incumbent, reruns[1])
         dec.accept, dec.reason = self._verdict(dec, candidate, incumbent, p.ids, lv.secondary)
         return dec
+
+    def futile(
+        self, candidate: Outcomes, incumbent: Outcomes, remaining: Sequence[str], can_rerun: bool = True
+    ) -> bool:
+        """Can validation stop here? (docs/gate.md, "Early stopping for futility")
+
+        True when, even if every ``remaining`` task went the candidate's way (a full pass where the
+        incumbent has less), its mean difference at face value stays at or below 0 (two looks: no
+        look can then accept) or below the smallest dead zone (one look). Only with ``secondary:
+        none``: a secondary test may accept inside the zone. The rule is non-binding: flip
+        confirmation might still have turned a broken task into noise, so stopping can turn a rare
+        accept into a reject, never a reject into an accept: false accepts cannot rise.
+        """
+        if self.cfg.secondary != "none":
+            return False
+        c, i = stats.task_means(candidate), stats.task_means(incumbent)
+        done = [t for t in c if t in i]
+        rest = [t for t in remaining if t in i and t not in c]
+        m = len(done) + len(rest)
+        if m < 2 or not rest:
+            return False
+        best = (sum(c[t] - i[t] for t in done) + sum(1.0 - i[t] for t in rest)) / m
+        if can_rerun and self.second_look > 0:
+            return best <= 0.0
+        epochs = max((len(candidate[t]) for t in done), default=1)
+        zone = stats.dead_zone(m, 0.0, self.levels(False).looks[0], self.cfg.min_effect, step=1.0 / epochs)
+        return best <= zone
 
     def _promising(self, dec: GateDecision) -> bool:
         """Inside the zone, not over --max-broken, and the first-look t above ``look_from``."""
@@ -277,6 +310,24 @@ def _merge(first: Outcomes, more: Outcomes) -> Outcomes:
     for t, runs in more.items():
         out.setdefault(t, []).extend(runs)
     return out
+
+
+def futile_decision(
+    candidate: Outcomes, incumbent: Outcomes, left: Sequence[str], epochs: int
+) -> GateDecision:
+    """The rejection of a validation stopped for futility: the numbers of the tasks it ran, and the
+    rollouts the stop saved (``details.futility``)."""
+    p = _Paired.of(candidate, incumbent)
+    details = _base_details(candidate, incumbent, p)
+    n, saved = len(p.ids), len(left) * max(epochs, 1)
+    details["futility"] = {"done": n, "left": len(left), "saved_rollouts": saved}
+    delta = p.score(p.cand) - p.score(p.inc)
+    reason = (
+        f"rejected: stopped for futility after {n} val tasks ({_sign(delta)}): even all {len(left)} "
+        f"remaining in its favour could not clear the dead zone; {saved} rollouts saved"
+    )
+    zone = stats.dead_zone(n + len(left), 0.0)
+    return GateDecision(False, reason, n, p.score(p.cand), p.score(p.inc), delta, zone, details=details)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harnessopt import interrupts, ledger, stop, vcs
 from harnessopt.errors import UserError
-from harnessopt.gate import smoke_verdict
+from harnessopt.gate import futile_decision, smoke_verdict
 from harnessopt.ledger import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
@@ -40,6 +40,7 @@ from harnessopt.workspace import EDITABLE_PATHS, RECORD_PATHS, Workspace
 
 Announce = Callable[[str], None]
 SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's reruns' epochs)
+FUTILITY_EVERY = 5  # validation checks for futility every this many tasks (or `concurrency`)
 Ending = tuple[Status, str]  # (status, reason) of a round that ends before the gate
 SUMMARY_CAP = 20_000  # characters of the optimizer's summary kept in the commit message
 
@@ -116,7 +117,7 @@ def _steps(
     t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say)  # 5
     if crash is not None:
         return record(ws, svc, rc, t, ("rejected", crash), say)
-    t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, say)  # 6
+    t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
     t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
     interrupts.check()
     return record(ws, svc, rc, t, ("accepted" if t.decision.accept else "rejected", t.decision.reason), say)
@@ -300,17 +301,33 @@ def smoke_tasks(val: Sequence[Task], n: int) -> list[Task]:
 
 
 def validate(
-    ws: Workspace, svc: Services, rc: RoundContext, cand: Candidate, smoked: list[TaskResult], say: Announce
+    ws: Workspace,
+    svc: Services,
+    rc: RoundContext,
+    cand: Candidate,
+    smoked: list[TaskResult],
+    inc: Outcomes,
+    say: Announce,
 ) -> list[TaskResult]:
-    """The rest of val (and the remaining epochs of the smoke tasks); smoke results are reused."""
+    """The rest of val (and the remaining epochs of the smoke tasks); smoke results are reused.
+
+    In chunks, each checked first: validation stops as soon as even all remaining tasks in the
+    candidate's favour could not make it accept (the gate's ``futile``; docs/gate.md)."""
     epochs = svc.cfg.gate.epochs
     done = {r.task_id for r in smoked}
     rest = [t for t in rc.val if t.id not in done]
     say(f"round {rc.k}: validating the candidate on {len(rest)} more val tasks x {epochs} epoch(s)")
-    results = smoked + svc.runner.run(cand, rest, rc.k, epochs=range(epochs))
+    results = list(smoked)
     if epochs > 1:
         again = [t for t in rc.val if t.id in done]
         results += svc.runner.run(cand, again, rc.k, epochs=range(1, epochs))
+    futile = getattr(svc.gate, "futile", None)
+    chunk = max(FUTILITY_EVERY, svc.cfg.rollout.concurrency) if futile else max(1, len(rest))
+    for i in range(0, len(rest), chunk):
+        if futile and futile(outcomes(results), inc, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
+            say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
+            break
+        results += svc.runner.run(cand, rest[i : i + chunk], rc.k, epochs=range(epochs))
     ws.journal.write(rc.k, "validate", n=len(results), score=_mean_score(outcomes(results)))
     return results
 
@@ -328,7 +345,13 @@ def gate(
         base = svc.runner.run(rc.incumbent, tasks, rc.k, epochs=[epoch])
         return outcomes(again), outcomes(base)
 
-    d = svc.gate.decide(outcomes(cand_val), inc, confirm if svc.cfg.gate.confirm_flips else None)
+    cand_out = outcomes(cand_val)
+    left = [t.id for t in rc.val if t.id not in cand_out]  # validation stopped for futility
+    futile = getattr(svc.gate, "futile", None)
+    if left and futile and futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
+        d = futile_decision(cand_out, inc, left, svc.cfg.gate.epochs)
+    else:
+        d = svc.gate.decide(cand_out, inc, confirm if svc.cfg.gate.confirm_flips else None)
     ws.journal.write(rc.k, "gate", accept=d.accept, reason=d.reason, delta=d.delta, dead_zone=d.dead_zone)
     return d
 

@@ -34,7 +34,12 @@ def task_means(outcomes: Outcomes) -> dict[str, float]:
 
     A score that is not a finite number (NaN, inf) counts as 0, a failed run: it must never pass.
     """
-    return {tid: sum(finite(o.score) for o in runs) / len(runs) for tid, runs in outcomes.items() if runs}
+    out = {}
+    for tid, runs in outcomes.items():
+        if runs:
+            total = sum(o.score for o in runs)  # a NaN or inf anywhere makes the sum non-finite
+            out[tid] = (total if math.isfinite(total) else sum(finite(o.score) for o in runs)) / len(runs)
+    return out
 
 
 def finite(x: float | None) -> float:
@@ -187,7 +192,7 @@ def look_levels(confidence: float, two_looks: bool) -> tuple[float, float]:
     that a no-effect candidate clears either look is at most alpha, whatever the correlation
     between the looks (they share the first-look runs). One look keeps the full level.
     """
-    lv = round_levels(1.0 - confidence, 2 if two_looks else 1)
+    lv = round_levels(1.0 - confidence, 2 if two_looks else 1, first_share=0.5)
     return lv.looks[0], lv.looks[-1]
 
 
@@ -195,10 +200,11 @@ def look_levels(confidence: float, two_looks: bool) -> tuple[float, float]:
 class Levels:
     """How one round spends its false-accept budget ``alpha`` (docs/gate.md, "One alpha a round").
 
-    Every path to an accept is a test with its own share: the primary test's looks split
-    ``alpha * (1 - share)`` evenly, the secondary test (when configured) gets ``alpha * share``.
-    By the union bound a candidate without the effect each test looks for is accepted with
-    probability at most ``alpha``, whatever the correlation between the tests.
+    Every path to an accept is a test with its own share: the secondary test (when configured)
+    gets ``alpha * secondary_share``; the primary test gets the rest, of which a first look spends
+    ``first_share`` and a second look the remainder. By the union bound a candidate without the
+    effect each test looks for is accepted with probability at most ``alpha``, whatever the
+    correlation between the tests.
     """
 
     alpha: float
@@ -210,14 +216,20 @@ class Levels:
         return sum(1.0 - c for c in self.looks) + (1.0 - self.secondary if self.secondary else 0.0)
 
 
-def round_levels(alpha: float, looks: int, secondary_share: float = 0.0) -> Levels:
-    """Split ``alpha`` between ``looks`` looks of the primary test and an optional secondary test."""
+def round_levels(alpha: float, looks: int, secondary_share: float = 0.0, first_share: float = 0.2) -> Levels:
+    """Split ``alpha`` between one or two looks of the primary test and an optional secondary test.
+
+    With two looks the first gets ``first_share`` of the primary's alpha: the first look sees one
+    run per task and clears only clear wins; the second sees three and decides the close calls,
+    so it gets the larger share (measured in benchmarks/gate_simulation.py: power on +0.10 at
+    m = 50 rose from 0.34 to 0.41 against an even split, for +0.005 false accepts).
+    """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    looks = max(1, looks)
     a_sec = alpha * secondary_share if secondary_share > 0 else 0.0
-    per_look = (alpha - a_sec) / looks
-    return Levels(alpha, tuple(1.0 - per_look for _ in range(looks)), 1.0 - a_sec if a_sec else None)
+    a_pri = alpha - a_sec
+    shares = (first_share, 1.0 - first_share) if looks >= 2 else (1.0,)
+    return Levels(alpha, tuple(1.0 - a_pri * f for f in shares), 1.0 - a_sec if a_sec else None)
 
 
 def t_statistic(diffs: Sequence[float]) -> float:

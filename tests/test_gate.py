@@ -91,7 +91,9 @@ def test_token_saving_is_no_fallback_it_is_the_configured_cost_test():
     cost = GateConfig(secondary="cost")  # noninferiority_margin 0.02
     d = PairedGate(cost).decide(cand, inc)
     assert d.accept and d.details["soft_metric"] == "token saving" and d.soft_delta == pytest.approx(0.5)
-    assert d.details["secondary_level"] == pytest.approx(0.975) and d.details["look_levels"] == [0.975]
+    # secondary_share 0.2: the cost test at 1 - 0.01, the primary's one look at 1 - 0.04
+    assert d.details["secondary_level"] == pytest.approx(0.99)
+    assert d.details["look_levels"] == pytest.approx([0.96])
     assert -0.02 < d.details["quality_lower_bound"] < 0
     # the same saving with 4 of 200 tasks broken (-0.02, inside the zone): it may be worse than -0.02
     worse = tokens([0] * 4 + [1] * 196, 500)
@@ -128,14 +130,15 @@ def test_every_accept_path_spends_from_one_alpha():
     from harnessopt import stats
 
     two = stats.round_levels(0.05, 2)
-    assert two.looks == pytest.approx((0.975, 0.975)) and two.secondary is None
-    split = stats.round_levels(0.05, 2, 0.5)
+    assert two.looks == pytest.approx((0.99, 0.96)) and two.secondary is None
+    assert stats.round_levels(0.05, 2, first_share=0.5).looks == pytest.approx((0.975, 0.975))
+    split = stats.round_levels(0.05, 2, 0.5, first_share=0.5)
     assert split.looks == pytest.approx((0.9875, 0.9875)) and split.secondary == pytest.approx(0.975)
     for lv in (two, split, stats.round_levels(0.05, 1, 0.2)):
         assert lv.spent() == pytest.approx(0.05)
     gate = PairedGate(GateConfig(secondary="soft", secondary_share=0.2))
     d = gate.decide(side(CAND), side(INC), Fresh((CAND, INC)))
-    assert d.details["look_levels"] == pytest.approx([0.98, 0.98]) and d.details[
+    assert d.details["look_levels"] == pytest.approx([0.992, 0.968]) and d.details[
         "secondary_level"
     ] == pytest.approx(0.99)
     assert d.details["alpha"] == pytest.approx(0.05)
@@ -228,7 +231,7 @@ class Fresh:
         )
 
 
-# first look: 8 fixed, 2 broken of 50 -> +0.12, inside the zone at level 0.975
+# first look: 8 fixed, 2 broken of 50 -> +0.12, inside the zone at level 0.99
 INC = [0] * 8 + [1] * 2 + [1] * 20 + [0] * 20
 CAND = [1] * 8 + [0] * 2 + [1] * 20 + [0] * 20
 
@@ -245,7 +248,7 @@ def test_promising_first_look_spends_a_second_look_and_accepts():
     assert [len(c) for c in fresh.calls] == [10, 50, 50]
     assert d.details["look"] == 2 and d.details["epochs_total"] == 3
     assert d.details["reruns"] == 2 * 10 + 2 * 2 * 50 and d.details["look_levels"] == pytest.approx(
-        [0.975] * 2
+        [0.99, 0.96]  # alpha 0.05: 0.01 for the first look, 0.04 for the second
     )
     # per task (d_first + 2 * d_fresh) / 3: the 6 new fixes count 2/3 each
     assert d.delta == pytest.approx((8 - 2 + 6 * 2 / 3) / 50)
@@ -280,8 +283,10 @@ def test_no_second_look_for_clear_results_or_weak_first_looks():
 def test_second_look_levels_split_alpha():
     from harnessopt import stats
 
-    assert stats.look_levels(0.95, True) == pytest.approx((0.975, 0.975))
+    assert stats.look_levels(0.95, True) == pytest.approx((0.975, 0.975))  # the even split
     assert stats.look_levels(0.9, False) == (0.9, 0.9)
+    assert PairedGate().levels(can_rerun=True).looks == pytest.approx((0.99, 0.96))
+    assert PairedGate(first_share=0.5).levels(can_rerun=True).looks == pytest.approx((0.975, 0.975))
     one = PairedGate(second_look=0).decide(side([1] * 10 + [0] * 40), side([0] * 50))
     assert one.details["look_levels"] == [0.95]
 
@@ -292,9 +297,9 @@ def test_confirm_flips_false_tests_its_one_look_at_the_full_alpha():
     off = PairedGate(GateConfig(confirm_flips=False)).decide(cand, inc, Fresh((CAND, INC)))
     assert off.details["look_levels"] == [0.95] and off.details["level"] == 0.95
     on = PairedGate().decide(cand, inc, Fresh(([1] * 9 + [0] * 41, [0] * 50)))
-    assert on.details["look_levels"] == pytest.approx([0.975, 0.975])
+    assert on.details["look_levels"] == pytest.approx([0.99, 0.96])
     assert off.dead_zone < on.details.get("first_look", {"dead_zone": on.dead_zone})["dead_zone"]
-    # 8 fixes of 50 clear the one look at 0.95 but not a look at 0.975
+    # 8 fixes of 50 clear the one look at 0.95 (not a first look at 0.99)
     eight = side([1] * 8 + [0] * 42)
     assert PairedGate(GateConfig(confirm_flips=False)).decide(eight, inc).accept
     assert PairedGate().levels(can_rerun=False).looks == (0.95,)
@@ -376,3 +381,22 @@ def test_smoke_verdict_rejects_only_reproduced_crashes_the_incumbent_does_not_ha
     assert v.crashed == ["flaky", "own", "shared", "unchecked"] and v.flaky == ["flaky"]
     assert v.shared == ["shared"] and v.reproduced == ["own", "unchecked"] and v.reject
     assert not smoke_verdict({"a": ok}, {}, {}, {}).reject
+
+
+def test_futility_stops_only_when_even_all_remaining_tasks_cannot_make_it_accept():
+    inc = side([1] * 30 + [0] * 20)  # t000..t029 passed, t030..t049 failed
+    ids = sorted(inc)
+    # the first 40 done: 10 of the incumbent's passes broken, the rest ties; 10 left, all fixable
+    done = {t: [Outcome(0.0 if i < 10 else inc[t][0].score)] for i, t in enumerate(ids[:40])}
+    gate = PairedGate()
+    assert gate.futile(done, inc, ids[40:])  # best case (-10 + 10) / 50 = 0: no look can accept
+    early = {t: done[t] for t in ids[:20]}
+    assert not gate.futile(early, inc, ids[20:])  # 20 fixable left: best case +10 / 50
+    assert not PairedGate(GateConfig(secondary="soft")).futile(done, inc, ids[40:])  # soft may accept inside
+    assert not gate.futile(done, inc, [])  # nothing left to save
+    # one look (no reruns): futile once the best case cannot clear the smallest dead zone, 0.054 at m=50
+    ties = {t: [Outcome(inc[t][0].score)] for t in ids[:48]}
+    one = PairedGate(second_look=0)
+    assert one.futile(ties, inc, ids[48:], can_rerun=False)  # best case 2/50 = 0.04
+    assert not one.futile({t: ties[t] for t in ids[:47]}, inc, ids[47:], can_rerun=False)  # 3/50 = 0.06
+    assert not gate.futile(ties, inc, ids[48:])  # two looks: 0.04 > 0 might still clear a second look

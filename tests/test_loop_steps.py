@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from harnessopt import loop
+from harnessopt.gate import PairedGate
 from harnessopt.protocols import Outcome, Task, TaskResult
 from harnessopt.rollout import Candidate
 from harnessopt.workspace import Workspace
@@ -54,7 +55,11 @@ def _setup(tmp_path: Path, script: Script, **gate: Any) -> tuple[Workspace, Any,
     ws = Workspace.open(make_ws(tmp_path, gate=gate) if gate else make_ws(tmp_path))
     runner = ScriptedRunner(script)
     svc = SimpleNamespace(
-        cfg=ws.cfg, runner=runner, sandbox=SimpleNamespace(name="local"), state_dir=tmp_path / "st"
+        cfg=ws.cfg,
+        runner=runner,
+        sandbox=SimpleNamespace(name="local"),
+        state_dir=tmp_path / "st",
+        gate=PairedGate(ws.cfg.gate),
     )
     inc = Candidate(ws.root, "incumbent", "HEAD")
     rc = loop.RoundContext(1, tmp_path / "scratch", inc, "HEAD", ws.tasks("val"))
@@ -132,3 +137,30 @@ def test_flaky_crashes_rarely_reject_a_good_candidate(tmp_path: Path) -> None:
         rejected += crash is not None
     assert 20 <= first_crashed <= 70  # what the old rule would have rejected (expected 45)
     assert rejected <= 8, rejected  # expected 200 * 5 * 0.05 * 0.05 * 0.95 = 2.4
+
+
+def test_validation_stops_for_futility_and_the_gate_says_what_it_saved(tmp_path: Path) -> None:
+    """A candidate that fails every task the incumbent passes: once even all remaining tasks in its
+    favour could not lift it above 0, validation stops and the round is rejected without reruns."""
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (0.0, False))
+    ids = sorted(t.id for t in rc.val)
+    inc = {t: [Outcome(score=1.0 if i < 10 else 0.0)] for i, t in enumerate(ids)}  # 10 of 14 passed
+    smoked, crash = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+    assert crash is None and len(smoked) == 5
+    said: list[str] = []
+    results = loop.validate(ws, svc, rc, CAND, smoked, inc, said.append)
+    # after 5 tasks: -5 done, 4 fixable left of 9 -> best (-5 + 4) / 14 < 0: stop before any chunk
+    assert len(results) == 5 and any("stopped for futility" in m for m in said)
+    d = loop.gate(ws, svc, rc, CAND, results, inc)
+    assert not d.accept and d.reason.startswith("rejected: stopped for futility after 5 val tasks")
+    assert d.details["futility"] == {"done": 5, "left": 9, "saved_rollouts": 9}
+    assert [b[0] for b in svc.runner.batches] == ["candidate"]  # no rerun was spent on it
+
+
+def test_validation_runs_everything_while_the_candidate_can_still_win(tmp_path: Path) -> None:
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(side == "candidate"), False))
+    inc = {t.id: [Outcome(score=0.0)] for t in rc.val}
+    smoked, _ = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+    results = loop.validate(ws, svc, rc, CAND, smoked, inc, lambda _m: None)
+    assert sorted(r.task_id for r in results) == sorted(t.id for t in rc.val)
+    assert loop.gate(ws, svc, rc, CAND, results, inc).accept
