@@ -140,12 +140,13 @@ def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:
 
 @contextmanager
 def _view_dir(k: int) -> Iterator[Path]:
-    """The optimizer's view, outside the workspace: a shell there finds no tasks/ up its tree."""
-    view = Path(tempfile.mkdtemp(prefix=f"ho-view-r{k}-"))
+    """The optimizer's view, outside the workspace (a shell there finds no tasks/ up its tree),
+    in a directory only we can enter (0700): the optimizer's container may set any mode in it."""
+    private = Path(tempfile.mkdtemp(prefix=f"ho-view-r{k}-"))
     try:
-        yield view
+        yield private / "view"
     finally:
-        shutil.rmtree(view, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def rollout_train(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> list[TaskResult]:

@@ -166,7 +166,7 @@ class ShellResult:
 
 @runtime_checkable
 class Shell(Protocol):
-    """Where the optimizer's ``bash`` tool runs: one fresh shell per command, cwd = the view.
+    """Where the optimizer's tools act: one fresh shell per command, cwd = the view.
 
     ``view_root`` is the path under which the commands see the view (``/view`` in a container,
     the host path on the host); the editor accepts absolute paths below it.
@@ -175,6 +175,12 @@ class Shell(Protocol):
     view_root: str
 
     def run(self, command: str, timeout_s: float) -> ShellResult: ...
+
+    def edit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One editor file operation, done where the commands run (the in-image runner's ``edit``
+        mode: ``{"op": "view"|"read"|"write", "path": <view-relative>, "text"?}``), never
+        following a link; the reply is ``{"ok": True, ...}`` or ``{"ok": False, "error": ...}``."""
+        ...
 
 
 @runtime_checkable

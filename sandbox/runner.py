@@ -19,8 +19,14 @@ the end of its task or the archive; its output is payload inside ``O``/``E`` fra
 
 SIGUSR1 from the host (its wall-clock timeout) stops the harness early but still sends /out.
 
-``runner.py shell --timeout T --cap N -- CMD`` runs one optimizer bash command in its own session,
-caps its output and kills the whole group on timeout (used by DockerShell through exec).
+The optimizer's container (DockerShell) runs ``runner.py idle`` as PID 1 (reaps orphans, not
+dumpable) and everything else by ``docker exec``:
+
+* ``runner.py shell --timeout T --cap N [--fsize B --view DIR --view-growth B --view-files N] -- CMD``
+  runs one bash command in its own session with a file-size limit, caps its output, stops it at
+  the timeout or when the view grows too much, then kills every other process of the container;
+* ``runner.py edit --root DIR`` does one editor operation (JSON on stdin and stdout) without ever
+  following a link; the host's local shell runs the same mode on the host.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -222,6 +229,7 @@ def run_task() -> int:
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        env["OPENAI_BASE_URL"] = env["ANTHROPIC_BASE_URL"] + "/v1"
     argv = [sys.executable, f"{SLOT}/harness/run.py", "--task", f"{SLOT}/task.json"]
     argv += ["--skill", f"{SLOT}/skill", "--out", OUT]
     exit_code: int | None = None
@@ -257,16 +265,95 @@ def run_task() -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- optimizer shell
+
+FSIZE_DEFAULT = 64 << 20  # largest file one optimizer command may write (RLIMIT_FSIZE)
+VIEW_GROWTH_DEFAULT = 256 << 20  # disk the view may grow by during one command
+VIEW_FILES_DEFAULT = 20_000  # files and directories the view may hold
+WATCH_EVERY_S = 0.05
+
+
+def _options(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``--name value`` pairs up to ``--``, then the rest."""
+    opts: dict[str, str] = {}
+    i = 0
+    while i < len(args) and args[i] != "--":
+        opts[args[i].lstrip("-")] = args[i + 1]
+        i += 2
+    return opts, args[i + 1 :]
+
+
+def tree_usage(root: str, max_entries: int) -> tuple[int, int]:
+    """(bytes of disk, entries) below ``root``, never following links; stops past ``max_entries``."""
+    used, count, stack = 0, 0, [root]
+    while stack and count <= max_entries:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    count += 1
+                    with contextlib.suppress(OSError):
+                        used += entry.stat(follow_symlinks=False).st_blocks * 512
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+        except OSError:
+            continue
+    return used, count
+
+
+def in_optimizer_container() -> bool:
+    """True when PID 1 is this runner's ``idle`` mode, i.e. we are in DockerShell's container."""
+    try:
+        with open("/proc/1/cmdline", "rb") as f:
+            return f.read().split(b"\0")[-2:-1] == [b"idle"] and os.getpid() != 1
+    except OSError:
+        return False
+
+
+def sweep_all_but_init() -> bool:
+    """Kill every process of the container but PID 1 and ourselves; True once none is left."""
+    if not in_optimizer_container():  # never kill(-1) anywhere else (the host!)
+        return False
+    me = str(os.getpid())
+    for _ in range(500):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)  # every process we may signal, except init and ourselves
+        alive = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and pid not in ("1", me):
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as f:
+                    if f.read().rsplit(b") ", 1)[-1][:1] != b"Z":  # zombies: PID 1 reaps them
+                        alive.append(pid)
+        if not alive:
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def run_shell(args: list[str]) -> int:
-    """``shell --timeout T --cap N -- CMD``: exit 124 on timeout (like coreutils timeout)."""
-    timeout, cap = float(args[1]), int(args[3])
-    command = args[5]
+    """``shell --timeout T --cap N [--fsize B --view DIR --view-growth B --view-files N] -- CMD``.
+
+    Exit 124 on timeout (like coreutils timeout), 125 when the command wrote more than the view
+    may grow by. Every file the command writes is capped at ``--fsize`` bytes (RLIMIT_FSIZE).
+    Afterwards every other process of the container is killed, so nothing runs between commands.
+    """
+    opts, rest = _options(args)
+    timeout, cap, command = float(opts["timeout"]), int(opts["cap"]), rest[0]
+    fsize = int(opts.get("fsize", FSIZE_DEFAULT))
+    view = opts.get("view")
+    growth = int(opts.get("view-growth", VIEW_GROWTH_DEFAULT))
+    max_files = int(opts.get("view-files", VIEW_FILES_DEFAULT))
+    base = tree_usage(view, max_files)[0] if view else 0
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
     proc = subprocess.Popen(
         ["/bin/bash", "-c", command],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=limits,
     )
     kept = bytearray()
     dropped = 0
@@ -281,30 +368,240 @@ def run_shell(args: list[str]) -> int:
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        code = 124
+    deadline, note = time.monotonic() + timeout, ""
+    while (code := proc.poll()) is None:
+        if time.monotonic() >= deadline:
+            code = 124
+            break
+        if view:
+            used, count = tree_usage(view, max_files)
+            if used - base > growth or count > max_files:
+                code = 125
+                note = f"\n[stopped: the view may grow by {growth >> 20} MiB and hold {max_files} files]\n"
+                break
+        time.sleep(WATCH_EVERY_S)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # background jobs of the command go too
+    if not sweep_all_but_init() and in_optimizer_container():
+        note += "\n[harnessopt: could not end the command's background processes]\n"
+        code = code or 126
     reader.join(1.0)
+    if code < 0:  # killed by a signal (SIGXFSZ past --fsize, say): report it as bash does
+        code = 128 - code
     sys.stdout.buffer.write(bytes(kept))
     if dropped:
         sys.stdout.buffer.write(f"\n[... {dropped} more bytes of output not shown ...]\n".encode())
+    sys.stdout.buffer.write(note.encode())
     sys.stdout.flush()
     return code
 
 
-def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "shell":
-        return run_shell(sys.argv[2:])
-    if len(sys.argv) > 1 and sys.argv[1] == "idle":
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        while True:  # DockerShell's container: PID 1 that only reaps, commands come by exec
+# --------------------------------------------------------------------------- optimizer editor
+
+EDIT_MAX_BYTES = 1 << 20  # largest file the editor reads or writes
+LIST_MAX_ENTRIES = 2000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class EditError(Exception):
+    """A refused editor operation; its message goes back to the model."""
+
+
+def _parts(path: object) -> list[str]:
+    if not isinstance(path, str) or path.startswith("/"):
+        raise EditError("the path must be relative to the view root")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise EditError(f"{path}: '..' is not allowed")
+    return parts
+
+
+def _open_dir(root_fd: int, parts: list[str], create: bool = False) -> int:
+    """An fd of root/parts, opened one component at a time from ``root_fd``, never through a link."""
+    fd = os.dup(root_fd)
+    for i, name in enumerate(parts):
+        where = "/".join(parts[: i + 1])
+        try:
             try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                time.sleep(1)
+                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise EditError(f"{where} does not exist") from None
+                os.mkdir(name, 0o755, dir_fd=fd)
+                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError as e:
+            raise EditError(f"{where} is a link or not a directory; the editor never follows links") from e
+        finally:
+            os.close(fd)
+        fd = nfd
+    return fd
+
+
+def _check_regular(fd: int, where: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise EditError(f"{where} is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise EditError(f"{where} is not a regular file (a FIFO, socket or device)")
+    if st.st_nlink > 1:
+        raise EditError(f"{where} has other hard links; the editor only edits plain files")
+    if st.st_size > EDIT_MAX_BYTES:
+        raise EditError(
+            f"{where} is {st.st_size} bytes, over the editor's {EDIT_MAX_BYTES} bytes; use bash (head, sed -n)"
+        )
+    return st
+
+
+def _read_fd(fd: int, where: str) -> str:
+    data = bytearray()
+    while chunk := os.read(fd, 65536):
+        data += chunk
+        if len(data) > EDIT_MAX_BYTES:
+            raise EditError(f"{where} grew past the editor's {EDIT_MAX_BYTES} bytes")
+    return data.decode("utf-8", "replace")
+
+
+def _listing(fd: int, prefix: str, depth: int, out: list[str]) -> None:
+    """Up to ``depth`` levels below ``fd``, hidden names excluded; directories end with ``/``."""
+    with os.scandir(fd) as it:
+        entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+    for e in entries:
+        if len(out) >= LIST_MAX_ENTRIES:
+            return
+        is_dir = e.is_dir(follow_symlinks=False)
+        out.append(prefix + e.name + ("/" if is_dir else ""))
+        if is_dir and depth > 1:
+            with contextlib.suppress(OSError):
+                sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    _listing(sub, prefix + e.name + "/", depth - 1, out)
+                finally:
+                    os.close(sub)
+
+
+def _edit_view(root_fd: int, parts: list[str]) -> dict:
+    where = "/".join(parts) or "."
+    parent = _open_dir(root_fd, parts[:-1])
+    try:
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | _FILE_FLAGS, dir_fd=parent) if parts else os.dup(parent)
+        except FileNotFoundError:
+            raise EditError(f"{where} does not exist") from None
+        except OSError as e:
+            raise EditError(f"{where} is a link; the editor never follows links") from e
+    finally:
+        os.close(parent)
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            entries: list[str] = []
+            _listing(fd, "" if not parts else where + "/", 2, entries)
+            return {"ok": True, "kind": "dir", "entries": entries}
+        _check_regular(fd, where)
+        return {"ok": True, "kind": "file", "text": _read_fd(fd, where)}
+    finally:
+        os.close(fd)
+
+
+def _edit_write(root_fd: int, parts: list[str], text: object) -> dict:
+    if not parts:
+        raise EditError("the view root is a directory")
+    if not isinstance(text, str):
+        raise EditError("the text must be a string")
+    data = text.encode("utf-8")
+    if len(data) > EDIT_MAX_BYTES:
+        raise EditError(f"the text is {len(data)} bytes, over the editor's {EDIT_MAX_BYTES} bytes")
+    where = "/".join(parts)
+    parent = _open_dir(root_fd, parts[:-1], create=True)
+    try:
+        existed = False
+        try:
+            fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o644, dir_fd=parent)
+        except FileExistsError:
+            existed = True
+            try:
+                fd = os.open(parts[-1], os.O_WRONLY | _FILE_FLAGS, dir_fd=parent)
+            except IsADirectoryError:
+                raise EditError(f"{where} is a directory") from None
+            except OSError as e:  # ELOOP: a link; ENXIO: a FIFO nobody reads
+                raise EditError(f"{where} is a link or not a regular file") from e
+    finally:
+        os.close(parent)
+    try:
+        _check_regular(fd, where)
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return {"ok": True, "existed": existed}
+
+
+def edit(root: str, request: dict) -> dict:
+    """One editor operation on the view at ``root``: ``view`` (a file's text or a directory's
+    listing), ``read`` (a file's text) or ``write`` (create parents, replace the content).
+
+    Every path is walked from a directory fd of ``root`` one component at a time with
+    ``O_NOFOLLOW``: a symlink anywhere, ``..``, a FIFO, a device, a hard-linked or oversized file
+    is refused, so the operation can only touch plain files below ``root``.
+    """
+    try:
+        parts = _parts(request.get("path"))
+        root_fd = os.open(root, _DIR_FLAGS)
+        try:
+            op = request.get("op")
+            if op in ("view", "read"):
+                reply = _edit_view(root_fd, parts)
+                if op == "read" and reply.get("kind") == "dir":
+                    raise EditError(f"{'/'.join(parts) or '.'} is a directory")
+                return reply
+            if op == "write":
+                return _edit_write(root_fd, parts, request.get("text"))
+            raise EditError(f"unknown operation {op!r}")
+        finally:
+            os.close(root_fd)
+    except EditError as e:
+        return {"ok": False, "error": str(e)}
+    except OSError as e:
+        return {"ok": False, "error": f"{type(e).__name__}: {e.strerror or e}"}
+
+
+def run_edit(args: list[str]) -> int:
+    """``edit --root DIR``: one JSON request on stdin, one JSON reply on stdout."""
+    opts, _ = _options(args)
+    try:
+        request = json.loads(sys.stdin.buffer.read(8 * EDIT_MAX_BYTES))
+    except ValueError:
+        request = None
+    if not isinstance(request, dict):
+        reply: dict = {"ok": False, "error": "the request is not a JSON object"}
+    else:
+        reply = edit(opts["root"], request)
+    sys.stdout.write(json.dumps(reply, ensure_ascii=False))
+    sys.stdout.flush()
+    return 0
+
+
+def run_idle() -> int:
+    """DockerShell's PID 1: reaps orphans; commands come by ``docker exec``."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    not_dumpable()  # no process of the container may ptrace PID 1, the one that survives commands
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            time.sleep(0.2)
+
+
+def main() -> int:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "task"
+    if mode == "shell":
+        return run_shell(sys.argv[2:])
+    if mode == "edit":
+        return run_edit(sys.argv[2:])
+    if mode == "idle":
+        return run_idle()
     return run_task()
 
 

@@ -119,8 +119,8 @@ class _Loop:
     ):
         self.opt, self.client, self.cfg, self.transcript = opt, client, opt.cfg, transcript
         self.bash = BashTool(shell, opt.cfg.bash_timeout_s)
-        # The editor takes absolute paths as the shell sees the view, e.g. /view in a container.
-        self.editor = EditorTool(view, aliases=(shell.view_root,))
+        # Edits happen where the shell runs (its container); absolute paths as the shell sees the view.
+        self.editor = EditorTool(view, shell=shell)
         self.deadline = time.monotonic() + opt.cfg.wall_s
         self.turns = self.input_tokens = self.output_tokens = 0
         self.last_text = ""

@@ -1,13 +1,14 @@
 """The optimizer's two client tools: ``bash`` and ``str_replace_based_edit_tool``.
 
-Both are confined to the view root. The editor resolves every path and refuses anything that
-lands outside the view (``..``, absolute paths elsewhere, symlinks pointing out); the error goes
-back to the model as an ``is_error`` tool result. ``bash`` runs through the ``Shell`` the sandbox
-gives (``sandbox.shell(view)``): a scrubbed host subprocess, or an exec in a container.
+Both act through the ``Shell`` the sandbox gives (``sandbox.shell(view)``: a scrubbed host
+subprocess, or execs in the optimizer's container) and are confined to the view root. The editor
+refuses anything outside the view (``..``, absolute paths elsewhere, any symlink on the way, FIFOs,
+devices, files over 1 MiB); the error goes back to the model as an ``is_error`` tool result.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import time
 from pathlib import Path
@@ -60,12 +61,36 @@ class ToolError(Exception):
 
 
 class EditorTool:
-    """Host side of ``text_editor_20250728``: view, create, str_replace, insert (no undo_edit)."""
+    """Host side of ``text_editor_20250728``: view, create, str_replace, insert (no undo_edit).
 
-    def __init__(self, root: Path, *, aliases: tuple[str, ...] = (), output_cap: int = OUTPUT_CAP):
-        self.root = Path(root).resolve()
-        # Where a containerised bash sees the view (e.g. "/view"): absolute paths there map here.
-        self.aliases = tuple(a.rstrip("/") for a in aliases if a.rstrip("/"))
+    The host only maps the tool's path to a view-relative one, lexically (it never resolves a
+    path inside the view); every file operation is ``shell.edit``, done where the optimizer's
+    commands run (in its container under Docker) by the runner's ``edit`` mode, which walks the
+    path without following links and refuses FIFOs, devices and files over 1 MiB.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        shell: Shell | None = None,
+        aliases: tuple[str, ...] = (),
+        output_cap: int = OUTPUT_CAP,
+    ):
+        self.root = Path(root).resolve()  # the host's own path of the view, resolved once
+        if shell is None:
+            from harnessopt.sandbox.local import LocalShell
+
+            shell = LocalShell(self.root)
+        self.shell = shell
+        # Absolute paths under these name the view: where the shell sees it (e.g. /view), the host path.
+        roots = (
+            *aliases,
+            shell.view_root,
+            str(self.root),
+            *([str(root)] if Path(root).is_absolute() else []),
+        )
+        self.aliases = tuple(dict.fromkeys(a.rstrip("/") for a in roots if a.rstrip("/")))
         self.output_cap = output_cap
 
     def __call__(self, tool_input: dict[str, Any]) -> tuple[str, bool]:
@@ -87,34 +112,42 @@ class EditorTool:
             return cap_output(handlers[command](tool_input), self.output_cap), False
         except ToolError as e:
             return f"Error: {e}", True
-        except (OSError, UnicodeError) as e:
-            return f"Error: {type(e).__name__}: {e}", True
 
-    def resolve(self, raw: Any) -> Path:
-        """Map a tool path to a real path inside the view, or raise ToolError."""
+    def relative(self, raw: Any) -> str:
+        """The view-relative posix path a tool path names (``.`` for the root), or ToolError."""
         if not isinstance(raw, str) or not raw.strip():
             raise ToolError("'path' (a string) is required")
         text = raw.strip()
         for alias in self.aliases:
             if text == alias or text.startswith(alias + "/"):
                 text = text[len(alias) :].lstrip("/") or "."
-        p = Path(text)
-        if p.is_absolute() and not p.is_relative_to(self.root):
-            raise ToolError(f"{raw} is outside the view; use paths relative to the view root {self.root}")
-        real = (self.root / p).resolve()
-        if not real.is_relative_to(self.root):
+                break
+        else:
+            if text.startswith("/"):
+                raise ToolError(
+                    f"{raw} is outside the view; use paths relative to the view root {self.shell.view_root}"
+                )
+        rel = posixpath.normpath(text)
+        if rel == ".." or rel.startswith("../"):
             raise ToolError(f"{raw} resolves outside the view; only files inside it can be used")
-        return real
+        return rel
 
-    def _rel(self, p: Path) -> str:
-        return p.relative_to(self.root).as_posix() or "."
+    def _op(self, **request: Any) -> dict[str, Any]:
+        reply = self.shell.edit(request)
+        if not reply.get("ok"):
+            raise ToolError(str(reply.get("error") or "the editor failed"))
+        return reply
+
+    def _read(self, rel: str) -> str:
+        return str(self._op(op="read", path=rel)["text"])
 
     def _view(self, inp: dict[str, Any]) -> str:
-        p = self.resolve(inp.get("path"))
-        if p.is_dir():
-            return self._listing(p)
-        text = _read_text(p)
-        lines = text.split("\n")
+        rel = self.relative(inp.get("path"))
+        reply = self._op(op="view", path=rel)
+        if reply.get("kind") == "dir":
+            head = f"Files and directories up to 2 levels deep in {rel}, excluding hidden items:"
+            return "\n".join([head, *map(str, reply.get("entries") or [])])
+        lines = str(reply["text"]).split("\n")
         start, end = 1, len(lines)
         rng = inp.get("view_range")
         if rng is not None:
@@ -124,88 +157,57 @@ class EditorTool:
             if not 1 <= start <= len(lines) or end < start or end > len(lines):
                 raise ToolError(f"view_range {rng} is out of range: the file has {len(lines)} lines")
         body = "\n".join(f"{i:6}\t{lines[i - 1]}" for i in range(start, end + 1))
-        return f"Here's the content of {self._rel(p)} with line numbers:\n{body}"
-
-    def _listing(self, d: Path) -> str:
-        out = [f"Files and directories up to 2 levels deep in {self._rel(d)}, excluding hidden items:"]
-        for child in sorted(d.iterdir()):
-            if child.name.startswith("."):
-                continue
-            out.append(self._rel(child) + ("/" if child.is_dir() and not child.is_symlink() else ""))
-            if child.is_dir() and not child.is_symlink():
-                out += [
-                    self._rel(g) + ("/" if g.is_dir() else "")
-                    for g in sorted(child.iterdir())
-                    if not g.name.startswith(".")
-                ]
-        return "\n".join(out)
+        return f"Here's the content of {rel} with line numbers:\n{body}"
 
     def _create(self, inp: dict[str, Any]) -> str:
-        p = self.resolve(inp.get("path"))
+        rel = self.relative(inp.get("path"))
         text = inp.get("file_text")
         if not isinstance(text, str):
             raise ToolError("'file_text' (a string) is required for create")
-        if p.is_dir():
-            raise ToolError(f"{self._rel(p)} is a directory")
-        existed = p.exists()
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-        return f"File {'overwritten' if existed else 'created'}: {self._rel(p)}"
+        existed = self._op(op="write", path=rel, text=text).get("existed")
+        return f"File {'overwritten' if existed else 'created'}: {rel}"
 
     def _replace(self, inp: dict[str, Any]) -> str:
-        p = self.resolve(inp.get("path"))
+        rel = self.relative(inp.get("path"))
         old, new = inp.get("old_str"), inp.get("new_str", "")
         if not isinstance(old, str) or old == "":
             raise ToolError("'old_str' (a non-empty string) is required for str_replace")
         if not isinstance(new, str):
             raise ToolError("'new_str' must be a string")
-        text = _read_text(p)
+        text = self._read(rel)
         count = text.count(old)
         if count == 0:
-            raise ToolError(
-                f"No replacement was performed: old_str did not appear verbatim in {self._rel(p)}."
-            )
+            raise ToolError(f"No replacement was performed: old_str did not appear verbatim in {rel}.")
         if count > 1:
-            lines = [text[: m.start()].count("\n") + 1 for m in _finditer(text, old)]
+            lines = [text[: m.start()].count("\n") + 1 for m in re.finditer(re.escape(old), text)]
             raise ToolError(
-                f"No replacement was performed: old_str occurs {count} times in {self._rel(p)} "
+                f"No replacement was performed: old_str occurs {count} times in {rel} "
                 f"(lines {lines}); include more context to make it unique."
             )
         at = text.index(old)
-        p.write_text(text.replace(old, new, 1), encoding="utf-8")
+        edited = text.replace(old, new, 1)
+        self._op(op="write", path=rel, text=edited)
         first = text[:at].count("\n") + 1
-        return f"The file {self._rel(p)} has been edited.\n" + _snippet(p, first, new.count("\n") + 1)
+        return f"The file {rel} has been edited.\n" + _snippet(edited, first, new.count("\n") + 1)
 
     def _insert(self, inp: dict[str, Any]) -> str:
-        p = self.resolve(inp.get("path"))
+        rel = self.relative(inp.get("path"))
         line = inp.get("insert_line")
         new = inp.get("insert_text", inp.get("new_str"))
         if not isinstance(new, str):
             raise ToolError("'insert_text' (a string) is required for insert")
-        text = _read_text(p)
-        lines = text.split("\n")
+        lines = self._read(rel).split("\n")
         if not isinstance(line, int) or not 0 <= line <= len(lines):
             raise ToolError(f"insert_line must be an integer in [0, {len(lines)}]")
         block = new[:-1] if new.endswith("\n") else new
         lines[line:line] = block.split("\n")
-        p.write_text("\n".join(lines), encoding="utf-8")
-        return f"The file {self._rel(p)} has been edited.\n" + _snippet(p, line + 1, block.count("\n") + 1)
+        edited = "\n".join(lines)
+        self._op(op="write", path=rel, text=edited)
+        return f"The file {rel} has been edited.\n" + _snippet(edited, line + 1, block.count("\n") + 1)
 
 
-def _read_text(p: Path) -> str:
-    if not p.exists():
-        raise ToolError(f"{p.name} does not exist; create it first, or check the path with `ls`")
-    if p.is_dir():
-        raise ToolError(f"{p.name} is a directory; view it, or give a file path")
-    return p.read_text(encoding="utf-8", errors="replace")
-
-
-def _finditer(text: str, sub: str) -> list[re.Match[str]]:
-    return list(re.finditer(re.escape(sub), text))
-
-
-def _snippet(p: Path, first: int, n: int, context: int = 3) -> str:
-    lines = p.read_text(encoding="utf-8", errors="replace").split("\n")
+def _snippet(text: str, first: int, n: int, context: int = 3) -> str:
+    lines = text.split("\n")
     lo, hi = max(1, first - context), min(len(lines), first + n - 1 + context)
     body = "\n".join(f"{i:6}\t{lines[i - 1]}" for i in range(lo, hi + 1))
     return f"Snippet (lines {lo}-{hi}):\n{body}"

@@ -31,6 +31,9 @@ VIEW_DIRS = ("skill", "harness", "trajectories")
 HISTORY_NAME = "history.md"
 BRIEF_NAME = "OPTIMIZE.md"
 MAX_FILE_BYTES = 1 << 20  # a copied-back file above 1 MiB is a violation: skills are text
+MAX_CHANGED_FILES = 256  # files one copy-back writes or deletes; the rest are violations
+MAX_CHANGED_BYTES = 8 << 20  # bytes one copy-back writes; the rest are violations
+MAX_VIEW_ENTRIES = 50_000  # a view with more files and directories is refused as a whole
 # Paths that never leave the view, whatever the whitelist says (a too-broad ``**`` included).
 PROTECTED = ("tasks", "scorer.py", "harnessopt.yaml", ".git", ".harnessopt", "trajectories", "best_skill.md")
 # Editor and interpreter droppings: neither a change nor a violation.
@@ -177,44 +180,78 @@ def copy_back(view: Path, ws: Path, allowed: list[str], *, snapshot: ViewSnapsho
     A change is a file whose content differs from the snapshot, a new file, or a deleted one.
     Changes to ``history.md``, ``OPTIMIZE.md``, ``trajectories/`` and editor/interpreter junk
     are ``ignored``. Changes outside ``allowed`` (globs, see ``matches_any``), under a protected
-    path, to symlinks or special files, or to files over 1 MiB are ``violations`` and discarded.
+    path, to symlinks or special files, or to files over 1 MiB are ``violations`` and discarded,
+    as are the changes past ``MAX_CHANGED_FILES`` files or ``MAX_CHANGED_BYTES`` bytes (in path
+    order). Files are ``lstat``-ed before they are read, opened without following links, and
+    written from the bytes that were hashed; nothing is copied with more than mode 0755/0644.
     """
     view, ws = view.resolve(), ws.resolve()
     result = CopyBackResult()
     present = _scan_view(view, result)
+    if present is None:  # a flood of files: apply nothing
+        result.violations.append(f"(the view holds more than {MAX_VIEW_ENTRIES} files: nothing applied)")
+        return result
     writes: list[str] = []
-    for rel, digest in present.items():
+    for rel, (digest, size) in present.items():
         if snapshot.hashes.get(rel) != digest:
-            _classify(rel, allowed, result, writes, size=(view / rel).stat().st_size)
+            _classify(rel, allowed, result, writes, size=size)
     deletes: list[str] = []
     for rel in snapshot.hashes:
         if rel not in present and rel not in result.violations:
             _classify(rel, allowed, result, deletes, size=0)
-    for rel in deletes:
-        if _safe_dest(ws, rel, result):
+    budget = _Budget()
+    for rel in sorted(deletes):
+        if budget.take(0) and _safe_dest(ws, rel, result):
             (ws / rel).unlink(missing_ok=True)
             _prune_empty_dirs(ws, (ws / rel).parent)
             result.changed.append(rel)
-    for rel in writes:
-        if _safe_dest(ws, rel, result):
-            dest = ws / rel
-            try:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                _copy_file(view / rel, dest)
-            except OSError:  # e.g. a directory of untracked files sits where the file goes
-                result.violations.append(rel)
-                continue
-            result.changed.append(rel)
+        elif rel not in result.violations:
+            result.violations.append(rel)
+    for rel in sorted(writes):
+        if not budget.take(present[rel][1]) or not _safe_dest(ws, rel, result):
+            result.violations.append(rel)
+            continue
+        read = _read_regular(view / rel)
+        if read is None or _digest(*read) != present[rel][0]:  # changed since the scan: not what we checked
+            result.violations.append(rel)
+            continue
+        try:
+            _write_file(ws / rel, *read)
+        except OSError:  # e.g. a directory of untracked files sits where the file goes
+            result.violations.append(rel)
+            continue
+        result.changed.append(rel)
     result.changed.sort()
     result.violations = sorted(set(result.violations))
     result.ignored = sorted(set(result.ignored))
     return result
 
 
-def _scan_view(view: Path, result: CopyBackResult) -> dict[str, str]:
-    """Hash every regular file in the view; symlinks and special files become violations."""
-    present: dict[str, str] = {}
+class _Budget:
+    """What one copy-back may still change: ``MAX_CHANGED_FILES`` files, ``MAX_CHANGED_BYTES`` bytes."""
+
+    def __init__(self) -> None:
+        self.files, self.bytes = MAX_CHANGED_FILES, MAX_CHANGED_BYTES
+
+    def take(self, size: int) -> bool:
+        if self.files < 1 or size > self.bytes:
+            return False
+        self.files, self.bytes = self.files - 1, self.bytes - size
+        return True
+
+
+def _scan_view(view: Path, result: CopyBackResult) -> dict[str, tuple[str, int]] | None:
+    """Hash every regular file in the view: rel -> (digest, size).
+
+    Symlinks and special files become violations; a file over ``MAX_FILE_BYTES`` is not read
+    (its digest is a marker that never equals a snapshot's). ``None`` past ``MAX_VIEW_ENTRIES``.
+    """
+    present: dict[str, tuple[str, int]] = {}
+    entries = 0
     for dirpath, dirnames, filenames in os.walk(view, followlinks=False):
+        entries += len(dirnames) + len(filenames)
+        if entries > MAX_VIEW_ENTRIES:
+            return None
         d = Path(dirpath)
         for name in list(dirnames):
             rel = (d / name).relative_to(view).as_posix()
@@ -229,21 +266,71 @@ def _scan_view(view: Path, result: CopyBackResult) -> dict[str, str]:
             rel = p.relative_to(view).as_posix()
             if _is_junk(rel):
                 result.ignored.append(rel)
-            elif p.is_symlink() or not stat.S_ISREG(p.lstat().st_mode):
+                continue
+            st = p.lstat()
+            if not stat.S_ISREG(st.st_mode):
                 result.violations.append(rel)
+            elif st.st_size > MAX_FILE_BYTES:
+                present[rel] = (f"over-{MAX_FILE_BYTES}-bytes", st.st_size)
+            elif (read := _read_regular(p)) is None:
+                result.violations.append(rel)  # swapped for something else, or unreadable
             else:
-                present[rel] = _sha256(p)
+                present[rel] = (_digest(*read), len(read[0]))
     return present
+
+
+def _read_regular(path: Path) -> tuple[bytes, bool] | None:
+    """(content, executable) of a regular file of at most ``MAX_FILE_BYTES``, opened without
+    following a link or blocking on a FIFO; ``None`` for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        return (data, bool(st.st_mode & stat.S_IXUSR)) if len(data) <= MAX_FILE_BYTES else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _digest(data: bytes, executable: bool) -> str:
+    """The same digest as ``_sha256`` of a file with this content and executable bit."""
+    h = hashlib.sha256()
+    h.update(data)
+    h.update(b"x" if executable else b"-")
+    return h.hexdigest()
+
+
+def _write_file(dest: Path, data: bytes, executable: bool) -> None:
+    # Content and the executable bit only: no owner, no setuid, no timestamps to diff on.
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.is_symlink():
+        dest.unlink()
+    dest.write_bytes(data)
+    dest.chmod(0o755 if executable else 0o644)
 
 
 def _classify(rel: str, allowed: list[str], result: CopyBackResult, bucket: list[str], size: int) -> None:
     top = PurePosixPath(rel).parts[0]
     if rel in (HISTORY_NAME, BRIEF_NAME) or top == "trajectories":
         result.ignored.append(rel)
-    elif top in PROTECTED or not matches_any(rel, allowed) or size > MAX_FILE_BYTES:
+    elif top in PROTECTED or _is_git_meta(rel) or not matches_any(rel, allowed) or size > MAX_FILE_BYTES:
         result.violations.append(rel)
     else:
         bucket.append(rel)
+
+
+def _is_git_meta(rel: str) -> bool:
+    """``.git``, ``.gitignore``, ``.gitattributes``, ``.gitmodules``... at any depth: a nested
+    repository becomes a gitlink that empties the directory on accept, and ignore or attribute
+    files make the committed or audited tree differ from the evaluated one."""
+    return any(part.startswith(".git") for part in PurePosixPath(rel).parts)
 
 
 def _safe_dest(ws: Path, rel: str, result: CopyBackResult) -> bool:

@@ -18,11 +18,16 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from harnessopt.config import RolloutConfig
 from harnessopt.proc import Finished, kill_group, run_in_session
 from harnessopt.protocols import RunOutput, RunSpec, ShellResult
+from harnessopt.sandbox.image import sandbox_source_dir
 
+RUNNER = sandbox_source_dir() / "runner.py"  # its ``edit`` mode is the one editor implementation
+EDIT_TIMEOUT_S = 20.0  # deadline of one editor operation
+EDIT_REPLY_CAP = 8 << 20  # a 1 MiB file of control characters is ~6 MiB of JSON
 TERM_GRACE_S = 0.2  # leftovers of a task get SIGTERM, then this long before SIGKILL
 OUTPUT_CAP = 30_000  # bytes of a shell command's output shown to the optimizer
 FSIZE_LIMIT_KB = 256 * 1024  # largest file one shell command may write (``ulimit -f``)
@@ -179,3 +184,27 @@ class LocalShell:
             merge_stderr=True,
         )
         return ShellResult(output=done.stdout, exit_code=done.returncode, timed_out=done.timed_out)
+
+    def edit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One editor operation by the runner's ``edit`` mode in a subprocess (deadline, no links)."""
+        done = run_in_session(
+            [sys.executable, str(RUNNER), "edit", "--root", str(self.root)],
+            timeout_s=EDIT_TIMEOUT_S,
+            cap=EDIT_REPLY_CAP,
+            env={"PATH": self.env["PATH"], "LANG": "C.UTF-8"},
+            stdin=json.dumps(request).encode("utf-8"),
+        )
+        return parse_edit_reply(done.stdout, done.timed_out)
+
+
+def parse_edit_reply(raw: str, timed_out: bool) -> dict[str, Any]:
+    """The runner's JSON reply, or an error reply saying what went wrong with the call."""
+    if timed_out:
+        return {"ok": False, "error": f"the editor did not finish within {EDIT_TIMEOUT_S:.0f}s"}
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        return {"ok": False, "error": "the editor gave no answer (its reply was cut or broken)"}
+    return reply

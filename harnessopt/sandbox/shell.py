@@ -1,19 +1,32 @@
-"""DockerShell: the optimizer's ``bash`` tool inside one container per round.
+"""DockerShell: the optimizer's ``bash`` and editor inside one container per round.
 
 The view directory is the only host path it mounts (read-write at ``/view``, the working
-directory); no network, read-only root, the rollout limits, no capabilities. Each command is one
-``exec`` of the in-image runner's ``shell`` mode, which runs ``bash -c`` in its own session, caps
-the output and kills the whole group on timeout; the host also bounds the wait and, should the
-runner not answer, kills the container (a new one is made for the next command).
+directory); no network, read-only root, the rollout limits, no capabilities, no new privileges,
+and an unprivileged uid that is never the host's (``OPTIMIZER_UID``). The view is handed to that
+uid, and must sit in a directory only the host user can reach (mode 0700), so whatever modes the
+container sets in it (``chmod 755 /view``, a setuid copy of a shell) no other local user reaches.
+
+Each bash command is one ``exec`` of the in-image runner's ``shell`` mode: ``bash -c`` in its own
+session, every file capped by RLIMIT_FSIZE, the view's growth watched, output capped, the group
+killed on timeout, then every other process of the container killed. The host then checks from
+outside (``docker top``) that only PID 1 is left, and replaces the container otherwise: no
+process survives between tool calls. Each editor operation is an ``exec`` of the runner's
+``edit`` mode, so the host never opens a path inside the view while the round runs. The host
+also bounds every wait and, should the runner not answer, removes the container (a new one is
+made for the next call; the view keeps the edits).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import socket
 import threading
 from pathlib import Path
 from typing import Any
+
+from docker.utils.socket import frames_iter
 
 from harnessopt.config import RolloutConfig
 from harnessopt.protocols import ShellResult
@@ -22,77 +35,144 @@ from harnessopt.sandbox.pool import LABEL, container_kwargs, register_live, remo
 
 OUTPUT_CAP = 30_000
 HOST_GRACE_S = 15.0  # beyond the command's own timeout, before the host gives up on the exec
+EDIT_TIMEOUT_S = 20.0  # one editor operation, end to end
+EDIT_REPLY_CAP = 8 << 20  # bytes of an editor reply kept (a 1 MiB file is at most ~6 MiB of JSON)
+# The container's uid: unprivileged, and never the host user's (files it leaves are not ours).
+OPTIMIZER_UID = 10001 if os.getuid() != 10001 else 10002
+FSIZE_LIMIT = 64 << 20  # largest file one command may write (RLIMIT_FSIZE in the runner)
+VIEW_GROWTH_CAP = 256 << 20  # disk the view may grow by during one command
+VIEW_FILES_CAP = 20_000  # files and directories the view may hold
+RUNNER = ["python3", "/opt/ho/runner.py"]
 
 
 class DockerShell:
-    """A ``Shell`` whose commands run in a container that mounts the view at ``/view``."""
+    """A ``Shell`` whose commands and file edits run in a container that mounts the view at ``/view``."""
 
     view_root = "/view"
 
     def __init__(self, view: Path, cfg: RolloutConfig, *, client: Any = None, output_cap: int = OUTPUT_CAP):
         self.view = Path(view).resolve()
+        require_private_parent(self.view)
         self.cfg = cfg
         self.client = client or docker_client()
         self.output_cap = output_cap
         self.run_id = secrets.token_hex(6)
         self._container: Any = None
+        self._init_pid: int | None = None
+        self._handed_over = False
         self._lock = threading.Lock()
 
     def run(self, command: str, timeout_s: float) -> ShellResult:
         """Run ``bash -c command`` in /view: output (capped), exit code, timeout flag."""
+        argv = [*RUNNER, "shell", "--timeout", str(timeout_s), "--cap", str(self.output_cap)]
+        argv += ["--fsize", str(FSIZE_LIMIT), "--view", "/view", "--view-growth", str(VIEW_GROWTH_CAP)]
+        argv += ["--view-files", str(VIEW_FILES_CAP), "--", command]
         with self._lock:
-            container = self._ensure()
-            argv = [
-                "python3",
-                "/opt/ho/runner.py",
-                "shell",
-                "--timeout",
-                str(timeout_s),
-                "--cap",
-                str(self.output_cap),
-                "--",
-                command,
-            ]
-            result: dict[str, Any] = {}
-            worker = threading.Thread(target=self._exec, args=(container, argv, result), daemon=True)
-            worker.start()
-            worker.join(timeout_s + HOST_GRACE_S)
-            if worker.is_alive() or "error" in result:
-                # The runner did not come back: drop the container, the next command gets a new one.
+            result = self._exec(argv, None, timeout_s + HOST_GRACE_S)
+            if "error" in result:
+                return ShellResult(output=result["error"], exit_code=None, timed_out=result["timed_out"])
+            text = result["output"].decode("utf-8", "replace")
+            if not self._only_init_left():
+                # Something survived the runner's sweep: nothing may run until the next tool call.
                 self._drop()
-                msg = result.get("error", f"command did not finish within {timeout_s:.0f}s")
-                return ShellResult(output=str(msg), exit_code=None, timed_out="error" not in result)
+                text += "\n[harnessopt: processes outlived the command; the shell's container was replaced]"
         code = result["code"]
-        text = result["output"].decode("utf-8", "replace")
         if code == 124:
             return ShellResult(
                 output=text + f"\n[killed after {timeout_s:.0f}s]", exit_code=None, timed_out=True
             )
         return ShellResult(output=text, exit_code=code, timed_out=False)
 
-    def close(self) -> None:
-        """Remove the container."""
+    def edit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One editor operation by the runner's ``edit`` mode in the container (see sandbox/runner.py)."""
+        data = json.dumps(request).encode("utf-8")
         with self._lock:
+            result = self._exec([*RUNNER, "edit", "--root", "/view"], data, EDIT_TIMEOUT_S)
+        if "error" in result:
+            return {"ok": False, "error": result["error"]}
+        try:
+            reply = json.loads(result["output"])
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            return {"ok": False, "error": "the editor gave no answer (its reply was cut or broken)"}
+        return reply
+
+    def close(self) -> None:
+        """Remove the container (the view and its edits stay on the host)."""
+        with self._lock:
+            if self._container is not None and os.geteuid() != 0:
+                # Files the container made belong to its uid: let the host user remove them later.
+                self._exec(["chmod", "-R", "u+rwX,go+rwX", "/view"], None, 30.0)
             self._drop()
 
-    def _exec(self, container: Any, argv: list[str], result: dict[str, Any]) -> None:
+    # ----------------------------------------------------------------------- internals
+
+    def _exec(self, argv: list[str], stdin: bytes | None, wait_s: float) -> dict[str, Any]:
+        """Run ``argv`` in the container within ``wait_s``; {output, code} or {error, timed_out}."""
+        try:
+            container = self._ensure()
+        except Exception as e:
+            return {"error": f"sandbox error: could not start the shell's container: {e}", "timed_out": False}
+        result: dict[str, Any] = {}
+        worker = threading.Thread(target=self._exec_in, args=(container, argv, stdin, result), daemon=True)
+        worker.start()
+        worker.join(wait_s)
+        if worker.is_alive() or "error" in result:
+            # The runner did not come back: drop the container, the next call gets a new one.
+            self._drop()
+            timed_out = "error" not in result
+            msg = result.get(
+                "error", f"the runner did not answer within {wait_s:.0f}s; the container was replaced"
+            )
+            return {"error": str(msg), "timed_out": timed_out}
+        return result
+
+    def _exec_in(self, container: Any, argv: list[str], stdin: bytes | None, result: dict[str, Any]) -> None:
         try:
             api = self.client.api
-            exec_id = api.exec_create(container.id, argv, workdir="/view", user=self._user())["Id"]
+            exec_id = api.exec_create(container.id, argv, workdir="/view", stdin=stdin is not None)["Id"]
+            cap = EDIT_REPLY_CAP if stdin is not None else 2 * self.output_cap + 4096
             kept = bytearray()
-            for chunk in api.exec_start(exec_id, stream=True):
-                if len(kept) < 2 * self.output_cap + 4096:  # the runner caps; this bounds a broken one
-                    kept += chunk
+            if stdin is None:
+                for chunk in api.exec_start(exec_id, stream=True):
+                    if len(kept) < cap:  # the runner caps; this bounds a broken one
+                        kept += chunk
+            else:
+                sock = api.exec_start(exec_id, socket=True)
+                try:
+                    raw = getattr(sock, "_sock", sock)
+                    raw.sendall(stdin)
+                    raw.shutdown(socket.SHUT_WR)  # end of the request: the runner reads to EOF
+                    for stream_id, chunk in frames_iter(sock, tty=False):
+                        if stream_id == 1 and len(kept) < cap:
+                            kept += chunk
+                finally:
+                    sock.close()
             result["output"] = bytes(kept)
             result["code"] = api.exec_inspect(exec_id).get("ExitCode")
         except Exception as e:
             result["error"] = f"sandbox error: {type(e).__name__}: {e}"
 
+    def _only_init_left(self) -> bool:
+        """Asked of the engine, not of the container: is PID 1 the only live process?"""
+        if self._container is None:
+            return True
+        try:
+            top = self._container.top(ps_args="-o pid,stat")
+        except Exception:
+            return False
+        live = [row for row in top.get("Processes") or [] if "Z" not in row[1]]
+        return [int(row[0]) for row in live] == [self._init_pid]
+
     def _ensure(self) -> Any:
         if self._container is not None:
             return self._container
+        if not self._handed_over:
+            hand_over(self.view, OPTIMIZER_UID)
+            self._handed_over = True
         kwargs = container_kwargs(self.cfg, self.run_id)
-        kwargs["user"] = self._user()
+        kwargs["user"] = f"{OPTIMIZER_UID}:{OPTIMIZER_UID}"
         kwargs["labels"] = {LABEL: "1", f"{LABEL}.run": self.run_id, f"{LABEL}.role": "optimizer-shell"}
         kwargs["tmpfs"] = {"/tmp": f"size={max(64, self.cfg.out_mb)}m,mode=1777"}
         kwargs["environment"] = {
@@ -104,13 +184,15 @@ class DockerShell:
         kwargs["working_dir"] = "/view"
         container = self.client.containers.create(
             self.cfg.image,
-            command=["python3", "/opt/ho/runner.py", "idle"],
+            command=[*RUNNER, "idle"],
             volumes={str(self.view): {"bind": "/view", "mode": "rw"}},
             **kwargs,
         )
         register_live(container)
         try:
             container.start()
+            container.reload()
+            self._init_pid = int(container.attrs["State"]["Pid"])
         except Exception:
             remove_container(container)
             raise
@@ -121,8 +203,30 @@ class DockerShell:
         if self._container is not None:
             remove_container(self._container)
             self._container = None
+            self._init_pid = None
 
-    @staticmethod
-    def _user() -> str:
-        # Files the optimizer creates in the view belong to the host user, as with the local shell.
-        return f"{os.getuid()}:{os.getgid()}"
+
+def require_private_parent(view: Path) -> None:
+    """The view must sit in a directory that only the host user can enter (ValueError otherwise)."""
+    st = view.parent.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise ValueError(
+            f"the optimizer's view {view} must be inside a directory only you can enter (mode 0700), "
+            "e.g. Path(tempfile.mkdtemp()) / 'view': the container may set any mode in the view"
+        )
+
+
+def hand_over(view: Path, uid: int) -> None:
+    """Let ``uid`` (the container's) write the view: chown it when we are root; else open its
+    modes to all (only we can reach it: ``require_private_parent``). Links are left alone."""
+    root = os.geteuid() == 0
+    for dirpath, dirnames, filenames in os.walk(view):
+        paths = [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]
+        for p in paths:
+            if os.path.islink(p):
+                continue
+            if root:
+                os.lchown(p, uid, uid)
+            else:
+                mode = os.lstat(p).st_mode
+                os.chmod(p, (mode & 0o7777) | (0o777 if os.path.isdir(p) else 0o666))
