@@ -47,7 +47,7 @@ def run_audit(
             "the workspace has no test tasks; re-create it with a --split that keeps a test share"
         )
     claimed = claimed_gain(ws, best)
-    with open_services(ws.root, ws.cfg, say, with_optimizer=False) as svc:
+    with open_services(ws.root, ws.cfg, say, with_optimizer=False, keep_rollouts=False) as svc:
         if progress is not None:  # a bar (or plain lines) per candidate's test runs
             progress.bind(svc.gateway.total)
             svc.runner.observers.append(progress)

@@ -15,6 +15,7 @@ from harnessopt.config import Config
 from harnessopt.errors import BudgetExceeded
 from harnessopt.gateway import Gateway
 from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
+from harnessopt.resume import RoundStore
 from harnessopt.scoring import run_scorer
 from harnessopt.textutil import redact
 from harnessopt.trajectory import safe_filename
@@ -55,7 +56,9 @@ class Runner:
         scorer: Callable[..., Any],
         scratch: Path,
         progress: Callable[[str, int, int], None] | None = None,
+        store: RoundStore | None = None,
     ):
+        self.store = store  # finished rollouts kept on disk: a rerun of the round reuses them
         self.cfg = cfg
         self.sandbox = sandbox
         self.gateway = gateway
@@ -93,6 +96,15 @@ class Runner:
         return results
 
     def run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:
+        if self.store is not None and (kept := self.store.get(round_no, cand.root, task, epoch)) is not None:
+            return kept
+        result = self._run_one(cand, task, round_no, epoch)
+        refused = any(x.error and "budget" in x.error for x in result.exchanges)
+        if self.store is not None and not refused:  # a refused run is no evidence: never kept
+            self.store.put(round_no, cand.root, task, epoch, result)
+        return result
+
+    def _run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:
         # Beside the round's candidate roots, never inside one: loop.check copies the incumbent's
         # root, and what a harness left in /out (say a symlink loop) must not be part of that copy.
         name = f"{safe_filename(task.id)}.{epoch}"
