@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shlex
+import signal
+import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -96,3 +100,63 @@ def test_started_gets_the_group_id_and_an_error_in_the_caller_kills_the_group(tm
     with pytest.raises(KeyboardInterrupt):
         run_in_session(["bash", "-c", "sleep 60"], timeout_s=30, cap=100, started=started)
     assert _wait_dead(pids[0])
+
+
+def _pids_with(marker: str) -> list[int]:
+    """Live processes whose argv holds ``marker`` (only this test's own processes carry it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes() and _alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _none_left(marker: str, within: float = 3.0) -> bool:
+    end = time.monotonic() + within
+    while _pids_with(marker):
+        if time.monotonic() > end:
+            for pid in _pids_with(marker):  # do not leave them running for the next test
+                os.kill(pid, signal.SIGKILL)
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _sleeper(escape: str, marker: str) -> str:
+    """A shell word: python that escapes (``os.setsid()``/``os.setpgid(0, 0)``), says so, sleeps."""
+    code = f"import os, time; {escape}; open('up', 'w').close(); time.sleep(60)"
+    return f"{sys.executable} -c {shlex.quote(code)} {marker}"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="walks /proc")
+def test_a_child_that_leaves_the_session_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    marker = f"ho-proc-test-{uuid.uuid4().hex}"
+    script = f"{_sleeper('os.setsid()', marker)} & sleep 60"
+    done = run_in_session(["bash", "-c", script], timeout_s=2, cap=100, cwd=tmp_path)
+    assert done.timed_out and (tmp_path / "up").exists()  # it did escape its group and session
+    assert _none_left(marker)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="walks /proc")
+def test_a_child_that_leaves_the_group_is_killed_with_the_session_after_a_normal_exit(tmp_path: Path) -> None:
+    marker = f"ho-proc-test-{uuid.uuid4().hex}"
+    script = f"{_sleeper('os.setpgid(0, 0)', marker)} & while [ ! -e up ]; do sleep 0.05; done; echo done"
+    done = run_in_session(["bash", "-c", script], timeout_s=20, cap=100, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout == "done\n"
+    assert _none_left(marker)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="walks /proc")
+def test_killing_a_session_leaves_other_sessions_alone(tmp_path: Path) -> None:
+    bystander = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        done = run_in_session(["bash", "-c", "sleep 60 & sleep 60"], timeout_s=1, cap=100, cwd=tmp_path)
+        assert done.timed_out
+        assert bystander.poll() is None and _alive(bystander.pid)
+    finally:
+        bystander.kill()
+        bystander.wait()
