@@ -22,10 +22,12 @@ def make_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sand
 
 
 def local_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
-    """``local``: a subprocess per task (weaker isolation; asked for explicitly)."""
+    """``local``: a subprocess per task (weaker isolation; asked for explicitly, so it warns anyway)."""
     from harnessopt.sandbox.local import LocalSandbox
 
-    return LocalSandbox(cfg)
+    sandbox = LocalSandbox(cfg, announce=announce)
+    announce(f"sandbox: local, as asked; its isolation is weaker: {sandbox.exposure}")
+    return sandbox
 
 
 def docker_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
@@ -43,11 +45,11 @@ def auto_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sand
     client, why_not = _docker_with_image(cfg.image)
     if client is not None:
         return _docker(cfg, client, why_not, announce)
+    sandbox = LocalSandbox(cfg, announce=announce)
     announce(
-        f"sandbox: using the local subprocess sandbox ({why_not}); its isolation is weaker: "
-        "the harness and the optimizer's bash tool can read the host's files and reach the network"
+        f"sandbox: using the local subprocess sandbox ({why_not}); its isolation is weaker: {sandbox.exposure}"
     )
-    return LocalSandbox(cfg)
+    return sandbox
 
 
 def _docker(cfg: RolloutConfig, client: Any, stale: str, announce: Callable[[str], None]) -> Sandbox:

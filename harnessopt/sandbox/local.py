@@ -2,8 +2,11 @@
 
 What it does: private copies of skill/harness in a temp dir (the workspace is never touched), a
 scrubbed environment (nothing from the host but PATH and LANG: no real API key), its own session
-(so the timeout kills the whole process group), rlimits (address space, file size, CPU time, no
-core files), capped stdout/stderr. What it cannot do: hide the host file system or the network.
+and a wrapper chosen by ``isolation.detect()`` (``bwrap``: read-only host, workspace hidden, own
+PID namespace; ``unshare``: own PID namespace; ``session``: a subreaper), so that nothing the
+harness starts outlives its task; rlimits (address space, file size, CPU time, processes, no core
+files), capped stdout/stderr. What it cannot do: hide the network; without bwrap, hide the host's
+files. ``harnessopt.sandbox.local_sandbox`` warns about what is exposed.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harnessopt.config import RolloutConfig
-from harnessopt.proc import Finished, kill_group, run_in_session
+from harnessopt.errors import UserError
+from harnessopt.proc import Finished, kill_session, run_in_session
 from harnessopt.protocols import RunOutput, RunSpec, ShellResult
+from harnessopt.sandbox import isolation
 from harnessopt.sandbox.image import sandbox_source_dir
 
 RUNNER = sandbox_source_dir() / "runner.py"  # its ``edit`` mode is the one editor implementation
@@ -31,19 +37,43 @@ EDIT_REPLY_CAP = 8 << 20  # a 1 MiB file of control characters is ~6 MiB of JSON
 TERM_GRACE_S = 0.2  # leftovers of a task get SIGTERM, then this long before SIGKILL
 OUTPUT_CAP = 30_000  # bytes of a shell command's output shown to the optimizer
 FSIZE_LIMIT_KB = 256 * 1024  # largest file one shell command may write (``ulimit -f``)
+# RLIMIT_NPROC counts every process and thread of the uid, so a task's limit is what the uid runs
+# when it starts plus ``rollout.pids``, plus this much room for the host's own new threads.
+NPROC_SLACK = 64
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class LocalSandbox:
-    """Runs ``python harness/run.py`` in a subprocess with limits; thread-safe."""
+    """Runs ``python harness/run.py`` in a subprocess with limits; thread-safe.
+
+    ``isolation_mode``: ``bwrap``, ``unshare`` or ``session`` (default: the strongest available
+    here). ``announce`` hears the warning, once, when the optimizer's bash is first put on the host.
+    """
 
     name = "local"
 
-    def __init__(self, cfg: RolloutConfig):
+    def __init__(
+        self,
+        cfg: RolloutConfig,
+        *,
+        isolation_mode: str | None = None,
+        announce: Callable[[str], None] | None = None,
+    ):
         self.cfg = cfg
-        self._live: set[int] = set()  # process groups of running tasks, killed by close()
+        self.isolation = isolation_mode or isolation.detect()
+        if not isolation.available(self.isolation):
+            raise UserError(f"local isolation {self.isolation!r} does not work on this machine")
+        self._announce = announce
+        self._shell_warned = False
+        self._live: set[int] = set()  # sessions of running tasks, killed by close()
         self._lock = threading.Lock()
         self._closed = False
+
+    @property
+    def exposure(self) -> str:
+        """What a harness run by this sandbox can reach (for the warning printed when it is chosen)."""
+        reach = isolation.HARNESS_REACH[self.isolation]
+        return f"each harness runs on this host ({self.isolation}) as uid {os.getuid()} and can reach {reach}"
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
         """Run the harness on ``spec.task``; its ``--out`` directory is ``out_dir``."""
@@ -54,16 +84,16 @@ class LocalSandbox:
             shutil.copytree(spec.harness_dir, root / "harness", ignore=shutil.ignore_patterns(".git"))
             (root / "task.json").write_text(json.dumps(spec.task))
             (root / "home").mkdir()
-            argv = [
-                sys.executable,
-                str(root / "harness" / "run.py"),
-                "--task",
-                str(root / "task.json"),
-                "--skill",
-                str(root / "skill"),
-                "--out",
-                str(out_dir.resolve()),
-            ]
+            root, out = root.resolve(), out_dir.resolve()
+            argv = isolation.wrap(
+                [sys.executable, str(root / "harness" / "run.py"), "--task", str(root / "task.json")]
+                + ["--skill", str(root / "skill"), "--out", str(out)],
+                self.isolation,
+                writable=[root, out],
+                hide=isolation.workspace_roots([spec.skill_dir, spec.harness_dir, out]),
+                cwd=root,
+                grace_s=TERM_GRACE_S,
+            )
             pids: list[int] = []
 
             def started(pid: int) -> None:
@@ -72,7 +102,7 @@ class LocalSandbox:
                     pids.append(pid)
                     closed = self._closed
                 if closed:  # close() ran while this task was starting: do not let it run on
-                    kill_group(pid)
+                    kill_session(pid)
 
             try:
                 done = run_in_session(
@@ -81,7 +111,7 @@ class LocalSandbox:
                     cap=self.cfg.output_cap_kb * 1024,
                     cwd=root,
                     env=self._env(spec, root),
-                    preexec_fn=self._limits,
+                    preexec_fn=self._limits(tasks_of_uid(os.getuid()) + self.cfg.pids + NPROC_SLACK),
                     started=started,
                     term_grace_s=TERM_GRACE_S,
                 )
@@ -91,16 +121,22 @@ class LocalSandbox:
             return self._output(done, out_dir)
 
     def shell(self, view: Path) -> LocalShell:
-        """The optimizer's bash on the host, in ``view`` (no more isolation than the tasks get)."""
-        return LocalShell(view)
+        """The optimizer's bash on the host, in ``view``, wrapped like the tasks; warns once."""
+        if self._announce is not None and not self._shell_warned:
+            self._shell_warned = True
+            self._announce(
+                f"optimizer: its bash tool runs on this host ({self.isolation}) as uid {os.getuid()}; "
+                f"isolation is weaker: it can reach {isolation.SHELL_REACH[self.isolation]}"
+            )
+        return LocalShell(view, isolation_mode=self.isolation)
 
     def close(self) -> None:
-        """Kill the process groups of tasks still running (Ctrl-C, a crash): nothing outlives the run."""
+        """Kill the sessions of tasks still running (Ctrl-C, a crash): nothing outlives the run."""
         with self._lock:
             self._closed = True
             live = list(self._live)
-        for pgid in live:
-            kill_group(pgid)
+        for leader in live:
+            kill_session(leader)
 
     def _env(self, spec: RunSpec, root: Path) -> dict[str, str]:
         # Built from nothing: the host's ANTHROPIC_API_KEY and the rest of its environment stay out.
@@ -115,22 +151,33 @@ class LocalSandbox:
         env.update(spec.env)
         env["ANTHROPIC_BASE_URL"] = spec.gateway.base_url
         env["ANTHROPIC_API_KEY"] = spec.gateway.token
+        env["OPENAI_BASE_URL"] = spec.gateway.base_url + "/v1"  # the gateway's Chat Completions API
+        env["OPENAI_API_KEY"] = spec.gateway.token
         return env
 
-    def _limits(self) -> None:
-        """In the child before exec: rlimits (the process group comes from start_new_session)."""
+    def _limits(self, nproc: int) -> Callable[[], None]:
+        """What the child runs before exec: rlimits (the session comes from start_new_session).
+
+        ``nproc``: RLIMIT_NPROC, counted per uid by the kernel, and ignored for root.
+        """
         mem = self.cfg.memory_mb * 1024 * 1024
         fsize = self.cfg.out_mb * 1024 * 1024
         # CPU seconds: the wall limit bounds it anyway; this stops a spinning orphan.
         cpu = int(max(self.cfg.timeout_s, 1) * 2) + 5
-        for which, value in (
+        limits = (
             (resource.RLIMIT_AS, mem),
             (resource.RLIMIT_FSIZE, fsize),
             (resource.RLIMIT_CPU, cpu),
             (resource.RLIMIT_CORE, 0),
-        ):
-            with contextlib.suppress(ValueError, OSError):  # a lower hard limit already applies
-                resource.setrlimit(which, (value, value))
+            (resource.RLIMIT_NPROC, nproc),
+        )
+
+        def apply() -> None:
+            for which, value in limits:
+                with contextlib.suppress(ValueError, OSError):  # a lower hard limit already applies
+                    resource.setrlimit(which, (value, value))
+
+        return apply
 
     def _output(self, done: Finished, out_dir: Path) -> RunOutput:
         fsize = self.cfg.out_mb * 1024 * 1024
@@ -139,7 +186,9 @@ class LocalSandbox:
         # RLIMIT_FSIZE stops each file at the cap (Python gets EFBIG, others SIGXFSZ); the total is
         # only checked afterwards, the local sandbox cannot bound it.
         code = done.returncode
-        capped = code == -signal.SIGXFSZ or max(sizes) >= fsize or sum(sizes) > fsize
+        # A signal comes back as -N, or as 128+N through a namespace's init (bwrap, unshare).
+        xfsz = (-signal.SIGXFSZ,) if self.isolation == "session" else (-signal.SIGXFSZ, 128 + signal.SIGXFSZ)
+        capped = code in xfsz or max(sizes) >= fsize or sum(sizes) > fsize
         if done.timed_out:
             error, note = "timeout", f"killed after the {done.wall_s:.0f}s wall-clock limit"
         elif capped:
@@ -148,7 +197,7 @@ class LocalSandbox:
             error, note = "crash", f"harness exited with code {code}"
         else:
             error, note = None, ""
-        notes = ["local sandbox: no file-system or network isolation"] + ([note] if note else [])
+        notes = [isolation.NOTES[self.isolation]] + ([note] if note else [])
         return RunOutput(code, done.wall_s, out_dir, done.stdout.rstrip("\n"), done.stderr, error, notes)
 
 
@@ -157,11 +206,14 @@ class LocalShell:
 
     The environment is scrubbed to PATH, HOME (= the view) and LANG, so API keys of the host never
     reach the command. The command and everything it started are killed when it returns or at
-    its timeout; ``ulimit -f`` bounds each file it writes. No file-system or network isolation.
+    its timeout; ``ulimit -f`` bounds each file it writes. ``isolation_mode`` wraps it like a local
+    task (default ``session``: a subreaper; ``bwrap`` makes the host read-only but the view): no
+    network isolation, and no file-system isolation without bwrap.
     """
 
-    def __init__(self, root: Path, *, output_cap: int = OUTPUT_CAP):
+    def __init__(self, root: Path, *, output_cap: int = OUTPUT_CAP, isolation_mode: str = "session"):
         self.root = Path(root).resolve()
+        self.isolation = isolation_mode
         self.view_root = str(self.root)
         self.output_cap = output_cap
         self.env = {
@@ -175,8 +227,11 @@ class LocalShell:
     def run(self, command: str, timeout_s: float) -> ShellResult:
         """Run ``bash -c command`` in the view; stdout and stderr together, head and tail kept."""
         script = f"ulimit -f {FSIZE_LIMIT_KB} 2>/dev/null\n{command}"
+        argv = isolation.wrap(
+            ["bash", "-c", script], self.isolation, writable=[self.root], hide=[], cwd=self.root
+        )
         done = run_in_session(
-            ["bash", "-c", script],
+            argv,
             timeout_s=timeout_s,
             cap=self.output_cap,
             cwd=self.root,
@@ -208,3 +263,18 @@ def parse_edit_reply(raw: str, timed_out: bool) -> dict[str, Any]:
     if not isinstance(reply, dict):
         return {"ok": False, "error": "the editor gave no answer (its reply was cut or broken)"}
     return reply
+
+
+def tasks_of_uid(uid: int) -> int:
+    """Processes and threads whose real uid is ``uid`` (what RLIMIT_NPROC counts)."""
+    count = 0
+    for entry in os.scandir("/proc") if os.path.isdir("/proc/self") else ():
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                if int(fields["Uid"].split()[0]) == uid:
+                    count += int(fields.get("Threads", "1"))
+            except (OSError, KeyError, ValueError):
+                continue
+    return count

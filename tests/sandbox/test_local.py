@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -9,10 +10,14 @@ import pytest
 
 from harnessopt.config import RolloutConfig
 from harnessopt.errors import UserError
-from harnessopt.sandbox import make_sandbox
+from harnessopt.sandbox import isolation, make_sandbox
 from harnessopt.sandbox.local import LocalSandbox
 
 REAL_KEY = "sk-ant-REALKEY-local-0d1f"
+MODES = [
+    pytest.param(m, marks=pytest.mark.skipif(not isolation.available(m), reason=f"{m} cannot run here"))
+    for m in isolation.MODES
+]
 
 
 def test_env_is_scrubbed_and_gateway_vars_set(candidate, gateway, tmp_path, spec_for, small_cfg, monkeypatch):
@@ -39,15 +44,17 @@ def test_harness_gets_private_copies(candidate, gateway, tmp_path, spec_for, sma
     assert not (tmp_path / "out" / "answer.txt").read_text().startswith(str(candidate.ws))
 
 
-def test_timeout_kills_the_whole_group(candidate, gateway, tmp_path, spec_for, small_cfg):
-    late = tmp_path / "late.txt"
+@pytest.mark.parametrize("mode", MODES)
+def test_timeout_kills_the_whole_group(mode, candidate, gateway, tmp_path, spec_for, small_cfg):
+    late = tmp_path / "out" / "late.txt"  # in the task's own out dir: writable in every isolation mode
     skill, harness = candidate(f"""
         import subprocess
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2); open({str(late)!r}, 'w').write('x')"])
         time.sleep(100)
     """)
     t0 = time.monotonic()
-    out = LocalSandbox(small_cfg()).run(spec_for(skill, harness, gateway.lease(), 1), tmp_path / "out")
+    sandbox = LocalSandbox(small_cfg(), isolation_mode=mode)
+    out = sandbox.run(spec_for(skill, harness, gateway.lease(), 1), tmp_path / "out")
     assert out.error_class == "timeout" and out.exit_code is None
     assert time.monotonic() - t0 < 5
     time.sleep(2.5)
@@ -135,3 +142,57 @@ def test_the_sandbox_package_imports_nothing_from_the_optimizer():
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not [n for n in names if n.startswith("harnessopt.optimizer")], path
+
+
+# What each isolation mode must name in its warning: (harness line, optimizer bash line).
+HOST_FILES = ["the host's files", "tasks/", "gold answers", "scorer.py", "the network"]
+REACHES = {
+    "session": (
+        HOST_FILES + ["other processes of the same uid"],
+        HOST_FILES + ["other processes of the same uid"],
+    ),
+    "unshare": (HOST_FILES + ["own PID namespace"], HOST_FILES),
+    "bwrap": (
+        ["read-only", "tasks/", "scorer.py hidden", "the network", "own PID namespace"],
+        ["read-only", "tasks/", "gold answers", "scorer.py", "only the view writable", "the network"],
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_explicit_local_sandbox_warns_naming_what_is_exposed(mode, monkeypatch, tmp_path):
+    monkeypatch.setattr(isolation, "detect", lambda: mode)
+    said: list[str] = []
+    sandbox = make_sandbox(RolloutConfig(sandbox="local"), announce=said.append)
+    assert sandbox.name == "local" and len(said) == 1 and "\n" not in said[0]
+    assert "isolation is weaker" in said[0] and f"as uid {os.getuid()}" in said[0]
+    harness_words, shell_words = REACHES[mode]
+    assert [w for w in harness_words if w not in said[0]] == []
+
+    # The optimizer's bash on the host: its own line, once, when it is first handed out.
+    sandbox.shell(tmp_path)
+    sandbox.shell(tmp_path)
+    assert len(said) == 2 and said[1].startswith("optimizer: its bash tool runs on this host")
+    assert "isolation is weaker" in said[1] and [w for w in shell_words if w not in said[1]] == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_auto_fallback_names_what_is_exposed_too(mode, monkeypatch):
+    monkeypatch.setattr(isolation, "detect", lambda: mode)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    said: list[str] = []
+    assert make_sandbox(RolloutConfig(sandbox="auto"), announce=said.append).name == "local"
+    assert len(said) == 1 and "isolation is weaker" in said[0] and "Docker is not reachable" in said[0]
+    assert [w for w in REACHES[mode][0] if w not in said[0]] == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_optimizer_shell_is_wrapped_like_the_tasks(mode, tmp_path, small_cfg):
+    view = tmp_path / "view"
+    view.mkdir()
+    shell = LocalSandbox(small_cfg(), isolation_mode=mode).shell(view)
+    res = shell.run("pwd; echo x > made-here; cat made-here", 10)
+    assert res.exit_code == 0 and res.output.split() == [str(view.resolve()), "x"]
+    outside = tmp_path / "outside.txt"
+    res = shell.run(f"echo x > {outside}", 10)
+    assert outside.exists() == (mode != "bwrap")  # bwrap: only the view is writable
