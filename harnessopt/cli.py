@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from harnessopt import __version__, interrupts
+from harnessopt import __version__, hardening, interrupts
 from harnessopt.errors import HarnessoptError, UserError
 from harnessopt.lock import workspace_lock
 
@@ -331,6 +331,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    hardening.make_non_dumpable()  # other processes of this uid cannot read our environ (the key) or memory
     interrupts.install()
     try:
         args = build_parser().parse_args(argv)

@@ -15,6 +15,7 @@ import anthropic
 from harnessopt.config import Config
 from harnessopt.gate import make_gate
 from harnessopt.gateway import Gateway
+from harnessopt.hardening import drop_secrets_from_environ
 from harnessopt.journal import STATE_DIR
 from harnessopt.models import make_model
 from harnessopt.optimizer import make_optimizer
@@ -62,6 +63,8 @@ def open_services(
     model = make_model(
         cfg.model.provider, script_path=(root / cfg.model.script) if cfg.model.script else None
     )
+    # The model holds the key now: no child started from here on may inherit it by accident.
+    drop_secrets_from_environ()
     scorer = load_scorer(root / "scorer.py")
     with ExitStack() as stack:
         sandbox = make_sandbox(cfg.rollout, announce=say)

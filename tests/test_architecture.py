@@ -9,7 +9,19 @@ PACKAGE = Path(__file__).resolve().parents[1] / "harnessopt"
 
 # Lowest first. A module may import its own layer or lower ones, never a higher one.
 LAYERS: list[set[str]] = [
-    {"errors", "protocols", "textutil", "stats", "journal", "interrupts", "proc", "registry", "lock", "stop"},
+    {
+        "errors",
+        "protocols",
+        "textutil",
+        "stats",
+        "journal",
+        "interrupts",
+        "proc",
+        "registry",
+        "lock",
+        "hardening",
+        "stop",
+    },
     {"config", "tasks", "skillspec", "scoring", "trajectory", "messages_http", "vcs", "untar"},
     {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache", "secondary", "taxonomy"},
     {"rollout", "services", "roundstats", "projection", "progress"},
