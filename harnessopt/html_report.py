@@ -218,7 +218,9 @@ PLOTS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; margin: .5em 0; } td, th { padding: 2px 8px; border-bottom: 1px solid #eee; }
+table { border-collapse: collapse; margin: .5em 0; width: 100%; }
+td, th { padding: 2px 8px; border-bottom: 1px solid #eee; vertical-align: top; }
+td.n { white-space: nowrap; } td:last-child { min-width: 14em; } table { font-size: 13px; }
 th { text-align: left; background: #fafafa; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
 img { max-width: 100%; display: block; margin: .5em 0; } pre { background: #f6f8fa; padding: .8em; overflow-x: auto; }
 .accepted { color: #2e7d32; } .rejected { color: #c62828; } .noop { color: #f9a825; } .failed { color: #6a1b9a; }

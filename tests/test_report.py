@@ -124,7 +124,9 @@ def test_report_html_and_plots(demo: Path, tmp_path: Path) -> None:
 def test_report_in_headless_chromium(demo: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the report is the optional extra harnessopt[report]")
     if not chromium():  # CI installs it (.ci/browser_setup.sh): a missing browser fails there
-        (pytest.fail if os.environ.get("CI") else pytest.skip)("no chromium on PATH; run .ci/browser_setup.sh")
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(
+            "no chromium on PATH; run .ci/browser_setup.sh"
+        )
     assert cli("report", demo, "--out", tmp_path).returncode == 0
     page = Page()
     try:

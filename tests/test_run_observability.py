@@ -78,6 +78,7 @@ def test_dry_run_projection_against_the_calls_made_and_mlflow(run_env) -> None:
     projected = _projected(ws)[-1]
     made = sum(_calls(ws)[1:])
     assert projected["basis"] == "1 measured round(s)" and projected["rounds"] == 2
+    print(f"fake-server run: projected {projected['calls']} calls, made {made}")  # quoted in docs/report.md
     assert abs(projected["calls"] - made) <= 0.10 * made, (projected, made)
     status = cli("status", ws).stdout
     assert f"last run spent:     {made} calls" in status and "last run projected" in status
