@@ -25,13 +25,21 @@ SandboxName = Annotated[str, AfterValidator(partial(registry.check, "sandbox"))]
 OptimizerName = Annotated[str, AfterValidator(partial(registry.check, "optimizer"))]
 ModelName = Annotated[str, AfterValidator(partial(registry.check, "model"))]
 GateName = Annotated[str, AfterValidator(partial(registry.check, "gate"))]
+# The name of an environment variable (never its value: keys are not written to the workspace).
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# USD per million tokens, [input, output].
+PricePair = Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=2, max_length=2)]
 
 
 class ModelConfig(_Strict):
     provider: ModelName = "anthropic"
-    """Where model calls go: the real Messages API, or the scripted model (offline)."""
+    """Where model calls go: anthropic (Messages API), openai (any Chat Completions endpoint), scripted."""
     target: str = "claude-sonnet-4-5"
     """Model the harness runs (exported as HARNESSOPT_TARGET_MODEL)."""
+    base_url: str | None = None
+    """Upstream endpoint, e.g. http://localhost:8000/v1 (default: ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the official API)."""
+    api_key_env: EnvName | None = None
+    """Environment variable holding the upstream key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY)."""
     script: str | None = None
     """Scripted-model YAML (path relative to the workspace) when provider is 'scripted'."""
     allow_server_tools: bool = False
@@ -68,6 +76,12 @@ class OptimizerConfig(_Strict):
     """Who edits the view: the built-in Claude tool loop, a CLI agent, or a person."""
     model: str = "claude-opus-4-1"
     """Model of the built-in optimizer."""
+    provider: ModelName | None = None
+    """Upstream of the optimizer's calls; default: the target's (model.provider, base_url, api_key_env)."""
+    base_url: str | None = None
+    """Optimizer upstream endpoint; default: model.base_url when the provider is the target's."""
+    api_key_env: EnvName | None = None
+    """Environment variable holding the optimizer upstream's key; default as base_url."""
     max_turns: int = Field(40, ge=1)
     """Model turns per round."""
     max_tokens: int = Field(400_000, ge=1000)
@@ -157,6 +171,8 @@ class Config(_Strict):
     gate: GateConfig = Field(default_factory=lambda: GateConfig())
     budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig())
     gateway: GatewayConfig = Field(default_factory=lambda: GatewayConfig())
+    prices: dict[str, PricePair] = Field(default_factory=dict)
+    """USD per million tokens [input, output] by model-name glob, before the built-in table."""
 
     def allowed_globs(self) -> list[str]:
         """Paths the optimizer may change, relative to the workspace root."""

@@ -1,11 +1,14 @@
 """The host-side model gateway: the only way a harness or the optimizer reaches a model.
 
 Every sandboxed run gets a *lease*: a fresh random token that the harness uses as its API key
-(``ANTHROPIC_API_KEY``) against the gateway's URL or Unix socket (``ANTHROPIC_BASE_URL``). The
+(``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``) against the gateway's URL or Unix socket
+(``ANTHROPIC_BASE_URL``; ``OPENAI_BASE_URL`` is it plus ``/v1``). Harnesses may speak the
+Messages API or the Chat Completions API; a chat request is translated to a Messages body
+(``translate``), which is what the policy, the budget and the transcript see. The
 gateway checks the token on the request's headers, before reading its body; checks what the
 lease may ask for (``gateway_policy``: its role's model, ``max_tokens``, no server tools);
 reserves the most the call can cost against the run's budget; forwards the body to the
-configured ``Model`` (which alone holds the real key); settles the reservation to the real
+upstream ``Model`` of the lease's role (which alone holds the real key); settles the reservation to the real
 usage; records the exchange under that token; and counts calls, tokens and list-price cost per
 (role, round). ``release(token)`` hands back the recorded exchanges, which are the run's
 transcript whatever the harness itself logs. A call whose reservation does not fit the budget
@@ -23,10 +26,12 @@ import secrets
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harnessopt.chat_wire import CHAT_PATH
 from harnessopt.config import BudgetConfig, Config, GatewayConfig
 from harnessopt.errors import UserError
 from harnessopt.gateway_policy import PRICES, LeasePolicy, cost_bound, cost_of, input_bound, price_of
@@ -39,6 +44,7 @@ from harnessopt.messages_http import (
     estimate_input_tokens,
 )
 from harnessopt.protocols import Exchange, Forward, GatewayLease, Model, ModelError, Usage
+from harnessopt.translate import chat_request_to_messages, messages_response_to_chat
 
 __all__ = ["PRICES", "SOCKET_NAME", "Gateway", "price_of"]
 
@@ -57,7 +63,7 @@ class _Lease:
 
 
 class Gateway:
-    """A Messages API server on loopback TCP (and a Unix socket in ``socket_dir`` when given).
+    """A Messages and Chat Completions API server on loopback TCP (and a Unix socket in ``socket_dir``).
 
     Thread safe: model calls of different leases run concurrently; bookkeeping is locked.
     ``policy`` says what each role may ask for (default: any model, the budget's ``max_tokens``
@@ -73,8 +79,10 @@ class Gateway:
         socket_dir: Path | None = None,
         policy: LeasePolicy | None = None,
         settings: GatewayConfig | None = None,
+        models: Mapping[str, Model] | None = None,
     ):
-        self.model = model
+        self.model = model  # every role's upstream, unless ``models`` names another for the role
+        self.models: dict[str, Model] = dict(models or {})
         self.budget = budget
         settings = settings or GatewayConfig()
         self.policy = policy or LeasePolicy.build(budget, settings)
@@ -101,14 +109,25 @@ class Gateway:
         self.notes: list[str] = []
 
     @classmethod
-    def from_config(cls, model: Model, cfg: Config, *, socket_dir: Path | None = None) -> Gateway:
-        """The gateway of a run: ``cfg``'s budget, per-role models and limits, gateway settings."""
+    def from_config(
+        cls,
+        model: Model,
+        cfg: Config,
+        *,
+        socket_dir: Path | None = None,
+        optimizer_model: Model | None = None,
+    ) -> Gateway:
+        """The gateway of a run: ``cfg``'s budget, per-role models and limits, gateway settings.
+
+        ``model`` is the target's upstream; ``optimizer_model`` the optimizer's (default: the same).
+        """
         return cls(
             model,
             cfg.budget,
             socket_dir=socket_dir,
             policy=LeasePolicy.from_config(cfg),
             settings=cfg.gateway,
+            models={"optimizer": optimizer_model} if optimizer_model is not None else None,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -221,7 +240,8 @@ class Gateway:
         max_out = self.policy.check(role, body)
         inp = input_bound(body, len(raw))
         caches = b"cache_control" in raw
-        return Usage(1, inp, max_out, cost_bound(str(body.get("model")), inp, max_out, caches))
+        price = cost_bound(str(body.get("model")), inp, max_out, caches, self.policy.prices)
+        return Usage(1, inp, max_out, price)
 
     def _budget_problem(self, need: Usage | None) -> str | None:
         """With ``need`` None: whether a limit is reached; else whether ``need`` does not fit."""
@@ -285,16 +305,35 @@ class Gateway:
             raise ModelError(401, "authentication_error", _BAD_TOKEN)
         if call.path == COUNT_TOKENS_PATH:
             return {"input_tokens": estimate_input_tokens(call.body)}
+        if call.path == CHAT_PATH:  # one canonical form inside: the Messages API's
+            try:
+                canonical = replace(call, body=chat_request_to_messages(call.body))
+            except ModelError as e:
+                self._record(lease, call, None, e.message, time.time(), 0.0, None)
+                raise
+            return messages_response_to_chat(self._forward(lease, canonical))
+        return self._forward(lease, call)
+
+    def _forward(self, lease: _Lease, call: ApiCall) -> dict[str, Any]:
+        """Policy, reservation, the role's upstream, settlement and the transcript of one call."""
         started = time.time()
+        model = self.models.get(lease.role, self.model)
         try:
             hold = self._reserve(lease, call)
+            check = getattr(model, "check", None)  # what the upstream cannot take: refused, not a call
+            if check is not None:
+                try:
+                    check(call.body)
+                except ModelError:
+                    self._release(hold)
+                    raise
         except ModelError as e:
             self._record(lease, call, None, e.message, started, 0.0, None)
             raise
         t0 = time.monotonic()
         forward = Forward.of(call.headers, call.query)  # beta features; never the client's key
         try:
-            response = self.model.create(call.body, lease.role, forward=forward)
+            response = model.create(call.body, lease.role, forward=forward)
         except ModelError as e:
             self._record(lease, call, None, f"{e.status} {e.error_type}: {e.message}", started, t0, hold)
             raise
@@ -343,20 +382,28 @@ class Gateway:
         with self._lock:
             lease.exchanges.append(exchange)
             if hold is not None:  # a refused call reached no model: it is not a call
-                self._held.calls -= hold.calls
-                self._held.input_tokens -= hold.input_tokens
-                self._held.output_tokens -= hold.output_tokens
-                self._held.cost_usd -= hold.cost_usd
-                if self._held.calls == 0:
-                    self._held = Usage()  # no float dust left over from the cost sums
+                self._unhold(hold)
                 self._usage[(lease.role, lease.round_no)].add(Usage(1, tokens_in, tokens_out, cost))
             if over:
                 self._note(
                     f"a {model_name} call used more tokens than its reservation (budgets may be passed)"
                 )
 
+    def _release(self, hold: Usage) -> None:
+        with self._lock:
+            self._unhold(hold)
+
+    def _unhold(self, hold: Usage) -> None:
+        """Give back a reservation (caller holds the lock)."""
+        self._held.calls -= hold.calls
+        self._held.input_tokens -= hold.input_tokens
+        self._held.output_tokens -= hold.output_tokens
+        self._held.cost_usd -= hold.cost_usd
+        if self._held.calls == 0:
+            self._held = Usage()  # no float dust left over from the cost sums
+
     def _cost(self, model_name: str, usage: dict[str, Any]) -> float:
-        cost = cost_of(model_name, usage)
+        cost = cost_of(model_name, usage, self.policy.prices)
         if cost is None:
             with self._lock:
                 self._note(f"no list price for model {model_name!r}: its cost is counted as $0")

@@ -9,7 +9,8 @@ and image/document sources of type ``url`` make the API reach the network on a s
 behalf and are billed apart from tokens; they are refused unless ``model.allow_server_tools``.
 Every refusal is a 400 ``invalid_request_error`` that names the field.
 
-Prices, USD per million tokens (input / output), Anthropic list prices:
+Prices, USD per million tokens (input / output), Anthropic list prices (a run's ``prices:``
+globs in harnessopt.yaml come first):
 opus 4.5+ 5/25; opus 4, 4.1 and 3 15/75; sonnet (3.5 to 4.5) 3/15; haiku 4.5 1/5;
 haiku 3.5 0.80/4; haiku 3 0.25/1.25. Cache writes cost 1.25x input (2x for a one-hour cache),
 cache reads 0.1x input; a prompt over 200k input tokens costs 2x input and 1.5x output.
@@ -17,9 +18,10 @@ cache reads 0.1x input; a prompt over 200k input tokens costs 2x input and 1.5x 
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harnessopt.config import BudgetConfig, Config, GatewayConfig
@@ -41,17 +43,27 @@ PRICES: list[tuple[str, float, float]] = [
 ]
 
 
-def price_of(model: str) -> tuple[float, float] | None:
-    """(input, output) USD per million tokens of a model name, or None when unknown."""
+# The user's own prices (``prices:`` in harnessopt.yaml): model-name glob -> (input, output).
+Prices = Mapping[str, tuple[float, float]]
+
+
+def price_of(model: str, prices: Prices | None = None) -> tuple[float, float] | None:
+    """(input, output) USD per million tokens of a model name, or None when unknown.
+
+    ``prices`` (globs, matched whole and case-sensitively, in order) come before the built-in table.
+    """
+    for glob, (g_in, g_out) in (prices or {}).items():
+        if fnmatch.fnmatchcase(model, glob):
+            return g_in, g_out
     for pattern, p_in, p_out in PRICES:
         if re.search(pattern, model):
             return p_in, p_out
     return None
 
 
-def cost_of(model: str, usage: Mapping[str, Any]) -> float | None:
+def cost_of(model: str, usage: Mapping[str, Any], prices: Prices | None = None) -> float | None:
     """USD of a response's ``usage`` at list price, or None for a model without a price."""
-    price = price_of(model)
+    price = price_of(model, prices)
     if price is None:
         return None
     p_in, p_out = price
@@ -83,9 +95,11 @@ def input_bound(body: Mapping[str, Any], raw_len: int) -> int:
     return raw_len + 1024 * (1 + (len(tools) if isinstance(tools, list) else 0))
 
 
-def cost_bound(model: str, input_tokens: int, output_tokens: int, caches: bool) -> float:
+def cost_bound(
+    model: str, input_tokens: int, output_tokens: int, caches: bool, prices: Prices | None = None
+) -> float:
     """The most a call with these token bounds can cost (0 for a model without a price)."""
-    price = price_of(model)
+    price = price_of(model, prices)
     if price is None:
         return 0.0
     p_in, p_out = price
@@ -113,6 +127,7 @@ class LeasePolicy:
     roles: Mapping[str, RolePolicy] = field(default_factory=dict)
     allow_server_tools: bool = False
     max_calls_per_lease: int = 10
+    prices: Prices = field(default_factory=dict)  # the user's, before the built-in table
 
     @classmethod
     def build(
@@ -146,7 +161,9 @@ class LeasePolicy:
     def from_config(cls, cfg: Config) -> LeasePolicy:
         """The policy of a run: the target and optimizer models of ``cfg``, its limits."""
         models = {"target": cfg.model.target, "optimizer": cfg.optimizer.model}
-        return cls.build(cfg.budget, cfg.gateway, models, cfg.model.allow_server_tools)
+        built = cls.build(cfg.budget, cfg.gateway, models, cfg.model.allow_server_tools)
+        prices = {glob: (float(p[0]), float(p[1])) for glob, p in cfg.prices.items()}
+        return replace(built, prices=prices)
 
     def of(self, role: str) -> RolePolicy:
         """The rules of ``role`` (the target's for a role without its own)."""

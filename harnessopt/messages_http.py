@@ -1,9 +1,10 @@
 """HTTP plumbing shared by every Messages API server harnessopt runs (gateway, test fakes).
 
-A server here knows the wire format and nothing about models: it parses ``POST /v1/messages``
-and ``POST /v1/messages/count_tokens``, hands an ``ApiCall`` to a backend callable, and writes
-the reply. Backends are always non-streaming; when the client asked for ``"stream": true`` the
-full message is replayed as the SSE event sequence the real API sends, which is what the
+A server here knows the wire format and nothing about models: it parses ``POST /v1/messages``,
+``POST /v1/messages/count_tokens`` and ``POST /v1/chat/completions`` (whose replies and errors
+are written in that API's format, ``chat_wire``), hands an ``ApiCall`` to a backend callable,
+and writes the reply. Backends are always non-streaming; when the client asked for
+``"stream": true`` the full message is replayed as the SSE event sequence the real API sends, which is what the
 anthropic SDK's ``messages.stream()`` and ``create(stream=True)`` parse. Errors are Anthropic
 error JSON with ``x-should-retry: false`` when retrying cannot help (so the SDK does not spend
 its retries on a spent budget or a bad token).
@@ -27,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from harnessopt.chat_wire import CHAT_PATH, chat_error_body, chat_sse_chunks
 from harnessopt.http_guard import (
     Admission,
     Admit,
@@ -59,7 +61,7 @@ _STATUS_TYPES = {
 
 @dataclass
 class ApiCall:
-    """One parsed request: ``path`` is MESSAGES_PATH or COUNT_TOKENS_PATH, ``body`` has no ``stream``."""
+    """One parsed request: ``path`` is MESSAGES_PATH, COUNT_TOKENS_PATH or CHAT_PATH (no ``stream`` in ``body``)."""
 
     path: str
     body: dict[str, Any]
@@ -236,7 +238,11 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             if admission is not None and admission.done is not None:
                 admission.done()
-        if call.streamed:
+        if call.streamed and call.path == CHAT_PATH:
+            options = call.body.get("stream_options")
+            usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            self._send_sse_chunks(chat_sse_chunks(response, usage))
+        elif call.streamed:
             self._send_sse(response)
         else:
             self._send_json(200, response)
@@ -256,7 +262,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise ModelError(400, "invalid_request_error", "the Content-Length header is not a length")
         self._body_pending = length > 0
         path = self.path.split("?", 1)[0].rstrip("/")
-        if path not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
+        if path not in (MESSAGES_PATH, COUNT_TOKENS_PATH, CHAT_PATH):
             raise ModelError(404, "not_found_error", f"no such endpoint: POST {self.path}")
         return path, headers, length
 
@@ -282,7 +288,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise ModelError(400, "invalid_request_error", f"request body is not valid JSON: {e}") from e
         if not isinstance(body, dict):
             raise ModelError(400, "invalid_request_error", "request body must be a JSON object")
-        streamed = bool(body.pop("stream", False)) and path == MESSAGES_PATH
+        streamed = bool(body.pop("stream", False)) and path in (MESSAGES_PATH, CHAT_PATH)
         query = self.path.partition("?")[2]
         return ApiCall(path=path, body=body, headers=headers, streamed=streamed, raw=raw, query=query)
 
@@ -304,7 +310,9 @@ class _Handler(BaseHTTPRequestHandler):
         extra = {"x-should-retry": "true" if e.retryable else "false"}
         if e.retryable and e.status in (429, 503, 529):
             extra["retry-after"] = "1"
-        self._send_json(e.status, error_body(error_type, e.message), extra)
+        chat = self.path.split("?", 1)[0].rstrip("/") == CHAT_PATH  # answer in the caller's API
+        body = chat_error_body(error_type, e.message) if chat else error_body(error_type, e.message)
+        self._send_json(e.status, body, extra)
         if self._body_pending:  # refused before its body was read: answer, then close
             self.close_connection = True
             self._body_pending = False
@@ -323,6 +331,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         for event, data in sse_events(message):
             self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+        self.wfile.flush()
+
+    def _send_sse_chunks(self, chunks: Iterator[dict[str, Any]]) -> None:
+        """Chat Completions SSE: ``data:`` lines only, ended by ``data: [DONE]``."""
+        self.connection.settimeout(self.limits.io_timeout_s)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for data in chunks:
+            self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
 

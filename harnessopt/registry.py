@@ -39,6 +39,7 @@ PARTS: dict[str, dict[str, str]] = {
     },
     "model": {
         "anthropic": "harnessopt.models:anthropic_model",
+        "openai": "harnessopt.models:openai_model",
         "scripted": "harnessopt.models:scripted_model",
     },
     "gate": {

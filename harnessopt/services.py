@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from harnessopt.gate import make_gate
 from harnessopt.gateway import Gateway
 from harnessopt.hardening import drop_secrets_from_environ
 from harnessopt.journal import STATE_DIR
-from harnessopt.models import make_model
+from harnessopt.models import model_for, optimizer_model_for
 from harnessopt.optimizer import make_optimizer
 from harnessopt.protocols import GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout import Runner
@@ -60,11 +61,14 @@ def open_services(
 ) -> Iterator[Services]:
     """Build and start the parts; everything started is stopped again, also on Ctrl-C or a crash."""
     state_dir = root / STATE_DIR
-    model = make_model(
-        cfg.model.provider, script_path=(root / cfg.model.script) if cfg.model.script else None
-    )
-    # The model holds the key now: no child started from here on may inherit it by accident.
+    model = model_for(cfg.model, root)
+    # The optimizer's upstream (the target's unless optimizer.provider/base_url/api_key_env say otherwise).
+    calls_model = with_optimizer and cfg.optimizer.backend != "manual"
+    optimizer_model = optimizer_model_for(cfg, root, model) if calls_model else None
+    # The models hold the keys now: no child started from here on may inherit them by accident.
     drop_secrets_from_environ()
+    for name in {cfg.model.api_key_env, cfg.optimizer.api_key_env} - {None}:
+        os.environ.pop(str(name), None)
     scorer = load_scorer(root / "scorer.py")
     with ExitStack() as stack:
         sandbox = make_sandbox(cfg.rollout, announce=say)
@@ -73,7 +77,9 @@ def open_services(
         stack.callback(sandbox.close)
         socket_dir = Path(tempfile.mkdtemp(prefix="ho-gw-"))  # short path: Unix sockets cap it at 108 bytes
         stack.callback(shutil.rmtree, socket_dir, True)
-        gateway = stack.enter_context(Gateway.from_config(model, cfg, socket_dir=socket_dir))
+        gateway = stack.enter_context(
+            Gateway.from_config(model, cfg, socket_dir=socket_dir, optimizer_model=optimizer_model)
+        )
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         runner = Runner(cfg, sandbox, gateway, scorer, scratch, progress=progress)

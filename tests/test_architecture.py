@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
         "hardening",
         "stop",
     },
-    {"config", "tasks", "skillspec", "scoring", "trajectory", "messages_http", "vcs", "untar"},
+    {"config", "tasks", "skillspec", "scoring", "trajectory", "messages_http", "vcs", "untar", "translate", "chat_wire"},
     {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache", "secondary", "taxonomy"},
     {"rollout", "services", "roundstats", "projection", "progress"},
     {"loop", "audit", "report", "report_data", "adoption", "html_report"},

@@ -148,5 +148,5 @@ def test_from_yaml_and_make_model(tmp_path: Path):
         ScriptedModel.from_yaml(tmp_path / "missing.yaml")
     with pytest.raises(UserError, match="needs a script"):
         make_model("scripted")
-    with pytest.raises(UserError, match="known providers: anthropic, scripted"):
-        make_model("openai")
+    with pytest.raises(UserError, match="known providers: anthropic, openai, scripted"):
+        make_model("gemini")
