@@ -131,6 +131,8 @@ class DockerSandbox:
             **dict(spec.env),
             "ANTHROPIC_API_KEY": spec.gateway.token,
             "ANTHROPIC_BASE_URL": spec.gateway.base_url,
+            "OPENAI_API_KEY": spec.gateway.token,  # the same gateway speaks the Chat Completions API
+            "OPENAI_BASE_URL": spec.gateway.base_url + "/v1",
         }
         sock = spec.gateway.socket_path
         job = {"env": env, "socket": f"{GATEWAY_DIR}/{sock.name}" if sock else None}

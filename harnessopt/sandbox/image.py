@@ -26,6 +26,8 @@ OFFLINE_BASE = "harnessopt-base:bookworm"
 FALLBACK_BASE = "python:3.11-slim"
 LABEL = "harnessopt"
 RUNNER_LABEL = "org.harnessopt.runner"
+SDKS_LABEL = "org.harnessopt.sdks"
+SDKS = ("anthropic", "openai")  # the model SDKs copied into the image when installed on the host
 
 
 def sandbox_source_dir() -> Path:
@@ -78,14 +80,15 @@ def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[st
         ctx = Path(tmp)
         shutil.copy2(src / "Dockerfile", ctx / "Dockerfile")
         shutil.copy2(src / "runner.py", ctx / "runner.py")
-        dists = copy_installed("anthropic", ctx / "site")
+        sdks = [sdk.partition("==")[0] for sdk in installed_sdks()]
+        dists = list(dict.fromkeys(d for sdk in sdks for d in copy_installed(sdk, ctx / "site")))
         announce(f"building {tag} from {base} with {', '.join(dists)}")
         try:
             image, _logs = client.images.build(
                 path=str(ctx),
                 tag=tag,
                 buildargs={"BASE": base},
-                labels={RUNNER_LABEL: runner_digest()},
+                labels={RUNNER_LABEL: runner_digest(), SDKS_LABEL: ",".join(installed_sdks())},
                 rm=True,
                 forcerm=True,
                 network_mode="none",
@@ -106,7 +109,20 @@ def image_status(client: Any, tag: str) -> str:
     except docker.errors.ImageNotFound:
         return "missing"
     labels = image.labels or {}
+    if labels.get(SDKS_LABEL, "anthropic") != ",".join(installed_sdks()):
+        return "stale"  # the host's SDKs changed (e.g. openai installed): the image has others
     return "ok" if labels.get(RUNNER_LABEL) == runner_digest() else "stale"
+
+
+def installed_sdks() -> list[str]:
+    """``name==version`` of each of SDKS installed on this host (anthropic always is)."""
+    found = []
+    for name in SDKS:
+        try:
+            found.append(f"{name}=={md.version(name)}")
+        except md.PackageNotFoundError:
+            continue
+    return found
 
 
 def cleanup_containers(label: str = LABEL) -> int:
