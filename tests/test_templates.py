@@ -39,7 +39,9 @@ def run_template(name: str, tmp: Path, task: dict, env: dict[str, str]) -> subpr
     task_file.write_text(json.dumps(task))
     argv = [sys.executable, str(TEMPLATES / name / "run.py"), "--task", str(task_file)]
     argv += ["--skill", str(make_skill(tmp)), "--out", str(out)]
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "HARNESSOPT_"))}
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "HARNESSOPT_"))
+    }
     return subprocess.run(argv, env={**clean, **env}, capture_output=True, text=True, timeout=120)
 
 
@@ -47,13 +49,15 @@ def gateway_env(gw: Gateway, token: str) -> dict[str, str]:
     return {
         "ANTHROPIC_BASE_URL": gw.base_url,
         "ANTHROPIC_API_KEY": token,
+        "OPENAI_BASE_URL": gw.base_url + "/v1",  # as the sandboxes set them
+        "OPENAI_API_KEY": token,
         "HARNESSOPT_TARGET_MODEL": "claude-haiku-4-5",
     }
 
 
 def test_every_template_has_a_description_and_entry_point():
     names = sorted(p.name for p in TEMPLATES.iterdir() if p.is_dir())
-    assert names == ["chat", "claude-code", "command", "tool-agent"]
+    assert names == ["chat", "claude-code", "command", "openai-chat", "tool-agent"]
     for name in names:
         meta = yaml.safe_load((TEMPLATES / name / "template.yaml").read_text())
         assert isinstance(meta["description"], str) and "\n" not in meta["description"].strip()
@@ -145,6 +149,59 @@ def test_tool_agent_template(tmp_path: Path):
         json.loads(x)["event"] for x in (tmp_path / "out" / "trajectory.jsonl").read_text().splitlines()
     ]
     assert events.count("step") == 5 and events[-1] == "finish"
+
+
+@pytest.mark.parametrize("stream", ["0", "1"])
+def test_openai_chat_template(tmp_path: Path, stream: str):
+    script = {"rules": [{"system": "^# Geography", "last_user": "France", "reply": " Paris \n"}]}
+    with Gateway(ScriptedModel.from_dict(script), BudgetConfig()) as gw:
+        lease = gw.lease("target", 1, "t1")
+        env = gateway_env(gw, lease.token) | {"HO_FLAG_STREAM": stream}
+        proc = run_template("openai-chat", tmp_path, {"id": "t1", "input": "Capital of France?"}, env)
+        exchanges = gw.release(lease.token)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "answer.txt").read_text() == "Paris"
+    # The gateway recorded the canonical Messages body: the system message became `system`.
+    assert len(exchanges) == 1 and exchanges[0].streamed == (stream == "1")
+    assert exchanges[0].request["system"].startswith("# Geography")
+    assert exchanges[0].request["messages"] == [{"role": "user", "content": "Capital of France?"}]
+    events = [json.loads(x) for x in (tmp_path / "out" / "trajectory.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["request", "response"] and events[1]["stop_reason"] == "stop"
+
+
+def test_tool_agent_template_on_the_chat_api(tmp_path: Path):
+    script = {
+        "rules": [
+            {
+                "turn": 1,
+                "tool_use": [{"name": "read_skill_file", "input": {"path": "references/capitals.md"}}],
+            },
+            {
+                "turn": 2,
+                "last_user": "France: Paris",
+                "tool_use": [{"name": "python_eval", "input": {"expression": "1/0"}}],
+            },
+            {
+                "turn": 3,
+                "last_user": "^Error: ZeroDivisionError",
+                "tool_use": [{"name": "finish", "input": {"answer": "Paris"}}],
+            },
+        ]
+    }
+    with Gateway(ScriptedModel.from_dict(script), BudgetConfig()) as gw:
+        lease = gw.lease("target", 1, "t1")
+        env = gateway_env(gw, lease.token) | {"HO_FLAG_API": "chat"}
+        proc = run_template("tool-agent", tmp_path, {"id": "t1", "input": "Capital of France?"}, env)
+        exchanges = gw.release(lease.token)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "answer.txt").read_text() == "Paris"
+    assert len(exchanges) == 3
+    assert [t["name"] for t in exchanges[0].request["tools"]] == ["read_skill_file", "python_eval", "finish"]
+    second = exchanges[1].request["messages"]
+    assert second[1]["content"][0]["type"] == "tool_use" and second[2]["content"][0]["type"] == "tool_result"
+    events = [json.loads(x) for x in (tmp_path / "out" / "trajectory.jsonl").read_text().splitlines()]
+    assert events[0] == {**events[0], "event": "start", "api": "chat"}
+    assert [e["event"] for e in events].count("step") == 3 and events[-1]["event"] == "finish"
 
 
 def test_claude_code_template_without_cli(tmp_path: Path):

@@ -1,4 +1,4 @@
-"""Tool-agent harness: a Messages API tool-use loop the skill can steer.
+"""Tool-agent harness: a tool-use loop the skill can steer, on the Messages or the Chat Completions API.
 
 The skill body is the system prompt; the model may call these tools until it calls ``finish``
 or runs out of steps:
@@ -10,6 +10,11 @@ or runs out of steps:
 
 If the model stops without ``finish``, its last text is the answer. Every step is appended to
 OUT/trajectory.jsonl.
+
+The API is the Messages API (anthropic SDK, ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY) unless the
+feature flag HO_FLAG_API=chat (``flags: {api: chat}`` in harnessopt.yaml) selects the Chat
+Completions API (openai SDK, OPENAI_BASE_URL/OPENAI_API_KEY). Inside harnessopt both point at
+the model gateway, which serves either API whatever the upstream.
 
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
@@ -128,35 +133,99 @@ def log_event(out_dir: Path, kind: str, **data: object) -> None:
         f.write(json.dumps({"t": round(time.time(), 3), "event": kind, **data}, default=str) + "\n")
 
 
-def agent_loop(client, model: str, system: str, task: dict, skill_dir: Path, out_dir: Path) -> str:
-    value = task["input"]
-    content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    messages: list[dict] = [{"role": "user", "content": content}]
+class MessagesAPI:
+    """One conversation on the Messages API (anthropic SDK)."""
+
+    def __init__(self, client, model: str, system: str, user: str):
+        self.client, self.model, self.system = client, model, system
+        self.messages: list[dict] = [{"role": "user", "content": user}]
+
+    def step(self) -> tuple[str, list[tuple[str, str, dict]], str]:
+        """(text, [(call id, tool name, input)], stop reason) of one model turn."""
+        response = self.client.messages.create(
+            model=self.model, max_tokens=MAX_TOKENS, system=self.system, messages=self.messages, tools=TOOLS
+        )
+        self.messages.append(
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]}
+        )
+        text = "".join(b.text for b in response.content if b.type == "text").strip()
+        calls = [(b.id, b.name, dict(b.input)) for b in response.content if b.type == "tool_use"]
+        return text, calls, str(response.stop_reason)
+
+    def results(self, results: list[tuple[str, str, bool]]) -> None:
+        blocks = [
+            {"type": "tool_result", "tool_use_id": i, "content": t, "is_error": e} for i, t, e in results
+        ]
+        self.messages.append({"role": "user", "content": blocks})
+
+
+class ChatAPI:
+    """One conversation on the Chat Completions API (openai SDK)."""
+
+    TOOLS = [
+        {
+            "type": "function",
+            "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]},
+        }
+        for t in TOOLS
+    ]
+
+    def __init__(self, client, model: str, system: str, user: str):
+        self.client, self.model = client, model
+        self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def step(self) -> tuple[str, list[tuple[str, str, dict]], str]:
+        response = self.client.chat.completions.create(
+            model=self.model, max_tokens=MAX_TOKENS, messages=self.messages, tools=self.TOOLS
+        )
+        choice = response.choices[0]
+        reply: dict = {"role": "assistant", "content": choice.message.content}
+        calls = []
+        for call in choice.message.tool_calls or []:
+            fn = {"name": call.function.name, "arguments": call.function.arguments}
+            reply.setdefault("tool_calls", []).append({"id": call.id, "type": "function", "function": fn})
+            try:
+                args = json.loads(call.function.arguments or "{}")
+            except ValueError:
+                args = None  # the model wrote arguments that are not JSON: said so in the result
+            calls.append(
+                (
+                    call.id,
+                    call.function.name,
+                    args if isinstance(args, dict) else {"_invalid": call.function.arguments},
+                )
+            )
+        self.messages.append(reply)
+        return (choice.message.content or "").strip(), calls, str(choice.finish_reason)
+
+    def results(self, results: list[tuple[str, str, bool]]) -> None:
+        for call_id, text, is_error in results:
+            self.messages.append(
+                {"role": "tool", "tool_call_id": call_id, "content": f"Error: {text}" if is_error else text}
+            )
+
+
+def agent_loop(api, out_dir: Path, skill_dir: Path) -> str:
+    """Model turns until ``finish``, a turn without tool calls, or MAX_STEPS; returns the answer."""
     last_text = ""
     for step in range(1, MAX_STEPS + 1):
-        response = client.messages.create(
-            model=model, max_tokens=MAX_TOKENS, system=system, messages=messages, tools=TOOLS
-        )
-        blocks = [b.model_dump(exclude_none=True) for b in response.content]
-        messages.append({"role": "assistant", "content": blocks})
-        last_text = "".join(b.text for b in response.content if b.type == "text").strip() or last_text
-        calls = [b for b in response.content if b.type == "tool_use"]
-        log_event(out_dir, "step", step=step, stop_reason=response.stop_reason, tools=[c.name for c in calls])
+        text, calls, stop_reason = api.step()
+        last_text = text or last_text
+        log_event(out_dir, "step", step=step, stop_reason=stop_reason, tools=[name for _, name, _ in calls])
         if not calls:
             return last_text
         results = []
-        for call in calls:
-            if call.name == "finish":
+        for call_id, name, args in calls:
+            if name == "finish":
                 log_event(out_dir, "finish", step=step)
-                return str(call.input.get("answer", "")).strip()
-            text, is_error = run_tool(call.name, call.input, skill_dir)
-            log_event(
-                out_dir, "tool", name=call.name, input=call.input, is_error=is_error, result=text[:2000]
-            )
-            results.append(
-                {"type": "tool_result", "tool_use_id": call.id, "content": text, "is_error": is_error}
-            )
-        messages.append({"role": "user", "content": results})
+                return str(args.get("answer", "")).strip()
+            if "_invalid" in args:
+                out, is_error = f"arguments are not a JSON object: {args['_invalid']!r}", True
+            else:
+                out, is_error = run_tool(name, args, skill_dir)
+            log_event(out_dir, "tool", name=name, input=args, is_error=is_error, result=out[:2000])
+            results.append((call_id, out, is_error))
+        api.results(results)
     log_event(out_dir, "max_steps", steps=MAX_STEPS)
     return last_text
 
@@ -174,9 +243,23 @@ def main() -> int:
         print("tool-agent harness: HARNESSOPT_TARGET_MODEL is not set", file=sys.stderr)
         return 2
 
-    from anthropic import Anthropic  # late: the SDK import dominates startup time
+    value = task["input"]
+    user = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    api_name = os.environ.get("HO_FLAG_API") or "messages"
+    log_event(args.out, "start", api=api_name, flags_read={"api": os.environ.get("HO_FLAG_API")})
+    # The SDK is imported late: its import dominates startup time.
+    if api_name == "chat":
+        from openai import OpenAI
 
-    answer = agent_loop(Anthropic(max_retries=2), model, skill_body(args.skill), task, args.skill, args.out)
+        api = ChatAPI(OpenAI(max_retries=2), model, skill_body(args.skill), user)
+    elif api_name == "messages":
+        from anthropic import Anthropic
+
+        api = MessagesAPI(Anthropic(max_retries=2), model, skill_body(args.skill), user)
+    else:
+        print(f"tool-agent harness: HO_FLAG_API={api_name!r}: use messages or chat", file=sys.stderr)
+        return 2
+    answer = agent_loop(api, args.out, args.skill)
     (args.out / "answer.txt").write_text(answer)
     return 0
 
