@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,11 @@ def test_ctrl_c_mid_round_leaves_main_untouched(tmp_path: Path, phase: str) -> N
 
 @pytest.mark.docker
 def test_ctrl_c_while_containers_run_leaves_none_behind(tmp_path: Path, docker_client: Any) -> None:
-    _interrupt_mid_round(tmp_path, "smoke", "docker")
-    assert docker_client.containers.list(all=True, filters={"label": "harnessopt"}) == []
+    pid = _interrupt_mid_round(tmp_path, "smoke", "docker")
+    assert docker_client.containers.list(all=True, filters={"label": f"harnessopt.pid={pid}"}) == []
 
 
-def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> None:
+def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> int:
     # manual optimizer: waits for a person, so the run is reliably inside the round when interrupted
     ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
     head = git(ws, "rev-parse", "HEAD")
@@ -103,6 +104,7 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> None:
     assert not Path(_journal_entry(ws, "propose")["view"]).exists()  # the view is not left in /tmp
     # Nothing was recorded, so the next run starts round 1 again.
     assert ledger.next_round(Workspace.open(ws).repo) == 1
+    return proc.pid
 
 
 def test_recover_finishes_an_interrupted_checkout(tmp_path: Path) -> None:
@@ -164,7 +166,11 @@ def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: st
         request.getfixturevalue("docker_client")  # skips locally / fails in CI without an engine
     ws = make_ws(tmp_path, rollout={"timeout_s": 300})
     run_py = ws / "harness" / "run.py"
-    run_py.write_text("import time\ntime.sleep(120)\n" + run_py.read_text())
+    marker = f"ho-slow-{uuid.uuid4().hex}"  # this test's processes only: other runs may share the machine
+    run_py.write_text(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])\n"
+        + run_py.read_text()
+    )
     git(ws, "commit", "-qam", "a slow harness")
     proc = _start_run(ws, "--sandbox", sandbox)
     try:
@@ -178,11 +184,11 @@ def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: st
         proc.kill()
     assert proc.returncode == 130
     assert stopped_in < 20, stopped_in
-    left = subprocess.run(["pgrep", "-f", "harness/run.py"], capture_output=True, text=True)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert left.stdout.strip() == "", left.stdout
     if sandbox == "docker":
         client = request.getfixturevalue("docker_client")
-        assert client.containers.list(all=True, filters={"label": "harnessopt"}) == []
+        assert client.containers.list(all=True, filters={"label": f"harnessopt.pid={proc.pid}"}) == []
 
 
 def test_a_harness_that_crashes_everywhere_fails_the_round_before_any_optimizer_call(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import os
 import re
 import shutil
+import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +59,31 @@ def docker_client(timeout: float = 120.0) -> Any:
     return client
 
 
-def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[str], None] = print) -> str:
+def build_image(
+    base: str | None,
+    tag: str = DEFAULT_TAG,
+    announce: Callable[[str], None] = print,
+    with_: Sequence[str] = (),
+) -> str:
     """Build the sandbox image FROM ``base`` and tag it; returns the image id.
 
     ``base=None`` uses the offline Debian base (``sandbox/make_base_image.sh``) when it exists,
-    else ``python:3.11-slim`` (which must already be present or pullable).
+    else ``python:3.11-slim`` (which must already be present or pullable). ``with_``: extras
+    for a variant image (``claude-code``: Node.js and the Claude Code CLI; ``variants.py``).
     """
+    client = docker_client(timeout=900)
+    if with_:
+        from harnessopt.sandbox.variants import build_variant
+
+        return build_variant(client, base, tag, with_, announce)
+    return build_task_image(client, base, tag, announce)
+
+
+def build_task_image(client: Any, base: str | None, tag: str | None, announce: Callable[[str], None]) -> str:
+    """``sandbox/Dockerfile`` FROM ``base`` (None: the offline base, else the fallback), tagged
+    ``tag`` (None: untagged); returns the image id."""
     import docker
 
-    client = docker_client(timeout=900)
     src = sandbox_source_dir()
     if not (src / "Dockerfile").is_file():
         raise UserError(f"{src}/Dockerfile is missing: build the image from a harnessopt source checkout")
@@ -82,7 +100,7 @@ def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[st
         shutil.copy2(src / "runner.py", ctx / "runner.py")
         sdks = [sdk.partition("==")[0] for sdk in installed_sdks()]
         dists = list(dict.fromkeys(d for sdk in sdks for d in copy_installed(sdk, ctx / "site")))
-        announce(f"building {tag} from {base} with {', '.join(dists)}")
+        announce(f"building {tag or 'the task image'} from {base} with {', '.join(dists)}")
         try:
             image, _logs = client.images.build(
                 path=str(ctx),
@@ -96,8 +114,13 @@ def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[st
         except docker.errors.BuildError as e:
             tail = "".join(str(x.get("stream", x.get("error", ""))) for x in e.build_log)[-800:]
             raise UserError(f"building {tag} failed: {e.msg}; build log tail: {tail.strip()}") from e
-    announce(f"built {tag} ({image.short_id})")
+    announce(f"built {tag or 'the task image'} ({image.short_id})")
     return str(image.id)
+
+
+def variant_tag(with_: Sequence[str]) -> str:
+    """The default tag of a variant: ``harnessopt-sandbox:claude-code`` for ``--with claude-code``."""
+    return f"{DEFAULT_TAG.partition(':')[0]}:{'-'.join(sorted(set(with_)))}" if with_ else DEFAULT_TAG
 
 
 def image_status(client: Any, tag: str) -> str:
@@ -125,11 +148,32 @@ def installed_sdks() -> list[str]:
     return found
 
 
+def owner_labels() -> dict[str, str]:
+    """Which process on which host made a container: ``cleanup`` spares the ones of live runs."""
+    return {f"{LABEL}.pid": str(os.getpid()), f"{LABEL}.host": socket.gethostname()}
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    host, pid = labels.get(f"{LABEL}.host"), labels.get(f"{LABEL}.pid", "")
+    if host != socket.gethostname() or not pid.isdigit():
+        return host is not None and host != socket.gethostname()  # another machine's: cannot tell, spare it
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def cleanup_containers(label: str = LABEL) -> int:
-    """Force-remove every container carrying ``label`` (leftovers of a killed run); returns the count."""
+    """Force-remove the containers carrying ``label`` whose run is no longer alive (leftovers of a
+    killed run); containers of live runs on this host, or of other hosts, are spared. The count."""
     client = docker_client()
     removed = 0
     for c in client.containers.list(all=True, filters={"label": label}):
+        if owner_alive(dict(c.labels or {})):
+            continue
         try:
             c.remove(force=True)
             removed += 1

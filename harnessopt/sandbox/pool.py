@@ -24,7 +24,7 @@ from typing import Any
 
 from harnessopt import interrupts
 from harnessopt.config import RolloutConfig
-from harnessopt.sandbox.image import LABEL
+from harnessopt.sandbox.image import LABEL, owner_labels
 
 SLOT = "/ho"
 GATEWAY_DIR = "/ho-gw"
@@ -124,7 +124,7 @@ def container_kwargs(cfg: RolloutConfig, run_id: str) -> dict[str, Any]:
             "/out": f"size={cfg.out_mb}m,mode=1777",
             "/tmp": f"size={max(16, min(cfg.out_mb, 256))}m,mode=1777",
         },
-        labels={LABEL: "1", f"{LABEL}.run": run_id},
+        labels={LABEL: "1", f"{LABEL}.run": run_id, **owner_labels()},
         log_config={"type": "none"},  # output is read from the attach stream and capped there
         ipc_mode="private",
         init=False,  # the runner is PID 1: it reaps, and kill(-1) from PID 1 reaches everything

@@ -23,15 +23,23 @@ import os
 import secrets
 import socket
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from docker.utils.socket import frames_iter
 
 from harnessopt.config import RolloutConfig
-from harnessopt.protocols import ShellResult
-from harnessopt.sandbox.image import docker_client
-from harnessopt.sandbox.pool import LABEL, container_kwargs, register_live, remove_container
+from harnessopt.protocols import AgentResult, GatewayLease, ShellResult
+from harnessopt.sandbox.image import docker_client, owner_labels
+from harnessopt.sandbox.pool import (
+    GATEWAY_DIR,
+    LABEL,
+    container_kwargs,
+    gateway_group,
+    register_live,
+    remove_container,
+)
 
 OUTPUT_CAP = 30_000
 HOST_GRACE_S = 15.0  # beyond the command's own timeout, before the host gives up on the exec
@@ -43,6 +51,9 @@ FSIZE_LIMIT = 64 << 20  # largest file one command may write (RLIMIT_FSIZE in th
 VIEW_GROWTH_CAP = 256 << 20  # disk the view may grow by during one command
 VIEW_FILES_CAP = 20_000  # files and directories the view may hold
 RUNNER = ["python3", "/opt/ho/runner.py"]
+AGENT_OUTPUT_CAP = 4 << 20  # bytes of an agent's stdout (its transcript) kept, head and tail; stderr too
+AGENT_HOME = "/tmp/ho-agent-home"  # the agent's HOME: a tmpfs, so its state never lands in the view
+AGENT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class DockerShell:
@@ -58,6 +69,7 @@ class DockerShell:
         self.output_cap = output_cap
         self.run_id = secrets.token_hex(6)
         self._container: Any = None
+        self._socket_dir: str | None = None  # the gateway's socket dir mounted in the container
         self._init_pid: int | None = None
         self._handed_over = False
         self._lock = threading.Lock()
@@ -98,6 +110,64 @@ class DockerShell:
             return {"ok": False, "error": "the editor gave no answer (its reply was cut or broken)"}
         return reply
 
+    def agent(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes,
+        env: Mapping[str, str],
+        timeout_s: float,
+        gateway: GatewayLease | None,
+    ) -> AgentResult:
+        """Run a CLI agent by the runner's ``agent`` mode in the container, cwd /view.
+
+        The gateway's socket dir is mounted read-only (the container is made anew if it lacks
+        it); the runner bridges a loopback port to it, so the agent's ANTHROPIC_BASE_URL is
+        ``http://127.0.0.1:PORT`` and its key the lease's token, sent with the job on stdin.
+        The host's environment never reaches the agent; every process of it is killed after.
+        """
+        sock = gateway.socket_path if gateway is not None else None
+        job_env = {"PATH": AGENT_PATH, "HOME": AGENT_HOME, "LANG": "C.UTF-8", "TERM": "dumb", **env}
+        if gateway is not None:
+            job_env["ANTHROPIC_API_KEY"] = gateway.token
+        job = {
+            "argv": list(argv),
+            "env": job_env,
+            "cwd": "/view",
+            "socket": f"{GATEWAY_DIR}/{sock.name}" if sock is not None else None,
+        }
+        argv_run = [*RUNNER, "agent", "--timeout", str(timeout_s), "--cap", str(AGENT_OUTPUT_CAP)]
+        argv_run += ["--fsize", str(FSIZE_LIMIT), "--view", "/view", "--view-growth", str(VIEW_GROWTH_CAP)]
+        argv_run += ["--view-files", str(VIEW_FILES_CAP)]
+        data = json.dumps(job).encode() + b"\n" + stdin
+        with self._lock:
+            socket_dir = str(sock.parent) if sock is not None else None
+            result = self._exec(
+                argv_run, data, timeout_s + HOST_GRACE_S, cap=6 * 2 * AGENT_OUTPUT_CAP, socket_dir=socket_dir
+            )
+            if "error" in result:
+                return AgentResult("", result["error"], None, result["timed_out"])
+            left = (
+                "" if self._only_init_left() else "processes outlived the agent; the container was replaced"
+            )
+            if left:
+                self._drop()
+        try:
+            reply = json.loads(result["output"])
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            return AgentResult("", "the runner gave no answer (its reply was cut or broken)", None, False)
+        timed_out = bool(reply.get("timed_out"))
+        note = " ".join(n for n in (str(reply.get("note") or "").strip(), left) if n)
+        return AgentResult(
+            str(reply.get("stdout", "")),
+            str(reply.get("stderr", "")),
+            None if timed_out else reply.get("code"),
+            timed_out,
+            note,
+        )
+
     def close(self) -> None:
         """Remove the container (the view and its edits stay on the host)."""
         with self._lock:
@@ -108,14 +178,29 @@ class DockerShell:
 
     # ----------------------------------------------------------------------- internals
 
-    def _exec(self, argv: list[str], stdin: bytes | None, wait_s: float) -> dict[str, Any]:
-        """Run ``argv`` in the container within ``wait_s``; {output, code} or {error, timed_out}."""
+    def _exec(
+        self,
+        argv: list[str],
+        stdin: bytes | None,
+        wait_s: float,
+        *,
+        cap: int | None = None,
+        socket_dir: str | None = None,
+    ) -> dict[str, Any]:
+        """Run ``argv`` in the container within ``wait_s``; {output, code} or {error, timed_out}.
+
+        ``socket_dir``: the gateway's socket dir, which the container must mount. ``cap``: bytes
+        of output kept (default: the editor's reply cap with ``stdin``, else the shell's)."""
         try:
-            container = self._ensure()
+            container = self._ensure(socket_dir)
         except Exception as e:
             return {"error": f"sandbox error: could not start the shell's container: {e}", "timed_out": False}
+        if cap is None:
+            cap = EDIT_REPLY_CAP if stdin is not None else 2 * self.output_cap + 4096
         result: dict[str, Any] = {}
-        worker = threading.Thread(target=self._exec_in, args=(container, argv, stdin, result), daemon=True)
+        worker = threading.Thread(
+            target=self._exec_in, args=(container, argv, stdin, cap, result), daemon=True
+        )
         worker.start()
         worker.join(wait_s)
         if worker.is_alive() or "error" in result:
@@ -128,11 +213,12 @@ class DockerShell:
             return {"error": str(msg), "timed_out": timed_out}
         return result
 
-    def _exec_in(self, container: Any, argv: list[str], stdin: bytes | None, result: dict[str, Any]) -> None:
+    def _exec_in(
+        self, container: Any, argv: list[str], stdin: bytes | None, cap: int, result: dict[str, Any]
+    ) -> None:
         try:
             api = self.client.api
             exec_id = api.exec_create(container.id, argv, workdir="/view", stdin=stdin is not None)["Id"]
-            cap = EDIT_REPLY_CAP if stdin is not None else 2 * self.output_cap + 4096
             kept = bytearray()
             if stdin is None:
                 for chunk in api.exec_start(exec_id, stream=True):
@@ -165,15 +251,22 @@ class DockerShell:
         live = [row for row in top.get("Processes") or [] if "Z" not in row[1]]
         return [int(row[0]) for row in live] == [self._init_pid]
 
-    def _ensure(self) -> Any:
-        if self._container is not None:
+    def _ensure(self, socket_dir: str | None = None) -> Any:
+        """The container, made when there is none, or anew when it must mount ``socket_dir``."""
+        if self._container is not None and socket_dir in (None, self._socket_dir):
             return self._container
+        self._drop()
         if not self._handed_over:
             hand_over(self.view, OPTIMIZER_UID)
             self._handed_over = True
         kwargs = container_kwargs(self.cfg, self.run_id)
         kwargs["user"] = f"{OPTIMIZER_UID}:{OPTIMIZER_UID}"
-        kwargs["labels"] = {LABEL: "1", f"{LABEL}.run": self.run_id, f"{LABEL}.role": "optimizer-shell"}
+        kwargs["labels"] = {
+            LABEL: "1",
+            f"{LABEL}.run": self.run_id,
+            f"{LABEL}.role": "optimizer-shell",
+            **owner_labels(),
+        }
         kwargs["tmpfs"] = {"/tmp": f"size={max(64, self.cfg.out_mb)}m,mode=1777"}
         kwargs["environment"] = {
             "HOME": "/view",
@@ -182,11 +275,13 @@ class DockerShell:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         kwargs["working_dir"] = "/view"
+        volumes = {str(self.view): {"bind": "/view", "mode": "rw"}}
+        if socket_dir is not None:  # the gateway, for an agent: its socket dir, read-only
+            volumes[socket_dir] = {"bind": GATEWAY_DIR, "mode": "ro"}
+            if (gid := _gateway_gid(socket_dir)) is not None:
+                kwargs["group_add"] = [str(gid)]  # the run's group: lets it reach the socket
         container = self.client.containers.create(
-            self.cfg.image,
-            command=[*RUNNER, "idle"],
-            volumes={str(self.view): {"bind": "/view", "mode": "rw"}},
-            **kwargs,
+            self.cfg.image, command=[*RUNNER, "idle"], volumes=volumes, **kwargs
         )
         register_live(container)
         try:
@@ -197,13 +292,24 @@ class DockerShell:
             remove_container(container)
             raise
         self._container = container
+        self._socket_dir = socket_dir
         return container
 
     def _drop(self) -> None:
         if self._container is not None:
             remove_container(self._container)
             self._container = None
+            self._socket_dir = None
             self._init_pid = None
+
+
+def _gateway_gid(socket_dir: str) -> int | None:
+    """The group reserved for the run that may pass the gateway's socket dir; for a dir without
+    one (a test's echo server), None after letting others traverse it (as the task pool does)."""
+    gid = gateway_group(socket_dir)
+    if gid is None:
+        os.chmod(socket_dir, os.stat(socket_dir).st_mode & 0o7777 | 0o111)
+    return gid
 
 
 def require_private_parent(view: Path) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 from typing import Any
 
 import pytest
@@ -20,6 +23,25 @@ def test_cleanup_removes_leftover_containers_by_label(docker_client: Any) -> Non
     assert r.returncode == 0, r.stderr
     assert "removed" in r.stdout
     assert docker_client.containers.list(all=True, filters={"id": leftover.id}) == []
+
+
+def test_cleanup_spares_the_containers_of_live_runs(docker_client: Any) -> None:
+    """`sandbox cleanup` on a shared engine: only runs that are no longer alive lose their containers."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    made = {}
+    for name, pid in (("live", os.getpid()), ("dead", dead.pid)):
+        labels = {LABEL: "1", f"{LABEL}.run": f"test-{name}", f"{LABEL}.pid": str(pid)}
+        labels[f"{LABEL}.host"] = socket.gethostname()
+        made[name] = docker_client.containers.create(
+            "harnessopt-sandbox:latest", ["sleep", "600"], labels=labels
+        )
+    try:
+        assert cli("sandbox", "cleanup").returncode == 0
+        assert docker_client.containers.list(all=True, filters={"id": made["dead"].id}) == []
+        assert docker_client.containers.list(all=True, filters={"id": made["live"].id}) != []
+    finally:
+        made["live"].remove(force=True)
 
 
 def test_build_tags_an_image_that_runs_the_sdk(docker_client: Any) -> None:
