@@ -52,25 +52,31 @@ def price_of(model: str, prices: Prices | None = None) -> tuple[float, float] | 
 
     ``prices`` (globs, matched whole and case-sensitively, in order) come before the built-in table.
     """
+    found = _price(model, prices)
+    return found[:2] if found else None
+
+
+def _price(model: str, prices: Prices | None) -> tuple[float, float, bool] | None:
+    """(input, output, long-context rates apply): the user's flat prices, else the built-in table."""
     for glob, (g_in, g_out) in (prices or {}).items():
         if fnmatch.fnmatchcase(model, glob):
-            return g_in, g_out
+            return g_in, g_out, False
     for pattern, p_in, p_out in PRICES:
         if re.search(pattern, model):
-            return p_in, p_out
+            return p_in, p_out, True
     return None
 
 
 def cost_of(model: str, usage: Mapping[str, Any], prices: Prices | None = None) -> float | None:
     """USD of a response's ``usage`` at list price, or None for a model without a price."""
-    price = price_of(model, prices)
+    price = _price(model, prices)
     if price is None:
         return None
-    p_in, p_out = price
+    p_in, p_out, tiered = price
     fresh = int(usage.get("input_tokens") or 0)
     written = int(usage.get("cache_creation_input_tokens") or 0)
     read = int(usage.get("cache_read_input_tokens") or 0)
-    if fresh + written + read > LONG_CONTEXT:
+    if tiered and fresh + written + read > LONG_CONTEXT:
         p_in, p_out = p_in * 2, p_out * 1.5
     hour = int((usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens") or 0)
     hour = min(hour, written)
@@ -99,11 +105,11 @@ def cost_bound(
     model: str, input_tokens: int, output_tokens: int, caches: bool, prices: Prices | None = None
 ) -> float:
     """The most a call with these token bounds can cost (0 for a model without a price)."""
-    price = price_of(model, prices)
+    price = _price(model, prices)
     if price is None:
         return 0.0
-    p_in, p_out = price
-    if input_tokens > LONG_CONTEXT:
+    p_in, p_out, tiered = price
+    if tiered and input_tokens > LONG_CONTEXT:
         p_in, p_out = p_in * 2, p_out * 1.5
     if caches:  # a one-hour cache write costs twice the input price
         p_in *= 2

@@ -361,13 +361,16 @@ def test_chat_harness_bad_token_gets_a_chat_error() -> None:
 
 def test_each_role_has_its_own_upstream() -> None:
     """The optimizer's calls go to its upstream, the target's to theirs; counted per role."""
-    with Upstream("openai") as target, Upstream("anthropic") as optimizer:
-        with Gateway(target.model, BudgetConfig(), models={"optimizer": optimizer.model}) as gw:
-            t = gw.lease("target", 1, "t1")
-            o = gw.lease("optimizer", 1, None)
-            ChatHarness(t.base_url, t.token).plain()
-            MessagesHarness(o.base_url, o.token).plain()
-            ChatHarness(o.base_url, o.token).plain()
-            assert len(target.fake.requests) == 1 and len(optimizer.fake.requests) == 2
-            usage = gw.usage()
-            assert usage[("target", 1)].calls == 1 and usage[("optimizer", 1)].calls == 2
+    with (
+        Upstream("openai") as target,
+        Upstream("anthropic") as optimizer,
+        Gateway(target.model, BudgetConfig(), models={"optimizer": optimizer.model}) as gw,
+    ):
+        t = gw.lease("target", 1, "t1")
+        o = gw.lease("optimizer", 1, None)
+        ChatHarness(t.base_url, t.token).plain()
+        MessagesHarness(o.base_url, o.token).plain()
+        ChatHarness(o.base_url, o.token).plain()
+        assert len(target.fake.requests) == 1 and len(optimizer.fake.requests) == 2
+        usage = gw.usage()
+        assert usage[("target", 1)].calls == 1 and usage[("optimizer", 1)].calls == 2
