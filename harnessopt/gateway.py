@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,7 @@ class Gateway:
         policy: LeasePolicy | None = None,
         settings: GatewayConfig | None = None,
         models: Mapping[str, Model] | None = None,
+        peer_uids: Iterable[int] = (),
     ):
         self.model = model  # every role's upstream, unless ``models`` names another for the role
         self.models: dict[str, Model] = dict(models or {})
@@ -91,7 +92,7 @@ class Gateway:
             raise UserError(
                 f"gateway socket path {socket_path} is too long for a Unix socket; use a shorter directory"
             )
-        uids = frozenset({0, os.getuid(), *settings.container_uids})
+        uids = frozenset({0, os.getuid(), *settings.container_uids, *peer_uids})
         limits = ServerLimits(
             max_connections=settings.max_connections,
             io_timeout_s=settings.io_timeout_s,
@@ -116,10 +117,12 @@ class Gateway:
         *,
         socket_dir: Path | None = None,
         optimizer_model: Model | None = None,
+        peer_uids: Iterable[int] = (),
     ) -> Gateway:
         """The gateway of a run: ``cfg``'s budget, per-role models and limits, gateway settings.
 
         ``model`` is the target's upstream; ``optimizer_model`` the optimizer's (default: the same).
+        ``peer_uids``: uids the sandbox's containers run as, besides ``gateway.container_uids``.
         """
         return cls(
             model,
@@ -128,6 +131,7 @@ class Gateway:
             policy=LeasePolicy.from_config(cfg),
             settings=cfg.gateway,
             models={"optimizer": optimizer_model} if optimizer_model is not None else None,
+            peer_uids=peer_uids,
         )
 
     # ------------------------------------------------------------------ lifecycle

@@ -164,6 +164,17 @@ class ShellResult:
     timed_out: bool
 
 
+@dataclass
+class AgentResult:
+    """Outcome of one CLI agent run by a shell: stdout and stderr (head and tail kept), exit code."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None  # None when killed at its timeout
+    timed_out: bool
+    note: str = ""  # what the shell did to it (stopped for the view's growth, processes left behind)
+
+
 @runtime_checkable
 class Shell(Protocol):
     """Where the optimizer's tools act: one fresh shell per command, cwd = the view.
@@ -180,6 +191,20 @@ class Shell(Protocol):
         """One editor file operation, done where the commands run (the in-image runner's ``edit``
         mode: ``{"op": "view"|"read"|"write", "path": <view-relative>, "text"?}``), never
         following a link; the reply is ``{"ok": True, ...}`` or ``{"ok": False, "error": ...}``."""
+        ...
+
+    def agent(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes,
+        env: Mapping[str, str],
+        timeout_s: float,
+        gateway: GatewayLease | None,
+    ) -> AgentResult:
+        """Run a CLI agent (the ``command`` optimizer) where the commands run, cwd = the view, with
+        ``stdin``, ``env`` and ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY reaching the gateway with the
+        lease's token; stopped at ``timeout_s``; no process of it outlives the call."""
         ...
 
 

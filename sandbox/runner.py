@@ -26,7 +26,10 @@ dumpable) and everything else by ``docker exec``:
   runs one bash command in its own session with a file-size limit, caps its output, stops it at
   the timeout or when the view grows too much, then kills every other process of the container;
 * ``runner.py edit --root DIR`` does one editor operation (JSON on stdin and stdout) without ever
-  following a link; the host's local shell runs the same mode on the host.
+  following a link; the host's local shell runs the same mode on the host;
+* ``runner.py agent --timeout T --cap N [...]`` runs a CLI agent (the ``command`` optimizer) with
+  the job and its stdin on stdin, a loopback port bridged to the gateway's socket, and the same
+  limits, timeout and sweep as ``shell``.
 """
 
 from __future__ import annotations
@@ -329,6 +332,36 @@ def sweep_all_but_init() -> bool:
     return False
 
 
+def watch(
+    proc: subprocess.Popen, timeout: float, view: str | None, growth: int, max_files: int, base: int
+) -> tuple[int, str]:
+    """Wait for ``proc``: (its exit code, ""), or 124 at the timeout, or 125 with a note once the
+    view grew by more than ``growth`` bytes over ``base`` or holds more than ``max_files`` entries."""
+    deadline = time.monotonic() + timeout
+    while (code := proc.poll()) is None:
+        if time.monotonic() >= deadline:
+            return 124, ""
+        if view:
+            used, count = tree_usage(view, max_files)
+            if used - base > growth or count > max_files:
+                return (
+                    125,
+                    f"\n[stopped: the view may grow by {growth >> 20} MiB and hold {max_files} files]\n",
+                )
+        time.sleep(WATCH_EVERY_S)
+    return code, ""
+
+
+def end_all(proc: subprocess.Popen, code: int, note: str) -> tuple[int, str]:
+    """Kill ``proc``'s group, then every other process of the container (not PID 1, not us)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # background jobs of the command go too
+    if not sweep_all_but_init() and in_optimizer_container():
+        note += "\n[harnessopt: could not end the command's background processes]\n"
+        code = code or 126
+    return code, note
+
+
 def run_shell(args: list[str]) -> int:
     """``shell --timeout T --cap N [--fsize B --view DIR --view-growth B --view-files N] -- CMD``.
 
@@ -368,23 +401,8 @@ def run_shell(args: list[str]) -> int:
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    deadline, note = time.monotonic() + timeout, ""
-    while (code := proc.poll()) is None:
-        if time.monotonic() >= deadline:
-            code = 124
-            break
-        if view:
-            used, count = tree_usage(view, max_files)
-            if used - base > growth or count > max_files:
-                code = 125
-                note = f"\n[stopped: the view may grow by {growth >> 20} MiB and hold {max_files} files]\n"
-                break
-        time.sleep(WATCH_EVERY_S)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # background jobs of the command go too
-    if not sweep_all_but_init() and in_optimizer_container():
-        note += "\n[harnessopt: could not end the command's background processes]\n"
-        code = code or 126
+    code, note = watch(proc, timeout, view, growth, max_files, base)
+    code, note = end_all(proc, code, note)
     reader.join(1.0)
     if code < 0:  # killed by a signal (SIGXFSZ past --fsize, say): report it as bash does
         code = 128 - code
@@ -583,6 +601,129 @@ def run_edit(args: list[str]) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- optimizer agent
+
+AGENT_INPUT_MAX = 8 << 20  # bytes of the job line plus the agent's stdin
+
+
+class HeadTail:
+    """The first and last ``cap // 2`` bytes of a stream, and how many bytes it had."""
+
+    def __init__(self, cap: int):
+        self.half = max(cap // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        self.head += chunk[: max(room, 0)]
+        rest = chunk[max(room, 0) :]
+        if rest:
+            self.tail = (self.tail + rest)[-self.half :]
+
+    def text(self) -> str:
+        dropped = self.total - len(self.head) - len(self.tail)
+        middle = f"\n[... {dropped} bytes not kept ...]\n".encode() if dropped > 0 else b""
+        return (bytes(self.head) + middle + bytes(self.tail)).decode("utf-8", "replace")
+
+
+def _drain(stream: IO[bytes], into: HeadTail) -> None:
+    fd = stream.fileno()
+    with contextlib.suppress(OSError):
+        while chunk := os.read(fd, 65536):
+            into.add(chunk)
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        stream.write(data)
+    with contextlib.suppress(OSError):
+        stream.close()
+
+
+def run_agent(args: list[str]) -> int:
+    """``agent --timeout T --cap N [--fsize B --view DIR --view-growth B --view-files N]``.
+
+    stdin: one JSON line, the job ``{"argv", "env", "cwd", "socket"}`` (the lease token is in its
+    env, so it is in no argv or file), then the agent's own stdin up to EOF. With a ``socket``
+    (the gateway's, mounted read-only), a loopback port is bridged to it and the agent gets
+    ANTHROPIC_BASE_URL=http://127.0.0.1:PORT. The agent runs in its own session with the file-size
+    limit; its stdout and stderr are kept (head and tail, ``--cap`` bytes each); it is stopped at
+    the timeout (124) or when the view grows too much (125), then every other process of the
+    container is killed. One JSON object on stdout: code, timed_out, stdout, stderr, note.
+    """
+    not_dumpable()
+    opts, _ = _options(args)
+    timeout, cap = float(opts["timeout"]), int(opts["cap"])
+    fsize = int(opts.get("fsize", FSIZE_DEFAULT))
+    view = opts.get("view")
+    growth = int(opts.get("view-growth", VIEW_GROWTH_DEFAULT))
+    max_files = int(opts.get("view-files", VIEW_FILES_DEFAULT))
+    data = bytearray()
+    while len(data) <= AGENT_INPUT_MAX and (chunk := os.read(0, 65536)):
+        data += chunk
+    line, _, given = bytes(data).partition(b"\n")
+    job = json.loads(line)
+    # The container's own environment (the image's PATH, PYTHONPATH, ...; no secret), then the job's.
+    env = {**os.environ, **{str(k): str(v) for k, v in (job.get("env") or {}).items()}}
+    listener = None
+    if job.get("socket"):  # bind before the agent starts, serve after (no threads across fork)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    if env.get("HOME"):
+        os.makedirs(env["HOME"], exist_ok=True)
+    base = tree_usage(view, max_files)[0] if view else 0
+    out, err = HeadTail(cap), HeadTail(cap)
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        prefer_oom_kill()
+
+    try:
+        proc = subprocess.Popen(
+            [str(a) for a in job["argv"]],
+            cwd=job.get("cwd") or view or "/tmp",
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=limits,
+        )
+    except OSError as e:
+        reply = {
+            "code": 127,
+            "timed_out": False,
+            "stdout": "",
+            "stderr": f"cannot start {job['argv'][0]}: {e}",
+        }
+        sys.stdout.write(json.dumps(reply, ensure_ascii=False))
+        return 0
+    threads = [
+        threading.Thread(target=_feed, args=(proc.stdin, given), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    if listener is not None:
+        bridge(listener, job["socket"])
+    code, note = watch(proc, timeout, view, growth, max_files, base)
+    code, note = end_all(proc, code, note)
+    for t in threads[1:]:
+        t.join(5)
+    if code < 0:  # killed by a signal (SIGXFSZ past --fsize, say): report it as bash does
+        code = 128 - code
+    reply = {"code": code, "timed_out": code == 124, "stdout": out.text(), "stderr": err.text(), "note": note}
+    sys.stdout.write(json.dumps(reply, ensure_ascii=False))
+    sys.stdout.flush()
+    return 0
+
+
 def run_idle() -> int:
     """DockerShell's PID 1: reaps orphans; commands come by ``docker exec``."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -600,6 +741,8 @@ def main() -> int:
         return run_shell(sys.argv[2:])
     if mode == "edit":
         return run_edit(sys.argv[2:])
+    if mode == "agent":
+        return run_agent(sys.argv[2:])
     if mode == "idle":
         return run_idle()
     return run_task()

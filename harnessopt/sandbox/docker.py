@@ -27,7 +27,7 @@ from harnessopt.protocols import RunOutput, RunSpec
 from harnessopt.sandbox import untar
 from harnessopt.sandbox.capture import HeadTail
 from harnessopt.sandbox.pool import GATEWAY_DIR, Warm, WarmPool
-from harnessopt.sandbox.shell import DockerShell
+from harnessopt.sandbox.shell import OPTIMIZER_UID, DockerShell
 
 __all__ = ["DockerSandbox", "DockerShell"]
 
@@ -55,6 +55,8 @@ class DockerSandbox:
     """Runs each task in a fresh container; thread-safe; ``close()`` removes everything it made."""
 
     name = "docker"
+    shell_isolated = True  # the optimizer's shell and agent run in a container, not on this host
+    gateway_uids = (OPTIMIZER_UID,)  # besides the tasks' 65534: the optimizer container's uid
 
     def __init__(
         self, cfg: RolloutConfig, client: Any, *, run_id: str | None = None, warm: int | None = None

@@ -20,14 +20,14 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harnessopt.config import RolloutConfig
 from harnessopt.errors import UserError
 from harnessopt.proc import Finished, kill_session, run_in_session
-from harnessopt.protocols import RunOutput, RunSpec, ShellResult
+from harnessopt.protocols import AgentResult, GatewayLease, RunOutput, RunSpec, ShellResult
 from harnessopt.sandbox import isolation
 from harnessopt.sandbox.image import sandbox_source_dir
 
@@ -250,6 +250,28 @@ class LocalShell:
             stdin=json.dumps(request).encode("utf-8"),
         )
         return parse_edit_reply(done.stdout, done.timed_out)
+
+    def agent(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes,
+        env: Mapping[str, str],
+        timeout_s: float,
+        gateway: GatewayLease | None,
+    ) -> AgentResult:
+        """A CLI agent on the host, in the view, wrapped like this shell's commands (``sandbox.agent``)."""
+        from harnessopt.sandbox.agent import run_on_host
+
+        return run_on_host(
+            self.root,
+            argv,
+            stdin=stdin,
+            env=env,
+            timeout_s=timeout_s,
+            gateway=gateway,
+            isolation_mode=self.isolation,
+        )
 
 
 def parse_edit_reply(raw: str, timed_out: bool) -> dict[str, Any]:
