@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
+from harnessopt.config import OptimizerConfig
 from harnessopt.models.scripted import ScriptedModel
 from tests.cli_support import REAL_KEY, cli, git, write_example
 from tests.fake_anthropic import FakeAnthropicServer
 
 SAY = r"Say the word: (?P<w>\w+)"
+# The optimizer's tools run on this host with the local sandbox: say so where that must be said.
+HOST = ["-c", "optimizer.unsafe_host=true"] if "unsafe_host" in OptimizerConfig.model_fields else []
 
 
 def steady_script() -> dict[str, Any]:
@@ -60,20 +63,24 @@ def _projected(ws: Path) -> list[dict[str, Any]]:
 def test_dry_run_projection_against_the_calls_made_and_mlflow(run_env) -> None:
     ws, env, fake = run_env
     head = git(ws, "rev-parse", "HEAD")
-    dry = cli("run", ws, "--rounds", "2", "--sandbox", "local", "--batch-size", "4", "--dry-run", env=env)
+    dry = cli(
+        "run", ws, "--rounds", "2", "--sandbox", "local", *HOST, "--batch-size", "4", "--dry-run", env=env
+    )
     assert dry.returncode == 0, dry.stderr
     assert "total" in dry.stdout and "config priors" in dry.stdout and "nothing was run" in dry.stdout
     assert fake.requests == [] and git(ws, "rev-parse", "HEAD") == head  # no model call, no change
     assert git(ws, "status", "--porcelain") == "" and not (ws / ".harnessopt" / "journal.jsonl").exists()
 
-    first = cli("run", ws, "--rounds", "1", "--sandbox", "local", "--batch-size", "4", env=env)
+    first = cli("run", ws, "--rounds", "1", "--sandbox", "local", *HOST, "--batch-size", "4", env=env)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "projection for 1 round(s)" in first.stdout
     assert "round 1 rejected | val 0.625 (Δ +0.000" in first.stdout
     # Not a terminal: plain progress lines with counts, pass rate, tokens and dollars.
     assert "round 1 rollout: 4/4 tasks, pass 50%" in first.stdout and "round 1 validation:" in first.stdout
 
-    second = cli("run", ws, "--rounds", "2", "--sandbox", "local", "--batch-size", "4", "--mlflow", env=env)
+    second = cli(
+        "run", ws, "--rounds", "2", "--sandbox", "local", *HOST, "--batch-size", "4", "--mlflow", env=env
+    )
     assert second.returncode == 0, second.stdout + second.stderr
     projected = _projected(ws)[-1]
     made = sum(_calls(ws)[1:])
