@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from harnessopt.errors import BudgetExceeded
 from harnessopt.gateway import Gateway
 from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
 from harnessopt.resume import RoundStore
+from harnessopt.scorer_proc import ScorerProcess
 from harnessopt.scoring import run_scorer
 from harnessopt.textutil import redact
 from harnessopt.trajectory import safe_filename
@@ -53,12 +55,15 @@ class Runner:
         cfg: Config,
         sandbox: Sandbox,
         gateway: Gateway,
-        scorer: Callable[..., Any],
+        scorer: Callable[..., Any] | ScorerProcess,
         scratch: Path,
         progress: Callable[[str, int, int], None] | None = None,
         store: RoundStore | None = None,
     ):
         self.store = store  # finished rollouts kept on disk: a rerun of the round reuses them
+        self.notes: list[str] = []  # things the run should say once (a scorer failing, by kind)
+        self._kinds: set[str] = set()
+        self._notes_lock = threading.Lock()
         self.cfg = cfg
         self.sandbox = sandbox
         self.gateway = gateway
@@ -129,6 +134,14 @@ class Runner:
             exchanges = self.gateway.release(lease.token)
         return self._score(task, round_no, epoch, out, exchanges)
 
+    def _warn_once(self, error: str) -> None:
+        """One run-level note per kind of scorer error (the kind: its words before any number)."""
+        kind = " ".join(w for w in error.split()[:4] if not any(c.isdigit() for c in w))
+        with self._notes_lock:
+            if kind not in self._kinds:
+                self._kinds.add(kind)
+                self.notes.append(f"the scorer failed on some tasks, which scored 0: {error[:200]}")
+
     def _env(self) -> dict[str, str]:
         env = {"HARNESSOPT_TARGET_MODEL": self.cfg.model.target}
         for name, value in self.cfg.flags.items():
@@ -143,14 +156,17 @@ class Runner:
             feedback = f"harness failed ({out.error_class}, exit code {out.exit_code}); no score"
         else:
             task_dict = {**task.public(), "answer": task.answer}
-            sr = run_scorer(
-                self.scorer, task_dict, answer, out.out_dir, timeout_s=self.cfg.rollout.scorer_timeout_s
-            )
+            if isinstance(self.scorer, ScorerProcess):  # its own process: the host enforces its limits
+                sr = self.scorer.score(task_dict, answer, out.out_dir)
+            else:
+                timeout = self.cfg.rollout.scorer_timeout_s
+                sr = run_scorer(self.scorer, task_dict, answer, out.out_dir, timeout_s=timeout)
             score, soft, feedback, passed = sr.score, sr.soft, sr.feedback, sr.passed
             if self.cfg.optimizer.feedback == "no_expected":  # enforced here, whatever scorer.py says
                 feedback = _without_answer(feedback, task.answer)
             if sr.error:
                 notes.append(f"scorer error (scored 0, not a win): {sr.error}")
+                self._warn_once(sr.error)
         return TaskResult(
             task_id=task.id,
             split=task.split,

@@ -71,7 +71,7 @@ def load_scorer(path: Path) -> ScoreFn:
         exec(compile(source, str(path), "exec"), module.__dict__)
     except Exception as e:
         del sys.modules[name]
-        raise UserError(f"scorer {path} failed to import: {_describe(e, str(path))}; fix scorer.py") from e
+        raise UserError(f"scorer {path} failed to import: {describe(e, str(path))}; fix scorer.py") from e
     fn = getattr(module, "score", None)
     if not callable(fn):
         raise UserError(f"scorer {path} has no score(task, answer, out_dir) function; define one")
@@ -102,18 +102,18 @@ def run_scorer(
         worker.start()
         worker.join(timeout_s)
         if worker.is_alive():
-            return _failed(f"scorer did not return within {timeout_s:g} s")
+            return failed(f"scorer did not return within {timeout_s:g} s")
     if "error" in box:
         filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
-        return _failed(f"scorer raised {_describe(box['error'], filename)}")
+        return failed(f"scorer raised {describe(box['error'], filename)}")
     raw = box.get("raw")
     try:
-        return _interpret(raw)
+        return interpret(raw)
     except ValueError as e:
-        return _failed(str(e))
+        return failed(str(e))
 
 
-def _interpret(raw: Any) -> ScoreResult:
+def interpret(raw: Any) -> ScoreResult:
     if isinstance(raw, dict):
         unknown = sorted(str(k) for k in raw if k not in RESULT_KEYS)
         if unknown:
@@ -153,12 +153,12 @@ def _unit_number(value: Any, what: str) -> float:
     return min(1.0, max(0.0, number))
 
 
-def _failed(error: str) -> ScoreResult:
+def failed(error: str) -> ScoreResult:
     error = elide(error, 2000)
     return ScoreResult(score=0.0, feedback=f"scorer error: {error}", soft=None, error=error)
 
 
-def _describe(e: BaseException, filename: str | None) -> str:
+def describe(e: BaseException, filename: str | None) -> str:
     """``ValueError: msg (scorer.py:12 in score)``: the innermost frame in the scorer's file."""
     text = f"{type(e).__name__}: {e}".strip().rstrip(":").splitlines()[0]
     if isinstance(e, SyntaxError) and e.lineno:
