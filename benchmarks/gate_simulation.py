@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.baselines import FixedDeadBand, MeanImproved  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
 from harnessopt.gate import PairedGate, smoke_verdict  # noqa: E402
+from harnessopt.noisefloor import measure  # noqa: E402
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
 
 POPULATION = 1000
@@ -271,6 +272,7 @@ class Tally:
     inflation_run: list[float] = field(default_factory=list)
     confirm_rollouts: list[float] = field(default_factory=list)
     any_null: list[int] = field(default_factory=list)
+    noise: list[tuple[float, float, float]] = field(default_factory=list)  # A/A: flip rate, SD, detectable
 
     def merge(self, o: Tally) -> None:
         for k in EFFECT:
@@ -289,6 +291,7 @@ class Tally:
         self.inflation_run += o.inflation_run
         self.confirm_rollouts += o.confirm_rollouts
         self.any_null += o.any_null
+        self.noise += o.noise
 
 
 def per_round(m: int, seed: int) -> list[Tally]:
@@ -297,6 +300,9 @@ def per_round(m: int, seed: int) -> list[Tally]:
     world = np.random.default_rng([seed, m, 1])
     s0 = population(world)
     val = world.permutation(POPULATION)[:m]
+    aa = np.random.default_rng([seed, m, 8])  # the noise floor, as the loop measures it (own stream)
+    nf = measure(rollout(s0, val, aa), rollout(s0, val, aa), GateConfig())
+    out[0].noise.append((nf["flip_rate"], nf["paired_sd"], nf["detectable"]))
     for ki, kind in enumerate(EFFECT):
         cand = propose(s0, kind, np.random.default_rng([seed, m, 2, ki]))
         for pol, tally in zip(POLICIES, out, strict=True):
@@ -393,8 +399,14 @@ def tables(m: int, res: dict[str, list[Tally]], n: dict[str, int]) -> str:
         lines.append(f"| {pol.label} | {cells} | {statistics.fmean(t.rollouts):.1f} | {saved} |")
     t0 = res["round"][0]
     new, old = t0.smoke_rejects["new"], t0.smoke_rejects["old"]
+    flip, sd, mde = (statistics.fmean(x) for x in zip(*t0.noise, strict=True))
     lines.append(
-        f"\nsmoke test, +0.10 gains rejected at a {CRASH:.0%} flaky crash rate: rerun rule "
+        f"\nnoise floor (noisefloor.measure on an A/A test of the incumbent, mean of {len(t0.noise)}): "
+        f"flip rate {flip:.3f}, paired SD {sd:.3f}, stated detectable gain (80% power) {mde:+.3f}; "
+        f"simulated power of harnessopt: +0.05 {_rate(t0, '+0.05')}, +0.10 {_rate(t0, '+0.10')}"
+    )
+    lines.append(
+        f"smoke test, +0.10 gains rejected at a {CRASH:.0%} flaky crash rate: rerun rule "
         f"{new[0] / max(1, new[1]):.3f}, old rule (one crash rejects) {old[0] / max(1, old[1]):.3f} "
         f"({new[1]} trials)"
     )

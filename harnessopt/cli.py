@@ -175,9 +175,13 @@ def _overrides(a: argparse.Namespace, flags: dict[str, str]) -> dict[str, Any]:
 
 
 def cmd_init(a: argparse.Namespace) -> int:
-    from harnessopt.workspace import init_workspace
+    from harnessopt import noisefloor
+    from harnessopt.workspace import Workspace, init_workspace
 
     init_workspace(a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, announce=say)
+    ws = Workspace.open(a.ws)
+    for line in noisefloor.plan(len(ws.tasks("val")), ws.cfg.gate):  # what this val set can detect
+        say(line)
     say(f"next: harnessopt run {a.ws}")
     return 0
 

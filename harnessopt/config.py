@@ -124,6 +124,17 @@ class GateConfig(_Strict):
     """Share of the round's false-accept budget (1 - confidence) that the secondary test spends."""
     noninferiority_margin: float = Field(0.02, ge=0.0, le=1.0)
     """secondary cost: the largest loss of mean val score a cheaper candidate may have."""
+    target_effect: float = Field(0.05, gt=0.0, lt=1.0)
+    """The gain worth detecting: the noise floor says how many val tasks or epochs detect it."""
+    confirm: Literal["val", "holdout", "none"] = "val"
+    """After an accept, runs that did not select it: fresh runs on val, or on the held-out part
+    of val; ho/best moves only when they confirm the gain."""
+    holdout_share: float = Field(0.3, gt=0.0, lt=1.0)
+    """confirm: holdout: the share of val tasks set aside (by id), never seen by the gate."""
+    run_alpha: float | None = Field(None, gt=0.0, lt=1.0)
+    """False-accept budget of the whole run, spent evenly over run_rounds gate decisions."""
+    run_rounds: int = Field(20, ge=1)
+    """Gate decisions run_alpha is spread over; past them the gate accepts nothing."""
 
 
 class BudgetConfig(_Strict):

@@ -115,6 +115,10 @@ class RoundManifest(_Tolerant):
     """Val task -> [groups of identical reruns seen this round, groups whose runs disagreed]."""
     wall_s: float | None = None
     """Seconds the round took, start to record."""
+    noise_floor: dict[str, Any] | None = None
+    """The A/A test of the incumbent, in the round that measured it (round 1, or after a change)."""
+    confirmation: dict[str, Any] | None = None
+    """An accepted candidate on runs that did not select it (gain, interval, confirmed)."""
 
     @property
     def title(self) -> str:
@@ -265,7 +269,10 @@ def _round_message(m: RoundManifest) -> str:
 
 
 def is_new_best(repo: git.Repo, m: RoundManifest) -> bool:
-    """Does an accepted round with manifest ``m`` beat ``ho/best`` on val?"""
+    """Does an accepted round with manifest ``m`` beat ``ho/best`` on val? Never when runs that did
+    not select it failed to confirm its gain (``confirmation``)."""
+    if m.confirmation is not None and not m.confirmation.get("confirmed", False):
+        return False
     current = best(repo)
     if current.commit == m.parent:
         return True

@@ -18,29 +18,40 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harnessopt import interrupts, ledger, stop, vcs
 from harnessopt.errors import UserError
-from harnessopt.gate import futile_decision, smoke_verdict
+from harnessopt.gate import (
+    confirmation_record,
+    futile_decision,
+    make_gate,
+    smoke_verdict,
+    spent_decision,
+    split_val,
+)
 from harnessopt.ledger import OptimizerRecord, RoleUsage, RoundManifest, Status
+from harnessopt.noisefloor import NoiseFloorStore, measure
+from harnessopt.noisefloor import lines as noise_lines
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
 from harnessopt.progress import RunProgress, round_lines
 from harnessopt.projection import project
-from harnessopt.protocols import GateDecision, Outcomes, Proposal, Task, TaskResult
+from harnessopt.protocols import GateDecision, GatePolicy, Outcomes, Proposal, Task, TaskResult
 from harnessopt.rollout import Candidate, RunObserver, outcomes
 from harnessopt.roundstats import RoundRuns
 from harnessopt.services import Services, open_services
 from harnessopt.skillspec import read_skill
-from harnessopt.stats import mean, task_means
+from harnessopt.stats import mean, run_alpha_for, task_means
 from harnessopt.textutil import visible
 from harnessopt.trajectory import write_trajectories
-from harnessopt.valcache import ValCache
+from harnessopt.valcache import ValCache, digest, environment_key, key_parts
 from harnessopt.workspace import EDITABLE_PATHS, RECORD_PATHS, Workspace
 
 Announce = Callable[[str], None]
 SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's reruns' epochs)
 FUTILITY_EVERY = 5  # validation checks for futility every this many tasks (or `concurrency`)
+CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
 Ending = tuple[Status, str]  # (status, reason) of a round that ends before the gate
 SUMMARY_CAP = 20_000  # characters of the optimizer's summary kept in the commit message
 
@@ -65,6 +76,7 @@ class RoundContext:
     incumbent: Candidate
     parent: str
     val: list[Task]  # loaded once per round
+    held_out: list[Task] = field(default_factory=list)  # gate.confirm holdout: val tasks the gate never sees
 
 
 @dataclass
@@ -78,6 +90,8 @@ class Trail:
     candidate: Candidate | None = None
     cand_val: list[TaskResult] = field(default_factory=list)
     decision: GateDecision | None = None
+    noise_floor: dict[str, Any] | None = None  # the A/A test, when this round measured one
+    confirmation: dict[str, Any] | None = None  # an accepted candidate on runs that did not select it
     runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
     started: float = field(default_factory=time.monotonic)
 
@@ -113,12 +127,13 @@ def _steps(
     t.copied, t.candidate, ending = check(ws, svc, rc, t.proposal, t.snapshot)  # 4
     if t.candidate is None or ending is not None:
         return record(ws, svc, rc, t, ending or ("failed", "no candidate"), say)
-    incumbent_val = incumbent_outcomes(ws, svc, rc, say)
+    incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
     t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say)  # 5
     if crash is not None:
         return record(ws, svc, rc, t, ("rejected", crash), say)
     t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
     t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
+    t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
     interrupts.check()
     return record(ws, svc, rc, t, ("accepted" if t.decision.accept else "rejected", t.decision.reason), say)
 
@@ -133,8 +148,9 @@ def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:
     for p in EDITABLE_PATHS:  # a private copy: edits to the workspace mid-round cannot leak in
         shutil.copytree(ws.root / p, scratch / "incumbent" / p, ignore=shutil.ignore_patterns("__pycache__"))
     ws.journal.write(k, "start", parent=parent)
+    val, held_out = split_val(ws.tasks("val"), svc.cfg.gate)
     return RoundContext(
-        k, scratch, Candidate(scratch / "incumbent", "incumbent", parent), parent, ws.tasks("val")
+        k, scratch, Candidate(scratch / "incumbent", "incumbent", parent), parent, val, held_out
     )
 
 
@@ -250,20 +266,33 @@ def _compile_harness(harness: Path) -> None:
         compile(path.read_text(encoding="utf-8", errors="replace"), str(path), "exec")
 
 
-def incumbent_outcomes(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> Outcomes:
+def incumbent_outcomes(
+    ws: Workspace, svc: Services, rc: RoundContext, say: Announce
+) -> tuple[Outcomes, dict[str, Any] | None]:
     """The incumbent's val outcomes: cached under everything that changes a rollout or a score
-    (``valcache.key_parts``) unless re-running is asked."""
-    cache = ValCache(svc.state_dir)
-    key = cache.key(ws.repo, rc.parent, svc.cfg, svc.sandbox)
-    cached = None if svc.cfg.gate.rerun_incumbent else cache.get(key)
+    (``valcache.key_parts``) unless re-running is asked. The first measurement under an environment
+    (round 1, or after a scorer, task, model, sandbox or limit change) runs it twice: an A/A test
+    whose noise floor (``noisefloor.measure``) is printed, stored and returned."""
+    cache, floors = ValCache(svc.state_dir), NoiseFloorStore(svc.state_dir)
+    parts = key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)
+    cached = None if svc.cfg.gate.rerun_incumbent else cache.get(digest(parts))
     if cached is not None:
-        return cached
-    epochs = svc.cfg.gate.epochs
-    say(f"round {rc.k}: measuring the incumbent on {len(rc.val)} val tasks x {epochs} epoch(s)")
+        return cached, None
+    epochs, aa = svc.cfg.gate.epochs, floors.get(environment_key(parts)) is None
+    twice = ", twice (an A/A test: the noise floor)" if aa else ""
+    say(f"round {rc.k}: measuring the incumbent on {len(rc.val)} val tasks x {epochs} epoch(s){twice}")
     got = outcomes(svc.runner.run(rc.incumbent, rc.val, rc.k, epochs=range(epochs)))
-    cache.put(key, got)
+    cache.put(digest(parts), got)
     ws.journal.write(rc.k, "incumbent_val", n=len(got), score=_mean_score(got))
-    return got
+    if not aa:
+        return got, None
+    again = outcomes(svc.runner.run(rc.incumbent, rc.val, rc.k, epochs=range(epochs, 2 * epochs)))
+    nf = {**measure(got, again, svc.cfg.gate), "measured_round": rc.k}
+    floors.put(environment_key(parts), nf)
+    for line in noise_lines(nf):
+        say(f"round {rc.k}: {line}")
+    ws.journal.write(rc.k, "noise_floor", **nf)
+    return got, nf
 
 
 def smoke(
@@ -286,7 +315,13 @@ def smoke(
         )
     v = smoke_verdict(outcomes(results), again[0], again[1], inc)
     ws.journal.write(
-        rc.k, "smoke", n=len(tasks), crashed=v.crashed, flaky=v.flaky, shared=v.shared, reproduced=v.reproduced
+        rc.k,
+        "smoke",
+        n=len(tasks),
+        crashed=v.crashed,
+        flaky=v.flaky,
+        shared=v.shared,
+        reproduced=v.reproduced,
     )
     if not v.reject:
         return results, None
@@ -351,10 +386,48 @@ def gate(
     futile = getattr(svc.gate, "futile", None)
     if left and futile and futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
         d = futile_decision(cand_out, inc, left, svc.cfg.gate.epochs)
+    elif (policy := _round_policy(ws, svc)) is None:
+        d = spent_decision(svc.cfg.gate)
     else:
-        d = svc.gate.decide(cand_out, inc, confirm if svc.cfg.gate.confirm_flips else None)
+        d = policy.decide(cand_out, inc, confirm if svc.cfg.gate.confirm_flips else None)
     ws.journal.write(rc.k, "gate", accept=d.accept, reason=d.reason, delta=d.delta, dead_zone=d.dead_zone)
     return d
+
+
+def _round_policy(ws: Workspace, svc: Services) -> GatePolicy | None:
+    """The gate of this round: with ``gate.run_alpha`` its level is this decision's share of the
+    run's budget (``stats.run_alpha_for``); None once that budget is spent."""
+    g = svc.cfg.gate
+    if g.run_alpha is None:
+        return svc.gate
+    decided = sum("alpha" in r.manifest.gate for r in ledger.past_rounds(ws.repo))
+    alpha = min(1.0 - g.confidence, run_alpha_for(g.run_alpha, g.run_rounds, decided + 1))
+    return make_gate(g.model_copy(update={"confidence": 1.0 - alpha})) if alpha > 0 else None
+
+
+def confirm_accepted(
+    ws: Workspace,
+    svc: Services,
+    rc: RoundContext,
+    cand: Candidate | None,
+    d: GateDecision | None,
+    say: Announce,
+) -> dict[str, Any] | None:
+    """After an accept, both sides again on runs that did not select the candidate: fresh runs on val
+    (``gate.confirm: val``) or on the held-out val tasks (``holdout``). ``ho/best`` moves only when
+    the gain they measure is positive (docs/gate.md, "Selection-corrected reporting")."""
+    mode = svc.cfg.gate.confirm
+    tasks = rc.held_out if mode == "holdout" else rc.val
+    if cand is None or d is None or not d.accept or mode == "none" or not tasks:
+        return None
+    epochs = range(CONFIRM_EPOCH, CONFIRM_EPOCH + svc.cfg.gate.epochs)
+    say(f"round {rc.k}: confirming on {len(tasks)} {mode} tasks, with runs that did not select it")
+    got = outcomes(svc.runner.run(cand, tasks, rc.k, epochs=epochs))
+    base = outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=epochs))
+    rec = confirmation_record(got, base, mode)
+    say(f"round {rc.k}: {rec['summary']}")
+    ws.journal.write(rc.k, "confirm", **rec)
+    return rec
 
 
 def record(
@@ -419,6 +492,8 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
         },
         cost_usd=usage.cost_usd,
         notes=list(svc.gateway.notes),
+        noise_floor=t.noise_floor,
+        confirmation=t.confirmation,
         phases=t.runs.phases(),
         repeats=t.runs.repeats(),
         wall_s=round(time.monotonic() - t.started, 3),

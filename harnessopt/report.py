@@ -11,6 +11,8 @@ from rich.table import Table
 
 from harnessopt import ledger, vcs
 from harnessopt.errors import UserError
+from harnessopt.gatereport import confirmation_note
+from harnessopt.gatereport import status_lines as gate_status_lines
 from harnessopt.textutil import visible as _visible
 from harnessopt.workspace import EDITABLE_PATHS, Workspace
 
@@ -40,6 +42,8 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "tokens": {role: u.model_dump() for role, u in m.tokens.items()},
                 "cost_usd": m.cost_usd,
                 "notes": m.notes,
+                "confirmation": m.confirmation,
+                "noise_floor": m.noise_floor,
                 "train_passed": m.train_passed,
                 "train_tasks": m.train_tasks,
                 "failures": {p: dict(s.failures) for p, s in m.phases.items() if s.failures},
@@ -74,7 +78,7 @@ def print_log(ws: Workspace, console: Console) -> None:
             train,
             f"${r['cost_usd']:.2f}" if r["cost_usd"] is not None else "",
             f"[red]{len(r['violations'])}[/red]" if r["violations"] else "0",
-            f"{visible(r['summary'])}\n[dim]{visible(r['reason'])}[/dim]",
+            f"{visible(r['summary'])}\n[dim]{visible(_with_confirmation(r))}[/dim]",
         )
     if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
         console = Console(width=LOG_WIDTH, highlight=False, file=console.file)
@@ -87,6 +91,11 @@ LOG_WIDTH = 100
 def visible(text: str) -> str:
     """Untrusted text (a summary, a reason) safe for rich markup and a terminal."""
     return escape(_visible(text))
+
+
+def _with_confirmation(row: dict[str, Any]) -> str:
+    note = confirmation_note(row.get("confirmation"))
+    return f"{row['reason']}; {note}" if note else str(row["reason"])
 
 
 def _status_style(status: str) -> str:
@@ -155,6 +164,7 @@ def status_lines(ws: Workspace) -> list[str]:
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
         f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]
+    lines += gate_status_lines(ws)
     cost = sum(r.manifest.cost_usd or 0.0 for r in rounds)
     lines.append(f"model cost recorded: ${cost:.4f}")
     lines += projected_vs_spent(ws)

@@ -232,6 +232,19 @@ def round_levels(alpha: float, looks: int, secondary_share: float = 0.0, first_s
     return Levels(alpha, tuple(1.0 - a_pri * f for f in shares), 1.0 - a_sec if a_sec else None)
 
 
+def run_alpha_for(run_alpha: float, run_rounds: int, decision: int) -> float:
+    """The alpha of the ``decision``-th gate decision (1-based) of a run budgeted at ``run_alpha``:
+    Bonferroni over ``run_rounds`` planned decisions, so that P(any no-effect edit accepted in the
+    run) <= run_alpha by the union bound; 0 (nothing can be accepted) once they are spent."""
+    return run_alpha / run_rounds if 1 <= decision <= run_rounds else 0.0
+
+
+def any_false_accept_bound(alpha: float, decisions: int) -> float:
+    """Upper bound on P(at least one no-effect edit accepted) over ``decisions`` gate decisions at
+    ``alpha`` each (the union bound; 1 - (1 - alpha)^n if the decisions were independent)."""
+    return min(1.0, alpha * decisions)
+
+
 def t_statistic(diffs: Sequence[float]) -> float:
     """mean / (sd / sqrt(m)); +-inf when every difference is the same non-zero value."""
     m, mu, s = len(diffs), mean(diffs), sample_sd(diffs)

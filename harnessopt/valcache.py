@@ -33,6 +33,7 @@ def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = No
     parts.update(
         scorer=vcs.tree_id(repo, rev, ("scorer.py",)),
         val_tasks=vcs.tree_id(repo, rev, ("tasks/val.jsonl",)),
+        val_subset=f"holdout:{cfg.gate.holdout_share}" if cfg.gate.confirm == "holdout" else "all",
         model=f"{cfg.model.provider}:{cfg.model.target}",
         model_script=vcs.tree_id(repo, rev, (cfg.model.script,)) if cfg.model.script else "",
         server_tools=str(cfg.model.allow_server_tools),

@@ -23,9 +23,9 @@ LAYERS: list[set[str]] = [
         "stop",
     },
     {"config", "tasks", "skillspec", "scoring", "trajectory", "messages_http", "vcs", "untar", "translate", "chat_wire"},
-    {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache", "secondary", "taxonomy"},
+    {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache", "secondary", "taxonomy", "noisefloor"},
     {"rollout", "services", "roundstats", "projection", "progress"},
-    {"loop", "audit", "report", "report_data", "adoption", "html_report"},
+    {"loop", "audit", "report", "report_data", "adoption", "html_report", "gatereport"},
     {"demo", "mlflow_log"},
     {"cli", "__main__", "__init__"},
 ]

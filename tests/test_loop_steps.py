@@ -11,11 +11,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from harnessopt import loop
+import pytest
+
+from harnessopt import ledger, loop
 from harnessopt.gate import PairedGate
 from harnessopt.protocols import Outcome, Task, TaskResult
 from harnessopt.rollout import Candidate
 from harnessopt.workspace import Workspace
+from tests.cli_support import git
 from tests.test_loop import make_ws
 
 Script = Callable[[str, str, int], tuple[float, bool]]  # (label, task id, attempt) -> (score, crashed)
@@ -164,3 +167,85 @@ def test_validation_runs_everything_while_the_candidate_can_still_win(tmp_path: 
     results = loop.validate(ws, svc, rc, CAND, smoked, inc, lambda _m: None)
     assert sorted(r.task_id for r in results) == sorted(t.id for t in rc.val)
     assert loop.gate(ws, svc, rc, CAND, results, inc).accept
+
+
+def test_the_first_incumbent_measurement_is_an_aa_test_and_a_change_of_environment_repeats_it(
+    tmp_path: Path,
+) -> None:
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(n % 2 == 0 or t < "c"), False))
+    said: list[str] = []
+    got, nf = loop.incumbent_outcomes(ws, svc, rc, said.append)
+    n = len(rc.val)
+    assert nf is not None and nf["m"] == n and nf["rollouts"] == 2 * n
+    assert [b[2] for b in svc.runner.batches] == [[0], [1]]  # the incumbent, twice
+    assert 0 < nf["flip_rate"] <= 1 and nf["paired_sd"] > 0 and nf["detectable"] > 0
+    assert any("noise floor" in m and "detects a gain of" in m for m in said)
+    assert any("above gate.target_effect" in m for m in said)  # 14 tasks cannot detect 0.05
+    again, nf2 = loop.incumbent_outcomes(ws, svc, rc, said.append)  # cached: no rollout, no A/A
+    assert again == got and nf2 is None and len(svc.runner.batches) == 2
+    # a new skill: measured again, once (the environment did not change)
+    (ws.root / "skill" / "SKILL.md").write_text((ws.root / "skill" / "SKILL.md").read_text() + "\nmore\n")
+    git(ws.root, "commit", "-qam", "skill edit")
+    _, nf3 = loop.incumbent_outcomes(ws, svc, rc, said.append)
+    assert nf3 is None and len(svc.runner.batches) == 3
+    # a new scorer: measured again, and the noise floor with it
+    (ws.root / "scorer.py").write_text((ws.root / "scorer.py").read_text() + "\n# stricter\n")
+    git(ws.root, "commit", "-qam", "scorer edit")
+    _, nf4 = loop.incumbent_outcomes(ws, svc, rc, said.append)
+    assert nf4 is not None and len(svc.runner.batches) == 5
+
+
+def test_an_accepted_round_is_confirmed_on_runs_that_did_not_select_it(tmp_path: Path) -> None:
+    from harnessopt.protocols import GateDecision
+
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(side == "candidate"), False))
+    accepted = GateDecision(True, "accepted", 14, 1.0, 0.0, 1.0, 0.3)
+    rec = loop.confirm_accepted(ws, svc, rc, CAND, accepted, lambda _m: None)
+    assert rec is not None and rec["on"] == "val" and rec["confirmed"] and rec["gain"] == 1.0
+    assert rec["n"] == len(rc.val) and rec["rollouts"] == 2 * len(rc.val)
+    assert {b[2][0] for b in svc.runner.batches} == {loop.CONFIRM_EPOCH}
+    rejected = GateDecision(False, "rejected", 14, 0.0, 0.0, 0.0, 0.3)
+    assert loop.confirm_accepted(ws, svc, rc, CAND, rejected, lambda _m: None) is None
+    # no gain on fresh runs: not confirmed, and ho/best must not move
+    ws2, svc2, rc2 = _setup(tmp_path / "b", lambda side, t, n: (1.0, False))
+    flat = loop.confirm_accepted(ws2, svc2, rc2, CAND, accepted, lambda _m: None)
+    assert flat is not None and not flat["confirmed"] and "ho/best does not move" in flat["summary"]
+    from harnessopt import ledger
+
+    m = ledger.RoundManifest(
+        round=1, status="accepted", parent=ws2.repo.head.commit.hexsha, confirmation=flat
+    )
+    assert not ledger.is_new_best(ws2.repo, m)
+    assert ledger.is_new_best(ws2.repo, m.model_copy(update={"confirmation": rec}))
+
+
+def test_holdout_tasks_are_never_seen_by_the_gate_and_confirm_the_accept(tmp_path: Path) -> None:
+    from harnessopt.gate import split_val
+
+    ws = Workspace.open(make_ws(tmp_path))
+    val = ws.tasks("val")
+    sel, held = split_val(val, ws.cfg.gate.model_copy(update={"confirm": "holdout"}))
+    assert len(held) == round(0.3 * len(val)) and not {t.id for t in sel} & {t.id for t in held}
+    assert split_val(val, ws.cfg.gate) == (val, [])  # confirm: val sets nothing aside
+    assert split_val(list(reversed(val)), ws.cfg.gate.model_copy(update={"confirm": "holdout"}))[1] == [
+        t for t in reversed(val) if t in held
+    ]  # chosen by id, not by position
+
+
+def test_run_alpha_spends_the_runs_budget_over_run_rounds_decisions(tmp_path: Path) -> None:
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(side == "candidate"), False))
+    g = ws.cfg.gate.model_copy(update={"run_alpha": 0.05, "run_rounds": 2})
+    svc.cfg = ws.cfg.model_copy(update={"gate": g})
+    policy = loop._round_policy(ws, svc)
+    assert isinstance(policy, PairedGate) and policy.cfg.confidence == pytest.approx(1 - 0.025)
+    inc = {t.id: [Outcome(score=0.0)] for t in rc.val}
+    results = svc.runner.run(CAND, rc.val, 1)
+    d = loop.gate(ws, svc, rc, CAND, results, inc)
+    assert d.details["alpha"] == pytest.approx(0.025)
+    # two decisions recorded: the budget is spent and nothing more can be accepted
+    for k in (1, 2):
+        m = ledger.RoundManifest(round=k, status="rejected", gate={"alpha": 0.025})
+        ledger.record_other(ws.repo, ws.repo.head.commit.hexsha, ws.root, ["skill"], m)
+    assert loop._round_policy(ws, svc) is None
+    spent = loop.gate(ws, svc, rc, CAND, results, inc)
+    assert not spent.accept and "gate.run_alpha 0.05 is spent" in spent.reason

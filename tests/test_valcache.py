@@ -84,6 +84,7 @@ def test_a_committed_file_change_changes_the_key(ws: Workspace, path: str, part:
         ("rollout", {"scorer_timeout_s": 5.0}, "limits"),
         ("budget", {"target_max_output_tokens": 1000}, "limits"),
         ("gate", {"epochs": 2}, "epochs"),
+        ("gate", {"confirm": "holdout"}, "val_subset"),  # the gate sees fewer val tasks
     ],
 )
 def test_a_config_change_that_affects_rollouts_changes_the_key(
