@@ -78,13 +78,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-size", type=_positive, help="train tasks rolled out per round")
     run.add_argument("--target", help="target model (HARNESSOPT_TARGET_MODEL)")
     run.add_argument(
-        "--optimizer", help="optimizer backend (anthropic, command, manual, or package.module:Factory)"
+        "--optimizer",
+        help="optimizer backend (anthropic, command, claude-code, manual, or package.module:Factory)",
+    )
+    run.add_argument(
+        "--unsafe-host-optimizer",
+        action="store_const",
+        const=True,
+        help="let the optimizer's bash or CLI agent run on this host when the sandbox is not Docker; "
+        "it can then reach the API key, the workspace (tasks/ with gold answers) and the network",
     )
     run.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
     run.add_argument("--concurrency", type=_positive)
     run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
     run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
     run.add_argument("--max-cost", type=float, help="US dollars allowed in this run")
+    run.add_argument("--max-hours", type=float, help="wall-clock hours allowed, checked at phase boundaries")
     _add_config_option(run)
     run.add_argument("--yes", action="store_true", help="do not ask for confirmations")
     run.add_argument(
@@ -134,7 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
     sbsub = sb.add_subparsers(dest="action", required=True, parser_class=_Parser)
     build = sbsub.add_parser("build", help="build the Docker image rollouts run in")
     build.add_argument("--base", help="base image (default: a slim Python 3 image)")
-    build.add_argument("--tag", default="harnessopt-sandbox:latest")
+    build.add_argument("--tag", help="image tag (default harnessopt-sandbox:latest, or :claude-code with it)")
+    build.add_argument(
+        "--with",
+        dest="with_",
+        action="append",
+        default=[],
+        choices=["claude-code"],
+        help="a variant with more inside: claude-code (Node.js and the Claude Code CLI, via npm on this host)",
+    )
     sbsub.add_parser("cleanup", help="remove leftover harnessopt containers (by label)")
     return p
 
@@ -160,6 +177,8 @@ RUN_FLAGS = {
     "max_calls": "budget.max_calls",
     "max_tokens": "budget.max_tokens",
     "max_cost": "budget.max_cost",
+    "max_hours": "budget.max_hours",
+    "unsafe_host_optimizer": "optimizer.unsafe_host",
 }
 
 
@@ -314,7 +333,8 @@ def cmd_sandbox(a: argparse.Namespace) -> int:
     from harnessopt.sandbox import image
 
     if a.action == "build":
-        image.build_image(base=a.base, tag=a.tag, announce=say)
+        tag = a.tag or image.variant_tag(a.with_)
+        image.build_image(base=a.base, tag=tag, announce=say, with_=a.with_)
     else:
         say(f"removed {image.cleanup_containers()} leftover container(s)")
     return 0

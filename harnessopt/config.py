@@ -69,6 +69,8 @@ class RolloutConfig(_Strict):
     """Docker image the task containers run."""
     scorer_timeout_s: float = Field(60.0, gt=0)
     """Time the host-side scorer may take per task; past it the task scores 0 (scorer error)."""
+    scorer_memory_mb: int = Field(2048, ge=64)
+    """Address-space limit of the scorer's process; past it that task scores 0 (scorer error)."""
 
 
 class OptimizerConfig(_Strict):
@@ -96,6 +98,9 @@ class OptimizerConfig(_Strict):
     """Manual backend: seconds without edits before gating starts."""
     feedback: Literal["full", "no_expected"] = "full"
     """Scorer feedback in train trajectories: as written, or with the gold answer cut out."""
+    unsafe_host: bool = False
+    """Let the optimizer's bash or CLI agent run on this host when the sandbox is not Docker
+    (--unsafe-host-optimizer): it can then reach the API key, the workspace and the network."""
 
 
 class GateConfig(_Strict):
@@ -144,6 +149,8 @@ class BudgetConfig(_Strict):
     """Input+output tokens the gateway allows in the whole run."""
     max_cost: float | None = Field(None, gt=0)
     """US dollars the gateway allows in the whole run (list prices)."""
+    max_hours: float | None = Field(None, gt=0)
+    """Wall-clock hours the run may take, checked at phase boundaries (the round in progress fails)."""
     target_max_output_tokens: int = Field(32_000, ge=1)
     """Largest max_tokens one harness call may ask for; larger asks are refused (400)."""
     optimizer_max_output_tokens: int = Field(32_000, ge=1)

@@ -9,6 +9,7 @@ atomic update-ref (``ledger.record_accepted``), with Ctrl-C deferred for those m
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 import tempfile
@@ -105,13 +106,15 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
             return _steps(ws, svc, rc, trail, view, say)
     except (UserError, KeyboardInterrupt):
         raise
-    except stop.StopRequested:  # the STOP file, found at a phase boundary
-        return record(ws, svc, rc, trail, ("failed", stop.REASON), say)
+    except stop.StopRequested as why:  # the STOP file or the run's deadline, at a phase boundary
+        return record(ws, svc, rc, trail, ("failed", str(why)), say)
     except Exception as e:  # an infrastructure failure is a recorded outcome, not a traceback
         ws.journal.write(k, "error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         return record(ws, svc, rc, trail, ("failed", f"{type(e).__name__}: {e}"[:500]), say)
     finally:  # the optimizer's token dies with its round: nothing it left running can spend later
         svc.gateway.release_round("optimizer", k)
+        spent = svc.usage_of_round(k)  # also when interrupted: `status` shows what the round cost
+        ws.journal.write(k, "spend", cost_usd=spent.cost_usd, tokens=spent.tokens)
         svc.runner.observers.remove(trail.runs)
 
 
@@ -211,7 +214,12 @@ def stage(svc: Services, rc: RoundContext, train: list[TaskResult]) -> None:
 
 def propose(
     ws: Workspace, svc: Services, rc: RoundContext, view: Path, n_train: int, say: Announce
-) -> tuple[Proposal, ViewSnapshot]:
+) -> tuple[Proposal, ViewSnapshot | None]:
+    """The optimizer's proposal (edits are in the view); None for the snapshot when it was kept
+    from an interrupted run of this round, whose candidate ``check`` then restores."""
+    if (saved := svc.store.load_candidate(rc.k, rc.parent)) is not None:
+        say(f"round {rc.k}: reusing the optimizer's proposal of the interrupted run (no optimizer call)")
+        return saved[0], None
     history = render_history(ledger.past_rounds(ws.repo))
     cfg = svc.cfg
     brief = render_brief(rc.k, cfg.mode, cfg.allowed_globs(), cfg.optimizer, n_trajectories=n_train)
@@ -228,12 +236,16 @@ def propose(
 
 
 def check(
-    ws: Workspace, svc: Services, rc: RoundContext, proposal: Proposal, snapshot: ViewSnapshot
+    ws: Workspace, svc: Services, rc: RoundContext, proposal: Proposal, snapshot: ViewSnapshot | None
 ) -> tuple[CopyBackResult, Candidate | None, Ending | None]:
     """Copy back only whitelisted edits into a candidate; an ``Ending`` when the round ends here."""
     cand_root = rc.scratch / "candidate"
     shutil.copytree(rc.incumbent.root, cand_root)
-    copied = copy_back(snapshot.view, cand_root, svc.cfg.allowed_globs(), snapshot=snapshot)
+    if snapshot is None:
+        copied = _restore_candidate(svc, rc, cand_root)
+    else:
+        copied = copy_back(snapshot.view, cand_root, svc.cfg.allowed_globs(), snapshot=snapshot)
+        svc.store.save_candidate(rc.k, rc.parent, proposal, dataclasses.asdict(copied), cand_root)
     ws.journal.write(rc.k, "check", changed=copied.changed, violations=copied.violations)
     if proposal.stopped_by == "error":
         return copied, None, ("failed", f"optimizer error: {proposal.summary.splitlines()[0][:300]}")
@@ -243,6 +255,17 @@ def check(
     candidate = Candidate(cand_root, "candidate", f"candidate-of-{rc.parent[:12]}")
     problem = static_check(cand_root)
     return copied, candidate, ("rejected", problem) if problem else None
+
+
+def _restore_candidate(svc: Services, rc: RoundContext, cand_root: Path) -> CopyBackResult:
+    saved = svc.store.load_candidate(rc.k, rc.parent)
+    assert saved is not None, "propose() found it a moment ago"
+    _, copied, tree = saved
+    for part in EDITABLE_PATHS:
+        shutil.rmtree(cand_root / part, ignore_errors=True)
+        if (tree / part).exists():
+            shutil.copytree(tree / part, cand_root / part, symlinks=True)
+    return CopyBackResult(**copied)
 
 
 def static_check(root: Path) -> str | None:
@@ -451,6 +474,9 @@ def record(
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
     ws.journal.write(rc.k, "recorded", status=status, commit=sha)
+    svc.store.clear(rc.k)  # git holds the round now
+    if svc.store.reused:
+        say(f"round {rc.k}: reused {svc.store.reused} finished rollout(s) of an interrupted run")
     say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
     return RoundResult(rc.k, status, reason, sha, m)
 
@@ -491,7 +517,7 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
             role: RoleUsage(**u, cost_usd=_role_cost(svc, rc.k, role)) for role, u in usage.tokens.items()
         },
         cost_usd=usage.cost_usd,
-        notes=list(svc.gateway.notes),
+        notes=[*svc.gateway.notes, *svc.runner.notes],
         noise_floor=t.noise_floor,
         confirmation=t.confirmation,
         phases=t.runs.phases(),
@@ -529,12 +555,17 @@ def run(
     say(projected.line())
     results: list[RoundResult] = []
     told: list[str] = []
-    with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress):
+    hours = ws.cfg.budget.max_hours
+    deadline = time.monotonic() + hours * 3600 if hours else None
+    with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
         ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary())
         for k in range(start, start + rounds):
             interrupts.check()
             if stop.requested(ws.root):
                 say(stop.honour(ws.root))
+                break
+            if results and watch.out_of_time():  # (a first round always starts)
+                say(f"not starting round {k}: {stop.OUT_OF_TIME}")
                 break
             result = run_round(ws, svc, k, say)
             results.append(result)
@@ -542,9 +573,10 @@ def run(
                 say(line)
             if on_round is not None:
                 on_round(result)
-            for note in svc.gateway.notes[len(told) :]:  # e.g. a model without a price, counted at $0
-                say(f"note: {note}")
-                told.append(note)
+            for note in [*svc.gateway.notes, *svc.runner.notes]:  # e.g. a model without a price
+                if note not in told:  # each once per run
+                    say(f"note: {note}")
+                    told.append(note)
             spent = svc.gateway.exhausted()
             if result.reason == stop.REASON:
                 say(stop.honour(ws.root))
@@ -557,15 +589,18 @@ def run(
 
 
 @contextmanager
-def _watched(ws: Workspace, svc: Services, progress: RunProgress | None) -> Iterator[None]:
-    """The run's observers of task runs: the STOP file, and the live progress display."""
-    watchers: list[RunObserver] = [stop.StopWatch(ws.root)]
+def _watched(
+    ws: Workspace, svc: Services, progress: RunProgress | None, deadline: float | None
+) -> Iterator[stop.StopWatch]:
+    """The run's observers of task runs: the STOP file and the deadline, and the live progress."""
+    watch = stop.StopWatch(ws.root, deadline)
+    watchers: list[RunObserver] = [watch]
     if progress is not None:
         progress.bind(svc.gateway.total, svc.state_dir / "optimizer")
         watchers.append(progress)
     svc.runner.observers.extend(watchers)
     try:
-        yield
+        yield watch
     finally:
         for w in watchers:
             svc.runner.observers.remove(w)

@@ -171,6 +171,13 @@ def status_lines(ws: Workspace) -> list[str]:
     notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
     lines += [f"note: {n}" for n in notes]
     entries, torn = ws.journal.read()
+    recorded = {r.round for r in rounds}
+    unrecorded: dict[int, float] = {}  # spend of rounds that were interrupted before their record
+    for e in entries:
+        if e.get("phase") == "spend" and e.get("round") not in recorded:
+            unrecorded[int(e["round"])] = unrecorded.get(int(e["round"]), 0.0) + float(e.get("cost_usd") or 0)
+    for k, usd in sorted(unrecorded.items()):
+        lines.append(f"interrupted round {k} spent ${usd:.4f} (not in any recorded round)")
     last = entries[-1] if entries else None
     if torn:
         lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")

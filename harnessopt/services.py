@@ -21,9 +21,10 @@ from harnessopt.journal import STATE_DIR
 from harnessopt.models import model_for, optimizer_model_for
 from harnessopt.optimizer import make_optimizer
 from harnessopt.protocols import GatePolicy, Optimizer, Proposal, Sandbox
+from harnessopt.resume import RoundStore, rollout_settings
 from harnessopt.rollout import Runner
 from harnessopt.sandbox import make_sandbox
-from harnessopt.scoring import load_scorer
+from harnessopt.scorer_proc import ScorerProcess
 
 Announce = Callable[[str], None]
 
@@ -40,24 +41,38 @@ class Services:
     gate: GatePolicy
     scratch: Path
     state_dir: Path
+    store: RoundStore
 
     def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
         assert self.optimizer is not None, "services were opened without an optimizer"
         return self.optimizer.propose(view, brief, round_no)
 
-    def usage_of_round(self, k: int) -> dict[str, Any]:
+    def usage_of_round(self, k: int) -> RoundUsage:
+        """Calls and tokens per role, and dollars, that round ``k`` spent so far."""
         tokens: dict[str, dict[str, int]] = {}
         cost = 0.0
         for (role, round_no), u in self.gateway.usage().items():
             if round_no == k:
                 tokens[role] = {"calls": u.calls, "input": u.input_tokens, "output": u.output_tokens}
                 cost += u.cost_usd
-        return {"tokens": tokens, "cost_usd": round(cost, 6)}
+        return RoundUsage(tokens, round(cost, 6))
+
+
+@dataclass(frozen=True)
+class RoundUsage:
+    tokens: dict[str, dict[str, int]]  # role -> {"calls", "input", "output"}
+    cost_usd: float
 
 
 @contextmanager
 def open_services(
-    root: Path, cfg: Config, say: Announce, *, progress: Any = None, with_optimizer: bool = True
+    root: Path,
+    cfg: Config,
+    say: Announce,
+    *,
+    progress: Any = None,
+    with_optimizer: bool = True,
+    keep_rollouts: bool = True,
 ) -> Iterator[Services]:
     """Build and start the parts; everything started is stopped again, also on Ctrl-C or a crash."""
     state_dir = root / STATE_DIR
@@ -69,20 +84,32 @@ def open_services(
     drop_secrets_from_environ()
     for name in {cfg.model.api_key_env, cfg.optimizer.api_key_env} - {None}:
         os.environ.pop(str(name), None)
-    scorer = load_scorer(root / "scorer.py")
     with ExitStack() as stack:
+        # In its own processes, with a deadline and a memory limit; a broken import stops here.
+        r = cfg.rollout
+        scorer = ScorerProcess(root / "scorer.py", timeout_s=r.scorer_timeout_s, memory_mb=r.scorer_memory_mb)
+        stack.callback(scorer.close)
         sandbox = make_sandbox(cfg.rollout, announce=say)
-        if sandbox.name == "docker":  # the local fallback announces itself with its warning
-            say(f"sandbox: docker ({cfg.rollout.image}), a fresh container per task, no network")
+        if description := getattr(sandbox, "description", ""):  # a weak sandbox warned already
+            say(f"sandbox: {description}")
         stack.callback(sandbox.close)
         socket_dir = Path(tempfile.mkdtemp(prefix="ho-gw-"))  # short path: Unix sockets cap it at 108 bytes
         stack.callback(shutil.rmtree, socket_dir, True)
         gateway = stack.enter_context(
-            Gateway.from_config(model, cfg, socket_dir=socket_dir, optimizer_model=optimizer_model)
+            Gateway.from_config(
+                model,
+                cfg,
+                socket_dir=socket_dir,
+                optimizer_model=optimizer_model,
+                peer_uids=getattr(sandbox, "gateway_uids", ()),  # the optimizer's container, say
+            )
         )
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
-        runner = Runner(cfg, sandbox, gateway, scorer, scratch, progress=progress)
+        store = RoundStore(state_dir, rollout_settings(cfg, root))
+        runner = Runner(
+            cfg, sandbox, gateway, scorer, scratch, progress=progress, store=store if keep_rollouts else None
+        )
 
         def client_factory(round_no: int) -> anthropic.Anthropic:
             lease = gateway.lease("optimizer", round_no, None)
@@ -95,10 +122,11 @@ def open_services(
                 shell_factory=sandbox.shell,  # the optimizer's bash is isolated like the tasks
                 announce=say,
                 transcript_dir=state_dir / "optimizer",
+                lease_factory=lambda k: gateway.lease("optimizer", k, None),
+                shell_on_host=not getattr(sandbox, "shell_isolated", False),  # then it needs unsafe_host
             )
             if with_optimizer
             else None
         )
-        yield Services(
-            cfg, gateway, sandbox, runner, optimizer, make_gate("paired", cfg.gate), scratch, state_dir
-        )
+        gate = make_gate(cfg.gate)
+        yield Services(cfg, gateway, sandbox, runner, optimizer, gate, scratch, state_dir, store)

@@ -9,6 +9,7 @@ and the file is removed once the stop is honoured.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from harnessopt.journal import STATE_DIR
 
 STOP_NAME = "STOP"
 REASON = "stopped"
+OUT_OF_TIME = "stopped: the run's wall-clock budget (budget.max_hours) is spent"
 
 
 class StopRequested(Exception):
@@ -39,14 +41,21 @@ def honour(root: Path) -> str:
 
 
 class StopWatch:
-    """A Runner observer that raises ``StopRequested`` before a batch starts when the file exists."""
+    """A Runner observer that raises ``StopRequested`` before a batch starts when the file exists
+    or the run's wall-clock deadline (``time.monotonic()``, from ``budget.max_hours``) has passed."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, deadline: float | None = None):
         self.root = Path(root)
+        self.deadline = deadline
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def started(self, label: str, tasks: Sequence[Any], round_no: int, epochs: Sequence[int]) -> None:
         if requested(self.root):
             raise StopRequested(REASON)
+        if self.out_of_time():
+            raise StopRequested(OUT_OF_TIME)
 
     def finished(self, label: str, result: Any, done: int, total: int) -> None:
         return None

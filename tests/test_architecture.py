@@ -22,9 +22,35 @@ LAYERS: list[set[str]] = [
         "hardening",
         "stop",
     },
-    {"config", "tasks", "skillspec", "scoring", "trajectory", "messages_http", "vcs", "untar", "translate", "chat_wire"},
-    {"models", "gateway", "sandbox", "gate", "ledger", "workspace", "optimizer", "valcache", "secondary", "taxonomy", "noisefloor"},
-    {"rollout", "services", "roundstats", "projection", "progress"},
+    {
+        "config",
+        "tasks",
+        "skillspec",
+        "scoring",
+        "trajectory",
+        "messages_http",
+        "http_guard",
+        "vcs",
+        "untar",
+        "translate",
+        "chat_wire",
+        "scorer_proc",
+    },
+    {
+        "models",
+        "gateway",
+        "gateway_policy",
+        "sandbox",
+        "gate",
+        "ledger",
+        "workspace",
+        "optimizer",
+        "valcache",
+        "secondary",
+        "taxonomy",
+        "noisefloor",
+    },
+    {"rollout", "services", "resume", "roundstats", "projection", "progress"},
     {"loop", "audit", "report", "report_data", "adoption", "html_report", "gatereport"},
     {"demo", "mlflow_log"},
     {"cli", "__main__", "__init__"},
@@ -105,7 +131,9 @@ def test_no_import_cycle() -> None:
 
 def test_sandbox_does_not_import_the_optimizer() -> None:
     graph = import_graph()
-    bad = {m: t for m, t in graph.items() if m.startswith("harnessopt.sandbox") for x in t if "optimizer" in x}
+    bad = {
+        m: t for m, t in graph.items() if m.startswith("harnessopt.sandbox") for x in t if "optimizer" in x
+    }
     assert bad == {}
 
 

@@ -23,6 +23,7 @@ from tests.cli_support import git
 
 def make_ws(tmp_path: Path, **cfg_updates) -> Path:
     cfg = demo_config("local")
+    cfg.optimizer = cfg.optimizer.model_copy(update={"unsafe_host": True})  # its bash runs on this host
     for section, values in cfg_updates.items():
         setattr(cfg, section, getattr(cfg, section).model_copy(update=values))
     ws = tmp_path / "ws"
@@ -102,8 +103,12 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> int:
     assert git(ws, "tag", "--list", "ho/round-*") == "ho/round-0"
     assert "Reply with only the city name" not in (ws / "skill" / "SKILL.md").read_text()
     assert not Path(_journal_entry(ws, "propose")["view"]).exists()  # the view is not left in /tmp
-    # Nothing was recorded, so the next run starts round 1 again.
+    # Nothing was recorded, so the next run starts round 1 again; what it spent is still shown.
     assert ledger.next_round(Workspace.open(ws).repo) == 1
+    status = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "status", str(ws)], capture_output=True, text=True
+    )
+    assert "interrupted round 1 spent $" in status.stdout, status.stdout
     return proc.pid
 
 
@@ -210,3 +215,19 @@ def test_a_harness_that_crashes_everywhere_fails_the_round_before_any_optimizer_
     assert only.status == "failed" and "8/8 train runs" in only.manifest.reason
     assert "optimizer" not in only.manifest.tokens and only.manifest.optimizer is None
     assert git(ws, "rev-parse", "HEAD") == head
+
+
+def test_max_hours_ends_the_run_at_a_phase_boundary(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    head = git(ws, "rev-parse", "HEAD")
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "3", "--sandbox", "local"]
+        + ["--max-hours", "0.00001", "-c", "optimizer.unsafe_host=true"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    (only,) = ledger.past_rounds(Workspace.open(ws).repo)
+    assert only.status == "failed" and "budget.max_hours" in only.manifest.reason
+    assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
