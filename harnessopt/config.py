@@ -151,6 +151,8 @@ class BudgetConfig(_Strict):
     """US dollars the gateway allows in the whole run (list prices)."""
     max_hours: float | None = Field(None, gt=0)
     """Wall-clock hours the run may take, checked at phase boundaries (the round in progress fails)."""
+    max_failed_rounds: int = Field(3, ge=1)
+    """Consecutive failed rounds (an optimizer that keeps failing, ...) after which the run stops."""
     target_max_output_tokens: int = Field(32_000, ge=1)
     """Largest max_tokens one harness call may ask for; larger asks are refused (400)."""
     optimizer_max_output_tokens: int = Field(32_000, ge=1)

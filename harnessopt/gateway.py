@@ -227,6 +227,9 @@ class Gateway:
                 self._held.calls, self._held.input_tokens, self._held.output_tokens, self._held.cost_usd
             )
 
+    key_refused: str | None = None
+    """Set when an upstream answered 401: the run stops at once (``loop.run``)."""
+
     def exhausted(self) -> str | None:
         """Why the budget refuses further calls (the message callers get), or None.
 
@@ -340,6 +343,10 @@ class Gateway:
             response = model.create(call.body, lease.role, forward=forward)
         except ModelError as e:
             self._record(lease, call, None, f"{e.status} {e.error_type}: {e.message}", started, t0, hold)
+            if e.status == 401:  # upstream refused the real key: no later call can succeed
+                self.key_refused = (
+                    f"the API key was refused by the {lease.role}'s upstream ({e.message[:200]})"
+                )
             raise
         except Exception as e:
             self._record(lease, call, None, f"{type(e).__name__}: {e}", started, t0, hold)

@@ -23,14 +23,7 @@ from typing import Any
 
 from harnessopt import interrupts, ledger, stop, vcs
 from harnessopt.errors import UserError
-from harnessopt.gate import (
-    confirmation_record,
-    futile_decision,
-    make_gate,
-    smoke_verdict,
-    spent_decision,
-    split_val,
-)
+from harnessopt.gate import futile_decision, make_gate
 from harnessopt.ledger import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.noisefloor import NoiseFloorStore, measure
 from harnessopt.noisefloor import lines as noise_lines
@@ -47,6 +40,7 @@ from harnessopt.stats import mean, run_alpha_for, task_means
 from harnessopt.textutil import visible
 from harnessopt.trajectory import write_trajectories
 from harnessopt.valcache import ValCache, digest, environment_key, key_parts
+from harnessopt.verdicts import confirmation_record, smoke_verdict, spent_decision, split_val
 from harnessopt.workspace import EDITABLE_PATHS, RECORD_PATHS, Workspace
 
 Announce = Callable[[str], None]
@@ -54,6 +48,7 @@ SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's
 FUTILITY_EVERY = 5  # validation checks for futility every this many tasks (or `concurrency`)
 CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
 Ending = tuple[Status, str]  # (status, reason) of a round that ends before the gate
+BROKEN_PREFIX = "train runs of the incumbent"  # the reason's words when the incumbent cannot run
 SUMMARY_CAP = 20_000  # characters of the optimizer's summary kept in the commit message
 
 
@@ -186,7 +181,7 @@ def incumbent_broken(train: list[TaskResult]) -> str | None:
     said = next((r.stderr_tail for r in crashed if r.stderr_tail.strip()), "") or crashed[0].notes[0:1]
     first = " | ".join(line.strip() for line in str(said).strip().splitlines()[:3] if line.strip())
     return (
-        f"{len(crashed)}/{len(train)} train runs of the incumbent failed ({kinds}) before any optimizer "
+        f"{len(crashed)}/{len(train)} {BROKEN_PREFIX} failed ({kinds}) before any optimizer "
         f"call; the harness said: {first or '(nothing on stderr)'}"
     )
 
@@ -555,6 +550,7 @@ def run(
     say(projected.line())
     results: list[RoundResult] = []
     told: list[str] = []
+    failed_in_a_row = 0
     hours = ws.cfg.budget.max_hours
     deadline = time.monotonic() + hours * 3600 if hours else None
     with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
@@ -581,11 +577,28 @@ def run(
             if result.reason == stop.REASON:
                 say(stop.honour(ws.root))
                 break
-            if result.status == "failed" or spent:
-                say(f"stopping after round {k}: {spent or result.reason}")
+            failed_in_a_row = failed_in_a_row + 1 if result.status == "failed" else 0
+            if why := _why_stop(svc, result, failed_in_a_row, spent):
+                say(f"stopping after round {k}: {why}")
                 break
         ws.journal.write(results[-1].round if results else start, "run_end")
     return results
+
+
+def _why_stop(svc: Services, result: RoundResult, failed_in_a_row: int, spent: str | None) -> str | None:
+    """Why the run ends after this round: a spent budget, a refused key, an incumbent whose runs
+    crash (every later round would too), or too many failed rounds in a row."""
+    if spent or svc.gateway.key_refused:
+        return spent or svc.gateway.key_refused
+    if result.status != "failed":
+        return None
+    if BROKEN_PREFIX in result.reason or failed_in_a_row >= svc.cfg.budget.max_failed_rounds:
+        return (
+            result.reason
+            if failed_in_a_row < 2
+            else f"{failed_in_a_row} failed rounds in a row: {result.reason}"
+        )
+    return None
 
 
 @contextmanager

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harnessopt import ledger
 from harnessopt.models.scripted import ScriptedModel
+from harnessopt.workspace import Workspace
 from tests.cli_support import (
     REAL_KEY,
     ROUND1_EDIT,
@@ -48,7 +50,18 @@ def test_two_rounds_accept_then_reject_then_log_diff_rollback(tmp_path: Path, up
     ws = _init(tmp_path, env)
     assert git(ws, "rev-parse", "ho/round-0") == git(ws, "rev-parse", "ho/best")
 
-    r = cli("run", ws, "--rounds", "2", "--sandbox", "local", "--batch-size", "4", env=env)
+    r = cli(
+        "run",
+        ws,
+        "--rounds",
+        "2",
+        "--sandbox",
+        "local",
+        "--unsafe-host-optimizer",
+        "--batch-size",
+        "4",
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
     # Round 1 accepted: a commit on main, tagged, best; round 2 rejected: on its ref, main reset.
@@ -100,7 +113,18 @@ def test_two_rounds_accept_then_reject_then_log_diff_rollback(tmp_path: Path, up
     assert st.returncode == 0 and "rounds: 2 (1 accepted, 1 rejected)" in st.stdout
 
     # A second run continues after the last completed round.
-    r3 = cli("run", ws, "--rounds", "1", "--sandbox", "local", "--batch-size", "4", env=env)
+    r3 = cli(
+        "run",
+        ws,
+        "--rounds",
+        "1",
+        "--sandbox",
+        "local",
+        "--unsafe-host-optimizer",
+        "--batch-size",
+        "4",
+        env=env,
+    )
     assert r3.returncode == 0, r3.stderr
     assert [row["round"] for row in json.loads(cli("log", ws, "--json", env=env).stdout)] == [1, 2, 3]
 
@@ -109,7 +133,21 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     env = {"ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": REAL_KEY}
     ws = _init(tmp_path, env)
     assert cli("audit", ws, "--sandbox", "local", env=env).returncode == 2  # nothing accepted yet
-    assert cli("run", ws, "--rounds", "1", "--sandbox", "local", "--batch-size", "2", env=env).returncode == 0
+    assert (
+        cli(
+            "run",
+            ws,
+            "--rounds",
+            "1",
+            "--sandbox",
+            "local",
+            "--unsafe-host-optimizer",
+            "--batch-size",
+            "2",
+            env=env,
+        ).returncode
+        == 0
+    )
     r = cli("audit", ws, "--sandbox", "local", "--json", env=env)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
@@ -117,3 +155,18 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     again = cli("audit", ws, "--sandbox", "local", env=env)
     assert again.returncode == 2 and "--force" in again.stderr
     assert git(ws, "for-each-ref", "refs/harnessopt/audit/")
+
+
+def test_a_refused_api_key_stops_the_run_at_once(tmp_path: Path) -> None:
+    """A 401 from upstream (a revoked key): one line that says so, exit 3, no second round."""
+    from tests.models.counting_upstream import CountingUpstream, api_error
+
+    with CountingUpstream([api_error(401, "authentication_error", "invalid x-api-key")]) as up:
+        env = {"ANTHROPIC_BASE_URL": up.base_url, "ANTHROPIC_API_KEY": REAL_KEY}
+        ws = _init(tmp_path, env)
+        r = cli("run", ws, "--rounds", "3", "--sandbox", "local", "--unsafe-host-optimizer", env=env)
+        calls = len(up.attempts)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "the API key was refused" in r.stdout and "Traceback" not in r.stderr
+    assert [x.round for x in ledger.past_rounds(Workspace.open(ws).repo)] == [1]
+    assert calls <= 8  # the train batch's calls at most: no optimizer, no validation, no retries
