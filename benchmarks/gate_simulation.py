@@ -41,9 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.baselines import FixedDeadBand, MeanImproved  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
-from harnessopt.gate import PairedGate, smoke_verdict  # noqa: E402
+from harnessopt.gate import PairedGate  # noqa: E402
 from harnessopt.noisefloor import measure  # noqa: E402
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
+from harnessopt.verdicts import smoke_verdict  # noqa: E402
 
 POPULATION = 1000
 MID_SHARE = 0.3  # tasks with a latent pass probability between ~0.2 and ~0.8 (Beta(2, 2))
@@ -93,6 +94,7 @@ HO = {"smoke": True, "confirm": True, "futility": True}
 POLICIES = [
     Policy("harnessopt (default: secondary none)", _paired(), **HO),
     Policy(f"harnessopt, run_alpha {RUN_ALPHA} over {RUN_ROUNDS} rounds", _paired(confidence=1 - RUN_ALPHA / RUN_ROUNDS), **HO),
+    Policy("harnessopt, looks split evenly (first_share 0.5)", lambda: PairedGate(GateConfig(), first_share=0.5), **HO),
     Policy("harnessopt, secondary cost (margin 0.02)", _paired(secondary="cost"), detail="tokens", **HO),
     Policy("harnessopt, secondary soft [soft-score variant]", _paired(secondary="soft"), detail="soft", **HO),
     Policy("strict improvement [SkillOpt], 1 epoch", MeanImproved),
@@ -385,6 +387,13 @@ def _mean(xs: list[float], fmt: str = "{:+.3f}") -> str:
     return fmt.format(statistics.fmean(xs)) if xs else "-"
 
 
+def _mean_se(xs: list[float]) -> str:
+    """Mean and its standard error (n = how many values)."""
+    if len(xs) < 2:
+        return _mean(xs)
+    return f"{statistics.fmean(xs):+.3f} ±{statistics.stdev(xs) / len(xs) ** 0.5:.3f} (n={len(xs)})"
+
+
 def tables(m: int, res: dict[str, list[Tally]], n: dict[str, int]) -> str:
     kinds = " | ".join(f"{'FA' if k in NULLS else 'power'} {k}" for k in EFFECT)
     lines = [
@@ -422,8 +431,8 @@ def tables(m: int, res: dict[str, list[Tally]], n: dict[str, int]) -> str:
         infl = t.inflation_round
         rates = " | ".join(_rate(t, k) for k in ("null", "churn", "cheap-harm", "-0.10", "+0.05", "+0.10"))
         lines.append(
-            f"| {pol.label} | {statistics.fmean(t.final):.3f} | {rates} | {_mean(infl['claimed'])} "
-            f"| {_mean(infl['val rerun'])} | {_mean(infl['held-out'])} | {_mean(t.inflation_run)} "
+            f"| {pol.label} | {statistics.fmean(t.final):.3f} | {rates} | {_mean_se(infl['claimed'])} "
+            f"| {_mean_se(infl['val rerun'])} | {_mean_se(infl['held-out'])} | {_mean_se(t.inflation_run)} "
             f"| {statistics.fmean(t.rollouts):.1f} | {_mean(t.confirm_rollouts, '{:.1f}')} |"
         )
     lines += [

@@ -317,7 +317,7 @@ def smoke(
     ws: Workspace, svc: Services, rc: RoundContext, cand: Candidate, inc: Outcomes, say: Announce
 ) -> tuple[list[TaskResult], str | None]:
     """Run the candidate on the first val tasks. A crashed task is rerun once on both sides; only a
-    crash that reproduces and that the incumbent does not have rejects (``gate.smoke_verdict``)."""
+    crash that reproduces and that the incumbent does not have rejects (``verdicts.smoke_verdict``)."""
     tasks = smoke_tasks(rc.val, svc.cfg.gate.smoke)
     if not tasks:
         return [], None

@@ -49,6 +49,7 @@ LAYERS: list[set[str]] = [
         "secondary",
         "taxonomy",
         "noisefloor",
+        "verdicts",
     },
     {"rollout", "services", "resume", "roundstats", "projection", "progress"},
     {"loop", "audit", "report", "report_data", "adoption", "html_report", "gatereport"},
