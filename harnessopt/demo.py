@@ -26,6 +26,10 @@ SCRIPTED_NOTICE = (
     "NOTE: this demo runs offline. Every model answer (the agent's and the optimizer's) is SCRIPTED, "
     "replayed from {script}; no real model is called."
 )
+HOST_OPTIMIZER_NOTICE = (
+    "NOTE: where Docker is not used, the demo lets the optimizer's bash run on this host (it passes "
+    "--unsafe-host-optimizer itself): the model is scripted, so there is no API key to reach."
+)
 
 
 def demo_config(sandbox: str) -> Config:
@@ -48,7 +52,11 @@ def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None], console:
         extra_files={"scripted_model.yaml": DEMO_DATA / "model.yaml"},
         announce=say,
     )
-    ws = Workspace.open(target)
+    if sandbox != "docker":
+        say(HOST_OPTIMIZER_NOTICE)
+    # The demo holds no key: its optimizer may run on the host. Not written to harnessopt.yaml,
+    # so a later `harnessopt run` on this workspace asks for the flag itself.
+    ws = Workspace.open(target, {"optimizer.unsafe_host": True})
     with progress_for(console, smoke=ws.cfg.gate.smoke) as progress:  # bars on a terminal, lines elsewhere
         results = loop.run(ws, DEMO_ROUNDS, progress.say, progress=progress)
     print_log(ws, console)

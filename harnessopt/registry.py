@@ -11,7 +11,8 @@ Factory signatures, by kind:
 
 * ``sandbox``: ``(cfg: RolloutConfig, *, announce) -> Sandbox``
 * ``optimizer``: ``(cfg: OptimizerConfig, *, client_factory, shell_factory, announce,
-  transcript_dir) -> Optimizer``
+  transcript_dir, lease_factory, **kwargs) -> Optimizer`` (accept ``**kwargs``: later versions
+  may pass more)
 * ``model``: ``(cfg: ModelConfig, *, root: Path) -> Model``
 * ``gate``: ``(cfg: GateConfig) -> GatePolicy``
 """
@@ -35,6 +36,7 @@ PARTS: dict[str, dict[str, str]] = {
     "optimizer": {
         "anthropic": "harnessopt.optimizer:anthropic_optimizer",
         "command": "harnessopt.optimizer:command_optimizer",
+        "claude-code": "harnessopt.optimizer:claude_code_optimizer",  # a preset of command
         "manual": "harnessopt.optimizer:manual_optimizer",
     },
     "model": {

@@ -1,4 +1,5 @@
-"""Optimizers: who edits the view (``anthropic`` tool loop, a ``command`` CLI agent, or ``manual``).
+"""Optimizers: who edits the view (``anthropic`` tool loop, a ``command`` CLI agent such as
+``claude-code``, or ``manual``).
 
 The view and the whitelist copy-back live in ``view``; the brief and history in ``brief``.
 Enforcement is outside the optimizer: whatever it does in the view, only ``copy_back`` writes
@@ -7,6 +8,7 @@ to the workspace.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,24 +17,30 @@ from harnessopt.config import OptimizerConfig
 from harnessopt.errors import UserError
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back, matches_any
-from harnessopt.protocols import Optimizer, Shell
+from harnessopt.protocols import GatewayLease, Optimizer, Shell
 
 if TYPE_CHECKING:
     import anthropic
 
-BACKENDS = ("anthropic", "command", "manual")
-
 __all__ = [
-    "BACKENDS",
+    "HOST_EXPOSURE",
     "CopyBackResult",
     "ViewSnapshot",
     "build_view",
+    "check_placement",
     "copy_back",
     "make_optimizer",
     "matches_any",
     "render_brief",
     "render_history",
 ]
+
+
+# What an optimizer running on this host can reach (named by the warning and the refusal).
+HOST_EXPOSURE = (
+    "the API key held in harnessopt's memory and environment, the workspace (tasks/ with the gold "
+    "answers, scorer.py, .git and its hooks), and the network"
+)
 
 
 def make_optimizer(
@@ -42,38 +50,123 @@ def make_optimizer(
     shell_factory: Callable[[Path], Shell] | None = None,
     announce: Callable[[str], None] = print,
     transcript_dir: Path | None = None,
+    lease_factory: Callable[[int], GatewayLease] | None = None,
+    shell_on_host: bool | None = None,
 ) -> Optimizer:
-    """Build the optimizer named by ``cfg.backend``.
+    """Build the optimizer named by ``cfg.backend`` (a registry name or a dotted path).
 
     ``client_factory(round_no)`` returns an Anthropic client pointed at the model gateway with the
-    optimizer role's token for that round; the ``command`` backend hands its base_url and key to the CLI agent as
-    ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY. ``shell_factory(view)`` gives the optimizer's
-    ``Shell`` (``sandbox.shell``); it defaults to the local shell on the host.
+    optimizer role's token for that round; ``lease_factory(round_no)`` that round's lease itself
+    (token, URL and Unix socket: a CLI agent in a container reaches the gateway through the
+    socket; default: the client's token and URL). ``shell_factory(view)`` gives the optimizer's
+    ``Shell`` (``sandbox.shell``); it defaults to the local shell on the host. Whether that
+    shell runs on this host (``shell_on_host``; default: when no ``shell_factory`` is given)
+    decides ``check_placement``.
     """
-    if cfg.backend == "anthropic":
-        from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
-        from harnessopt.sandbox.local import LocalShell
+    from harnessopt import registry
+    from harnessopt.sandbox.local import LocalShell
 
-        return AnthropicOptimizer(
-            client_factory,
-            cfg.model,
-            cfg,
-            shell_factory or LocalShell,
-            transcript_dir=transcript_dir,
+    check_placement(
+        cfg, on_host=shell_factory is None if shell_on_host is None else shell_on_host, announce=announce
+    )
+    optimizer: Optimizer = registry.build(
+        "optimizer",
+        cfg.backend,
+        cfg,
+        client_factory=client_factory,
+        shell_factory=shell_factory or LocalShell,
+        announce=announce,
+        transcript_dir=transcript_dir,
+        lease_factory=lease_factory or _lease_of_client(client_factory),
+    )
+    return optimizer
+
+
+def check_placement(cfg: OptimizerConfig, *, on_host: bool, announce: Callable[[str], None]) -> None:
+    """An optimizer whose tools would run on this host needs ``optimizer.unsafe_host``, and is
+    announced with what it can reach; otherwise a UserError that says what to do. ``manual``
+    is a person at their own machine: nothing to check."""
+    if not on_host or cfg.backend == "manual":
+        return
+    if not cfg.unsafe_host:
+        raise UserError(
+            f"the {cfg.backend} optimizer would run its tools on this host (no Docker sandbox), where they "
+            f"can reach {HOST_EXPOSURE}: use --sandbox docker (after `harnessopt sandbox build`), or pass "
+            "--unsafe-host-optimizer (optimizer.unsafe_host: true) to accept that"
         )
-    if cfg.backend == "command":
-        from harnessopt.optimizer.command import CommandOptimizer
+    announce(
+        f"WARNING: optimizer {cfg.backend} runs its tools on this host as uid {os.getuid()} "
+        f"(--unsafe-host-optimizer): it can reach {HOST_EXPOSURE}"
+    )
 
-        def lease_env(round_no: int) -> dict[str, str]:
-            client = client_factory(round_no)
-            return {
-                "ANTHROPIC_BASE_URL": str(client.base_url).rstrip("/"),
-                "ANTHROPIC_API_KEY": client.api_key or "",
-            }
 
-        return CommandOptimizer(list(cfg.command or []), cfg.wall_s, env_factory=lease_env)
-    if cfg.backend == "manual":
-        from harnessopt.optimizer.manual import ManualOptimizer
+def _lease_of_client(client_factory: Callable[[int], anthropic.Anthropic]) -> Callable[[int], GatewayLease]:
+    def lease(round_no: int) -> GatewayLease:
+        client = client_factory(round_no)
+        return GatewayLease(client.api_key or "", str(client.base_url).rstrip("/"), None)
 
-        return ManualOptimizer(cfg.settle_s, cfg.wall_s, announce)
-    raise UserError(f"unknown optimizer backend {cfg.backend!r}; known: {', '.join(BACKENDS)}")
+    return lease
+
+
+def anthropic_optimizer(
+    cfg: OptimizerConfig,
+    *,
+    client_factory: Callable[[int], anthropic.Anthropic],
+    shell_factory: Callable[[Path], Shell],
+    transcript_dir: Path | None = None,
+    **_: object,
+) -> Optimizer:
+    """``anthropic``: the built-in Claude tool loop over the view."""
+    from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
+
+    return AnthropicOptimizer(
+        client_factory,
+        cfg.model,
+        cfg,
+        shell_factory,
+        transcript_dir=transcript_dir,
+    )
+
+
+def command_optimizer(
+    cfg: OptimizerConfig,
+    *,
+    lease_factory: Callable[[int], GatewayLease],
+    shell_factory: Callable[[Path], Shell],
+    transcript_dir: Path | None = None,
+    **_: object,
+) -> Optimizer:
+    """``command``: a CLI coding agent run in the view where the shell runs, through the gateway."""
+    from harnessopt.optimizer.command import CommandOptimizer
+
+    return CommandOptimizer(
+        list(cfg.command or []),
+        cfg.wall_s,
+        lease_factory=lease_factory,
+        shell_factory=shell_factory,
+        transcript_dir=transcript_dir,
+    )
+
+
+def claude_code_optimizer(
+    cfg: OptimizerConfig,
+    *,
+    lease_factory: Callable[[int], GatewayLease],
+    shell_factory: Callable[[Path], Shell],
+    transcript_dir: Path | None = None,
+    **_: object,
+) -> Optimizer:
+    """``claude-code``: the ``command`` backend running Claude Code headless, able to edit the view."""
+    from harnessopt.optimizer import claude_code
+
+    optimizer: Optimizer = claude_code.make(
+        cfg, lease_factory=lease_factory, shell_factory=shell_factory, transcript_dir=transcript_dir
+    )
+    return optimizer
+
+
+def manual_optimizer(cfg: OptimizerConfig, *, announce: Callable[[str], None], **_: object) -> Optimizer:
+    """``manual``: a person or an IDE agent edits the view."""
+    from harnessopt.optimizer.manual import ManualOptimizer
+
+    return ManualOptimizer(cfg.settle_s, cfg.wall_s, announce)

@@ -1,84 +1,133 @@
-"""Optimizer backend ``command``: any CLI coding agent (``claude -p``, ``codex exec``, ...) run in the view."""
+"""Optimizer backend ``command``: any CLI coding agent (``codex exec``, ``claude -p``, ...) run in the view.
+
+The agent runs where the sandbox's shell runs (``Shell.agent``): under Docker in the optimizer's
+container, by exec, with only the view mounted, no network but a loopback port bridged to the
+gateway, the optimizer's lease as its key, and every process of it killed at the end; on the
+host (``LocalShell``) only with ``optimizer.unsafe_host`` (``check_placement``). The brief goes
+on its stdin; its stdout is the round's transcript.
+"""
 
 from __future__ import annotations
 
-import os
-import re
+import shlex
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from harnessopt.errors import UserError
-from harnessopt.proc import run_in_session
-from harnessopt.protocols import Proposal
+from harnessopt.protocols import AgentResult, GatewayLease, Proposal, Shell, SupportsClose
 
-# Host variables that look like credentials never reach the agent; the caller adds the gateway lease.
-_SECRET = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)|^(ANTHROPIC|AWS|OPENAI|GOOGLE|AZURE)_",
-    re.I,
-)
 _SUMMARY_LINES = 20
-_OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr read back (head and tail; the summary is the tail)
+PROBE_TIMEOUT_S = 60.0
 
-
-def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The host environment minus anything that looks like a secret, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
-    env.update(extra or {})
-    return env
+# How a preset turns the agent's output into a Proposal (``claude_code.proposal``).
+Report = Callable[[AgentResult], Proposal]
 
 
 class CommandOptimizer:
     """Runs ``argv`` with cwd = the view and the brief on stdin; the summary is its stdout's tail.
 
-    ``env_factory`` returns the variables that let the agent reach the model gateway
-    (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` = the optimizer's lease for round K); it is
-    called once per round. A timeout kills the agent's whole process group (``harnessopt.proc``).
+    ``lease_factory(round_no)`` gives the optimizer's gateway lease of that round (the agent's
+    ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY); ``shell_factory(view)`` the shell it runs in
+    (default: the host's ``LocalShell``). ``env`` is added to the agent's environment (nothing of
+    harnessopt's own environment is). ``report`` reads a preset's output; the default takes the
+    last 20 lines of stdout as the summary. The executable is looked for in the shell at once,
+    so a missing one is a ``UserError`` (ending with ``missing_hint``) before any round runs.
     """
-
-    name = "command"
 
     def __init__(
         self,
         argv: list[str],
         wall_s: float,
         *,
-        env_factory: Callable[[int], Mapping[str, str]] | None = None,
+        lease_factory: Callable[[int], GatewayLease] | None = None,
+        shell_factory: Callable[[Path], Shell] | None = None,
+        env: Mapping[str, str] | None = None,
+        transcript_dir: Path | None = None,
+        report: Report | None = None,
+        name: str = "command",
+        missing_hint: str = "install it or fix the setting",
     ):
         if not argv:
-            raise UserError("optimizer.command is empty; set it to an agent's argv, e.g. [claude, -p]")
-        if shutil.which(argv[0]) is None:
-            raise UserError(
-                f"optimizer.command: {argv[0]!r} is not an executable on PATH; install it or fix the setting"
-            )
+            raise UserError("optimizer.command is empty; set it to an agent's argv, e.g. [codex, exec]")
+        if shell_factory is None:
+            from harnessopt.sandbox.local import LocalShell
+
+            shell_factory = LocalShell
         self.argv = list(argv)
         self.wall_s = wall_s
-        self.env_factory = env_factory
+        self.lease_factory = lease_factory
+        self.shell_factory = shell_factory
+        self.env = dict(env or {})
+        self.transcript_dir = transcript_dir
+        self.report = report or _tail_report
+        self.name = name
+        self._probe(missing_hint)
 
     def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
-        """Run the agent once in ``view``; its exit code and output tail decide the Proposal."""
-        env = scrubbed_env(self.env_factory(round_no) if self.env_factory else None)
-        env["HARNESSOPT_ROUND"] = str(round_no)
-        done = run_in_session(
-            self.argv,
-            timeout_s=self.wall_s,
-            cap=_OUTPUT_CAP,
-            cwd=view,
-            env=env,
-            stdin=brief.encode("utf-8"),
+        """Run the agent once in ``view``; its exit code and output decide the Proposal."""
+        lease = self.lease_factory(round_no) if self.lease_factory is not None else None
+        shell = self.shell_factory(view)
+        try:
+            result = shell.agent(
+                self.argv,
+                stdin=brief.encode("utf-8"),
+                env={**self.env, "HARNESSOPT_ROUND": str(round_no)},
+                timeout_s=self.wall_s,
+                gateway=lease,
+            )
+        finally:
+            if isinstance(shell, SupportsClose):
+                shell.close()
+        proposal = self.report(result)
+        proposal.transcript_path = self._save(Path(view), round_no, result)
+        return proposal
+
+    def _save(self, view: Path, round_no: int, result: AgentResult) -> Path:
+        """The agent's stdout (a preset's JSONL transcript), stderr after it when there is any."""
+        name = f"optimizer-round-{round_no}.{'jsonl' if self.report is not _tail_report else 'log'}"
+        if self.transcript_dir is not None:
+            path = Path(self.transcript_dir) / name
+        else:
+            path = view.parent / f"{view.name}.{name}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.stdout, encoding="utf-8")
+        if result.stderr.strip() or result.note:
+            err = path.with_name(path.name + ".stderr")
+            err.write_text(result.stderr + (f"\n[{result.note}]\n" if result.note else ""), encoding="utf-8")
+        return path
+
+    def _probe(self, missing_hint: str) -> None:
+        """UserError unless ``argv[0]`` is an executable in the shell the agent will run in."""
+        private = Path(tempfile.mkdtemp(prefix="ho-probe-"))  # 0700: a DockerShell insists on it
+        try:
+            (private / "view").mkdir()
+            shell = self.shell_factory(private / "view")
+            try:
+                found = shell.run(f"command -v -- {shlex.quote(self.argv[0])}", PROBE_TIMEOUT_S)
+            finally:
+                if isinstance(shell, SupportsClose):
+                    shell.close()
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        if found.exit_code != 0:
+            raise UserError(
+                f"optimizer {self.name}: {self.argv[0]!r} is not an executable where the agent runs "
+                f"(its sandbox's PATH); {missing_hint}"
+            )
+
+
+def _tail_report(result: AgentResult) -> Proposal:
+    """A generic agent: the last 20 lines of stdout are its summary; a non-zero exit is an error."""
+    if result.timed_out:
+        return Proposal(summary=_last_lines(result.stdout) or "agent timed out", stopped_by="wall_clock")
+    if result.exit_code != 0:
+        detail = _last_lines(result.stderr, 5) or _last_lines(result.stdout, 5) or result.note
+        return Proposal(
+            summary=f"agent exited with code {result.exit_code}: {detail}".strip(), stopped_by="error"
         )
-        stdout, stderr = done.stdout, done.stderr
-        if done.timed_out:
-            return Proposal(
-                summary=_last_lines(stdout) or f"agent timed out after {done.wall_s:.0f} s",
-                stopped_by="wall_clock",
-            )
-        if done.returncode != 0:
-            detail = _last_lines(stderr, 5) or _last_lines(stdout, 5)
-            return Proposal(
-                summary=f"agent exited with code {done.returncode}: {detail}".strip(), stopped_by="error"
-            )
-        return Proposal(summary=_last_lines(stdout) or "(the agent printed no summary)", stopped_by="done")
+    return Proposal(summary=_last_lines(result.stdout) or "(the agent printed no summary)", stopped_by="done")
 
 
 def _last_lines(text: str, n: int = _SUMMARY_LINES) -> str:

@@ -16,6 +16,7 @@ from harnessopt.optimizer import make_optimizer, render_brief, render_history
 from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 from harnessopt.optimizer.command import CommandOptimizer
 from harnessopt.optimizer.manual import ManualOptimizer
+from harnessopt.protocols import GatewayLease
 
 
 @pytest.fixture
@@ -37,10 +38,11 @@ def test_command_agent_gets_brief_on_stdin_and_the_lease_not_host_secrets(
     script = (
         "cat > brief.txt; env > env.txt; echo '- note' >> skill/SKILL.md; echo working; echo 'Title: terse'"
     )
-    lease = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "lease-token"}
-    opt = CommandOptimizer(["bash", "-c", script], 10, env_factory=lambda k: lease)
+    lease = GatewayLease("lease-token", "http://127.0.0.1:9", None)
+    opt = CommandOptimizer(["bash", "-c", script], 10, lease_factory=lambda k: lease)  # the host's shell
     proposal = opt.propose(view, "# the brief\n", 4)
     assert proposal.stopped_by == "done"
+    assert proposal.transcript_path is not None and "Title: terse" in proposal.transcript_path.read_text()
     assert proposal.summary == "working\nTitle: terse"
     assert (view / "brief.txt").read_text() == "# the brief\n"
     env = (view / "env.txt").read_text()
@@ -61,7 +63,7 @@ def test_command_agent_timeout_and_failure(view: Path) -> None:
 
 
 def test_command_agent_must_exist() -> None:
-    with pytest.raises(UserError, match="not an executable"):
+    with pytest.raises(UserError, match="not an executable"):  # looked for at once, where it will run
         CommandOptimizer(["no-such-agent-xyz", "-p"], 10)
     with pytest.raises(UserError, match="empty"):
         CommandOptimizer([], 10)
@@ -120,19 +122,46 @@ def _client(round_no: int) -> anthropic.Anthropic:
 
 
 def test_make_optimizer_chooses_by_backend() -> None:
-    assert isinstance(make_optimizer(OptimizerConfig(), client_factory=_client), AnthropicOptimizer)
+    on_host = {"unsafe_host": True}  # no shell factory: the tools run on this host
+    said: list[str] = []
+    opt = make_optimizer(OptimizerConfig(**on_host), client_factory=_client, announce=said.append)
+    assert isinstance(opt, AnthropicOptimizer)
     assert isinstance(
         make_optimizer(OptimizerConfig(backend="manual"), client_factory=_client), ManualOptimizer
     )
     cmd = make_optimizer(
-        OptimizerConfig(backend="command", command=["bash", "-c", "true"]), client_factory=_client
+        OptimizerConfig(backend="command", command=["bash", "-c", "true"], **on_host), client_factory=_client
     )
-    assert isinstance(cmd, CommandOptimizer) and cmd.env_factory is not None
-    assert cmd.env_factory(3) == {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "lease-3"}
+    assert isinstance(cmd, CommandOptimizer) and cmd.lease_factory is not None
+    assert cmd.lease_factory(3) == GatewayLease("lease-3", "http://127.0.0.1:9", None)
     with pytest.raises(UserError, match="optimizer.command is empty"):
-        make_optimizer(OptimizerConfig(backend="command"), client_factory=_client)
-    with pytest.raises(UserError, match="known: anthropic, command, manual"):
-        make_optimizer(OptimizerConfig.model_construct(backend="magic"), client_factory=_client)
+        make_optimizer(OptimizerConfig(backend="command", **on_host), client_factory=_client)
+    with pytest.raises(UserError, match="known: anthropic, command, claude-code, manual"):
+        make_optimizer(
+            OptimizerConfig.model_construct(backend="magic", unsafe_host=True), client_factory=_client
+        )
+    with pytest.raises(UserError, match="claude-code builds its own"):
+        make_optimizer(
+            OptimizerConfig(backend="claude-code", command=["claude", "-p"], **on_host),
+            client_factory=_client,
+        )
+
+
+def test_an_optimizer_on_this_host_needs_the_unsafe_flag_and_says_what_it_exposes() -> None:
+    for backend, extra in (("anthropic", {}), ("command", {"command": ["bash", "-c", "true"]})):
+        with pytest.raises(UserError, match="--unsafe-host-optimizer") as refused:
+            make_optimizer(OptimizerConfig(backend=backend, **extra), client_factory=_client)
+        assert "\n" not in str(refused.value) and "--sandbox docker" in str(refused.value)
+        said: list[str] = []
+        cfg = OptimizerConfig(backend=backend, unsafe_host=True, **extra)
+        make_optimizer(cfg, client_factory=_client, announce=said.append)
+        assert len(said) == 1 and said[0].startswith("WARNING")
+        for exposed in ("API key", "workspace", "tasks/", "gold answers", "network"):
+            assert exposed in said[0], exposed
+    # In a container (the Docker sandbox's shell), nothing to accept and nothing to warn about.
+    said = []
+    make_optimizer(OptimizerConfig(), client_factory=_client, announce=said.append, shell_on_host=False)
+    assert said == []
 
 
 def test_brief_names_the_whitelist_budgets_and_rules() -> None:
