@@ -211,14 +211,17 @@ def test_claude_code_template_without_cli(tmp_path: Path):
 
 
 def test_claude_code_template_with_a_stand_in_cli(tmp_path: Path):
-    # A stand-in 'claude' that checks the skill was installed where Claude Code looks for it.
+    # A stand-in 'claude' that checks the skill was installed where Claude Code looks for it,
+    # reads the prompt on stdin and speaks stream-json (the real CLI: tests/test_claude_code.py).
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "claude"
     fake.write_text(
         f"#!{sys.executable}\nimport json, pathlib, sys\n"
         "skill = pathlib.Path('.claude/skills/geo-facts/SKILL.md')\n"
-        "print(json.dumps({'type': 'result', 'is_error': False, 'result': ' Paris (' + sys.argv[2] + ') '"
+        "prompt = sys.stdin.read()\n"
+        "print(json.dumps({'type': 'system', 'subtype': 'init', 'skills': ['geo-facts']}))\n"
+        "print(json.dumps({'type': 'result', 'is_error': False, 'result': ' Paris (' + prompt + ') '"
         " if skill.is_file() else 'no skill'}))\n"
     )
     fake.chmod(0o755)
@@ -227,6 +230,10 @@ def test_claude_code_template_with_a_stand_in_cli(tmp_path: Path):
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "answer.txt").read_text() == "Paris (Capital?)"
+    events = [json.loads(x) for x in (tmp_path / "out" / "trajectory.jsonl").read_text().splitlines()]
+    check = next(e for e in events if e["event"] == "skill_check")
+    assert check["listed"] is True and check["loaded"] is False  # listed, never invoked: said so
+    assert any(e["event"] == "skill_not_loaded" and "never called" in e["why"] for e in events)
 
 
 @pytest.mark.parametrize("writes_file", [True, False])

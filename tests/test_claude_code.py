@@ -1,0 +1,203 @@
+"""The real Claude Code CLI (issue 11.6), against the fake Messages API through the real gateway.
+
+As the target: the ``claude-code`` template in the image variant (``sandbox build --with
+claude-code``), the skill installed as a project skill, the stream-json transcript turned into
+the trajectory, and the skill check. As the optimizer: ``--optimizer claude-code`` through the
+real CLI, the agent in the optimizer's container editing the view. The upstream is the real
+``AnthropicModel`` pointed at ``tests/fake_anthropic.py``, which refuses beta-only body fields
+whose ``anthropic-beta`` header did not arrive, so these tests fail if the gateway drops what
+the CLI's features depend on (its beta header, ``?beta=true``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harnessopt import ledger
+from harnessopt.config import Config, ModelConfig, RolloutConfig
+from harnessopt.gateway import Gateway
+from harnessopt.messages_http import api_key_of, estimate_input_tokens
+from harnessopt.models.anthropic_api import AnthropicModel
+from harnessopt.protocols import RunSpec
+from harnessopt.sandbox.docker import DockerSandbox
+from harnessopt.workspace import Workspace, templates_dir
+from tests.claude_code_support import CliScript, claude_code_image, text, tool_use
+from tests.cli_support import REAL_KEY, cli, git, write_example
+from tests.fake_anthropic import FakeAnthropicServer
+
+pytestmark = [pytest.mark.docker, pytest.mark.claude_code]
+
+TARGET = "claude-sonnet-4-5"
+OPTIMIZER = "claude-opus-4-1"
+SKILL = (
+    "---\nname: geo-facts\ndescription: Answers questions about capitals.\n---\nReply with the city only.\n"
+)
+
+
+@pytest.fixture
+def image(docker_client: Any) -> str:
+    return claude_code_image(docker_client)
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="ho-gwc-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _events(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (out / "trajectory.jsonl").read_text().splitlines()]
+
+
+def _check_forwarded(requests: list[dict[str, Any]]) -> None:
+    """What the CLI's features need reached upstream: its beta header and query, on every call."""
+    messages = [r for r in requests if r["path"] == "/v1/messages"]
+    assert messages, "the CLI made no model call"
+    for r in messages:
+        assert r["query"] == "beta=true", r["query"]
+        assert "claude-code-" in r["headers"].get("anthropic-beta", ""), r["headers"]
+    assert any("context_management" in r["body"] for r in messages)  # accepted: its beta arrived
+    assert all(api_key_of(r["headers"]) == REAL_KEY for r in requests)  # the real key, upstream only
+
+
+@pytest.mark.parametrize("invokes_skill", [True, False])
+def test_claude_code_as_the_target(image, docker_client, socket_dir, tmp_path, invokes_skill) -> None:
+    steps = [tool_use("Skill", {"skill": "geo-facts"})] if invokes_skill else []
+    script = CliScript([*steps, text("Paris")])
+    (tmp_path / "skill").mkdir()
+    (tmp_path / "skill" / "SKILL.md").write_text(SKILL)
+    shutil.copytree(
+        templates_dir() / "claude-code", tmp_path / "harness", ignore=shutil.ignore_patterns("*.yaml")
+    )
+    cfg = RolloutConfig(image=image, concurrency=1, memory_mb=1024, pids=256, timeout_s=180)
+    sandbox = DockerSandbox(cfg, docker_client, warm=1)
+    task = {"id": "t1", "input": "What is the capital of France?", "split": "train", "metadata": {}}
+    try:
+        with FakeAnthropicServer(script) as fake:
+            upstream = AnthropicModel(REAL_KEY, fake.base_url, max_retries=0)
+            run_cfg = Config(model=ModelConfig(target=TARGET))  # the target lease may call TARGET only
+            with Gateway.from_config(upstream, run_cfg, socket_dir=socket_dir) as gw:
+                lease = gw.lease("target", 1, "t1")
+                spec = RunSpec(
+                    task,
+                    tmp_path / "skill",
+                    tmp_path / "harness",
+                    {"HARNESSOPT_TARGET_MODEL": TARGET},
+                    lease,
+                    180,
+                )
+                out = sandbox.run(spec, tmp_path / "out")
+                exchanges = gw.release(lease.token)
+            requests = list(fake.requests)
+    finally:
+        sandbox.close()
+    assert out.exit_code == 0, (out.error_class, out.stderr_tail[-3000:])
+    assert (tmp_path / "out" / "answer.txt").read_text() == "Paris"
+    _check_forwarded(requests)
+    assert all(e.request.get("model") == TARGET and e.error is None for e in exchanges), [
+        e.error for e in exchanges
+    ]
+    events = _events(tmp_path / "out")
+    kinds = [e["event"] for e in events]
+    init = next(e for e in events if e["event"] == "claude_init")
+    assert "geo-facts" in init["skills"] and init["model"] == TARGET  # installed as a project skill
+    check = next(e for e in events if e["event"] == "skill_check")
+    assert check["listed"] is True and check["loaded"] is invokes_skill
+    if invokes_skill:
+        call = kinds.index("tool_use")
+        assert events[call]["name"] == "Skill" and "tool_result" in kinds[call:]  # every call and result
+        assert "skill_not_loaded" not in kinds
+    else:
+        assert (
+            "never called the Skill tool"
+            in next(e for e in events if e["event"] == "skill_not_loaded")["why"]
+        )
+    assert kinds[-1] == "claude_exit" and "claude_result" in kinds
+    calls = [r["body"] for r in requests if r["path"] == "/v1/messages"]
+    estimated = [estimate_input_tokens(b) for b in calls]  # text/4, as the gateway estimates
+    # Quoted in docs/models.md: what one task of Claude Code costs in calls and input tokens.
+    print(
+        f"claude-code target task, skill invoked={invokes_skill}: {len(calls)} calls "
+        f"({len(script.side_calls)} without tools, e.g. a title), input ~{estimated} tokens, "
+        f"{[len(b['tools']) for b in calls]} tools, max_tokens {[b['max_tokens'] for b in calls]}"
+    )
+
+
+def _fake_upstream(optimizer_script: CliScript) -> Any:
+    """The target (chat template, one call per task) answers; the optimizer's calls go to the CLI script."""
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        body = request["body"]
+        if body.get("model") == OPTIMIZER:
+            return optimizer_script(request)
+        question = json.dumps(body.get("messages"))
+        return {
+            "id": "msg_target",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": [{"type": "text", "text": "Paris" if "France" in question else "unknown"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 50, "output_tokens": 2},
+        }
+
+    return answer
+
+
+def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
+    image, docker_client, tmp_path
+) -> None:
+    skill, tasks = write_example(tmp_path)
+    ws = tmp_path / "ws"
+    old = "Respond politely to the user."
+    edit = {"file_path": "/view/skill/SKILL.md", "old_string": old, "new_string": old + " Answer tersely."}
+    script = CliScript(
+        [
+            tool_use("Read", {"file_path": "/view/skill/SKILL.md"}),
+            tool_use("Edit", edit),
+            text("Terse answers\n\nTasks t1 and t2 rambled; the skill now asks for the bare answer."),
+        ]
+    )
+    with FakeAnthropicServer(_fake_upstream(script)) as fake:
+        env = {"ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": REAL_KEY}
+        assert cli("init", ws, "--skill", skill, "--tasks", tasks, env=env).returncode == 0
+        cfg = yaml.safe_load((ws / "harnessopt.yaml").read_text())
+        cfg["model"]["target"] = TARGET
+        cfg["optimizer"]["model"] = OPTIMIZER
+        cfg["rollout"].update(image=image, memory_mb=1024, pids=256)
+        (ws / "harnessopt.yaml").write_text(yaml.safe_dump(cfg))
+        git(ws, "commit", "-qam", "claude-code image")
+        r = cli(
+            "run", ws, "--rounds", "1", "--batch-size", "2", "--sandbox", "docker",
+            "--optimizer", "claude-code", "-c", "gate.smoke=1", env=env, timeout=900,
+        )  # fmt: skip
+        optimizer_requests = [q for q in fake.requests if q["body"].get("model") == OPTIMIZER]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (round1,) = ledger.past_rounds(Workspace.open(ws).repo)
+    record = round1.manifest.optimizer
+    assert record is not None and record.stopped_by == "done", round1.manifest
+    assert round1.manifest.summary.startswith("Terse answers")
+    assert "skill/SKILL.md" in round1.manifest.changed, round1.manifest  # the CLI could edit
+    assert "Answer tersely." in git(ws, "show", f"{round1.commit}:skill/SKILL.md")
+    assert record.transcript and Path(record.transcript).is_file()
+    transcript = [json.loads(x) for x in Path(record.transcript).read_text().splitlines() if x.strip()]
+    tools_used = [
+        b["name"]
+        for e in transcript
+        if e.get("type") == "assistant"
+        for b in e["message"]["content"]
+        if b.get("type") == "tool_use"
+    ]
+    assert tools_used == ["Read", "Edit"] and transcript[-1]["type"] == "result"
+    assert round1.manifest.tokens["optimizer"].calls == len(optimizer_requests) >= 3  # through the gateway
+    _check_forwarded(optimizer_requests)
