@@ -66,6 +66,7 @@ def run_audit(
     report.update(
         {"claimed_val_gain": claimed, "epochs": epochs, "base": base, "best": best, "forced": force}
     )
+    report["confirmed_gain"] = confirmed_gain(ws, best)  # on runs that did not select the rounds
     report.update(tokens=usage.tokens, cost_usd=usage.cost_usd, notes=notes)
     message = ledger.message(f"harnessopt audit of {best[:10]} over round 0", "", report)
     sha = repo.git.commit_tree(repo.commit(best).tree.hexsha, "-p", best, "-m", message)
@@ -76,9 +77,21 @@ def run_audit(
         f"held-out gain {report['gain']:+.3f} (95% interval {lo:+.3f} to {hi:+.3f}, n={report['n']}) "
         f"vs claimed on val {claimed:+.3f}; fixed {len(report['fixed'])}, broken {len(report['broken'])}"
     )
+    if report["confirmed_gain"] is not None:
+        gain = report["confirmed_gain"]
+        say(f"audit: the accepted rounds' gains on runs that did not select them add up to {gain:+.3f}")
     for note in notes:
         say(f"audit: note: {note}")
     return report
+
+
+def confirmed_gain(ws: Workspace, best: str) -> float | None:
+    """The accepted rounds' gains on runs that did not select them (``manifest.confirmation``),
+    summed along ho/best's history; None when a round on the way has no confirmation."""
+    confs = [r.manifest.confirmation for r in ledger.accepted_along(ws.repo, best)]
+    if not confs or any(c is None for c in confs):
+        return None
+    return sum(float(c.get("gain", 0.0)) for c in confs if c is not None)
 
 
 def claimed_gain(ws: Workspace, best: str) -> float:

@@ -55,3 +55,25 @@ def test_an_unconfirmed_accept_says_ho_best_did_not_move() -> None:
     note = confirmation_note({**CONFIRMED, "gain": -0.02, "confirmed": False, "on": "holdout", "n": 8})
     assert note == "NOT confirmed (ho/best did not move): -0.020 on 8 holdout tasks, fresh runs"
     assert confirmation_note(None) == ""
+
+
+def test_the_audit_adds_up_the_confirmed_gains_along_ho_best(tmp_path: Path) -> None:
+    from harnessopt.audit import claimed_gain, confirmed_gain
+
+    ws = Workspace.open(make_ws(tmp_path))
+    repo = ws.repo
+    skill = ws.root / "skill" / "SKILL.md"
+    for k, conf in ((1, CONFIRMED), (2, {**CONFIRMED, "gain": 0.1})):
+        parent = repo.head.commit.hexsha
+        skill.write_text(skill.read_text() + f"\nround {k}\n")
+        m = ledger.RoundManifest(round=k, status="accepted", parent=parent, delta=0.5, confirmation=conf)
+        ledger.record_accepted(repo, ws.journal, parent, ws.root, ["skill"], m, new_best=True)
+    best = ledger.best(repo).commit
+    assert claimed_gain(ws, best) == 1.0 and confirmed_gain(ws, best) == 0.4
+    parent = repo.head.commit.hexsha
+    skill.write_text(skill.read_text() + "\nround 3\n")
+    m = ledger.RoundManifest(
+        round=3, status="accepted", parent=parent, delta=0.2
+    )  # recorded before confirmations
+    ledger.record_accepted(repo, ws.journal, parent, ws.root, ["skill"], m, new_best=True)
+    assert confirmed_gain(ws, ledger.best(repo).commit) is None
