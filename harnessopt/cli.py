@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -371,6 +373,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HarnessoptError as e:
         err_console.print(f"harnessopt: {e}", markup=False)
         return 1
+    except OSError as e:
+        # shutil.copytree gathers its errors into one shutil.Error with no errno of its own.
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) and os.strerror(errno.ENOSPC) not in str(e):
+            raise
+        where = f" ({e.filename})" if e.filename else ""
+        err_console.print(
+            f"harnessopt: no space left on the disk{where}; free some space and run again", markup=False
+        )
+        return 2
     except BrokenPipeError:
         return 0
 

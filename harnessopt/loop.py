@@ -542,6 +542,10 @@ def run(
     """Run ``rounds`` rounds after the last recorded one. Stops early when the budget is spent,
     a round fails, or the STOP file appears (``stop``)."""
     ledger.recover(ws.repo, ws.journal, say)
+    if not (ws.root / "harness" / "run.py").is_file():
+        raise UserError(
+            f"{ws.root}/harness/run.py is missing; restore it (git checkout -- harness) or add one"
+        )
     if stop.requested(ws.root):  # left from before this run: it does not stop this one
         say(f"removed a STOP file left from before this run ({stop.stop_path(ws.root)})")
         stop.stop_path(ws.root).unlink()

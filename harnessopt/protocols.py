@@ -260,6 +260,7 @@ class TaskResult:
     output_tokens: int
     steps: int
     stderr_tail: str = ""
+    stdout_tail: str = ""
     task_input: Any = None
     exchanges: list[Exchange] = field(default_factory=list)
     harness_events: list[dict[str, Any]] = field(default_factory=list)

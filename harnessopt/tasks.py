@@ -50,6 +50,9 @@ def _remember(task: Task, where: str) -> Task:
 # --------------------------------------------------------------------------- loading
 
 
+MAX_LINE_CHARS = 2_000_000  # a task must fit in one model request through the gateway (4 MiB)
+
+
 def load_tasks(path: Path) -> list[Task]:
     """Parse a JSONL task file. Blank lines are skipped; ``"split": null`` counts as no split."""
     try:
@@ -68,6 +71,11 @@ def load_tasks(path: Path) -> list[Task]:
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
+        if len(line) > MAX_LINE_CHARS:  # the gateway would refuse the harness's request anyway
+            raise UserError(
+                f"{where}: this task is {len(line) / 1e6:.1f} MB; a task line may hold at most "
+                f"{MAX_LINE_CHARS // 1_000_000} MB (keep large inputs in files the harness reads)"
+            )
         task = _remember(_parse_line(line, where), where)
         if task.id in first_line:
             raise UserError(

@@ -66,6 +66,18 @@ class Workspace:
             repo.git.rev_parse("ho/round-0")
         except (git.InvalidGitRepositoryError, git.GitCommandError):
             raise UserError(f"{path} is not a harnessopt workspace (no ho/round-0 tag)") from None
+        try:
+            head = vcs.head_sha(repo)
+        except ValueError:
+            raise UserError(
+                f"{path} has no commit on its branch; restore main (git reflog shows it)"
+            ) from None
+        if not vcs.is_ancestor(repo, "ho/round-0", head):
+            raise UserError(
+                f"{path}: main ({head[:10]}) does not descend from ho/round-0 (history rewritten, or main "
+                "moved to a foreign commit); put main back on a harnessopt commit, e.g. "
+                f"git -C {path} reset --hard ho/best"
+            )
         cfg = load_config(root)
         if overrides:
             cfg = apply_overrides(cfg, overrides)
