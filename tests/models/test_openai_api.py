@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 import yaml
@@ -14,7 +16,10 @@ from harnessopt.gateway import Gateway
 from harnessopt.gateway_policy import price_of
 from harnessopt.models import OpenAIModel, make_model, model_for, optimizer_model_config, optimizer_model_for
 from harnessopt.protocols import ModelError
+from harnessopt.services import open_services
+from harnessopt.workspace import Workspace, init_workspace
 from tests.cli_support import cli, git, write_example
+from tests.fake_anthropic import FakeAnthropicServer
 from tests.fake_openai import FakeOpenAIServer, completion
 from tests.models.counting_upstream import CountingUpstream, api_error, ok, rate_limited
 
@@ -174,3 +179,60 @@ def test_run_stops_before_any_rollout_with_one_line(tmp_path: Path, case: str) -
     assert ("OPENAI_API_KEY" if case == "no key" else "unreachable") in lines[0]
     scratch = ws / ".harnessopt" / "scratch"
     assert not scratch.exists() or not any(scratch.rglob("answer.txt"))  # nothing was rolled out
+
+
+def test_services_give_each_role_its_upstream_and_drop_the_named_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """open_services: target on an openai upstream keyed by api_key_env, optimizer on anthropic."""
+    skill, tasks = write_example(tmp_path)
+    ws_path = init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _: None)
+    anthropic_reply = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-4-1",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    with (
+        FakeOpenAIServer(lambda r: completion("apple")) as target,
+        FakeAnthropicServer(lambda r: anthropic_reply) as optimizer,
+    ):
+        overrides = {
+            "rollout.sandbox": "local",
+            "model.provider": "openai",
+            "model.target": "local-model",
+            "model.base_url": target.base_url,
+            "model.api_key_env": "LOCAL_LLM_TOKEN",
+            "optimizer.provider": "anthropic",
+            "optimizer.unsafe_host": True,
+        }
+        ws = Workspace.open(ws_path, overrides)
+        monkeypatch.setenv("LOCAL_LLM_TOKEN", "tok-local-1234567890")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-9876543210")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", optimizer.base_url)
+        with open_services(ws.root, ws.cfg, lambda _: None) as svc:
+            assert "LOCAL_LLM_TOKEN" not in os.environ and "ANTHROPIC_API_KEY" not in os.environ
+            t = svc.gateway.lease("target", 1)
+            chat = openai.OpenAI(base_url=t.base_url + "/v1", api_key=t.token, max_retries=0)
+            said = chat.chat.completions.create(
+                model="local-model",
+                max_tokens=8,
+                messages=[{"role": "user", "content": "Say the word: apple"}],
+            )
+            o = svc.gateway.lease("optimizer", 1)
+            client = anthropic.Anthropic(base_url=o.base_url, api_key=o.token, max_retries=0)
+            client.messages.create(
+                model="claude-opus-4-1", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+    assert said.choices[0].message.content == "apple"
+    assert target.requests[-1]["headers"]["authorization"] == "Bearer tok-local-1234567890"
+    assert len(target.requests) == 1 and len(optimizer.requests) == 1
+    headers = optimizer.requests[0]["headers"]
+    assert "sk-ant-9876543210" in {
+        headers.get("x-api-key"),
+        headers.get("authorization", "").removeprefix("Bearer "),
+    }
