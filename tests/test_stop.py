@@ -9,25 +9,14 @@ import time
 from pathlib import Path
 
 from harnessopt import ledger
-from harnessopt.demo import DEMO_DATA, demo_config
-from harnessopt.workspace import Workspace, init_workspace
+from harnessopt.workspace import Workspace
 from tests.cli_support import git
+from tests.test_loop import make_ws
 
 
 def _workspace(tmp_path: Path) -> Path:
-    cfg = demo_config("local")
     # manual optimizer: it waits for a person, so the run is reliably inside round 1's propose step
-    cfg.optimizer = cfg.optimizer.model_copy(update={"backend": "manual", "settle_s": 0.5, "wall_s": 120})
-    ws = tmp_path / "ws"
-    init_workspace(
-        ws,
-        DEMO_DATA / "skill",
-        DEMO_DATA / "tasks.jsonl",
-        config=cfg,
-        extra_files={"scripted_model.yaml": DEMO_DATA / "model.yaml"},
-        announce=lambda _m: None,
-    )
-    return ws
+    return make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 120})
 
 
 def _journal(ws: Path) -> list[dict]:
