@@ -21,13 +21,13 @@ fi
 echo "claude_code_setup: $(claude --version)"
 
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" - <<'PY'
-from harnessopt.sandbox.image import build_image, docker_client, image_status, variant_tag
-from harnessopt.sandbox.variants import image_has
+from harnessopt.sandbox.image import docker_client, image_status, variant_tag
+from harnessopt.sandbox.variants import build_image_with, image_has
 
 tag = variant_tag(["claude-code"])
 client = docker_client()
 if image_status(client, tag) == "ok" and image_has(client, tag, "claude-code"):
     print(f"claude_code_setup: {tag} is up to date")
 else:
-    build_image(None, tag, with_=["claude-code"])
+    build_image_with(None, tag, ["claude-code"])
 PY

@@ -336,7 +336,12 @@ def cmd_sandbox(a: argparse.Namespace) -> int:
 
     if a.action == "build":
         tag = a.tag or image.variant_tag(a.with_)
-        image.build_image(base=a.base, tag=tag, announce=say, with_=a.with_)
+        if a.with_:
+            from harnessopt.sandbox.variants import build_image_with
+
+            build_image_with(a.base, tag, a.with_, announce=say)
+        else:
+            image.build_image(base=a.base, tag=tag, announce=say)
     else:
         say(f"removed {image.cleanup_containers()} leftover container(s)")
     return 0

@@ -66,14 +66,14 @@ def reply(body: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]
 def claude_code_image(docker_client: Any) -> str:
     """The sandbox image with the CLI (built here when missing or stale; CI builds it in .ci/run)."""
     from harnessopt.errors import UserError
-    from harnessopt.sandbox.image import build_image, image_status
-    from harnessopt.sandbox.variants import image_has
+    from harnessopt.sandbox.image import image_status
+    from harnessopt.sandbox.variants import build_image_with, image_has
 
     if image_status(docker_client, CLAUDE_CODE_IMAGE) != "ok" or not image_has(
         docker_client, CLAUDE_CODE_IMAGE, "claude-code"
     ):
         try:
-            build_image(None, CLAUDE_CODE_IMAGE, announce=lambda _m: None, with_=["claude-code"])
+            build_image_with(None, CLAUDE_CODE_IMAGE, ["claude-code"], announce=lambda _m: None)
         except UserError as e:
             why = f"the Claude Code image cannot be built ({e}); run .ci/claude_code_setup.sh"
             if os.environ.get("CI"):

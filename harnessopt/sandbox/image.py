@@ -59,24 +59,14 @@ def docker_client(timeout: float = 120.0) -> Any:
     return client
 
 
-def build_image(
-    base: str | None,
-    tag: str = DEFAULT_TAG,
-    announce: Callable[[str], None] = print,
-    with_: Sequence[str] = (),
-) -> str:
+def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[str], None] = print) -> str:
     """Build the sandbox image FROM ``base`` and tag it; returns the image id.
 
     ``base=None`` uses the offline Debian base (``sandbox/make_base_image.sh``) when it exists,
-    else ``python:3.11-slim`` (which must already be present or pullable). ``with_``: extras
-    for a variant image (``claude-code``: Node.js and the Claude Code CLI; ``variants.py``).
+    else ``python:3.11-slim`` (which must already be present or pullable). A variant with more
+    inside (``claude-code``) is ``variants.build_image_with``.
     """
-    client = docker_client(timeout=900)
-    if with_:
-        from harnessopt.sandbox.variants import build_variant
-
-        return build_variant(client, base, tag, with_, announce)
-    return build_task_image(client, base, tag, announce)
+    return build_task_image(docker_client(timeout=900), base, tag, announce)
 
 
 def build_task_image(client: Any, base: str | None, tag: str | None, announce: Callable[[str], None]) -> str:

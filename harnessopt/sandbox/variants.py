@@ -32,6 +32,7 @@ from harnessopt.sandbox.image import (
     OFFLINE_BASE,
     _image_exists,
     build_task_image,
+    docker_client,
     sandbox_source_dir,
 )
 
@@ -42,6 +43,13 @@ CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 NODE_BASE_REPO = "harnessopt-base"
 NPM_TIMEOUT_S = 900.0
 _REAL_BINARY = 1 << 20  # the package's bin/claude.exe is a small stub until its postinstall ran
+
+
+def build_image_with(
+    base: str | None, tag: str, with_: Sequence[str], announce: Callable[[str], None] = print
+) -> str:
+    """``harnessopt sandbox build --with ...``: the variant image; returns the image id."""
+    return build_variant(docker_client(timeout=900), base, tag, with_, announce)
 
 
 def build_variant(
