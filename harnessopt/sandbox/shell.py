@@ -13,7 +13,10 @@ outside (``docker top``) that only PID 1 is left, and replaces the container oth
 process survives between tool calls. Each editor operation is an ``exec`` of the runner's
 ``edit`` mode, so the host never opens a path inside the view while the round runs. The host
 also bounds every wait and, should the runner not answer, removes the container (a new one is
-made for the next call; the view keeps the edits).
+made for the next call; the view keeps the edits). A CLI agent (the ``command`` optimizer) is one
+``exec`` of the runner's ``agent`` mode, with the job and the lease token on stdin; for it the
+container also mounts the gateway's socket dir read-only and the runner bridges a loopback port
+to it (the network stays ``none``).
 """
 
 from __future__ import annotations
