@@ -327,7 +327,9 @@ def futile_decision(
         f"remaining in its favour could not clear the dead zone; {saved} rollouts saved"
     )
     zone = stats.dead_zone(n + len(left), 0.0)
-    return GateDecision(False, reason, n, p.score(p.cand), p.score(p.inc), delta, zone, details=details)
+    fixed, broken = stats.flips({t: candidate[t] for t in p.ids}, {t: incumbent[t] for t in p.ids})
+    cand, inc = p.score(p.cand), p.score(p.inc)
+    return GateDecision(False, reason, n, cand, inc, delta, zone, fixed, broken, details=details)
 
 
 def make_gate(cfg: GateConfig) -> GatePolicy:

@@ -86,7 +86,9 @@ def test_two_rounds_accept_then_reject_then_log_diff_rollback(tmp_path: Path, up
         assert key in rows[0]
     assert rows[0]["val_score"] == 1.0 and rows[0]["incumbent_score"] == 0.0
     assert rows[1]["delta"] < 0 and rows[1]["commit"] == rejected
-    assert len(rows[0]["fixed"]) == 8 and len(rows[1]["broken"]) == 8
+    assert len(rows[0]["fixed"]) == 8
+    # Round 2 breaks every task it ran (validation may stop early for futility: n can be < 8).
+    assert rows[1]["n"] >= 5 and len(rows[1]["broken"]) == rows[1]["n"]
     assert rows[0]["tokens"]["target"]["calls"] > 0 and rows[0]["tokens"]["optimizer"]["calls"] == 3
 
     d1 = cli("diff", ws, "1", env=env).stdout
