@@ -119,3 +119,22 @@ def test_a_missing_agent_is_exit_127(view, docker_client, small_cfg) -> None:
     finally:
         sh.close()
     assert result.exit_code == 127 and "no-such-agent-xyz" in result.stderr
+
+
+def test_claude_code_without_the_cli_in_the_image_stops_before_any_round(docker_client, small_cfg) -> None:
+    from harnessopt.config import OptimizerConfig
+    from harnessopt.errors import UserError
+    from harnessopt.optimizer import make_optimizer
+    from harnessopt.sandbox.docker import DockerSandbox
+
+    sandbox = DockerSandbox(small_cfg(), docker_client, warm=0)  # the plain image: no claude in it
+    try:
+        with pytest.raises(UserError, match="sandbox build --with claude-code"):
+            make_optimizer(
+                OptimizerConfig(backend="claude-code"),
+                client_factory=lambda k: None,  # type: ignore[arg-type,return-value]
+                shell_factory=sandbox.shell,
+                shell_on_host=False,
+            )
+    finally:
+        sandbox.close()
