@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harnessopt import interrupts, vcs
 from harnessopt.errors import UserError
 from harnessopt.journal import Journal
+from harnessopt.ledger_index import CommitIndex
 from harnessopt.textutil import visible
 
 MANIFEST_PREFIX = "harnessopt-manifest: "
@@ -119,6 +120,8 @@ class RoundManifest(_Tolerant):
     """The A/A test of the incumbent, in the round that measured it (round 1, or after a change)."""
     confirmation: dict[str, Any] | None = None
     """An accepted candidate on runs that did not select it (gain, interval, confirmed)."""
+    checks: dict[str, Any] = Field(default_factory=dict)
+    """What the candidate checks found (``leakage``: findings and the action taken)."""
 
     @property
     def title(self) -> str:
@@ -161,8 +164,7 @@ def manifest_data(text: str) -> dict[str, Any]:
     return {}
 
 
-def _manifest_of(k: int, status: Status, text: str) -> RoundManifest:
-    data = manifest_data(text)
+def _manifest_of(k: int, status: Status, data: dict[str, Any]) -> RoundManifest:
     data.setdefault("round", k)
     data.setdefault("status", status)
     if k == 0:
@@ -177,7 +179,21 @@ def _manifest_of(k: int, status: Status, text: str) -> RoundManifest:
 
 
 def rounds(repo: git.Repo) -> list[Round]:
-    """Every recorded round, round 0 (the initial state) included, sorted by number."""
+    """Every recorded round, round 0 (the initial state) included, sorted by number.
+
+    The refs are listed from git on every call (one ``git for-each-ref``); the commit messages
+    come from the index in ``.harnessopt/`` (``ledger_index``), keyed by commit sha, and only the
+    commits it does not hold yet are read from git. A commit's message never changes, so an entry
+    cannot go stale; a moved, new or deleted ref is seen in the listing (docs/workspace.md)."""
+    refs = _round_refs(repo)
+    index = CommitIndex.load(repo)
+    index.fill(repo, {sha for _, _, _, sha in refs}, manifest_data)
+    found = [_round_of(k, status, sha, ref, *index.commits[sha]) for k, status, ref, sha in refs]
+    return sorted(found, key=lambda r: r.round)
+
+
+def rounds_from_git(repo: git.Repo) -> list[Round]:
+    """``rounds`` read from git alone, commit by commit (no index): what the index must equal."""
     found: dict[int, Round] = {}
     for t in repo.tags:
         m = _ROUND_RE.search(t.name)
@@ -192,10 +208,41 @@ def rounds(repo: git.Repo) -> list[Round]:
     return [found[k] for k in sorted(found)]
 
 
+def _round_refs(repo: git.Repo) -> list[tuple[int, Status, str, str]]:
+    """(round, status, ref, commit sha) of every round ref; an accepted tag wins over a record ref."""
+    out = repo.git.for_each_ref(
+        "--format=%(refname) %(objectname) %(*objectname)", "refs/tags/ho/", "refs/harnessopt/"
+    )
+    tags: dict[int, tuple[int, Status, str, str]] = {}
+    records: dict[int, tuple[int, Status, str, str]] = {}
+    for line in out.splitlines():
+        ref, sha, *peeled = line.split(" ")
+        sha = peeled[0] if peeled and peeled[0] else sha  # an annotated tag: the commit it points at
+        m = _ROUND_RE.search(ref)
+        if not m:
+            continue
+        k = int(m.group(1))
+        if ref.startswith("refs/tags/ho/round-"):
+            tags[k] = (k, "initial" if k == 0 else "accepted", ref, sha)
+        for status in RECORD_STATUSES:  # two records of one round: rejected, then noop, then failed
+            if ref.startswith(f"refs/harnessopt/{status}/") and (
+                k not in records or _RECORD_RANK[status] < _RECORD_RANK[records[k][1]]
+            ):
+                records[k] = (k, status, ref, sha)
+    return list({**records, **tags}.values())
+
+
+_RECORD_RANK: dict[str, int] = {status: i for i, status in enumerate(RECORD_STATUSES)}
+
+
 def _round(k: int, status: Status, commit: git.Commit, ref: str) -> Round:
     text = str(commit.message)
-    manifest = _manifest_of(k, status, text)
-    return Round(k, manifest.status, commit.hexsha, ref, manifest, text.splitlines()[0] if text else "")
+    return _round_of(k, status, commit.hexsha, ref, text.splitlines()[0] if text else "", manifest_data(text))
+
+
+def _round_of(k: int, status: Status, sha: str, ref: str, subject: str, data: dict[str, Any]) -> Round:
+    manifest = _manifest_of(k, status, dict(data))
+    return Round(k, manifest.status, sha, ref, manifest, subject)
 
 
 def _refs_under(repo: git.Repo, prefix: str) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harnessopt import ledger, vcs
+from harnessopt import ledger, ledger_index, vcs
 from harnessopt.journal import Journal
 from harnessopt.ledger import OptimizerRecord, RoundManifest
 
@@ -93,3 +93,75 @@ def test_rollback_and_initial_messages_carry_manifests(tmp_path: Path) -> None:
     assert ledger.rounds(repo)[0].manifest.status == "initial"
     with pytest.raises(Exception, match="round 7 is not recorded"):
         ledger.find(repo, 7)
+
+
+def _indexed_ws(tmp_path: Path):
+    """A repo with .harnessopt/ (as a workspace has) and rounds 1 (accepted), 2 (rejected)."""
+    ws, repo = _repo(tmp_path)
+    (ws / ".git" / "info" / "exclude").write_text(".harnessopt/\n")
+    (ws / ".harnessopt").mkdir()
+    parent = vcs.head_sha(repo)
+    m = RoundManifest(round=1, status="accepted", reason="a", summary="One", parent=parent, val_score=0.5)
+    sha = ledger.record_accepted(
+        repo, Journal(ws), parent, _overlay(tmp_path, "one"), ["skill"], m, new_best=True
+    )
+    rej = RoundManifest(round=2, status="rejected", reason="r", parent=sha)
+    ledger.record_other(repo, sha, _overlay(tmp_path, "two"), ["skill"], rej)
+    return ws, repo, ws / ".harnessopt" / ledger_index.INDEX_FILE
+
+
+def test_index_is_built_from_git_and_rebuilt_when_deleted_or_corrupt(tmp_path: Path) -> None:
+    ws, repo, index = _indexed_ws(tmp_path)
+    walked = ledger.rounds_from_git(repo)
+    assert [(r.round, r.status) for r in walked] == [(0, "initial"), (1, "accepted"), (2, "rejected")]
+    assert ledger.rounds(repo) == walked and index.is_file()
+    assert set(json.loads(index.read_text())["commits"]) == {r.commit for r in walked}
+    index.unlink()
+    assert ledger.rounds(repo) == walked and index.is_file()
+    index.write_text("{half a file")
+    assert ledger.rounds(repo) == walked
+    assert json.loads(index.read_text())["version"] == 1
+    assert vcs.dirty_paths(repo) == []  # the index is not part of the workspace's content
+
+
+def test_index_serves_messages_only_for_commits_git_still_lists(tmp_path: Path) -> None:
+    """The index is keyed by commit sha and the refs are listed from git on each call: a new
+    round, a deleted record, a moved tag and a rollback are all seen."""
+    ws, repo, index = _indexed_ws(tmp_path)
+    ledger.rounds(repo)
+    head = vcs.head_sha(repo)
+    m3 = RoundManifest(round=3, status="noop", reason="nothing", parent=head)
+    ledger.record_other(repo, head, _overlay(tmp_path, "three"), ["skill"], m3)
+    got = ledger.rounds(repo)
+    assert [(r.round, r.status) for r in got][-1] == (3, "noop") and got == ledger.rounds_from_git(repo)
+    repo.git.update_ref("-d", "refs/harnessopt/rejected/round-2")
+    assert [r.round for r in ledger.rounds(repo)] == [0, 1, 3]
+    assert len(json.loads(index.read_text())["commits"]) == 3  # the deleted round's entry is dropped
+    # A tag moved to another commit (a hand edit): the new commit's manifest is read.
+    other = repo.git.commit_tree(
+        repo.commit(head).tree.hexsha,
+        "-p",
+        head,
+        "-m",
+        ledger.message("x", "", RoundManifest(round=1, status="accepted", reason="moved")),
+    )
+    vcs.tag(repo, "ho/round-1", other, move=True)
+    assert ledger.find(repo, 1).manifest.reason == "moved" and ledger.find(repo, 1).commit == other
+    assert ledger.rounds(repo) == ledger.rounds_from_git(repo)
+    # A rollback is a new commit on main: the rounds stay, HEAD is none of them.
+    repo.git.checkout(ledger.find(repo, 0).commit, "--", "skill")
+    repo.git.commit("-q", "-m", ledger.rollback_message(0, ledger.find(repo, 0).commit))
+    assert ledger.rounds(repo) == ledger.rounds_from_git(repo)
+    assert vcs.head_sha(repo) not in {r.commit for r in ledger.rounds(repo)}
+
+
+def test_a_stale_index_entry_for_a_listed_sha_cannot_exist(tmp_path: Path) -> None:
+    """Entries are per commit sha; an index written by hand with a wrong manifest for a sha git
+    does not list is dropped, never shown."""
+    ws, repo, index = _indexed_ws(tmp_path)
+    ledger.rounds(repo)
+    data = json.loads(index.read_text())
+    data["commits"]["0" * 40] = ["harnessopt round 9: accepted: ghost", {"round": 9, "status": "accepted"}]
+    index.write_text(json.dumps(data))
+    assert [r.round for r in ledger.rounds(repo)] == [0, 1, 2]
+    assert "0" * 40 not in json.loads(index.read_text())["commits"]
