@@ -31,6 +31,7 @@ LAYERS: list[set[str]] = [
         "messages_http",
         "http_guard",
         "vcs",
+        "ledger_index",
         "untar",
         "translate",
         "chat_wire",
