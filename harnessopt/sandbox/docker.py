@@ -2,8 +2,9 @@
 
 What a task container gets (see ``pool.container_kwargs``): no network, read-only root, memory
 (no swap), CPU and pids limits, no capabilities, no-new-privileges, uid 65534, a size-capped tmpfs
-``/out`` and ``/tmp``, its private slot (task without answer, skill and harness copies) read-only at
-``/ho``, and the gateway socket's directory read-only at ``/ho-gw``. The host enforces the
+``/out`` and ``/tmp``, its private slot (the task without its answer; ``skill`` and ``harness``
+linking to the candidate's one prepared copy, bind-mounted read-only at ``/ho-cand``) read-only
+at ``/ho``, and the gateway socket's directory read-only at ``/ho-gw``. The host enforces the
 wall-clock limit, caps stdout/stderr while reading them, and always removes the container.
 """
 
@@ -26,7 +27,8 @@ from harnessopt.config import RolloutConfig
 from harnessopt.protocols import RunOutput, RunSpec
 from harnessopt.sandbox import untar
 from harnessopt.sandbox.capture import HeadTail
-from harnessopt.sandbox.pool import GATEWAY_DIR, Warm, WarmPool
+from harnessopt.sandbox.pool import CANDIDATES_DIR, CONTAINER_GID, GATEWAY_DIR, Warm, WarmPool
+from harnessopt.sandbox.prepared import PreparedCopies
 from harnessopt.sandbox.shell import OPTIMIZER_UID, DockerShell
 
 __all__ = ["DockerSandbox", "DockerShell"]
@@ -65,7 +67,9 @@ class DockerSandbox:
         self.client = client
         self.description = f"docker ({cfg.image}), a fresh container per task, no network"
         self.run_id = run_id or secrets.token_hex(6)
-        self.pool = WarmPool(client, cfg, self.run_id, cfg.concurrency if warm is None else warm)
+        self.copies = PreparedCopies(_copy_readable, skip=("__pycache__", ".git"), group=CONTAINER_GID)
+        size = cfg.concurrency if warm is None else warm
+        self.pool = WarmPool(client, cfg, self.run_id, size, {str(self.copies.root): CANDIDATES_DIR})
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
         """Run ``harness/run.py`` on ``spec.task`` in a fresh container; /out lands in ``out_dir``."""
@@ -84,10 +88,11 @@ class DockerSandbox:
                 stderr_tail=f"could not start a container: {e}",
             )
         try:
-            job = self._write_slot(warm, spec)
-            t0 = time.monotonic()
-            _send_stdin(warm.sock, job)  # the runner's go: the job never touches the disk
-            stream, timed_out = self._collect(warm, spec.timeout_s)
+            with self.copies.use(spec.skill_dir, spec.harness_dir) as copy:  # kept until the task ends
+                job = self._write_slot(warm, spec, copy.name)
+                t0 = time.monotonic()
+                _send_stdin(warm.sock, job)  # the runner's go: the job never touches the disk
+                stream, timed_out = self._collect(warm, spec.timeout_s)
             wall = time.monotonic() - t0
             meta = stream.meta or {}
             clean = not timed_out and meta.get("exit_code") is not None and meta["exit_code"] >= 0
@@ -110,17 +115,19 @@ class DockerSandbox:
         return DockerShell(view, self.cfg, client=self.client)
 
     def close(self) -> None:
-        """Remove the warm and finished containers of this sandbox."""
+        """Remove the warm and finished containers of this sandbox, then the candidates' copies."""
         self.pool.close()
+        self.copies.close()
 
-    def _write_slot(self, warm: Warm, spec: RunSpec) -> bytes:
-        """Task, skill and harness into the slot; returns the job line for the runner's stdin.
+    def _write_slot(self, warm: Warm, spec: RunSpec, copy: str) -> bytes:
+        """The task into the slot, ``skill`` and ``harness`` linked to the candidate's read-only
+        copy ``copy`` (under /ho-cand); returns the job line for the runner's stdin.
 
         The job carries the run's token, so it is never written to a file (see docs/sandbox.md).
         """
         slot = warm.slot
-        _copy_readable(spec.skill_dir, slot / "skill")
-        _copy_readable(spec.harness_dir, slot / "harness")
+        for part in ("skill", "harness"):
+            os.symlink(f"{CANDIDATES_DIR}/{copy}/{part}", slot / part)
         (slot / "task.json").write_text(json.dumps(spec.task))
         (slot / "task.json").chmod(0o644)
         env = {

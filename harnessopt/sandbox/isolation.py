@@ -89,15 +89,18 @@ def wrap(
     cwd: Path,
     reap: bool = True,
     grace_s: float = 0.0,
+    readonly: Iterable[tuple[Path, Path]] = (),
 ) -> list[str]:
     """``argv`` as run in ``mode``. ``writable``: directories a ``bwrap`` command may write (bound
     read-write, also inside a hidden one); ``hide``: directories ``bwrap`` covers with an empty
-    tmpfs. ``reap``: put ``reaper.py`` (with ``grace_s``) between the namespace and the command.
+    tmpfs; ``readonly``: (host dir, where it appears) pairs ``bwrap`` binds read-only after the
+    writable ones (only ``bwrap`` can; the others ignore them). ``reap``: put ``reaper.py`` (with
+    ``grace_s``) between the namespace and the command.
     """
     if mode not in MODES:
         raise ValueError(f"unknown local isolation {mode!r}; known: {', '.join(MODES)}")
     if mode == "bwrap":
-        return _bwrap(argv, writable=writable, hide=hide, cwd=cwd)
+        return _bwrap(argv, writable=writable, hide=hide, cwd=cwd, readonly=readonly)
     inner = [sys.executable, "-I", "-S", str(REAPER), f"{grace_s:g}", *argv] if reap else list(argv)
     if mode == "unshare":
         user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
@@ -105,7 +108,14 @@ def wrap(
     return inner
 
 
-def _bwrap(argv: Sequence[str], *, writable: Iterable[Path], hide: Iterable[Path], cwd: Path) -> list[str]:
+def _bwrap(
+    argv: Sequence[str],
+    *,
+    writable: Iterable[Path],
+    hide: Iterable[Path],
+    cwd: Path,
+    readonly: Iterable[tuple[Path, Path]] = (),
+) -> list[str]:
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     args += ["--tmpfs", "/dev/shm"]
     hidden = [Path(h) for h in hide]
@@ -117,6 +127,8 @@ def _bwrap(argv: Sequence[str], *, writable: Iterable[Path], hide: Iterable[Path
             args += ["--ro-bind", prefix, prefix]
     for w in writable:
         args += ["--bind", str(w), str(w)]
+    for src, dest in readonly:
+        args += ["--ro-bind", str(src), str(dest)]
     args += ["--chdir", str(cwd), "--die-with-parent", "--new-session", "--unshare-pid"]
     if os.geteuid() == 0:
         args += ["--cap-drop", "ALL"]  # else root in the sandbox could remount / read-write or unhide

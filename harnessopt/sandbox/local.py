@@ -1,6 +1,7 @@
 """LocalSandbox: a subprocess per task, for machines without Docker. Weaker isolation.
 
-What it does: private copies of skill/harness in a temp dir (the workspace is never touched), a
+What it does: skill/harness outside the workspace (with bwrap one copy per candidate bound
+read-only into each task's dir, else a private copy per task; the workspace is never touched), a
 scrubbed environment (nothing from the host but PATH and LANG: no real API key), its own session
 and a wrapper chosen by ``isolation.detect()`` (``bwrap``: read-only host, workspace hidden, own
 PID namespace; ``unshare``: own PID namespace; ``session``: a subreaper), so that nothing the
@@ -20,7 +21,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from harnessopt.proc import Finished, kill_session, run_in_session
 from harnessopt.protocols import AgentResult, GatewayLease, RunOutput, RunSpec, ShellResult
 from harnessopt.sandbox import isolation
 from harnessopt.sandbox.image import sandbox_source_dir
+from harnessopt.sandbox.prepared import PreparedCopies
 
 RUNNER = sandbox_source_dir() / "runner.py"  # its ``edit`` mode is the one editor implementation
 EDIT_TIMEOUT_S = 20.0  # deadline of one editor operation
@@ -68,6 +70,7 @@ class LocalSandbox:
         self._live: set[int] = set()  # sessions of running tasks, killed by close()
         self._lock = threading.Lock()
         self._closed = False
+        self._copies: PreparedCopies | None = None  # bwrap: one read-only copy per candidate
 
     @property
     def exposure(self) -> str:
@@ -78,13 +81,11 @@ class LocalSandbox:
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
         """Run the harness on ``spec.task``; its ``--out`` directory is ``out_dir``."""
         out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="ho-local-") as tmp:
-            root = Path(tmp)
-            shutil.copytree(spec.skill_dir, root / "skill", ignore=shutil.ignore_patterns(".git"))
-            shutil.copytree(spec.harness_dir, root / "harness", ignore=shutil.ignore_patterns(".git"))
+        with tempfile.TemporaryDirectory(prefix="ho-local-") as tmp, self._candidate(spec, Path(tmp)) as ro:
+            root = Path(tmp).resolve()
             (root / "task.json").write_text(json.dumps(spec.task))
             (root / "home").mkdir()
-            root, out = root.resolve(), out_dir.resolve()
+            out = out_dir.resolve()
             argv = isolation.wrap(
                 [sys.executable, str(root / "harness" / "run.py"), "--task", str(root / "task.json")]
                 + ["--skill", str(root / "skill"), "--out", str(out)],
@@ -93,6 +94,7 @@ class LocalSandbox:
                 hide=isolation.workspace_roots([spec.skill_dir, spec.harness_dir, out]),
                 cwd=root,
                 grace_s=TERM_GRACE_S,
+                readonly=ro,
             )
             pids: list[int] = []
 
@@ -120,6 +122,26 @@ class LocalSandbox:
                     self._live.difference_update(pids)
             return self._output(done, out_dir)
 
+    @contextlib.contextmanager
+    def _candidate(self, spec: RunSpec, tmp: Path) -> Iterator[list[tuple[Path, Path]]]:
+        """skill/ and harness/ of the task dir ``tmp``: with ``bwrap``, the candidate's one prepared
+        copy bound read-only over two empty dirs (the pairs yielded); otherwise a private copy,
+        since without a mount namespace a shared copy could be changed by one task for the next."""
+        root = tmp.resolve()
+        if self.isolation != "bwrap":
+            for part, src in (("skill", spec.skill_dir), ("harness", spec.harness_dir)):
+                shutil.copytree(src, root / part, ignore=shutil.ignore_patterns(".git"))
+            yield []
+            return
+        with self._lock:
+            if self._copies is None:
+                self._copies = PreparedCopies(_copy_tree, skip=(".git",), group=None)
+            copies = self._copies
+        with copies.use(spec.skill_dir, spec.harness_dir) as copy:
+            (root / "skill").mkdir()
+            (root / "harness").mkdir()
+            yield [(copy / "skill", root / "skill"), (copy / "harness", root / "harness")]
+
     def shell(self, view: Path) -> LocalShell:
         """The optimizer's bash on the host, in ``view``, wrapped like the tasks; warns once."""
         if self._announce is not None and not self._shell_warned:
@@ -135,8 +157,11 @@ class LocalSandbox:
         with self._lock:
             self._closed = True
             live = list(self._live)
+            copies, self._copies = self._copies, None
         for leader in live:
             kill_session(leader)
+        if copies is not None:
+            copies.close()
 
     def _env(self, spec: RunSpec, root: Path) -> dict[str, str]:
         # Built from nothing: the host's ANTHROPIC_API_KEY and the rest of its environment stay out.
@@ -272,6 +297,10 @@ class LocalShell:
             gateway=gateway,
             isolation_mode=self.isolation,
         )
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git"))
 
 
 def parse_edit_reply(raw: str, timed_out: bool) -> dict[str, Any]:

@@ -7,7 +7,8 @@ latency: a background thread keeps ``size`` containers started and idle (the run
 container is handed out once and never reused.
 
 Every container gets a private host *slot* directory mounted read-only at ``/ho``; the host writes
-the task, the skill and harness copies and ``run.json`` into it just before ``go``.
+the task into it, and links ``skill`` and ``harness`` to the candidate's prepared copy under
+``/ho-cand`` (``prepared.py``, mounted read-only), just before ``go``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from harnessopt.sandbox.image import LABEL, owner_labels
 
 SLOT = "/ho"
 GATEWAY_DIR = "/ho-gw"
+CANDIDATES_DIR = "/ho-cand"  # the sandbox's prepared candidate copies, read-only (prepared.py)
 CONTAINER_GID = 65534  # the task containers run as 65534:65534 (container_kwargs)
 
 # Every container this process created and has not removed yet: removed at exit whatever happens.
@@ -136,8 +138,12 @@ def container_kwargs(cfg: RolloutConfig, run_id: str) -> dict[str, Any]:
 class WarmPool:
     """Keeps ``size`` started containers for one gateway socket directory."""
 
-    def __init__(self, client: Any, cfg: RolloutConfig, run_id: str, size: int):
+    def __init__(
+        self, client: Any, cfg: RolloutConfig, run_id: str, size: int, mounts: dict[str, str] | None = None
+    ):
+        """``mounts``: host directory -> path in every container, bound read-only."""
         self.client = client
+        self.mounts = dict(mounts or {})
         self.cfg = cfg
         self.run_id = run_id
         self.size = size
@@ -204,6 +210,8 @@ class WarmPool:
         volumes = {str(slot): {"bind": SLOT, "mode": "ro"}}
         if socket_dir:
             volumes[socket_dir] = {"bind": GATEWAY_DIR, "mode": "ro"}
+        for host, inside in self.mounts.items():
+            volumes[host] = {"bind": inside, "mode": "ro"}
         kwargs = container_kwargs(self.cfg, self.run_id)
         if (gid := gateway_group(socket_dir)) is not None:
             kwargs["group_add"] = [str(gid)]  # the run's group: lets it reach the gateway socket

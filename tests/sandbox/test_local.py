@@ -34,14 +34,23 @@ def test_env_is_scrubbed_and_gateway_vars_set(candidate, gateway, tmp_path, spec
 
 
 def test_harness_gets_private_copies(candidate, gateway, tmp_path, spec_for, small_cfg):
+    """With bwrap the candidate's shared copy is bound read-only (as in Docker, issue 15): the
+    write fails; without a mount namespace each task writes its own private copy."""
     skill, harness = candidate("""
-        open(os.path.join(ARGS.skill, "SKILL.md"), "w").write("changed")
-        answer(os.getcwd())
+        try:
+            open(os.path.join(ARGS.skill, "SKILL.md"), "w").write("changed")
+            wrote = "written"
+        except OSError:
+            wrote = "read-only"
+        answer(wrote + " " + os.getcwd())
     """)
-    out = LocalSandbox(small_cfg()).run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+    sb = LocalSandbox(small_cfg())
+    out = sb.run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
     assert out.error_class is None
     assert "test skill" in (skill / "SKILL.md").read_text()
-    assert not (tmp_path / "out" / "answer.txt").read_text().startswith(str(candidate.ws))
+    wrote, cwd = (tmp_path / "out" / "answer.txt").read_text().split(" ", 1)
+    assert not cwd.startswith(str(candidate.ws))
+    assert wrote == ("read-only" if sb.isolation == "bwrap" else "written")
 
 
 @pytest.mark.parametrize("mode", MODES)
