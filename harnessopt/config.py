@@ -176,6 +176,18 @@ class GatewayConfig(_Strict):
     """Uids besides harnessopt's own (and root) that may connect to the gateway's Unix socket."""
 
 
+class ChecksConfig(_Strict):
+    leakage: Literal["reject", "warn", "off"] = "reject"
+    """Added lines that copy a train/val input or gold answer, or name a task id (docs/workspace.md,
+    "Leakage and tamper checks"): reject the candidate, only warn, or do not look."""
+    ngram_words: int = Field(8, ge=3)
+    """Words in a row an added line must share with a task's input or answer to count as copied."""
+    ngram_chars: int = Field(40, ge=8)
+    """Characters those words must span (so short words and short answers never count alone)."""
+    id_min_chars: int = Field(4, ge=1)
+    """Task ids shorter than this are too likely to occur by chance and are not looked for."""
+
+
 class Config(_Strict):
     mode: Literal["skill", "harness"] = "skill"
     """What the optimizer may change: skill/** only, or the harness as well."""
@@ -191,6 +203,8 @@ class Config(_Strict):
     gate: GateConfig = Field(default_factory=lambda: GateConfig())
     budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig())
     gateway: GatewayConfig = Field(default_factory=lambda: GatewayConfig())
+    checks: ChecksConfig = Field(default_factory=lambda: ChecksConfig())
+    """Leakage checks on every candidate (tamper checks always run)."""
     prices: dict[str, PricePair] = Field(default_factory=dict)
     """USD per million tokens [input, output] by model-name glob, before the built-in table."""
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harnessopt import interrupts, ledger, stop, vcs
+from harnessopt import interrupts, leakage, ledger, stop, tamper, vcs
 from harnessopt.errors import UserError
 from harnessopt.gate import futile_decision, make_gate
 from harnessopt.ledger import OptimizerRecord, RoleUsage, RoundManifest, Status
@@ -88,6 +88,7 @@ class Trail:
     decision: GateDecision | None = None
     noise_floor: dict[str, Any] | None = None  # the A/A test, when this round measured one
     confirmation: dict[str, Any] | None = None  # an accepted candidate on runs that did not select it
+    checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
     runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
     started: float = field(default_factory=time.monotonic)
 
@@ -116,6 +117,7 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
 def _steps(
     ws: Workspace, svc: Services, rc: RoundContext, t: Trail, view: Path, say: Announce
 ) -> RoundResult:
+    sealed = tamper.seal_run(ws.root, svc)  # scorer, tasks, locked settings: checked before record
     t.train = rollout_train(ws, svc, rc, say)  # 1
     if broken := incumbent_broken(t.train):  # nothing to learn from: spend nothing on the optimizer
         return record(ws, svc, rc, t, ("failed", broken), say)
@@ -125,6 +127,12 @@ def _steps(
     t.copied, t.candidate, ending = check(ws, svc, rc, t.proposal, t.snapshot)  # 4
     if t.candidate is None or ending is not None:
         return record(ws, svc, rc, t, ending or ("failed", "no candidate"), say)
+    tasks, cfg = [*ws.tasks("train"), *rc.val, *rc.held_out], svc.cfg.checks
+    t.checks["leakage"], leak = leakage.screen(
+        rc.k, tasks, cfg, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, say
+    )
+    if leak:
+        return record(ws, svc, rc, t, ("rejected", leak), say)
     incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
     t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say)  # 5
     if crash is not None:
@@ -133,6 +141,8 @@ def _steps(
     t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
     t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
     interrupts.check()
+    if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
+        return record(ws, svc, rc, t, ("failed", void), say)
     return record(ws, svc, rc, t, ("accepted" if t.decision.accept else "rejected", t.decision.reason), say)
 
 
@@ -518,6 +528,7 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
         phases=t.runs.phases(),
         repeats=t.runs.repeats(),
         wall_s=round(time.monotonic() - t.started, 3),
+        checks=t.checks,
     )
 
 

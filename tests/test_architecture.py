@@ -51,6 +51,8 @@ LAYERS: list[set[str]] = [
         "taxonomy",
         "noisefloor",
         "verdicts",
+        "leakage",
+        "tamper",
     },
     {"rollout", "services", "resume", "roundstats", "projection", "progress"},
     {"loop", "audit", "report", "report_data", "adoption", "html_report", "gatereport"},
