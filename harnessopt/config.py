@@ -14,6 +14,9 @@ from harnessopt import registry
 from harnessopt.errors import UserError
 
 CONFIG_NAME = "harnessopt.yaml"
+# What each mode lets the optimizer change, and what no mode or whitelist ever does (globs).
+MODE_WHITELIST = {"skill": ("skill/**",), "harness": ("harness/**",), "joint": ("skill/**", "harness/**")}
+ALWAYS_READ_ONLY = ("tasks/**", "scorer.py", "harnessopt.yaml", ".git/**")
 
 
 class _Strict(BaseModel):
@@ -189,12 +192,16 @@ class ChecksConfig(_Strict):
 
 
 class Config(_Strict):
-    mode: Literal["skill", "harness"] = "skill"
-    """What the optimizer may change: skill/** only, or the harness as well."""
+    mode: Literal["skill", "harness", "joint"] = "skill"
+    """What the optimizer may change: skill/** (skill), harness/** (harness) or both (joint); harness
+    and joint mode start with a round-0 diagnosis a person approves (docs/optimizer.md)."""
     template: str = "chat"
     """Harness template the workspace was made from."""
     whitelist: list[str] | None = None
     """Glob patterns (relative to the workspace) the optimizer may change; default per mode."""
+    read_only: list[str] = Field(default_factory=list)
+    """Globs never copied back, added to the always read-only tasks/**, scorer.py, harnessopt.yaml
+    and .git/** (which no whitelist can open)."""
     flags: dict[str, str] = Field(default_factory=dict)
     """Feature flags exported to the harness as HO_FLAG_<NAME>."""
     model: ModelConfig = Field(default_factory=lambda: ModelConfig())
@@ -212,7 +219,11 @@ class Config(_Strict):
         """Paths the optimizer may change, relative to the workspace root."""
         if self.whitelist is not None:
             return list(self.whitelist)
-        return ["skill/**"] if self.mode == "skill" else ["skill/**", "harness/**"]
+        return list(MODE_WHITELIST[self.mode])
+
+    def read_only_globs(self) -> list[str]:
+        """Paths never copied back whatever the whitelist says: ``ALWAYS_READ_ONLY`` and ``read_only``."""
+        return [*ALWAYS_READ_ONLY, *self.read_only]
 
 
 def load_config(ws: Path) -> Config:

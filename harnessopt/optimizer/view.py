@@ -17,12 +17,14 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 import pathspec
 
+from harnessopt.config import ALWAYS_READ_ONLY
 from harnessopt.errors import UserError
 from harnessopt.textutil import FrontMatterError, parse_front_matter
 
@@ -174,13 +176,20 @@ def _is_train_trajectory(path: Path) -> bool:
 # --------------------------------------------------------------------------- copy back
 
 
-def copy_back(view: Path, ws: Path, allowed: list[str], *, snapshot: ViewSnapshot) -> CopyBackResult:
+def copy_back(
+    view: Path,
+    ws: Path,
+    allowed: list[str],
+    *,
+    snapshot: ViewSnapshot,
+    read_only: Sequence[str] = ALWAYS_READ_ONLY,
+) -> CopyBackResult:
     """Apply the view's whitelisted changes to ``ws``; report the rest.
 
     A change is a file whose content differs from the snapshot, a new file, or a deleted one.
     Changes to ``history.md``, ``OPTIMIZE.md``, ``trajectories/`` and editor/interpreter junk
-    are ``ignored``. Changes outside ``allowed`` (globs, see ``matches_any``), under a protected
-    path, to symlinks or special files, or to files over 1 MiB are ``violations`` and discarded,
+    are ``ignored``. Changes outside ``allowed`` (globs, see ``matches_any``), inside ``read_only``
+    (globs that win over ``allowed``), under a protected path, to symlinks or special files, or to files over 1 MiB are ``violations`` and discarded,
     as are the changes past ``MAX_CHANGED_FILES`` files or ``MAX_CHANGED_BYTES`` bytes (in path
     order). Files are ``lstat``-ed before they are read, opened without following links, and
     written from the bytes that were hashed; nothing is copied with more than mode 0755/0644.
@@ -194,11 +203,11 @@ def copy_back(view: Path, ws: Path, allowed: list[str], *, snapshot: ViewSnapsho
     writes: list[str] = []
     for rel, (digest, size) in present.items():
         if snapshot.hashes.get(rel) != digest:
-            _classify(rel, allowed, result, writes, size=size)
+            _classify(rel, allowed, result, writes, size=size, read_only=read_only)
     deletes: list[str] = []
     for rel in snapshot.hashes:
         if rel not in present and rel not in result.violations:
-            _classify(rel, allowed, result, deletes, size=0)
+            _classify(rel, allowed, result, deletes, size=0, read_only=read_only)
     budget = _Budget()
     for rel in sorted(deletes):
         if budget.take(0) and _safe_dest(ws, rel, result):
@@ -316,11 +325,18 @@ def _write_file(dest: Path, data: bytes, executable: bool) -> None:
     dest.chmod(0o755 if executable else 0o644)
 
 
-def _classify(rel: str, allowed: list[str], result: CopyBackResult, bucket: list[str], size: int) -> None:
+def _classify(
+    rel: str,
+    allowed: list[str],
+    result: CopyBackResult,
+    bucket: list[str],
+    size: int,
+    read_only: Sequence[str] = ALWAYS_READ_ONLY,
+) -> None:
     top = PurePosixPath(rel).parts[0]
     if rel in (HISTORY_NAME, BRIEF_NAME) or top == "trajectories":
         result.ignored.append(rel)
-    elif top in PROTECTED or _is_git_meta(rel) or not matches_any(rel, allowed) or size > MAX_FILE_BYTES:
+    elif top in PROTECTED or _is_git_meta(rel) or matches_any(rel, [*ALWAYS_READ_ONLY, *read_only]) or not matches_any(rel, allowed) or size > MAX_FILE_BYTES:
         result.violations.append(rel)
     else:
         bucket.append(rel)
