@@ -52,6 +52,9 @@ def _base_details(candidate: Outcomes, incumbent: Outcomes, p: _Paired) -> dict[
 # --------------------------------------------------------------------------- harnessopt's gate
 
 
+SECOND_LOOK = 2  # the second look's reruns of every paired task (both sides)
+
+
 class PairedGate:
     """harnessopt's paired gate (docs/gate.md): a first look on the val outcomes, flip confirmation,
     and, when the first look is promising but inside the dead zone, a second look; inside the zone
@@ -71,7 +74,7 @@ class PairedGate:
     def __init__(
         self,
         cfg: GateConfig | None = None,
-        second_look: int = 2,
+        second_look: int = SECOND_LOOK,
         look_from: float = 0.5,
         first_share: float = 0.2,
     ):

@@ -1,8 +1,10 @@
 """What a run will spend before it spends it: model calls, tokens, dollars and wall time.
 
 Per round, the task runs follow from the config: the train batch, the incumbent on val (only when
-its scores are not cached, or every round with ``gate.rerun_incumbent``), the smoke test, the rest
-of val times ``gate.epochs``, and the gate's reruns. What the config cannot say is measured on
+its scores are not cached, or every round with ``gate.rerun_incumbent``; twice when no noise
+floor was measured yet under this environment: the A/A test), the smoke test, the rest of val
+times ``gate.epochs``, the gate's reruns (flips, the second look) and the confirmation of an
+accepted round (``gate.confirm``, both sides again). What the config cannot say is measured on
 the workspace's earlier rounds (the last ``HISTORY`` that kept per-phase counts): model calls per
 task run, tokens per call, optimizer calls per round, the gate's reruns, the share of rounds that
 reach the smoke test and the validation, dollars per call and seconds per run. Before any round
@@ -16,10 +18,13 @@ from typing import Any
 
 from harnessopt import ledger, vcs
 from harnessopt.config import Config
+from harnessopt.gate import SECOND_LOOK
 from harnessopt.gateway import price_of
 from harnessopt.journal import STATE_DIR
 from harnessopt.ledger import RoundManifest
-from harnessopt.valcache import ValCache
+from harnessopt.noisefloor import NoiseFloorStore
+from harnessopt.valcache import ValCache, environment_key, key_parts
+from harnessopt.verdicts import split_val
 from harnessopt.workspace import Workspace
 
 HISTORY = 10
@@ -28,6 +33,8 @@ PRIORS: dict[str, float] = {
     "agent_calls_per_run": 5.0,  # any other template before its first round is measured
     "optimizer_turn_share": 0.5,  # of optimizer.max_turns used per round
     "flip_share": 0.25,  # of val tasks whose outcome flips and that the gate reruns on both sides
+    "promising_share": 0.2,  # of validated rounds whose first look is promising: the second look
+    "accept_share": 0.3,  # of validated rounds accepted, then confirmed (gate.confirm)
     "target_output_per_call": 300.0,
     "optimizer_input_per_call": 8000.0,
     "optimizer_output_per_call": 400.0,
@@ -135,13 +142,14 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     """Project the next ``rounds`` rounds of ``ws`` under ``cfg`` (default: the workspace's)."""
     cfg = cfg or ws.cfg
     history = [r.manifest for r in ledger.past_rounds(ws.repo) if r.manifest.phases][-HISTORY:]
-    n_train, n_val = len(ws.tasks("train")), len(ws.tasks("val"))
-    cached = _incumbent_cached(ws, cfg)
+    n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
+    cached, floor = _incumbent_cached(ws, cfg), _floor_measured(ws, cfg)
     rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
     per_round = []
     for i in range(rounds):
         incumbent = cfg.gate.rerun_incumbent or (i == 0 and not cached)
-        per_round.append(_round(cfg, rates, n_train, n_val, incumbent=incumbent))
+        twice = incumbent and i == 0 and not floor
+        per_round.append(_round(cfg, rates, n_train, n_val, incumbent=incumbent + twice))
     basis = f"{len(history)} measured round(s)" if history else "config priors (no measured round yet)"
     limits = {
         "max_calls": cfg.budget.max_calls,
@@ -151,11 +159,13 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     return Projection(per_round, basis, rates, {k: float(v) for k, v in limits.items() if v is not None})
 
 
-def _round(cfg: Config, rates: dict[str, float], n_train: int, n_val: int, *, incumbent: bool) -> RoundCost:
+def _round(cfg: Config, rates: dict[str, float], n_train: int, n_val: int, *, incumbent: int) -> RoundCost:
+    """``incumbent``: how many times the incumbent is measured on val (0 when cached, 2 for A/A)."""
     epochs, smoke = cfg.gate.epochs, min(cfg.gate.smoke, n_val)
-    runs: float = min(cfg.rollout.batch_size, n_train) + (n_val * epochs if incumbent else 0)
+    runs: float = min(cfg.rollout.batch_size, n_train) + n_val * epochs * incumbent
     runs += rates["reach_smoke"] * smoke
     runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
+    runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
     r = RoundCost(target_runs=runs)
     r.target_calls = runs * rates["target_calls_per_run"]
     r.optimizer_calls = rates["optimizer_calls"]
@@ -178,6 +188,12 @@ def _incumbent_cached(ws: Workspace, cfg: Config) -> bool:
     return cache.get(cache.key(ws.repo, vcs.head_sha(ws.repo), cfg)) is not None
 
 
+def _floor_measured(ws: Workspace, cfg: Config) -> bool:
+    """Is a noise floor stored for this environment (else the first measurement runs twice)?"""
+    parts = key_parts(ws.repo, vcs.head_sha(ws.repo), cfg)
+    return NoiseFloorStore(ws.root / STATE_DIR).get(environment_key(parts)) is not None
+
+
 def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
     """Rates before any round was measured: PRIORS, the config, and the sizes of skill and tasks."""
     skill = (ws.root / "skill" / "SKILL.md").read_text(encoding="utf-8", errors="replace")
@@ -187,6 +203,8 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
     per_run = PRIORS["target_calls_per_run" if cfg.template == "chat" else "agent_calls_per_run"]
     opt_calls = cfg.optimizer.max_turns * PRIORS["optimizer_turn_share"]
     opt_in, opt_out = PRIORS["optimizer_input_per_call"], PRIORS["optimizer_output_per_call"]
+    val, held = split_val(ws.tasks("val"), cfg.gate)
+    reruns, confirm = _prior_reruns(cfg, len(val), len(held))
     return {
         "target_calls_per_run": per_run,
         "target_tokens_per_call": target_in + target_out,
@@ -194,12 +212,23 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
         "optimizer_calls": opt_calls,
         "optimizer_tokens_per_call": opt_in + opt_out,
         "optimizer_usd_per_call": _usd(cfg.optimizer.model, opt_in, opt_out),
-        "reruns_per_val_task": 2 * PRIORS["flip_share"] if cfg.gate.confirm_flips else 0.0,
+        "reruns_per_val_task": reruns,
+        "confirm_runs": confirm,
         "reach_smoke": 1.0,
         "reach_validation": 1.0,
         "seconds_per_run": min(PRIORS["seconds_per_run"], cfg.rollout.timeout_s),
         "seconds_per_optimizer_call": PRIORS["seconds_per_optimizer_call"],
     }
+
+
+def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
+    """Before any round is measured: (reruns per val task: the flips rerun on both sides and the
+    second look, ``SECOND_LOOK`` runs of every task on both sides; the runs confirming an accepted
+    round on both sides, on val or on the held-out tasks)."""
+    g = cfg.gate
+    per = 2 * PRIORS["flip_share"] + PRIORS["promising_share"] * 2 * SECOND_LOOK if g.confirm_flips else 0.0
+    confirm_tasks = {"val": n_val, "holdout": n_held}.get(g.confirm, 0)
+    return per, PRIORS["accept_share"] * 2 * g.epochs * confirm_tasks
 
 
 def _usd(model: str, tokens_in: float, tokens_out: float) -> float:
