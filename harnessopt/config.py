@@ -117,6 +117,14 @@ class GateConfig(_Strict):
     """Runs per val task (for stochastic targets)."""
     max_broken: int | None = Field(None, ge=0)
     """Reject when more val tasks broke than this."""
+    incumbent_epochs: int | None = Field(None, ge=1)
+    """Runs per val task measured and cached for the incumbent (default: epochs). The runs past
+    the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before running it
+    again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise floor is
+    measured on the cached runs at no extra cost."""
+    second_look: int = Field(2, ge=0)
+    """Runs of every val task the gate's second look adds, when the first look is promising but
+    inside the dead zone (0: a single look)."""
     confirm_flips: bool = True
     """Rerun tasks that flipped once before deciding."""
     rerun_incumbent: bool = False

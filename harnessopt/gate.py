@@ -52,9 +52,6 @@ def _base_details(candidate: Outcomes, incumbent: Outcomes, p: _Paired) -> dict[
 # --------------------------------------------------------------------------- harnessopt's gate
 
 
-SECOND_LOOK = 2  # the second look's reruns of every paired task (both sides)
-
-
 class PairedGate:
     """harnessopt's paired gate (docs/gate.md): a first look on the val outcomes, flip confirmation,
     and, when the first look is promising but inside the dead zone, a second look; inside the zone
@@ -74,12 +71,12 @@ class PairedGate:
     def __init__(
         self,
         cfg: GateConfig | None = None,
-        second_look: int = SECOND_LOOK,
+        second_look: int | None = None,
         look_from: float = 0.5,
         first_share: float = 0.2,
     ):
         self.cfg = cfg or GateConfig.model_validate({})
-        self.second_look = second_look
+        self.second_look = self.cfg.second_look if second_look is None else second_look
         self.look_from = look_from
         self.first_share = first_share
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt import interrupts, leakage, ledger, stop, tamper, vcs
+from harnessopt.bank import IncumbentBank, first_look
 from harnessopt.errors import UserError
 from harnessopt.gate import futile_decision, make_gate
 from harnessopt.ledger import OptimizerRecord, RoleUsage, RoundManifest, Status
@@ -303,19 +304,33 @@ def incumbent_outcomes(
     whose noise floor (``noisefloor.measure``) is printed, stored and returned."""
     cache, floors = ValCache(svc.state_dir), NoiseFloorStore(svc.state_dir)
     parts = key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)
-    cached = None if svc.cfg.gate.rerun_incumbent else cache.get(digest(parts))
-    if cached is not None:
+    g = svc.cfg.gate
+    epochs, banked = g.epochs, g.incumbent_epochs or g.epochs
+    cached = None if g.rerun_incumbent else cache.get(digest(parts))
+    short = [t for t in rc.val if len((cached or {}).get(t.id, ())) < banked]
+    if cached is not None and not short:
         return cached, None
-    epochs, aa = svc.cfg.gate.epochs, floors.get(environment_key(parts)) is None
-    twice = ", twice (an A/A test: the noise floor)" if aa else ""
-    say(f"round {rc.k}: measuring the incumbent on {len(rc.val)} val tasks x {epochs} epoch(s){twice}")
-    got = outcomes(svc.runner.run(rc.incumbent, rc.val, rc.k, epochs=range(epochs)))
+    aa = cached is None and floors.get(environment_key(parts)) is None
+    twice = ", twice (an A/A test: the noise floor)" if aa and banked < 2 * epochs else ""
+    have = {t.id: len((cached or {}).get(t.id, ())) for t in short}
+    say(
+        f"round {rc.k}: measuring the incumbent on {len(short)} val tasks x {banked - min(have.values())} "
+        f"epoch(s){twice}" + (f" ({epochs} for the first look, the rest banked)" if banked > epochs else "")
+    )
+    got = {t: list(runs) for t, runs in (cached or {}).items()}
+    for n in sorted(set(have.values())):  # a top-up runs only the epochs a task lacks
+        tasks = [t for t in short if have[t.id] == n]
+        for t, runs in outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=range(n, banked))).items():
+            got.setdefault(t, []).extend(runs)
     cache.put(digest(parts), got)
     ws.journal.write(rc.k, "incumbent_val", n=len(got), score=_mean_score(got))
     if not aa:
         return got, None
-    again = outcomes(svc.runner.run(rc.incumbent, rc.val, rc.k, epochs=range(epochs, 2 * epochs)))
-    nf = {**measure(got, again, svc.cfg.gate), "measured_round": rc.k}
+    if banked >= 2 * epochs:  # the A/A test on the banked runs: no extra run
+        again = {t: runs[epochs : 2 * epochs] for t, runs in got.items()}
+    else:
+        again = outcomes(svc.runner.run(rc.incumbent, rc.val, rc.k, epochs=range(epochs, 2 * epochs)))
+    nf = {**measure(first_look(got, epochs), again, svc.cfg.gate), "measured_round": rc.k}
     floors.put(environment_key(parts), nf)
     for line in noise_lines(nf):
         say(f"round {rc.k}: {line}")
@@ -373,6 +388,8 @@ def validate(
     inc: Outcomes,
     say: Announce,
 ) -> list[TaskResult]:
+    bank = IncumbentBank(inc, svc.cfg.gate.epochs)  # the incumbent's runs past the first look
+    inc = bank.first
     """The rest of val (and the remaining epochs of the smoke tasks); smoke results are reused.
 
     In chunks, each checked first: validation stops as soon as even all remaining tasks in the
@@ -388,11 +405,13 @@ def validate(
     futile = getattr(svc.gate, "futile", None)
     chunk = max(FUTILITY_EVERY, svc.cfg.rollout.concurrency) if futile else max(1, len(rest))
     for i in range(0, len(rest), chunk):
-        if futile and futile(outcomes(results), inc, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
+        first = first_look(inc, epochs)
+        if futile and futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
             say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
             break
         results += svc.runner.run(cand, rest[i : i + chunk], rc.k, epochs=range(epochs))
     ws.journal.write(rc.k, "validate", n=len(results), score=_mean_score(outcomes(results)))
+    d.details.update(incumbent_banked_runs=bank.drawn)
     return results
 
 
@@ -403,11 +422,15 @@ def gate(
     rerun_epoch = iter(range(1000, 10**6))
 
     def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
-        tasks = [by_id[i] for i in ids]
         epoch = next(rerun_epoch)
-        again = svc.runner.run(cand, tasks, rc.k, epochs=[epoch])
-        base = svc.runner.run(rc.incumbent, tasks, rc.k, epochs=[epoch])
-        return outcomes(again), outcomes(base)
+        again = svc.runner.run(cand, [by_id[i] for i in ids], rc.k, epochs=[epoch])
+        base = bank.draw(
+            ids,
+            lambda miss: outcomes(
+                svc.runner.run(rc.incumbent, [by_id[i] for i in miss], rc.k, epochs=[epoch])
+            ),
+        )
+        return outcomes(again), base
 
     cand_out = outcomes(cand_val)
     left = [t.id for t in rc.val if t.id not in cand_out]  # validation stopped for futility

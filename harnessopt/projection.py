@@ -18,7 +18,6 @@ from typing import Any
 
 from harnessopt import ledger, vcs
 from harnessopt.config import Config
-from harnessopt.gate import SECOND_LOOK
 from harnessopt.gateway import price_of
 from harnessopt.journal import STATE_DIR
 from harnessopt.ledger import RoundManifest
@@ -148,8 +147,10 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     per_round = []
     for i in range(rounds):
         incumbent = cfg.gate.rerun_incumbent or (i == 0 and not cached)
-        twice = incumbent and i == 0 and not floor
-        per_round.append(_round(cfg, rates, n_train, n_val, incumbent=incumbent + twice))
+        g, aa = cfg.gate, i == 0 and not floor  # the A/A test runs it again unless the bank has it
+        banked = g.incumbent_epochs or g.epochs
+        measured = banked + (g.epochs if aa and banked < 2 * g.epochs else 0) if incumbent else 0
+        per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured))
     basis = f"{len(history)} measured round(s)" if history else "config priors (no measured round yet)"
     limits = {
         "max_calls": cfg.budget.max_calls,
@@ -159,10 +160,12 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     return Projection(per_round, basis, rates, {k: float(v) for k, v in limits.items() if v is not None})
 
 
-def _round(cfg: Config, rates: dict[str, float], n_train: int, n_val: int, *, incumbent: int) -> RoundCost:
-    """``incumbent``: how many times the incumbent is measured on val (0 when cached, 2 for A/A)."""
+def _round(
+    cfg: Config, rates: dict[str, float], n_train: int, n_val: int, *, incumbent_epochs: int
+) -> RoundCost:
+    """``incumbent_epochs``: runs of each val task of the incumbent this round (0 when cached)."""
     epochs, smoke = cfg.gate.epochs, min(cfg.gate.smoke, n_val)
-    runs: float = min(cfg.rollout.batch_size, n_train) + n_val * epochs * incumbent
+    runs: float = min(cfg.rollout.batch_size, n_train) + n_val * incumbent_epochs
     runs += rates["reach_smoke"] * smoke
     runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
     runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
@@ -223,10 +226,15 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
 
 def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
     """Before any round is measured: (reruns per val task: the flips rerun on both sides and the
-    second look, ``SECOND_LOOK`` runs of every task on both sides; the runs confirming an accepted
+    second look, ``gate.second_look`` runs of every task on both sides (the incumbent's drawn from
+    its banked runs while they last: ``gate.incumbent_epochs``); the runs confirming an accepted
     round on both sides, on val or on the held-out tasks)."""
     g = cfg.gate
-    per = 2 * PRIORS["flip_share"] + PRIORS["promising_share"] * 2 * SECOND_LOOK if g.confirm_flips else 0.0
+    banked = (g.incumbent_epochs or g.epochs) - g.epochs
+    sides = 1 if banked >= g.epochs + g.second_look else 2  # the bank covers the incumbent's reruns
+    per = (
+        sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look) if g.confirm_flips else 0.0
+    )
     confirm_tasks = {"val": n_val, "holdout": n_held}.get(g.confirm, 0)
     return per, PRIORS["accept_share"] * 2 * g.epochs * confirm_tasks
 

@@ -44,7 +44,7 @@ def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = No
             f"output_cap={r.output_cap_kb},scorer_timeout={r.scorer_timeout_s},"
             f"max_output_tokens={cfg.budget.target_max_output_tokens}"
         ),
-        epochs=str(cfg.gate.epochs),
+        epochs=str(cfg.gate.epochs) + (f"/{cfg.gate.incumbent_epochs}" if cfg.gate.incumbent_epochs else ""),
         flags=",".join(f"{k}={v}" for k, v in sorted(cfg.flags.items())),
     )
     return parts

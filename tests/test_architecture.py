@@ -52,6 +52,7 @@ LAYERS: list[set[str]] = [
         "noisefloor",
         "verdicts",
         "leakage",
+        "bank",
         "tamper",
     },
     {"rollout", "services", "resume", "roundstats", "projection", "progress"},

@@ -249,3 +249,42 @@ def test_run_alpha_spends_the_runs_budget_over_run_rounds_decisions(tmp_path: Pa
     assert loop._round_policy(ws, svc) is None
     spent = loop.gate(ws, svc, rc, CAND, results, inc)
     assert not spent.accept and "gate.run_alpha 0.05 is spent" in spent.reason
+
+
+def test_banked_incumbent_runs_pay_for_the_aa_test_and_the_gates_reruns(tmp_path: Path) -> None:
+    # gate.incumbent_epochs 4: the incumbent runs 4 epochs once; the A/A test reads epochs 0 and 1,
+    # the first look sees epoch 0 only, and the gate's reruns of the incumbent come from the bank
+    fixed: set[str] = set()
+
+    def script(side: str, t: str, n: int) -> tuple[float, bool]:
+        return float(side == "candidate" and t in fixed), False  # 3 of 14 fixed: inside the zone
+
+    ws, svc, rc = _setup(tmp_path, script, incumbent_epochs=4, second_look=2)
+    fixed.update(sorted(t.id for t in rc.val)[:3])
+    said: list[str] = []
+    inc, nf = loop.incumbent_outcomes(ws, svc, rc, said.append)
+    n = len(rc.val)
+    assert [b[2] for b in svc.runner.batches] == [[0, 1, 2, 3]]  # one batch: no second pass for A/A
+    assert nf is not None and nf["rollouts"] == 2 * n and all(len(r) == 4 for r in inc.values())
+    assert any("1 for the first look, the rest banked" in m for m in said)
+    cand_val = svc.runner.run(CAND, rc.val, 1)
+    d = loop.gate(ws, svc, rc, CAND, cand_val, inc)
+    incumbent_batches = [b for b in svc.runner.batches[2:] if b[0] == "incumbent"]
+    assert d.details["look"] == 2 and d.details["flips_first_pass"] == 3
+    # the 3 flips once, then every task twice: 3 + 2 x 14 incumbent runs, all from the bank
+    assert d.details["incumbent_banked_runs"] == 3 + 2 * n
+    assert not incumbent_batches
+    assert "second look" in d.reason and d.details["epochs_total"] == 3
+
+
+def test_a_cached_incumbent_with_fewer_runs_than_incumbent_epochs_is_topped_up(tmp_path: Path) -> None:
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (1.0, False), incumbent_epochs=3)
+    from harnessopt.valcache import ValCache, digest, key_parts
+
+    one = {t.id: [Outcome(score=1.0)] for t in rc.val}  # e.g. an accepted candidate's one epoch
+    ValCache(svc.state_dir).put(digest(key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)), one)
+    got, nf = loop.incumbent_outcomes(ws, svc, rc, lambda _m: None)
+    assert nf is None and [b[2] for b in svc.runner.batches] == [[1, 2]]  # only the epochs it lacks
+    assert all(len(r) == 3 for r in got.values())
+    assert loop.incumbent_outcomes(ws, svc, rc, lambda _m: None)[0] == got  # cached now: no run
+    assert len(svc.runner.batches) == 1
