@@ -57,7 +57,7 @@ def gateway_env(gw: Gateway, token: str) -> dict[str, str]:
 
 def test_every_template_has_a_description_and_entry_point():
     names = sorted(p.name for p in TEMPLATES.iterdir() if p.is_dir())
-    assert names == ["chat", "claude-code", "command", "openai-chat", "tool-agent"]
+    assert names == ["chat", "chat-sdk", "claude-code", "command", "openai-chat", "tool-agent"]
     for name in names:
         meta = yaml.safe_load((TEMPLATES / name / "template.yaml").read_text())
         assert isinstance(meta["description"], str) and "\n" not in meta["description"].strip()
@@ -292,3 +292,82 @@ def test_default_scorer(tmp_path: Path):
     assert score({"answer": 42}, "42", tmp_path)["score"] == 1.0
     long = score({"answer": "a" * 1000}, "b", tmp_path)
     assert len(long["feedback"]) < 500 and "[...]" in long["feedback"]
+
+
+@pytest.mark.parametrize("stream", ["0", "1"])
+def test_chat_template_on_the_standard_library_matches_the_sdk_variant(tmp_path: Path, stream: str):
+    """`chat` (http.client) and `chat-sdk` (the anthropic SDK): the same request reaches the
+    gateway, the same answer and trajectory events come out, streamed or not."""
+    script = {"rules": [{"last_user": "France", "reply": "  Paris \n"}]}
+    seen = {}
+    with Gateway(ScriptedModel.from_dict(script), BudgetConfig()) as gw:
+        for name in ("chat", "chat-sdk"):
+            lease = gw.lease("target", 1, name)
+            env = gateway_env(gw, lease.token) | {"HO_FLAG_STREAM": stream}
+            tmp = tmp_path / name
+            tmp.mkdir()
+            proc = run_template(name, tmp, {"id": "t1", "input": "Capital of France?"}, env)
+            assert proc.returncode == 0, proc.stderr
+            (ex,) = gw.release(lease.token)
+            events = [json.loads(x) for x in (tmp / "out" / "trajectory.jsonl").read_text().splitlines()]
+            seen[name] = (
+                (tmp / "out" / "answer.txt").read_bytes(),
+                ex.request,
+                ex.streamed,
+                [{k: v for k, v in e.items() if k != "t"} for e in events],
+            )
+    assert seen["chat"] == seen["chat-sdk"]
+    assert seen["chat"][0] == b"Paris" and seen["chat"][2] == (stream == "1")
+
+
+def test_chat_template_retries_like_the_sdk(tmp_path: Path):
+    """A 529 with x-should-retry, then an answer: one retry; a 400 is not retried."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    statuses = [529, 200, 400]
+    hits: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            status = statuses[len(hits)]
+            hits.append(status)
+            body = json.dumps(
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "Oslo"}],
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                }
+                if status == 200
+                else {"type": "error", "error": {"type": "x", "message": "no"}}
+            ).encode()
+            self.send_response(status)
+            self.send_header("content-length", str(len(body)))
+            self.send_header("retry-after", "0")
+            if status == 529:
+                self.send_header("x-should-retry", "true")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{server.server_port}",
+            "ANTHROPIC_API_KEY": "k",
+            "HARNESSOPT_TARGET_MODEL": "m",
+        }
+        proc = run_template("chat", tmp_path, {"id": "t", "input": "q"}, env)
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "out" / "answer.txt").read_text() == "Oslo" and hits == [529, 200]
+        proc = run_template("chat", tmp_path, {"id": "t", "input": "q"}, env)
+        assert proc.returncode == 1 and "BadRequestError" in proc.stderr and hits == [529, 200, 400]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,22 +1,51 @@
-"""Chat harness: one Messages API request per task.
+"""Chat harness: one Messages API request per task, on the standard library alone.
 
 The skill body (SKILL.md without its front matter) is the system prompt, the task input is the
 user message, and the reply text, stripped, is the answer. The model comes from
-HARNESSOPT_TARGET_MODEL; the SDK reads ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY (inside
-harnessopt these point at the model gateway with a per-run token). With the feature flag
+HARNESSOPT_TARGET_MODEL; the endpoint and key from ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY
+(inside harnessopt these point at the model gateway with a per-run token). The request body is
+the one the anthropic SDK sends; the client is ``http.client``, because importing the SDK costs
+about a second of CPU per task (docs/performance.md). Like the SDK it retries twice on 408, 409,
+429, 5xx and lost connections (``x-should-retry`` and ``retry-after`` honoured), and an API
+error ends the run with the SDK's error name (``AuthenticationError``, ...). The ``chat-sdk``
+template is this harness on the SDK. With the feature flag
 HO_FLAG_STREAM=1 (``flags: {stream: "1"}`` in harnessopt.yaml) the request is streamed (SSE).
 
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
 
 import argparse
+import contextlib
+import http.client
 import json
 import os
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 MAX_TOKENS = 1024
+MAX_RETRIES = 2
+TIMEOUT_S = 600.0
+API_VERSION = "2023-06-01"
+ERROR_NAMES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    409: "ConflictError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+}
+
+
+class APIError(Exception):
+    """An error answer of the API (or no answer), named like the SDK's."""
+
+    def __init__(self, name: str, status: int | None, body: str, retry: bool):
+        super().__init__(f"{name}: {status or ''} {body[:2000]}".strip())
+        self.name, self.status, self.retry = name, status, retry
+        self.wait: float | None = None  # the server's retry-after, in seconds
 
 
 def skill_body(skill_dir: Path) -> str:
@@ -52,10 +81,6 @@ def main() -> int:
         print("chat harness: HARNESSOPT_TARGET_MODEL is not set", file=sys.stderr)
         return 2
 
-    # Imported late: the SDK is the slowest part of startup; see docs/models.md for the figures.
-    from anthropic import Anthropic
-
-    client = Anthropic(max_retries=2)
     request = {
         "model": model,
         "max_tokens": MAX_TOKENS,
@@ -64,15 +89,92 @@ def main() -> int:
     }
     flags = {"stream": os.environ.get("HO_FLAG_STREAM")}  # reported: harnessopt counts which flags runs read
     log_event(args.out, "request", task_id=task.get("id"), model=model, flags_read=flags)
-    if os.environ.get("HO_FLAG_STREAM") == "1":  # streaming keeps long generations under proxy timeouts
-        with client.messages.stream(**request) as stream:
-            response = stream.get_final_message()
-    else:
-        response = client.messages.create(**request)
-    answer = "".join(block.text for block in response.content if block.type == "text").strip()
-    log_event(args.out, "response", stop_reason=response.stop_reason, answer_chars=len(answer))
+    stream = os.environ.get("HO_FLAG_STREAM") == "1"  # streaming keeps long generations under proxy timeouts
+    try:
+        response = create_message(request, stream=stream)
+    except APIError as e:
+        print(f"chat harness: {e}", file=sys.stderr)
+        return 1
+    content = response.get("content") or []
+    answer = "".join(b.get("text", "") for b in content if b.get("type") == "text").strip()
+    log_event(args.out, "response", stop_reason=response.get("stop_reason"), answer_chars=len(answer))
     (args.out / "answer.txt").write_text(answer)
     return 0
+
+
+def create_message(request: dict, *, stream: bool) -> dict:
+    """POST /v1/messages; the final message (a streamed one assembled from its events)."""
+    base = urlsplit(os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com")
+    body = json.dumps({**request, "stream": True} if stream else request).encode()
+    headers = {
+        "content-type": "application/json",
+        "accept": "text/event-stream" if stream else "application/json",
+        "anthropic-version": API_VERSION,
+        "x-api-key": os.environ.get("ANTHROPIC_API_KEY", ""),
+    }
+    path = base.path.rstrip("/") + "/v1/messages"
+    for attempt in range(MAX_RETRIES + 1):
+        try:
+            return _post(base, path, body, headers, stream)
+        except APIError as e:
+            if not e.retry or attempt == MAX_RETRIES:
+                raise
+            time.sleep(e.wait if e.wait is not None else min(0.5 * 2**attempt, 8.0))
+    raise AssertionError("unreachable")
+
+
+def _post(base, path: str, body: bytes, headers: dict, stream: bool) -> dict:
+    cls = http.client.HTTPSConnection if base.scheme == "https" else http.client.HTTPConnection
+    conn = cls(base.hostname, base.port, timeout=TIMEOUT_S)
+    try:
+        try:
+            conn.request("POST", path, body=body, headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            raise APIError("APIConnectionError", None, str(e), retry=True) from e
+        if resp.status >= 400:
+            text = resp.read().decode("utf-8", "replace")
+            should = resp.getheader("x-should-retry")
+            retry = should == "true" or (
+                should != "false" and (resp.status in (408, 409, 429) or resp.status >= 500)
+            )
+            name = ERROR_NAMES.get(
+                resp.status, "InternalServerError" if resp.status >= 500 else "APIStatusError"
+            )
+            error = APIError(name, resp.status, text, retry)
+            with contextlib.suppress(ValueError):
+                error.wait = min(float(resp.getheader("retry-after") or ""), 60.0)
+            raise error
+        return _events(resp) if stream else json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def _events(resp) -> dict:
+    """The message a Messages event stream describes (text blocks, stop reason, usage)."""
+    message: dict = {}
+    event = None
+    for raw in resp:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data = json.loads(line[5:].strip())
+            kind = data.get("type", event)
+            if kind == "message_start":
+                message = data["message"]
+                message["content"] = []
+            elif kind == "content_block_start":
+                message["content"].append(data["content_block"])
+            elif kind == "content_block_delta" and data["delta"].get("type") == "text_delta":
+                message["content"][data["index"]]["text"] += data["delta"]["text"]
+            elif kind == "message_delta":
+                message.update(data.get("delta", {}))
+                message.setdefault("usage", {}).update(data.get("usage", {}))
+            elif kind == "error":
+                error = data.get("error", {})
+                raise APIError(error.get("type", "APIError"), None, error.get("message", ""), retry=False)
+    return message
 
 
 if __name__ == "__main__":

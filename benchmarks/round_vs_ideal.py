@@ -1,0 +1,93 @@
+"""P2 (issue 15): a round's rollout + smoke + validation against the LLM-bound ideal.
+
+    python benchmarks/round_vs_ideal.py [--quick] [--modes docker local] [--latency 2] [--template chat]
+
+For each sandbox mode, concurrency C in {1, 4, 8} and N in {20, 40} (``--quick``: N = 20 only):
+a fresh workspace of the template with N train and N val tasks, its target a model answering
+every call after --latency seconds (benchmarks/roundbench.py), then the round's three phases
+through harnessopt's Runner: rollout of the N train tasks, the smoke test (5 val tasks), the
+validation of the other N - 5. Prints wall time / (calls x latency / C), the issue's ideal, and
+wall time / the phase-by-phase ideal (sum over phases of ceil(tasks / C) x latency, what a
+perfect scheduler could reach since the smoke's 5 tasks cannot fill 8 slots).
+
+Where the rest goes, per task, from the runner's results: ``model`` is the time the gateway
+spent on the task's calls (its exchange records), ``harness`` the sandbox's wall time of the
+harness process (its start to its exit), ``outside`` what the runner spent on the task besides
+the harness (phase wall x C / tasks - harness: container or process start, slot, scoring, /out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import time
+
+import roundbench
+
+SMOKE = 5
+
+
+def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
+    tmp = roundbench.new_tmp("ho-bench-p2-")
+    try:
+        with roundbench.bench_services(
+            tmp, sandbox=mode, concurrency=c, n_train=n, n_val=n, latency_s=latency, template=template
+        ) as (ws, svc):
+            inc = roundbench.candidate_copy(ws, tmp / "incumbent")
+            val = sorted(ws.tasks("val"), key=lambda t: t.id)
+            time.sleep(1.0)  # the warm pool fills, as it does while a round's optimizer works
+            phases = [
+                roundbench.timed_phase("rollout", svc, inc, ws.tasks("train"), 1),
+                roundbench.timed_phase("smoke", svc, inc, val[:SMOKE], 1),
+                roundbench.timed_phase("validation", svc, inc, val[SMOKE:], 1),
+            ]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    wall = sum(p.wall_s for p in phases)
+    calls = sum(p.calls for p in phases)
+    failed = sum(r.error_class is not None for p in phases for r in p.results)
+    ideal = calls * latency / c
+    per_phase = sum(math.ceil(len(p.results) / c) * latency for p in phases)
+    tasks = sum(len(p.results) for p in phases)
+    model = sum(p.model_s() * len(p.results) for p in phases) / tasks
+    harness = sum(p.harness_s() * len(p.results) for p in phases) / tasks
+    outside = sum(p.wall_s * min(c, len(p.results)) for p in phases) / tasks - harness
+    note = f" ({failed} tasks failed)" if failed else ""
+    return (
+        f"{mode:7} {c:>2} {n:>3} {calls:>5} {wall:>7.1f} {ideal:>6.1f} {wall / ideal:>6.2f} "
+        f"{wall / per_phase:>6.2f}   {model:>5.2f} {harness - model:>6.2f} {outside:>6.2f}{note}"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N = 20 only")
+    ap.add_argument("--modes", nargs="+", default=["docker", "local"])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--latency", type=float, default=2.0)
+    ap.add_argument("--template", default="chat")
+    a = ap.parse_args()
+    sizes = [20] if a.quick else [20, 40]
+    print(
+        f"round_vs_ideal: template {a.template}, model latency {a.latency:g} s, {os.cpu_count()} cores; "
+        f"per task: model = gateway time on its calls, harness-model = the harness's own time "
+        f"(interpreter, imports, gateway hop), outside = the runner's time around the harness"
+    )
+    print(
+        f"{'mode':7} {'C':>2} {'N':>3} {'calls':>5} {'wall s':>7} {'ideal':>6} {'ratio':>6} {'/phase':>6}   "
+        f"{'model':>5} {'h-m':>6} {'outside':>6}"
+    )
+    for mode in a.modes:
+        for n in sizes:
+            for c in a.concurrency:
+                print(one_cell(mode, c, n, a.latency, a.template), flush=True)
+    with open("/proc/loadavg") as f:
+        print(f"load average {f.read().split()[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
