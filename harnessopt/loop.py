@@ -411,7 +411,6 @@ def validate(
             break
         results += svc.runner.run(cand, rest[i : i + chunk], rc.k, epochs=range(epochs))
     ws.journal.write(rc.k, "validate", n=len(results), score=_mean_score(outcomes(results)))
-    d.details.update(incumbent_banked_runs=bank.drawn)
     return results
 
 
@@ -420,6 +419,8 @@ def gate(
 ) -> GateDecision:
     by_id = {t.id: t for t in rc.val}
     rerun_epoch = iter(range(1000, 10**6))
+    bank = IncumbentBank(inc, svc.cfg.gate.epochs)  # the incumbent's runs past the first look
+    inc = bank.first
 
     def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
         epoch = next(rerun_epoch)
@@ -441,6 +442,7 @@ def gate(
         d = spent_decision(svc.cfg.gate)
     else:
         d = policy.decide(cand_out, inc, confirm if svc.cfg.gate.confirm_flips else None)
+    d.details.update(incumbent_banked_runs=bank.drawn)
     ws.journal.write(rc.k, "gate", accept=d.accept, reason=d.reason, delta=d.delta, dead_zone=d.dead_zone)
     return d
 
