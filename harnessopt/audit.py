@@ -7,18 +7,24 @@ same held-out set until it agrees is selection too (``--force`` overrides, and s
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from harnessopt import ledger, vcs
+from harnessopt.config import Config
 from harnessopt.errors import UserError
+from harnessopt.gate import make_gate
 from harnessopt.progress import RunProgress
+from harnessopt.protocols import GateDecision, Outcomes, Task
 from harnessopt.rollout import Candidate, outcomes
-from harnessopt.services import open_services
+from harnessopt.services import Services, open_services
 from harnessopt.stats import audit_stats
 from harnessopt.workspace import EDITABLE_PATHS, Workspace
 
 AUDIT_REF = "refs/harnessopt/audit/{base}-{best}"
+RERUN_EPOCH = 1000  # epochs of the gate's reruns in paired_decision (after the measured ones)
+FlagValues = Sequence[tuple[str, str]]
 
 
 def run_audit(
@@ -47,16 +53,8 @@ def run_audit(
             "the workspace has no test tasks; re-create it with a --split that keeps a test share"
         )
     claimed = claimed_gain(ws, best)
-    with open_services(ws.root, ws.cfg, say, with_optimizer=False, keep_rollouts=False) as svc:
-        if progress is not None:  # a bar (or plain lines) per candidate's test runs
-            progress.bind(svc.gateway.total)
-            svc.runner.observers.append(progress)
-        scratch = svc.scratch / "audit"
-        shutil.rmtree(scratch, ignore_errors=True)
-        cands = {}
-        for label, sha in (("round-0", base), ("best", best)):
-            vcs.export(repo, sha, EDITABLE_PATHS, scratch / label)
-            cands[label] = Candidate(scratch / label, label, sha)
+    with measuring(ws, ws.cfg, say, progress) as svc:
+        cands = export_states(ws, svc, "audit", {"round-0": base, "best": best})
         say(f"audit: {len(tests)} test tasks x {epochs} epoch(s), ho/round-0 and ho/best")
         base_out = outcomes(svc.runner.run(cands["round-0"], tests, 0, epochs=range(epochs)))
         best_out = outcomes(svc.runner.run(cands["best"], tests, 0, epochs=range(epochs)))
@@ -83,6 +81,78 @@ def run_audit(
     for note in notes:
         say(f"audit: note: {note}")
     return report
+
+
+@contextmanager
+def measuring(
+    ws: Workspace, cfg: Config, say: Callable[[str], None], progress: RunProgress | None = None
+) -> Iterator[Services]:
+    """Services for measuring states outside a round (audit, ablate, replay): no optimizer, no
+    rollouts kept for a rerun, and the live progress bound when given."""
+    with open_services(ws.root, cfg, say, with_optimizer=False, keep_rollouts=False) as svc:
+        if progress is not None:  # a bar (or plain lines) per candidate's runs
+            progress.bind(svc.gateway.total)
+            svc.runner.observers.append(progress)
+        yield svc
+
+
+def export_states(
+    ws: Workspace,
+    svc: Services,
+    name: str,
+    revs: Mapping[str, str],
+    flags: Mapping[str, FlagValues] | None = None,
+) -> dict[str, Candidate]:
+    """``skill/`` and ``harness/`` of each labelled commit, exported under the run's scratch dir;
+    ``flags`` gives a label's flag values over harnessopt.yaml's (``rollout.Candidate.flags``)."""
+    scratch = svc.scratch / name
+    shutil.rmtree(scratch, ignore_errors=True)
+    cands = {}
+    for label, sha in revs.items():
+        vcs.export(ws.repo, sha, EDITABLE_PATHS, scratch / label)
+        cands[label] = Candidate(scratch / label, label, sha, tuple((flags or {}).get(label, ())))
+    return cands
+
+
+def paired_decision(
+    svc: Services,
+    cand: Candidate,
+    base: Candidate,
+    tasks: Sequence[Task],
+    *,
+    round_no: int = 0,
+    base_out: Outcomes | None = None,
+    cand_out: Outcomes | None = None,
+) -> tuple[GateDecision, Outcomes, Outcomes]:
+    """Both states on ``tasks`` (``gate.epochs`` each; ``base_out`` when already measured), judged
+    by the run's gate as in a round: flipped tasks rerun on both sides, the same dead zone.
+    ``base_out`` / ``cand_out``: a side's outcomes when already measured (not run again)."""
+    epochs = range(svc.cfg.gate.epochs)
+    if base_out is None:
+        base_out = outcomes(svc.runner.run(base, tasks, round_no, epochs=epochs))
+    if cand_out is None:
+        cand_out = outcomes(svc.runner.run(cand, tasks, round_no, epochs=epochs))
+    by_id = {t.id: t for t in tasks}
+    rerun_epoch = iter(range(RERUN_EPOCH, 10**6))
+
+    def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
+        again, epoch = [by_id[i] for i in ids], [next(rerun_epoch)]
+        return (
+            outcomes(svc.runner.run(cand, again, round_no, epochs=epoch)),
+            outcomes(svc.runner.run(base, again, round_no, epochs=epoch)),
+        )
+
+    decision = make_gate(svc.cfg.gate).decide(
+        cand_out, base_out, confirm if svc.cfg.gate.confirm_flips else None
+    )
+    return decision, cand_out, base_out
+
+
+def verdict_word(d: GateDecision) -> str:
+    """helps (the gate accepts), hurts (below minus the dead zone), or no measurable difference."""
+    if d.accept:
+        return "helps"
+    return "hurts" if d.delta < -d.dead_zone else "no measurable difference"
 
 
 def confirmed_gain(ws: Workspace, best: str) -> float | None:

@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "it can then reach the API key, the workspace (tasks/ with gold answers) and the network",
     )
     run.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
+    run.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
     run.add_argument("--concurrency", type=_positive)
     run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
     run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("ws", type=Path)
     audit.add_argument("--epochs", type=_positive, default=1)
     audit.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
+    audit.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
     audit.add_argument("--concurrency", type=_positive)
     _add_config_option(audit)
     audit.add_argument("--force", action="store_true", help="audit the same pair again")
@@ -175,6 +177,7 @@ RUN_FLAGS = {
     "target": "model.target",
     "optimizer": "optimizer.backend",
     "sandbox": "rollout.sandbox",
+    "executor": "rollout.executor",
     "concurrency": "rollout.concurrency",
     "max_calls": "budget.max_calls",
     "max_tokens": "budget.max_tokens",
@@ -314,7 +317,15 @@ def cmd_audit(a: argparse.Namespace) -> int:
     from harnessopt.workspace import Workspace
 
     ws = Workspace.open(
-        a.ws, _overrides(a, {"sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"})
+        a.ws,
+        _overrides(
+            a,
+            {
+                "sandbox": "rollout.sandbox",
+                "executor": "rollout.executor",
+                "concurrency": "rollout.concurrency",
+            },
+        ),
     )
     from harnessopt.progress import progress_for
 

@@ -74,6 +74,8 @@ class RolloutConfig(_Strict):
     """Time the host-side scorer may take per task; past it the task scores 0 (scorer error)."""
     scorer_memory_mb: int = Field(2048, ge=64)
     """Address-space limit of the scorer's process; past it that task scores 0 (scorer error)."""
+    executor: Literal["local", "ray"] = "local"
+    """Where tasks run: local (a thread pool on this machine) or ray (a Ray cluster; docs/cluster.md)."""
 
 
 class OptimizerConfig(_Strict):
@@ -199,6 +201,17 @@ class ChecksConfig(_Strict):
     """Task ids shorter than this are too likely to occur by chance and are not looked for."""
 
 
+class RayConfig(_Strict):
+    address: str | None = None
+    """Ray cluster to join (ray://... or host:port); default: RAY_ADDRESS, else a local one-node cluster."""
+    max_retries: int = Field(2, ge=0, le=10)
+    """Times a task whose worker or node died is run again on another node before the round fails."""
+    num_cpus: float = Field(1.0, gt=0)
+    """CPUs a task reserves on its node (Ray schedules by them; rollout.concurrency bounds the total)."""
+    grace_s: float = Field(120.0, gt=0)
+    """Time past rollout.timeout_s a task may wait for a node before the cluster counts as gone."""
+
+
 class Config(_Strict):
     mode: Literal["skill", "harness", "joint"] = "skill"
     """What the optimizer may change: skill/** (skill), harness/** (harness) or both (joint); harness
@@ -218,6 +231,7 @@ class Config(_Strict):
     gate: GateConfig = Field(default_factory=lambda: GateConfig())
     budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig())
     gateway: GatewayConfig = Field(default_factory=lambda: GatewayConfig())
+    ray: RayConfig = Field(default_factory=lambda: RayConfig())
     checks: ChecksConfig = Field(default_factory=lambda: ChecksConfig())
     """Leakage checks on every candidate (tamper checks always run)."""
     prices: dict[str, PricePair] = Field(default_factory=dict)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from harnessopt import interrupts
+from harnessopt import flags, interrupts
 from harnessopt.config import Config
 from harnessopt.errors import BudgetExceeded
 from harnessopt.gateway import Gateway
@@ -34,6 +34,7 @@ class Candidate:
     root: Path  # holds skill/ and harness/
     label: str  # "incumbent" or "candidate"
     commit: str  # the harness commit it came from (or "candidate-of-<sha>")
+    flags: tuple[tuple[str, str], ...] = ()  # flag values over harnessopt.yaml's (harnessopt ablate)
 
 
 class RunObserver(Protocol):
@@ -124,7 +125,7 @@ class Runner:
             task=task.public(),
             skill_dir=cand.root / "skill",
             harness_dir=cand.root / "harness",
-            env=self._env(),
+            env=self._env(cand),
             gateway=lease,
             timeout_s=self.cfg.rollout.timeout_s,
         )
@@ -142,11 +143,10 @@ class Runner:
                 self._kinds.add(kind)
                 self.notes.append(f"the scorer failed on some tasks, which scored 0: {error[:200]}")
 
-    def _env(self) -> dict[str, str]:
-        env = {"HARNESSOPT_TARGET_MODEL": self.cfg.model.target}
-        for name, value in self.cfg.flags.items():
-            env[f"HO_FLAG_{name.upper()}"] = str(value)
-        return env
+    def _env(self, cand: Candidate) -> dict[str, str]:
+        """The target model, and ``HO_FLAG_*``: harness/flags.yaml < harnessopt.yaml < the candidate's."""
+        flag_env = flags.environment(cand.root / "harness", self.cfg.flags, cand.flags)
+        return {"HARNESSOPT_TARGET_MODEL": self.cfg.model.target, **flag_env}
 
     def _score(self, task: Task, round_no: int, epoch: int, out: RunOutput, exchanges: list) -> TaskResult:
         answer = _read_capped(out.out_dir / "answer.txt", ANSWER_CAP)

@@ -36,6 +36,7 @@ LAYERS: list[set[str]] = [
         "translate",
         "chat_wire",
         "scorer_proc",
+        "flags",
     },
     {
         "models",
@@ -56,7 +57,7 @@ LAYERS: list[set[str]] = [
         "tamper",
     },
     {"rollout", "services", "resume", "roundstats", "projection", "progress"},
-    {"loop", "audit", "report", "report_data", "adoption", "html_report", "gatereport"},
+    {"loop", "audit", "ablate", "replay", "report", "report_data", "adoption", "html_report", "gatereport"},
     {"demo", "mlflow_log"},
     {"cli", "__main__", "__init__"},
 ]

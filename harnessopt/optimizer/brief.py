@@ -63,7 +63,7 @@ whether it was accepted.
 - `trajectories/`, `history.md` and this file are read-only inputs; edits to them are ignored.
 - Files larger than 1 MiB and symbolic links are never copied back.
 
-## Budget
+{_flags(mode)}## Budget
 
 {budgets.rstrip()}
 
@@ -106,6 +106,27 @@ def render_history(rounds: Sequence[Round]) -> str:
             lines += ["", summary]
         lines.append("")
     return "\n".join(lines)
+
+
+FLAGS_MD = """## Feature flags
+
+Guard each major harness change with a feature flag, so that it can be measured on its own
+(`harnessopt ablate WS FLAG` runs val with it on and off) and switched off without a revert:
+
+- register it in `harness/flags.yaml`, a list of entries with `name` (lower case, digits, `_`),
+  `default` (a string, "1" or "0" by habit) and `purpose` (one line), e.g.
+  `- {name: self_check, default: "1", purpose: re-read the answer against the task before writing it}`;
+- read it as the environment variable `HO_FLAG_<NAME>` (`HO_FLAG_SELF_CHECK`); harnessopt sets it
+  to the default unless harnessopt.yaml or an ablation overrides it;
+- report the flags a run read in an event of `OUT_DIR/trajectory.jsonl`:
+  `{"event": "start", "flags_read": {"self_check": "1"}}`.
+
+"""
+
+
+def _flags(mode: str) -> str:
+    """The flags paragraph: only where the harness may change."""
+    return FLAGS_MD if mode in ("harness", "joint") else ""
 
 
 def _indent(text: str) -> str:
