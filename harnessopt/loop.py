@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harnessopt import interrupts, leakage, ledger, stop, tamper, vcs
+from harnessopt import interrupts, leakage, ledger, proposals, stop, tamper, vcs
 from harnessopt.bank import IncumbentBank, first_look
+from harnessopt.candidate_check import import_check, static_check
 from harnessopt.errors import UserError
 from harnessopt.gate import futile_decision, make_gate
 from harnessopt.ledger import OptimizerRecord, RoleUsage, RoundManifest, Status
@@ -34,9 +35,9 @@ from harnessopt.progress import RunProgress, round_lines
 from harnessopt.projection import project
 from harnessopt.protocols import GateDecision, GatePolicy, Outcomes, Proposal, Task, TaskResult
 from harnessopt.rollout import Candidate, RunObserver, outcomes
+from harnessopt.round0 import BROKEN_PREFIX, Decide, incumbent_broken, ready
 from harnessopt.roundstats import RoundRuns
 from harnessopt.services import Services, open_services
-from harnessopt.skillspec import read_skill
 from harnessopt.stats import mean, run_alpha_for, task_means
 from harnessopt.textutil import visible
 from harnessopt.trajectory import write_trajectories
@@ -49,7 +50,6 @@ SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's
 FUTILITY_EVERY = 5  # validation checks for futility every this many tasks (or `concurrency`)
 CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
 Ending = tuple[Status, str]  # (status, reason) of a round that ends before the gate
-BROKEN_PREFIX = "train runs of the incumbent"  # the reason's words when the incumbent cannot run
 SUMMARY_CAP = 20_000  # characters of the optimizer's summary kept in the commit message
 
 
@@ -182,21 +182,6 @@ def rollout_train(ws: Workspace, svc: Services, rc: RoundContext, say: Announce)
     return train
 
 
-def incumbent_broken(train: list[TaskResult]) -> str | None:
-    """Why the incumbent cannot be optimized right now: most train runs crashed or timed out
-    (a missing CLI, a wrong image, a broken harness). The harness's own first stderr lines say why."""
-    crashed = [r for r in train if r.crashed]
-    if not train or 2 * len(crashed) <= len(train):
-        return None
-    kinds = ", ".join(sorted({str(r.error_class) for r in crashed}))
-    said = next((r.stderr_tail for r in crashed if r.stderr_tail.strip()), "") or crashed[0].notes[0:1]
-    first = " | ".join(line.strip() for line in str(said).strip().splitlines()[:3] if line.strip())
-    return (
-        f"{len(crashed)}/{len(train)} {BROKEN_PREFIX} failed ({kinds}) before any optimizer "
-        f"call; the harness said: {first or '(nothing on stderr)'}"
-    )
-
-
 def train_batch(train: Sequence[Task], k: int, size: int) -> list[Task]:
     """Round k reads the k-th window of a fixed shuffle of the train split (wrapping around)."""
     order = sorted(train, key=lambda t: t.id)
@@ -228,7 +213,8 @@ def propose(
         return saved[0], None
     history = render_history(ledger.past_rounds(ws.repo))
     cfg = svc.cfg
-    brief = render_brief(rc.k, cfg.mode, cfg.allowed_globs(), cfg.optimizer, n_trajectories=n_train)
+    plan = proposals.plan_to_implement(ws.repo) if cfg.mode in ("harness", "joint") else None
+    brief = render_brief(rc.k, cfg.mode, cfg.allowed_globs(), cfg.optimizer, n_trajectories=n_train, plan_md=plan)
     snapshot = build_view(rc.incumbent.root, view, history_md=history, brief_md=brief)
     say(f"round {rc.k}: optimizer '{cfg.optimizer.backend}' is reading {n_train} trajectories")
     ws.journal.write(rc.k, "propose", view=str(view))
@@ -250,7 +236,10 @@ def check(
     if snapshot is None:
         copied = _restore_candidate(svc, rc, cand_root)
     else:
-        copied = copy_back(snapshot.view, cand_root, svc.cfg.allowed_globs(), snapshot=snapshot)
+        cfg = svc.cfg
+        copied = copy_back(
+            snapshot.view, cand_root, cfg.allowed_globs(), snapshot=snapshot, read_only=cfg.read_only_globs()
+        )
         svc.store.save_candidate(rc.k, rc.parent, proposal, dataclasses.asdict(copied), cand_root)
     ws.journal.write(rc.k, "check", changed=copied.changed, violations=copied.violations)
     if proposal.stopped_by == "error":
@@ -260,6 +249,8 @@ def check(
         return copied, None, ("noop", why)
     candidate = Candidate(cand_root, "candidate", f"candidate-of-{rc.parent[:12]}")
     problem = static_check(cand_root)
+    if problem is None and any(p.startswith("harness/") for p in copied.changed):  # before any rollout
+        problem = import_check(svc.sandbox, cand_root, svc.cfg)
     return copied, candidate, ("rejected", problem) if problem else None
 
 
@@ -272,27 +263,6 @@ def _restore_candidate(svc: Services, rc: RoundContext, cand_root: Path) -> Copy
         if (tree / part).exists():
             shutil.copytree(tree / part, cand_root / part, symlinks=True)
     return CopyBackResult(**copied)
-
-
-def static_check(root: Path) -> str | None:
-    """Why the candidate at ``root`` fails before any rollout: its SKILL.md front matter, or a
-    harness module that does not compile. Any exception here is the candidate's fault."""
-    try:
-        read_skill(root / "skill")
-        _compile_harness(root / "harness")
-    except UserError as e:
-        return f"candidate fails its static check: {e}"
-    except SyntaxError as e:
-        return f"candidate harness does not compile: {e.filename}:{e.lineno}: {e.msg}"
-    except Exception as e:  # RecursionError, MemoryError, ...: never an infrastructure failure
-        return f"candidate fails its static check: {type(e).__name__}"
-    return None
-
-
-def _compile_harness(harness: Path) -> None:
-    """Compile (never run) every harness module on the host: a syntax error rejects early."""
-    for path in sorted(harness.rglob("*.py")):
-        compile(path.read_text(encoding="utf-8", errors="replace"), str(path), "exec")
 
 
 def incumbent_outcomes(
@@ -574,9 +544,11 @@ def run(
     *,
     progress: RunProgress | None = None,
     on_round: Callable[[RoundResult], None] | None = None,
+    decide: Decide | None = None,
 ) -> list[RoundResult]:
     """Run ``rounds`` rounds after the last recorded one. Stops early when the budget is spent,
-    a round fails, or the STOP file appears (``stop``)."""
+    a round fails, or the STOP file appears (``stop``). Harness and joint mode first need an
+    approved round 0 (``round0.ready``; ``decide`` asks a person): without one, no round runs."""
     ledger.recover(ws.repo, ws.journal, say)
     if not (ws.root / "harness" / "run.py").is_file():
         raise UserError(
@@ -595,7 +567,7 @@ def run(
     deadline = time.monotonic() + hours * 3600 if hours else None
     with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
         ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary())
-        for k in range(start, start + rounds):
+        for k in range(start, start + rounds if ready(ws, svc, say, decide) else start):
             interrupts.check()
             if stop.requested(ws.root):
                 say(stop.honour(ws.root))

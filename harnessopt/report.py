@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harnessopt import ledger, vcs
+from harnessopt import ledger, proposals, vcs
 from harnessopt.errors import UserError
 from harnessopt.gatereport import confirmation_note
 from harnessopt.gatereport import status_lines as gate_status_lines
@@ -160,7 +160,7 @@ def status_lines(ws: Workspace) -> list[str]:
         f"workspace: {ws.root} (mode {ws.cfg.mode}, template {ws.cfg.template}, "
         f"model {ws.cfg.model.provider}:{ws.cfg.model.target})",
         f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
-        f"incumbent: {head[:10]}" + (f" = round {at.round}" if at else " (a rollback or manual commit)"),
+        f"incumbent: {head[:10]}" + (f" = round {at.round}" if at else _not_a_round(ws, head)),
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
         f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]
@@ -188,8 +188,15 @@ def status_lines(ws: Workspace) -> list[str]:
     dirty = vcs.dirty_paths(ws.repo)
     if dirty:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
+    lines += proposals.status_lines(ws.repo, ws.root)
     lines.append(f"next: harnessopt run {ws.root}   |   harnessopt log {ws.root}")
     return lines
+
+
+def _not_a_round(ws: Workspace, head: str) -> str:
+    if head in proposals.round0_commits(ws.repo):
+        return " (the round-0 proposal or its decision; skill and harness unchanged by it)"
+    return " (a rollback or manual commit)"
 
 
 def projected_vs_spent(ws: Workspace) -> list[str]:

@@ -17,15 +17,18 @@ def render_brief(
     opt: OptimizerConfig,
     *,
     n_trajectories: int | None = None,
+    plan_md: str | None = None,
 ) -> str:
-    """OPTIMIZE.md for one round: what to read, what to change, what not to do, how to finish."""
+    """OPTIMIZE.md for one round: what to read, what to change, what not to do, how to finish.
+
+    ``plan_md``: the round-0 proposal a person approved (harness and joint mode), to implement."""
     paths = "\n".join(f"- `{g}`" for g in allowed) or "- (nothing: this round cannot change files)"
     count = f" ({n_trajectories} files)" if n_trajectories is not None else ""
     harness = (
         "You may also change the harness code under `harness/` (entry point `harness/run.py`, started as\n"
         "  `python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR`; it must keep writing\n"
         "  its final answer to `OUT_DIR/answer.txt`). Keep it importable: a harness that crashes is rejected."
-        if mode == "harness"
+        if mode in ("harness", "joint")
         else "The harness under `harness/` is shown for reference only; this round may not change it."
     )
     budgets = (
@@ -63,7 +66,7 @@ whether it was accepted.
 - `trajectories/`, `history.md` and this file are read-only inputs; edits to them are ignored.
 - Files larger than 1 MiB and symbolic links are never copied back.
 
-{_flags(mode)}## Budget
+{_flags(mode)}{_plan(plan_md)}## Budget
 
 {budgets.rstrip()}
 
@@ -106,6 +109,77 @@ def render_history(rounds: Sequence[Round]) -> str:
             lines += ["", summary]
         lines.append("")
     return "\n".join(lines)
+
+
+def _plan(plan_md: str | None) -> str:
+    if not plan_md:
+        return ""
+    return (
+        "## Approved plan (round 0)\n\n"
+        "A person reviewed and approved this diagnosis of the seed harness. Implement its decisions,\n"
+        "smallest and most certain first; a decision you cannot implement safely in one round can wait\n"
+        "for a later one. Your candidate still goes through the smoke test and validation like any other.\n\n"
+        + _indent_block(plan_md.strip(), "> ")
+        + "\n\n"
+    )
+
+
+def _indent_block(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line if line else prefix.rstrip() for line in text.splitlines())
+
+
+def render_round0_brief(
+    allowed: Sequence[str],
+    opt: OptimizerConfig,
+    *,
+    n_trajectories: int,
+    rejected: Sequence[tuple[str, str]] = (),
+) -> str:
+    """OPTIMIZE.md of round 0: diagnose the seed harness from a full train rollout and write
+    ``proposals/round-0.md``; change nothing else (harness and joint mode, docs/optimizer.md)."""
+    earlier = ""
+    if rejected:
+        earlier = "## Earlier proposals a person rejected\n\nDo not propose these again; read why:\n\n"
+        for i, (text, reason) in enumerate(rejected, 1):
+            title = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), "(untitled)")
+            earlier += f"{i}. {title[:200]}: rejected because: {' '.join(reason.split())[:500]}\n"
+        earlier += "\n"
+    paths = ", ".join(f"`{g}`" for g in allowed) or "(nothing)"
+    return f"""# Round 0: diagnose the seed harness
+
+The agent (skill under `skill/`, harness under `harness/`, entry point `harness/run.py`) was run on
+every train task; `trajectories/` holds one Markdown file per task ({n_trajectories} files): YAML
+front matter (`task_id`, `score`, `passed`, `feedback`, `error_class`, `steps`, ...), the task
+input, the full transcript (every model request and response, tool call and result), the answer,
+the harness's stderr and the scorer's feedback.
+
+Your job this round is a diagnosis, not an edit. Find the defects of the harness that many tasks
+share (a missing tool, data the model never sees, a loop that never stops after tool failures, an
+answer that is never checked, a parsing mismatch), and write them down as a proposal a person will
+review. No file of `skill/` or `harness/` may change this round: such edits are discarded. After the
+person approves, the next rounds implement your proposal (then {paths} may change), each one
+checked by a smoke test and a validation like any round.
+
+## What to do
+
+1. Explore with shell tools: `ls trajectories/`, `grep -l 'passed: false' trajectories/*`,
+   `grep -h '^error_class:' trajectories/* | sort | uniq -c`, `head -80 FILE`; read `harness/`.
+2. Write `proposals/round-0.md` (create the directory) with exactly these sections:
+   - a first line `# ` and a one-line title of the proposal;
+   - `## Failure taxonomy`: each failure class with its count and the task ids that show it;
+   - `## Review`, with one subsection each: `### Tool inventory`, `### Prompt context`,
+     `### Loop strategy`, `### Shape of generated code`, `### State and memory`: what the harness
+     does today, what the trajectories show goes wrong, and what to change (or "no change");
+   - `## Decisions`: numbered, explicit decisions (at least on tools, on control flow and on
+     memory/state): what changes, in which file, behind which feature flag, which failure class and
+     task ids it should fix, and how it could break.
+3. Never write task-specific values, answers or ids into a decision's code: the changes are
+   validated on held-out tasks.
+
+{earlier}## When you are done
+
+Finish with a short summary whose first line is the proposal's title.
+"""
 
 
 FLAGS_MD = """## Feature flags

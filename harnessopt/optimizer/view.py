@@ -336,7 +336,13 @@ def _classify(
     top = PurePosixPath(rel).parts[0]
     if rel in (HISTORY_NAME, BRIEF_NAME) or top == "trajectories":
         result.ignored.append(rel)
-    elif top in PROTECTED or _is_git_meta(rel) or matches_any(rel, [*ALWAYS_READ_ONLY, *read_only]) or not matches_any(rel, allowed) or size > MAX_FILE_BYTES:
+    elif (
+        top in PROTECTED
+        or _is_git_meta(rel)
+        or matches_any(rel, [*ALWAYS_READ_ONLY, *read_only])
+        or not matches_any(rel, allowed)
+        or size > MAX_FILE_BYTES
+    ):
         result.violations.append(rel)
     else:
         bucket.append(rel)
