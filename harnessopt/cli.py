@@ -122,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("round", type=int)
     ap = sub.add_parser("approve", help="approve the round-0 proposal (harness and joint mode)")
     ap.add_argument("ws", type=Path)
-    rj = sub.add_parser("reject", help="reject the round-0 proposal, saying why (the next run diagnoses again)")
+    rj = sub.add_parser(
+        "reject", help="reject the round-0 proposal, saying why (the next run diagnoses again)"
+    )
     rj.add_argument("ws", type=Path)
     rj.add_argument("--reason", required=True, help="why: the next diagnosis reads it")
     rb = sub.add_parser("rollback", help="restore skill/ and harness/ as of a round, in a new commit")
@@ -278,7 +280,10 @@ def _round0_decider(yes: bool) -> Callable[[Any], tuple[str, str] | None]:
         if answer in ("y", "yes"):
             return ("approve", "prompt")
         if answer in ("n", "no"):
-            return ("reject", input("Why (the next diagnosis reads it)? ").strip() or "rejected at the prompt")
+            return (
+                "reject",
+                input("Why (the next diagnosis reads it)? ").strip() or "rejected at the prompt",
+            )
         return None
 
     return decide

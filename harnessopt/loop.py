@@ -214,7 +214,9 @@ def propose(
     history = render_history(ledger.past_rounds(ws.repo))
     cfg = svc.cfg
     plan = proposals.plan_to_implement(ws.repo) if cfg.mode in ("harness", "joint") else None
-    brief = render_brief(rc.k, cfg.mode, cfg.allowed_globs(), cfg.optimizer, n_trajectories=n_train, plan_md=plan)
+    brief = render_brief(
+        rc.k, cfg.mode, cfg.allowed_globs(), cfg.optimizer, n_trajectories=n_train, plan_md=plan
+    )
     snapshot = build_view(rc.incumbent.root, view, history_md=history, brief_md=brief)
     say(f"round {rc.k}: optimizer '{cfg.optimizer.backend}' is reading {n_train} trajectories")
     ws.journal.write(rc.k, "propose", view=str(view))
