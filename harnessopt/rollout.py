@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from harnessopt import flags, interrupts
 from harnessopt.config import Config
 from harnessopt.errors import BudgetExceeded
+from harnessopt.executors import Executor, LocalExecutor, SandboxCall, WorkerLost
 from harnessopt.gateway import Gateway
 from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
 from harnessopt.resume import RoundStore
@@ -60,7 +61,10 @@ class Runner:
         scratch: Path,
         progress: Callable[[str, int, int], None] | None = None,
         store: RoundStore | None = None,
+        executor: Executor | None = None,
     ):
+        # Where jobs run and how many at once (executors.py); default: a thread pool here.
+        self.executor: Executor = executor or LocalExecutor(sandbox, cfg.rollout.concurrency)
         self.store = store  # finished rollouts kept on disk: a rerun of the round reuses them
         self.notes: list[str] = []  # things the run should say once (a scorer failing, by kind)
         self._kinds: set[str] = set()
@@ -81,59 +85,70 @@ class Runner:
         results: list[TaskResult] = []
         for o in list(self.observers):
             o.started(cand.label, tasks, round_no, epochs)
-        pool = ThreadPoolExecutor(max_workers=self.cfg.rollout.concurrency)
-        try:
-            futures = [pool.submit(self.run_one, cand, t, round_no, e) for t, e in jobs]
-            for fut in futures:
-                results.append(fut.result())
+        via = self.executor.sandbox_for(cand.root)  # ray: the candidate ships once, here
+
+        def one(job: tuple[Task, int]) -> TaskResult:
+            return self.run_one(cand, job[0], round_no, job[1], via=via)
+
+        # Ctrl-C or a failure: the executor drops queued jobs and stops running ones (closing()).
+        done = self.executor.map(one, jobs)
+        with contextlib.closing(done) if isinstance(done, Generator) else contextlib.nullcontext():
+            for result in done:
+                results.append(result)
                 interrupts.check()
                 if self.progress:
                     self.progress(cand.label, len(results), len(jobs))
                 for o in list(self.observers):
                     o.finished(cand.label, results[-1], len(results), len(jobs))
-        except BaseException:
-            # Ctrl-C or a failure: queued tasks never start; running ones end when the sandbox closes.
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
-        interrupts.check()  # a Ctrl-C swallowed while the last task finished
         if self.gateway.refusals > refused_before:  # runs whose calls were refused are no evidence
             raise BudgetExceeded(self.gateway.exhausted() or "the model budget is spent")
         return results
 
-    def run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:
+    def run_one(
+        self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall | None = None
+    ) -> TaskResult:
+        """One task: its kept result, or a run (``via`` the executor's sandbox) scored here."""
         if self.store is not None and (kept := self.store.get(round_no, cand.root, task, epoch)) is not None:
             return kept
-        result = self._run_one(cand, task, round_no, epoch)
+        via = via or self.executor.sandbox_for(cand.root)
+        result = self._run_one(cand, task, round_no, epoch, via)
         refused = any(x.error and "budget" in x.error for x in result.exchanges)
         if self.store is not None and not refused:  # a refused run is no evidence: never kept
             self.store.put(round_no, cand.root, task, epoch, result)
         return result
 
-    def _run_one(self, cand: Candidate, task: Task, round_no: int, epoch: int) -> TaskResult:
+    def _run_one(
+        self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall
+    ) -> TaskResult:
         # Beside the round's candidate roots, never inside one: loop.check copies the incumbent's
         # root, and what a harness left in /out (say a symlink loop) must not be part of that copy.
         name = f"{safe_filename(task.id)}.{epoch}"
         out_dir = self.scratch / f"round-{round_no}" / OUT_DIRS / cand.label / name
         if cand.root.resolve() in out_dir.resolve().parents:
             raise RuntimeError(f"task output {out_dir} would be inside the candidate root {cand.root}")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        out_dir.mkdir(parents=True)
-        lease = self.gateway.lease("target", round_no, task.id)
-        spec = RunSpec(
-            task=task.public(),
-            skill_dir=cand.root / "skill",
-            harness_dir=cand.root / "harness",
-            env=self._env(cand),
-            gateway=lease,
-            timeout_s=self.cfg.rollout.timeout_s,
-        )
-        try:
-            out = self.sandbox.run(spec, out_dir)
-        finally:
-            exchanges = self.gateway.release(lease.token)
-        return self._score(task, round_no, epoch, out, exchanges)
+        for attempt in range(self.executor.max_retries + 1):
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            out_dir.mkdir(parents=True)
+            lease = self.gateway.lease("target", round_no, task.id)
+            spec = RunSpec(
+                task=task.public(),
+                skill_dir=cand.root / "skill",
+                harness_dir=cand.root / "harness",
+                env=self._env(cand),
+                gateway=lease,
+                timeout_s=self.cfg.rollout.timeout_s,
+            )
+            try:
+                out = via(spec, out_dir)
+            except WorkerLost:  # its calls stay spent; a fresh lease and run, on another node
+                if attempt == self.executor.max_retries:
+                    raise
+                continue
+            finally:
+                exchanges = self.gateway.release(lease.token)
+            return self._score(task, round_no, epoch, out, exchanges)
+        raise AssertionError("unreachable")
 
     def _warn_once(self, error: str) -> None:
         """One run-level note per kind of scorer error (the kind: its words before any number)."""
@@ -190,6 +205,15 @@ class Runner:
             harness_events=_read_events(out.out_dir / "trajectory.jsonl"),
             notes=notes,
         )
+
+
+def make_executor(cfg: Config, sandbox: Sandbox, gateway_url: str) -> Executor:
+    """The executor ``cfg.rollout.executor`` names; ``ray`` joins (or starts) the cluster now."""
+    if cfg.rollout.executor == "ray":
+        from harnessopt.ray_executor import RayExecutor
+
+        return RayExecutor(cfg, gateway_url)
+    return LocalExecutor(sandbox, cfg.rollout.concurrency)
 
 
 def _without_answer(feedback: str, answer: Any) -> str:

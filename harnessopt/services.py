@@ -22,7 +22,7 @@ from harnessopt.models import model_for, optimizer_model_for
 from harnessopt.optimizer import make_optimizer
 from harnessopt.protocols import GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.resume import RoundStore, rollout_settings
-from harnessopt.rollout import Runner
+from harnessopt.rollout import Runner, make_executor
 from harnessopt.sandbox import make_sandbox
 from harnessopt.scorer_proc import ScorerProcess
 
@@ -107,8 +107,17 @@ def open_services(
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         store = RoundStore(state_dir, rollout_settings(cfg, root))
+        executor = make_executor(cfg, sandbox, gateway.base_url)  # ray: joins the cluster here
+        stack.callback(executor.close)
         runner = Runner(
-            cfg, sandbox, gateway, scorer, scratch, progress=progress, store=store if keep_rollouts else None
+            cfg,
+            sandbox,
+            gateway,
+            scorer,
+            scratch,
+            progress=progress,
+            store=store if keep_rollouts else None,
+            executor=executor,
         )
 
         def client_factory(round_no: int) -> anthropic.Anthropic:
