@@ -99,6 +99,22 @@ def _open_slot_to_container(slot: Path) -> None:
         slot.chmod(0o755)
 
 
+CORES_PER_TASK = 0.5  # a task's own CPU (interpreter, client, runner) fits in half a core
+
+
+def concurrency_warning(concurrency: int, cores: int | None = None) -> str | None:
+    """One line when ``concurrency`` asks more tasks at once than the cores can start and serve
+    (more than two per core): past that, more concurrency makes a round slower, not faster."""
+    cores = cores or os.cpu_count() or 1
+    if concurrency * CORES_PER_TASK <= cores:
+        return None
+    return (
+        f"warning: rollout.concurrency {concurrency} is more than this machine's {cores} core(s) can "
+        f"serve ({int(cores / CORES_PER_TASK)} tasks at once); the tasks' start-up competes for CPU and "
+        f"the round gets slower, not faster (docs/performance.md)"
+    )
+
+
 @dataclass
 class Warm:
     """A started container waiting for its task, with its slot dir and attach socket."""
