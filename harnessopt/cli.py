@@ -137,6 +137,20 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--force", action="store_true", help="audit the same pair again")
     audit.add_argument("--json", action="store_true")
 
+    abl = sub.add_parser("ablate", help="a harness feature flag on vs off on val, judged by the gate")
+    abl.add_argument("ws", type=Path)
+    abl.add_argument("flag", help="a flag registered in harness/flags.yaml (or set in harnessopt.yaml)")
+    abl.add_argument("--on", default="1", help="HO_FLAG_<FLAG> when on (default 1)")
+    abl.add_argument("--off", default="0", help="HO_FLAG_<FLAG> when off (default 0)")
+    rp = sub.add_parser("replay", help="re-validate the accepted rounds for another target model")
+    rp.add_argument("ws", type=Path)
+    rp.add_argument("--target", required=True, help="the model to replay on (model.target)")
+    for measure in (abl, rp):
+        measure.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
+        measure.add_argument("--concurrency", type=_positive)
+        _add_config_option(measure)
+        measure.add_argument("--json", action="store_true")
+
     demo = sub.add_parser("demo", help="the whole loop offline on a bundled example (scripted model)")
     demo.add_argument("dir", type=Path, nargs="?", default=Path("harnessopt-demo"))
     demo.add_argument("--sandbox", choices=["auto", "docker", "local"], default="auto")
@@ -329,6 +343,34 @@ def cmd_audit(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ablate(a: argparse.Namespace) -> int:
+    from harnessopt.ablate import run_ablation
+    from harnessopt.progress import progress_for
+    from harnessopt.workspace import Workspace
+
+    flags = {"sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"}
+    ws = Workspace.open(a.ws, _overrides(a, flags))
+    with workspace_lock(ws.root, "ablate", say_err), progress_for(err_console if a.json else console) as p:
+        report = run_ablation(ws, a.flag, on=a.on, off=a.off, say=p.say, progress=p)
+    if a.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+def cmd_replay(a: argparse.Namespace) -> int:
+    from harnessopt.progress import progress_for
+    from harnessopt.replay import run_replay
+    from harnessopt.workspace import Workspace
+
+    flags = {"target": "model.target", "sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"}
+    ws = Workspace.open(a.ws, _overrides(a, flags))
+    with workspace_lock(ws.root, "replay", say_err), progress_for(err_console if a.json else console) as p:
+        report = run_replay(ws, say=p.say, progress=p)
+    if a.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from harnessopt.demo import run_demo
 
@@ -360,6 +402,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "report": cmd_report,
     "audit": cmd_audit,
+    "ablate": cmd_ablate,
+    "replay": cmd_replay,
     "demo": cmd_demo,
     "sandbox": cmd_sandbox,
 }
