@@ -91,13 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
         "it can then reach the API key, the workspace (tasks/ with gold answers) and the network",
     )
     run.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
+    run.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
     run.add_argument("--concurrency", type=_positive)
     run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
     run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
     run.add_argument("--max-cost", type=float, help="US dollars allowed in this run")
     run.add_argument("--max-hours", type=float, help="wall-clock hours allowed, checked at phase boundaries")
     _add_config_option(run)
-    run.add_argument("--yes", action="store_true", help="do not ask for confirmations")
+    run.add_argument(
+        "--yes", action="store_true", help="do not ask for confirmations; approves a round-0 proposal"
+    )
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -117,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff", help="a round's change as a git diff")
     diff.add_argument("ws", type=Path)
     diff.add_argument("round", type=int)
+    ap = sub.add_parser("approve", help="approve the round-0 proposal (harness and joint mode)")
+    ap.add_argument("ws", type=Path)
+    rj = sub.add_parser(
+        "reject", help="reject the round-0 proposal, saying why (the next run diagnoses again)"
+    )
+    rj.add_argument("ws", type=Path)
+    rj.add_argument("--reason", required=True, help="why: the next diagnosis reads it")
     rb = sub.add_parser("rollback", help="restore skill/ and harness/ as of a round, in a new commit")
     rb.add_argument("ws", type=Path)
     rb.add_argument("round", type=int)
@@ -132,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("ws", type=Path)
     audit.add_argument("--epochs", type=_positive, default=1)
     audit.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
+    audit.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
     audit.add_argument("--concurrency", type=_positive)
     _add_config_option(audit)
     audit.add_argument("--force", action="store_true", help="audit the same pair again")
@@ -189,6 +200,7 @@ RUN_FLAGS = {
     "target": "model.target",
     "optimizer": "optimizer.backend",
     "sandbox": "rollout.sandbox",
+    "executor": "rollout.executor",
     "concurrency": "rollout.concurrency",
     "max_calls": "budget.max_calls",
     "max_tokens": "budget.max_tokens",
@@ -239,14 +251,14 @@ def cmd_run(a: argparse.Namespace) -> int:
             say(line)
         say(f"dry run: nothing was run; start it with: harnessopt run {a.ws} --rounds {a.rounds}")
         return 0
-    if ws.cfg.mode == "harness" and not a.yes:
-        _confirm("harness mode lets the optimizer change harness code that then runs in the sandbox")
     with (
         workspace_lock(ws.root, "run", say),
         _mlflow(ws, a.mlflow) as on_round,
         progress_for(console, smoke=ws.cfg.gate.smoke) as progress,
     ):
-        results = loop.run(ws, a.rounds, progress.say, progress=progress, on_round=on_round)
+        results = loop.run(
+            ws, a.rounds, progress.say, progress=progress, on_round=on_round, decide=_round0_decider(a.yes)
+        )
     for r in results:
         say(f"round {r.round}: {r.status} ({r.commit[:10]}) {r.reason}")
     say(f"review: harnessopt log {a.ws}  |  harnessopt diff {a.ws} ROUND  |  harnessopt report {a.ws}")
@@ -270,12 +282,46 @@ def _mlflow(ws: Any, uri: str | None) -> Iterator[Callable[[Any], None] | None]:
         yield run.log_round
 
 
-def _confirm(what: str) -> None:
-    if not sys.stdin.isatty():
-        raise UserError(f"{what}; review the config and pass --yes to confirm")
-    answer = input(f"{what}. Continue? [y/N] ").strip().lower()
-    if answer not in ("y", "yes"):
-        raise UserError("not confirmed; nothing was changed")
+def _round0_decider(yes: bool) -> Callable[[Any], tuple[str, str] | None]:
+    """How ``run`` gets a decision on a round-0 proposal: --yes approves, a terminal asks, else
+    none (the run stops and says the next command)."""
+    from harnessopt.round0 import describe
+
+    def decide(st: Any) -> tuple[str, str] | None:
+        if yes:
+            return ("approve", "--yes")
+        if not sys.stdin.isatty():
+            return None
+        for line in describe(st):
+            say(line)
+        answer = input("Approve this round-0 proposal? [y]es / [n]o (reject) / [l]ater: ").strip().lower()
+        if answer in ("y", "yes"):
+            return ("approve", "prompt")
+        if answer in ("n", "no"):
+            return (
+                "reject",
+                input("Why (the next diagnosis reads it)? ").strip() or "rejected at the prompt",
+            )
+        return None
+
+    return decide
+
+
+def cmd_decide(a: argparse.Namespace) -> int:
+    """``approve`` / ``reject``: a person's decision on the round-0 proposal, recorded on main."""
+    from harnessopt.proposals import record_decision
+    from harnessopt.workspace import Workspace
+
+    ws = Workspace.open(a.ws)
+    approve = a.command == "approve"
+    with workspace_lock(ws.root, a.command, say):
+        st = record_decision(ws.repo, approve, "" if approve else a.reason)
+    say(f"round-0 proposal {st.commit[:10]} {st.status} ({st.decision_commit and st.decision_commit[:10]})")
+    if approve:
+        say(f"next: harnessopt run {a.ws}   (the next rounds implement it, gated like any round)")
+    else:
+        say(f"next: harnessopt run {a.ws}   (diagnoses again, told why), or set mode: skill")
+    return 0
 
 
 def cmd_log(a: argparse.Namespace) -> int:
@@ -332,7 +378,15 @@ def cmd_audit(a: argparse.Namespace) -> int:
     from harnessopt.workspace import Workspace
 
     ws = Workspace.open(
-        a.ws, _overrides(a, {"sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"})
+        a.ws,
+        _overrides(
+            a,
+            {
+                "sandbox": "rollout.sandbox",
+                "executor": "rollout.executor",
+                "concurrency": "rollout.concurrency",
+            },
+        ),
     )
     from harnessopt.progress import progress_for
 
@@ -398,6 +452,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "log": cmd_log,
     "diff": cmd_diff,
+    "approve": cmd_decide,
+    "reject": cmd_decide,
     "rollback": cmd_rollback,
     "status": cmd_status,
     "report": cmd_report,
