@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from harnessopt import ledger
+from harnessopt import flags, ledger
 from harnessopt.adoption import adoption
 from harnessopt.ledger import Round
 from harnessopt.report import projected_vs_spent, round_diff
@@ -113,7 +113,8 @@ def report_data(ws: Workspace) -> dict[str, Any]:
     rounds = ledger.past_rounds(ws.repo)
     rows = [round_row(r) for r in rounds]
     outcomes = Counter(row["outcome"] for row in rows)
-    uses = adoption(ws.repo, ws.cfg.flags)
+    registered = flags.lenient_defaults(ws.root / "harness")  # listed even when no run read them
+    uses = adoption(ws.repo, {**registered, **ws.cfg.flags})
     accepted = [r.round for r in rounds if r.status == "accepted"]
     return {
         "workspace": str(ws.root),

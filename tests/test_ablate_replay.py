@@ -93,6 +93,10 @@ def test_ablate_reports_the_paired_difference_of_a_flag(tmp_path: Path) -> None:
     ref = f"refs/harnessopt/ablate/extract-{vcs.head_sha(repo)[:12]}"
     assert ledger.manifest_data(str(repo.commit(ref).message))["verdict"] == "helps"
     assert git(ws, "status", "--porcelain") == ""
+    # the report's adoption table lists the registered flag (no round read it yet)
+    from harnessopt.report_data import report_data
+
+    assert [f["name"] for f in report_data(Workspace.open(ws))["adoption"]["flags"]] == ["extract"]
     unknown = _cli("ablate", str(ws), "nope", "--sandbox", "local")
     assert unknown.returncode == 2 and "known: extract" in unknown.stderr
 
