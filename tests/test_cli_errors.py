@@ -153,10 +153,13 @@ def test_docker_requested_but_unreachable(ws: Path) -> None:
 
 
 def test_harness_mode_needs_confirmation(ws: Path) -> None:
+    """Since issue 11 the confirmation is a person's decision on the round-0 proposal (the run
+    itself is tests/test_round0.py): nothing to approve yet, and a rejection needs a reason."""
     text = (ws / "harnessopt.yaml").read_text().replace("mode: skill", "mode: harness")
     (ws / "harnessopt.yaml").write_text(text)
     git(ws, "commit", "-qam", "harness mode")
-    assert_user_error(cli("run", ws, "--sandbox", "local", env={"ANTHROPIC_API_KEY": "x"}), "--yes")
+    assert_user_error(cli("approve", ws), "harnessopt run")
+    assert_user_error(cli("reject", ws), "--reason")
 
 
 def test_help_exits_zero() -> None:
