@@ -101,31 +101,48 @@ def test_chat_template_fails_loudly_on_api_error(tmp_path: Path):
     assert not (tmp_path / "out" / "answer.txt").exists()
 
 
+def _tool_events(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "trajectory.jsonl").read_text().splitlines()]
+
+
 def test_tool_agent_template(tmp_path: Path):
+    """bash in the sandbox, file read/write, the skill's files under skill/, every call recorded."""
     script = {
         "rules": [
             {
                 "turn": 1,
-                "tool_use": [{"name": "read_skill_file", "input": {"path": "references/capitals.md"}}],
+                "tool_use": [{"name": "read_file", "input": {"path": "skill/references/capitals.md"}}],
             },
             {
                 "turn": 2,
-                "last_user": "France: (?P<city>\\w+)",
-                "tool_use": [{"name": "python_eval", "input": {"expression": "6*7"}}],
+                "last_user": "France: Paris",
+                "tool_use": [
+                    {
+                        "name": "bash",
+                        "input": {"command": "echo $((6*7)) key=${{ANTHROPIC_API_KEY:-none}}; ls skill"},
+                    }
+                ],
             },
             {
                 "turn": 3,
-                "last_user": "^42$",
-                "tool_use": [{"name": "python_eval", "input": {"expression": "__import__('os')"}}],
+                "last_user": "42 key=none",
+                "tool_use": [{"name": "write_file", "input": {"path": "notes/a.txt", "content": "Paris?"}}],
             },
             {
                 "turn": 4,
-                "last_user": "not allowed",
-                "tool_use": [{"name": "read_skill_file", "input": {"path": "../../etc/passwd"}}],
+                "last_user": "wrote 6 bytes",
+                "tool_use": [{"name": "bash", "input": {"command": "cat notes/a.txt; exit 3"}}],
             },
             {
                 "turn": 5,
-                "last_user": "outside the skill",
+                "last_user": "exit code 3",
+                "tool_use": [
+                    {"name": "write_file", "input": {"path": "../escape.txt", "content": "x"}},
+                    {"name": "write_file", "input": {"path": "skill/SKILL.md", "content": "x"}},
+                ],
+            },
+            {
+                "turn": 6,
                 "reply": "Done.",
                 "tool_use": [{"name": "finish", "input": {"answer": " Paris "}}],
             },
@@ -139,16 +156,55 @@ def test_tool_agent_template(tmp_path: Path):
         exchanges = gw.release(lease.token)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "answer.txt").read_text() == "Paris"
-    assert len(exchanges) == 5
-    results = [e.request["messages"][-1]["content"][0] for e in exchanges[1:]]
+    assert len(exchanges) == 6
+    system = exchanges[0].request["system"]
+    assert (
+        system.startswith("# Geography\nAnswer with the city name only.")
+        and "skill/references/capitals.md" in system
+    )
+    results = [b for e in exchanges[1:] for b in e.request["messages"][-1]["content"]]
     assert results[0]["content"].startswith("France: Paris") and not results[0]["is_error"]
-    assert results[1]["content"] == "42"
-    assert results[2]["is_error"] and "not allowed" in results[2]["content"]
-    assert results[3]["is_error"] and "outside the skill directory" in results[3]["content"]
-    events = [
-        json.loads(x)["event"] for x in (tmp_path / "out" / "trajectory.jsonl").read_text().splitlines()
+    assert (
+        results[1]["content"].startswith("42 key=none\nSKILL.md\nreferences") and not results[1]["is_error"]
+    )
+    assert results[2]["content"] == "wrote 6 bytes to notes/a.txt"
+    assert results[3]["content"] == "Paris?\n[exit code 3]" and results[3]["is_error"]
+    assert results[4]["is_error"] and "outside the working directory" in results[4]["content"]
+    assert results[5]["is_error"] and "read-only" in results[5]["content"]
+    assert (tmp_path / "out" / "work" / "notes" / "a.txt").read_text() == "Paris?"
+    assert not (tmp_path / "out" / "escape.txt").exists()
+    events = _tool_events(tmp_path / "out")
+    tools = [(e["name"], e["is_error"]) for e in events if e["event"] == "tool"]
+    assert tools == [
+        ("read_file", False),
+        ("bash", False),
+        ("write_file", False),
+        ("bash", True),
+        ("write_file", True),
+        ("write_file", True),
     ]
-    assert events.count("step") == 5 and events[-1] == "finish"
+    assert all("input" in e and "result" in e and "wall_s" in e for e in events if e["event"] == "tool")
+    assert events[0]["flags_read"] == {"api": None, "max_turns": None} and events[0]["max_turns"] == 12
+    assert [e["event"] for e in events].count("step") == 6 and events[-1]["event"] == "finish"
+
+
+def test_tool_agent_stops_at_its_turn_limit(tmp_path: Path):
+    script = {
+        "rules": [{"reply": "still thinking", "tool_use": [{"name": "bash", "input": {"command": "true"}}]}]
+    }
+    with Gateway(ScriptedModel.from_dict(script), BudgetConfig()) as gw:
+        lease = gw.lease("target", 1, "t1")
+        env = gateway_env(gw, lease.token) | {"HO_FLAG_MAX_TURNS": "3"}
+        proc = run_template("tool-agent", tmp_path, {"id": "t1", "input": "q"}, env)
+        exchanges = gw.release(lease.token)
+    assert proc.returncode == 0, proc.stderr
+    assert len(exchanges) == 3 and (tmp_path / "out" / "answer.txt").read_text() == "still thinking"
+    events = _tool_events(tmp_path / "out")
+    assert events[0]["flags_read"]["max_turns"] == "3" and events[-1] == {
+        **events[-1],
+        "event": "max_turns",
+        "turns": 3,
+    }
 
 
 @pytest.mark.parametrize("stream", ["0", "1"])
@@ -174,16 +230,16 @@ def test_tool_agent_template_on_the_chat_api(tmp_path: Path):
         "rules": [
             {
                 "turn": 1,
-                "tool_use": [{"name": "read_skill_file", "input": {"path": "references/capitals.md"}}],
+                "tool_use": [{"name": "read_file", "input": {"path": "skill/references/capitals.md"}}],
             },
             {
                 "turn": 2,
                 "last_user": "France: Paris",
-                "tool_use": [{"name": "python_eval", "input": {"expression": "1/0"}}],
+                "tool_use": [{"name": "bash", "input": {"command": "echo no; exit 7"}}],
             },
             {
                 "turn": 3,
-                "last_user": "^Error: ZeroDivisionError",
+                "last_user": "^Error: no\n\\[exit code 7\\]",
                 "tool_use": [{"name": "finish", "input": {"answer": "Paris"}}],
             },
         ]
@@ -196,10 +252,10 @@ def test_tool_agent_template_on_the_chat_api(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "answer.txt").read_text() == "Paris"
     assert len(exchanges) == 3
-    assert [t["name"] for t in exchanges[0].request["tools"]] == ["read_skill_file", "python_eval", "finish"]
+    assert [t["name"] for t in exchanges[0].request["tools"]] == ["bash", "read_file", "write_file", "finish"]
     second = exchanges[1].request["messages"]
     assert second[1]["content"][0]["type"] == "tool_use" and second[2]["content"][0]["type"] == "tool_result"
-    events = [json.loads(x) for x in (tmp_path / "out" / "trajectory.jsonl").read_text().splitlines()]
+    events = _tool_events(tmp_path / "out")
     assert events[0] == {**events[0], "event": "start", "api": "chat"}
     assert [e["event"] for e in events].count("step") == 3 and events[-1]["event"] == "finish"
 

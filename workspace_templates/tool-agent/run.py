@@ -1,50 +1,71 @@
-"""Tool-agent harness: a tool-use loop the skill can steer, on the Messages or the Chat Completions API.
+"""Tool-agent harness: a tool-use agent in the task sandbox, on the Messages or the Chat Completions API.
 
-The skill body is the system prompt; the model may call these tools until it calls ``finish``
-or runs out of steps:
+The system prompt is the skill's SKILL.md body, then a short note on the working directory. The
+model works in ``OUT/work`` (in the sandbox: the task's writable output directory), where
+``skill/`` is the skill directory (read-only), so its ``references/`` and ``scripts/`` are
+reachable by every tool. Tools, until it calls ``finish`` or runs out of turns:
 
-* ``read_skill_file(path)``: a file under the skill directory (e.g. references/*.md)
-* ``python_eval(expression)``: an arithmetic expression (numbers, + - * / // % **, parentheses,
-  abs/round/min/max); nothing else is evaluated
+* ``bash(command)``: ``bash -c`` in the working directory, inside the task sandbox (no network
+  there; the model gateway's key is not in its environment), BASH_TIMEOUT_S per command, output
+  capped (head and tail kept), the exit code appended
+* ``read_file(path)``: a text file, relative to the working directory (``skill/references/x.md``)
+  or absolute; capped at MAX_FILE_CHARS
+* ``write_file(path, content)``: a file under the working directory (parents created)
 * ``finish(answer)``: the final answer
 
-If the model stops without ``finish``, its last text is the answer. Every step is appended to
-OUT/trajectory.jsonl.
+Turn limit: MAX_TURNS model turns (``HO_FLAG_MAX_TURNS`` overrides); past it, or when the model
+stops without ``finish``, its last text is the answer. Every model turn (``step``) and every tool
+call with its input, result, error flag and time (``tool``) is appended to OUT/trajectory.jsonl.
 
 The API is the Messages API (anthropic SDK, ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY) unless the
-feature flag HO_FLAG_API=chat (``flags: {api: chat}`` in harnessopt.yaml) selects the Chat
-Completions API (openai SDK, OPENAI_BASE_URL/OPENAI_API_KEY). Inside harnessopt both point at
-the model gateway, which serves either API whatever the upstream.
+feature flag HO_FLAG_API=chat selects the Chat Completions API (openai SDK,
+OPENAI_BASE_URL/OPENAI_API_KEY). Inside harnessopt both point at the model gateway, which serves
+either API whatever the upstream. Both flags are registered in harness/flags.yaml.
 
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
 
 import argparse
-import ast
 import json
-import operator
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-MAX_STEPS = 8
+MAX_TURNS = 12
 MAX_TOKENS = 1024
 MAX_FILE_CHARS = 20_000
+MAX_OUTPUT_CHARS = 10_000  # of one bash command's output, head and tail
+MAX_WRITE_BYTES = 1 << 20
+BASH_TIMEOUT_S = 30
+LOGGED_RESULT_CHARS = 4000  # of a tool's result, in the trajectory event
+SKILL_LISTING = 40  # files of references/ and scripts/ named in the system prompt
+_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONDONTWRITEBYTECODE")
 
 TOOLS = [
     {
-        "name": "read_skill_file",
-        "description": "Read a text file of the skill, by path relative to the skill directory.",
+        "name": "bash",
+        "description": "Run a bash command in the working directory (the task sandbox); returns its output and exit code.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+    {
+        "name": "read_file",
+        "description": "Read a text file, by path relative to the working directory (skill files are under skill/).",
         "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
     },
     {
-        "name": "python_eval",
-        "description": "Evaluate an arithmetic expression (numbers, + - * / // % **, abs, round, min, max).",
+        "name": "write_file",
+        "description": "Write a text file under the working directory (parent directories are created).",
         "input_schema": {
             "type": "object",
-            "properties": {"expression": {"type": "string"}},
-            "required": ["expression"],
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
         },
     },
     {
@@ -58,64 +79,76 @@ TOOLS = [
     },
 ]
 
-_BINARY = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_FUNCS = {"abs": abs, "round": round, "min": min, "max": max}
+
+def _capped(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters elided ...]\n{text[-half:]}"
 
 
-def safe_eval(expression: str) -> float | int:
-    """Evaluate arithmetic only: any other syntax raises ValueError."""
+def run_bash(command: str, work: Path) -> tuple[str, bool]:
+    """Output and exit code of ``bash -c command`` in ``work``; its own session, killed at the timeout."""
+    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    env.update(HOME=str(work), SKILL_DIR=str(work / "skill"))
+    proc = subprocess.Popen(
+        ["bash", "-c", command],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=BASH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        text = out.decode("utf-8", errors="replace")
+        return _capped(text, MAX_OUTPUT_CHARS) + f"\n[timed out after {BASH_TIMEOUT_S} s]", True
+    text = _capped(out.decode("utf-8", errors="replace").rstrip("\n"), MAX_OUTPUT_CHARS)
+    return f"{text}\n[exit code {proc.returncode}]", proc.returncode != 0
 
-    def ev(node: ast.AST) -> float | int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            left, right = ev(node.left), ev(node.right)
-            if isinstance(node.op, ast.Pow) and abs(right) > 1000:
-                raise ValueError("exponent too large")
-            return _BINARY[type(node.op)](left, right)
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            return _UNARY[type(node.op)](ev(node.operand))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
-            if node.keywords:
-                raise ValueError("keyword arguments are not supported")
-            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
-        raise ValueError(f"not allowed in an arithmetic expression: {type(node).__name__}")
 
-    return ev(ast.parse(expression, mode="eval"))
+def _inside(work: Path, rel: str) -> Path:
+    path = (work / rel).resolve()
+    if not path.is_relative_to(work.resolve()):
+        raise ValueError(f"{rel} is outside the working directory")
+    return path
 
 
-def read_skill_file(skill_dir: Path, rel: str) -> str:
-    root = skill_dir.resolve()
-    path = (root / rel).resolve()
-    if not path.is_relative_to(root):
-        raise ValueError(f"{rel} is outside the skill directory")
+def read_file(work: Path, rel: str) -> str:
+    path = (work / rel).resolve() if not Path(rel).is_absolute() else Path(rel)
     if not path.is_file():
-        files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-        raise ValueError(f"no such skill file: {rel}; files: {', '.join(files[:50])}")
+        raise ValueError(f"no such file: {rel}")
     text = path.read_text(errors="replace")
     return text if len(text) <= MAX_FILE_CHARS else text[:MAX_FILE_CHARS] + "\n[... truncated]"
 
 
-def run_tool(name: str, args: dict, skill_dir: Path) -> tuple[str, bool]:
+def write_file(work: Path, rel: str, content: str) -> str:
+    data = content.encode()
+    if len(data) > MAX_WRITE_BYTES:
+        raise ValueError(f"content is {len(data)} bytes; at most {MAX_WRITE_BYTES}")
+    if Path(os.path.normpath(work / rel)).is_relative_to(work / "skill"):
+        raise ValueError("skill/ is read-only")
+    path = _inside(work, rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return f"wrote {len(data)} bytes to {rel}"
+
+
+def run_tool(name: str, args: dict, work: Path) -> tuple[str, bool]:
     """(result text, is_error) of one tool call other than finish."""
     try:
-        if name == "read_skill_file":
-            return read_skill_file(skill_dir, str(args.get("path", ""))), False
-        if name == "python_eval":
-            return repr(safe_eval(str(args.get("expression", "")))), False
-        return f"unknown tool {name!r}", True
-    except (ValueError, SyntaxError, ArithmeticError, TypeError, OverflowError) as e:
+        if name == "bash":
+            return run_bash(str(args.get("command", "")), work)
+        if name == "read_file":
+            return read_file(work, str(args.get("path", ""))), False
+        if name == "write_file":
+            return write_file(work, str(args.get("path", "")), str(args.get("content", ""))), False
+        return f"unknown tool {name!r}; the tools are bash, read_file, write_file, finish", True
+    except (ValueError, OSError) as e:
         return f"{type(e).__name__}: {e}", True
 
 
@@ -126,6 +159,23 @@ def skill_body(skill_dir: Path) -> str:
         if end != -1:
             text = text[end + 4 :]
     return text.strip()
+
+
+def system_prompt(skill_dir: Path) -> str:
+    """SKILL.md's body, then where the tools work and which skill files they can reach."""
+    files = sorted(
+        str(p.relative_to(skill_dir))
+        for sub in ("references", "scripts")
+        for p in (skill_dir / sub).rglob("*")
+        if p.is_file()
+    )
+    listing = "".join(f"\n- skill/{f}" for f in files[:SKILL_LISTING]) or " (none)"
+    more = f"\n- ... {len(files) - SKILL_LISTING} more" if len(files) > SKILL_LISTING else ""
+    return (
+        f"{skill_body(skill_dir)}\n\n## Your environment\n\nYou have the tools bash, read_file, "
+        "write_file and finish. They work in your working directory, where `skill/` holds this "
+        f"skill's files (read-only):{listing}{more}\nCall finish with the final answer when done."
+    )
 
 
 def log_event(out_dir: Path, kind: str, **data: object) -> None:
@@ -205,29 +255,53 @@ class ChatAPI:
             )
 
 
-def agent_loop(api, out_dir: Path, skill_dir: Path) -> str:
-    """Model turns until ``finish``, a turn without tool calls, or MAX_STEPS; returns the answer."""
+def agent_loop(api, out_dir: Path, work: Path, max_turns: int) -> str:
+    """Model turns until ``finish``, a turn without tool calls, or ``max_turns``; returns the answer."""
     last_text = ""
-    for step in range(1, MAX_STEPS + 1):
+    for step in range(1, max_turns + 1):
         text, calls, stop_reason = api.step()
         last_text = text or last_text
-        log_event(out_dir, "step", step=step, stop_reason=stop_reason, tools=[name for _, name, _ in calls])
+        log_event(
+            out_dir,
+            "step",
+            step=step,
+            stop_reason=stop_reason,
+            text=text[:2000],
+            tools=[n for _, n, _ in calls],
+        )
         if not calls:
             return last_text
         results = []
         for call_id, name, args in calls:
             if name == "finish":
-                log_event(out_dir, "finish", step=step)
+                log_event(out_dir, "finish", step=step, answer=str(args.get("answer", ""))[:2000])
                 return str(args.get("answer", "")).strip()
+            started = time.monotonic()
             if "_invalid" in args:
                 out, is_error = f"arguments are not a JSON object: {args['_invalid']!r}", True
             else:
-                out, is_error = run_tool(name, args, skill_dir)
-            log_event(out_dir, "tool", name=name, input=args, is_error=is_error, result=out[:2000])
+                out, is_error = run_tool(name, args, work)
+            wall = round(time.monotonic() - started, 3)
+            result = _capped(out, LOGGED_RESULT_CHARS)
+            log_event(
+                out_dir,
+                "tool",
+                step=step,
+                name=name,
+                input=args,
+                is_error=is_error,
+                result=result,
+                wall_s=wall,
+            )
             results.append((call_id, out, is_error))
         api.results(results)
-    log_event(out_dir, "max_steps", steps=MAX_STEPS)
+    log_event(out_dir, "max_turns", turns=max_turns)
     return last_text
+
+
+def _max_turns() -> int:
+    raw = os.environ.get("HO_FLAG_MAX_TURNS") or ""
+    return int(raw) if raw.isdigit() and int(raw) > 0 else MAX_TURNS
 
 
 def main() -> int:
@@ -242,24 +316,33 @@ def main() -> int:
     if not model:
         print("tool-agent harness: HARNESSOPT_TARGET_MODEL is not set", file=sys.stderr)
         return 2
+    work = args.out / "work"
+    work.mkdir(exist_ok=True)
+    if not (work / "skill").exists():
+        (work / "skill").symlink_to(args.skill.resolve(), target_is_directory=True)
 
     value = task["input"]
     user = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     api_name = os.environ.get("HO_FLAG_API") or "messages"
-    log_event(args.out, "start", api=api_name, flags_read={"api": os.environ.get("HO_FLAG_API")})
+    max_turns = _max_turns()
+    read = {"api": os.environ.get("HO_FLAG_API"), "max_turns": os.environ.get("HO_FLAG_MAX_TURNS")}
+    log_event(args.out, "start", api=api_name, max_turns=max_turns, flags_read=read)
     # The SDK is imported late: its import dominates startup time.
     if api_name == "chat":
         from openai import OpenAI
 
-        api = ChatAPI(OpenAI(max_retries=2), model, skill_body(args.skill), user)
+        api = ChatAPI(OpenAI(max_retries=2), model, system_prompt(args.skill), user)
     elif api_name == "messages":
         from anthropic import Anthropic
 
-        api = MessagesAPI(Anthropic(max_retries=2), model, skill_body(args.skill), user)
+        api = MessagesAPI(Anthropic(max_retries=2), model, system_prompt(args.skill), user)
     else:
         print(f"tool-agent harness: HO_FLAG_API={api_name!r}: use messages or chat", file=sys.stderr)
         return 2
-    answer = agent_loop(api, args.out, args.skill)
+    try:
+        answer = agent_loop(api, args.out, work, max_turns)
+    finally:  # a link left in OUT would be reported as skipped output of every task
+        (work / "skill").unlink(missing_ok=True)
     (args.out / "answer.txt").write_text(answer)
     return 0
 
