@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,7 @@ class CommitIndex:
 
 def _write(path: Path, commits: dict[str, Entry]) -> None:
     """Atomically (a reader never sees half a file); a read-only workspace just goes unindexed."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         tmp.write_text(json.dumps({"version": _INDEX_VERSION, "commits": commits}), encoding="utf-8")
         os.replace(tmp, path)
