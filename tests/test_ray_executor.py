@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -204,3 +207,99 @@ def test_budget_holds_under_concurrency(cluster: Any, tmp_path: Path) -> None:
             svc.runner.run(cand, tasks, 1, epochs=(0, 1))
         assert svc.gateway.total().calls <= 3
         assert svc.gateway.refusals > 0
+
+
+CTRL_C_DRIVER = """
+import sys
+from pathlib import Path
+import ray
+from harnessopt import interrupts
+from harnessopt.rollout import Candidate
+from harnessopt.services import open_services
+from harnessopt.workspace import Workspace
+
+ws, cand, address = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+interrupts.install()
+ray.init(address=address, log_to_driver=False)
+w = Workspace.open(ws, {"rollout.executor": "ray", "rollout.concurrency": 2})
+try:
+    with open_services(ws, w.cfg, lambda m: None, with_optimizer=False, keep_rollouts=False) as svc:
+        svc.runner.run(Candidate(cand, "incumbent", "c0"), w.tasks("val"), 1)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_on_the_head_cancels_the_remote_tasks(cluster: Any, tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    cand = _candidate(ws, tmp_path, sleep_s=90.0)  # would hold both nodes for 90 s
+    cpus = ray.cluster_resources().get("CPU", 0)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_DRIVER, str(ws), str(cand.root), cluster.address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while ray.available_resources().get("CPU", 0) > 0:  # both tasks running
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate(timeout=5)
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "interrupted" in out, (out, err[-2000:])
+        t0 = time.monotonic()
+        while ray.available_resources().get("CPU", 0) < cpus:  # the cancelled tasks ended
+            assert time.monotonic() - t0 < 30, ray.available_resources()
+            time.sleep(0.2)
+        # Cancelled, not killed: the sandbox unwound and took the harness with it (a worker killed
+        # outright would leave the harness's own session sleeping, and a container running).
+        marker = f"ho-cand-{ray_worker.make_bundle(cand.root).digest[:12]}".encode()
+        time.sleep(2)
+        assert _processes_naming(marker) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _processes_naming(marker: bytes) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes()
+        except OSError:
+            continue
+        if marker in args:
+            found.append(args.replace(b"\0", b" ").decode(errors="replace")[:200])
+    return found
+
+
+@pytest.mark.docker
+def test_docker_on_the_nodes_reaches_the_head_gateway_through_the_relay(
+    cluster: Any, tmp_path: Path, docker_client: Any
+) -> None:
+    """Each run in a container on its node (network none), its call through the node's relay
+    socket (mounted at /ho-gw) and the head's ingress to the gateway."""
+    ws = make_ws(tmp_path)
+    try:
+        results, _ = _val(ws, rollout={"executor": "ray", "sandbox": "docker"})
+        assert all(r.error_class is None and r.steps == 1 for r in results), [
+            (r.error_class, r.stderr_tail[-300:]) for r in results
+        ]
+    finally:
+        _remove_ray_workers_containers(docker_client)
+
+
+def _remove_ray_workers_containers(client: Any) -> None:
+    """The containers this test's Ray worker processes made (warm ones outlive a batch)."""
+    from harnessopt.sandbox.image import LABEL
+
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        pid = (c.labels or {}).get(f"{LABEL}.pid", "")
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if pid.isdigit() else b""
+        except OSError:
+            cmdline = b""
+        if cmdline.startswith(b"ray::"):  # a Ray worker process of this machine (this test's cluster)
+            c.remove(force=True)
