@@ -28,7 +28,7 @@ from typing import Any
 
 import git
 
-from harnessopt import ledger, vcs
+from harnessopt import flags, ledger, vcs
 
 MIN_RULE_CHARS = 12
 KEY_WORD_CHARS = 5
@@ -181,8 +181,7 @@ def _flags_of(raw: str) -> dict[str, Any]:
         event = json.loads(raw)
     except json.JSONDecodeError:
         return {}
-    read = event.get("flags_read") if isinstance(event, dict) else None
-    return {str(k).lower(): v for k, v in read.items()} if isinstance(read, dict) else {}
+    return flags.read_in([event]) if isinstance(event, dict) else {}
 
 
 def added_rules(repo: git.Repo, parent: str, commit: str) -> list[tuple[str, str]]:

@@ -42,6 +42,7 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "tokens": {role: u.model_dump() for role, u in m.tokens.items()},
                 "cost_usd": m.cost_usd,
                 "notes": m.notes,
+                "checks": m.checks,
                 "confirmation": m.confirmation,
                 "noise_floor": m.noise_floor,
                 "train_passed": m.train_passed,
@@ -95,7 +96,11 @@ def visible(text: str) -> str:
 
 def _with_confirmation(row: dict[str, Any]) -> str:
     note = confirmation_note(row.get("confirmation"))
-    return f"{row['reason']}; {note}" if note else str(row["reason"])
+    reason = f"{row['reason']}; {note}" if note else str(row["reason"])
+    leak = (row.get("checks") or {}).get("leakage") or {}
+    if leak.get("action") == "warn" and leak.get("tasks"):  # checks.leakage: warn let it through
+        reason += f"; leakage warning: copies task(s) {', '.join(leak['tasks'][:5])}"
+    return reason
 
 
 def _status_style(status: str) -> str:

@@ -203,3 +203,26 @@ def test_a_round_that_copies_a_gold_answer_is_rejected_before_any_val_run(tmp_pa
     assert git(ws, "rev-parse", "refs/harnessopt/rejected/round-1")
     log = subprocess.run([sys.executable, "-m", "harnessopt", "log", str(ws)], capture_output=True, text=True)
     assert "leakage" in log.stdout, log.stdout
+
+
+def test_a_warned_leak_is_shown_in_the_log(tmp_path: Path) -> None:
+    """checks.leakage: warn lets the round through; `harnessopt log` still says what it copied."""
+    ws = leaky_workspace(tmp_path, "unused", small=True)
+    opened = Workspace.open(ws)
+    parent = git(ws, "rev-parse", "HEAD")
+    overlay = tmp_path / "overlay"
+    (overlay / "skill").mkdir(parents=True)
+    (overlay / "skill" / "SKILL.md").write_text((ws / "skill" / "SKILL.md").read_text() + MOTTO + "\n")
+    leak = {"action": "warn", "added_lines": 1, "tasks": ["harbour-motto"], "findings": []}
+    m = ledger.RoundManifest(
+        round=1, status="rejected", reason="rejected: +0.000 inside dead zone", checks={"leakage": leak}
+    )
+    ledger.record_other(opened.repo, parent, overlay, ["skill"], m)
+    log = subprocess.run([sys.executable, "-m", "harnessopt", "log", str(ws)], capture_output=True, text=True)
+    assert "leakage warning: copies task(s) harbour-motto" in " ".join(log.stdout.split()), log.stdout
+    rows = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "harnessopt", "log", str(ws), "--json"], capture_output=True, text=True
+        ).stdout
+    )
+    assert rows[0]["checks"]["leakage"]["action"] == "warn"
