@@ -211,6 +211,7 @@ def test_budget_holds_under_concurrency(cluster: Any, tmp_path: Path) -> None:
 
 CTRL_C_DRIVER = """
 import sys
+import time
 from pathlib import Path
 import ray
 from harnessopt import interrupts
@@ -226,7 +227,14 @@ try:
     with open_services(ws, w.cfg, lambda m: None, with_optimizer=False, keep_rollouts=False) as svc:
         svc.runner.run(Candidate(cand, "incumbent", "c0"), w.tasks("val"), 1)
 except KeyboardInterrupt:
-    print("interrupted", flush=True)
+    # Still connected: were the tasks cancelled before the driver let go (not killed after it)?
+    deadline = time.monotonic() + 5
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    free = ray.available_resources().get("CPU", 0) == ray.cluster_resources().get("CPU", 0)
+    print("interrupted", "tasks ended" if free else "tasks still running", flush=True)
     sys.exit(130)
 """
 
@@ -248,7 +256,7 @@ def test_ctrl_c_on_the_head_cancels_the_remote_tasks(cluster: Any, tmp_path: Pat
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130 and "interrupted" in out, (out, err[-2000:])
+        assert proc.returncode == 130 and "interrupted tasks ended" in out, (out, err[-2000:])
         t0 = time.monotonic()
         while ray.available_resources().get("CPU", 0) < cpus:  # the cancelled tasks ended
             assert time.monotonic() - t0 < 30, ray.available_resources()
