@@ -69,8 +69,9 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--latency", type=float, default=2.0)
     ap.add_argument("--template", default="chat")
+    ap.add_argument("--sizes", type=int, nargs="+", help="the N to run (default 20 40; --quick: 20)")
     a = ap.parse_args()
-    sizes = [20] if a.quick else [20, 40]
+    sizes = a.sizes or ([20] if a.quick else [20, 40])
     print(
         f"round_vs_ideal: template {a.template}, model latency {a.latency:g} s, {os.cpu_count()} cores; "
         f"per task: model = gateway time on its calls, harness-model = the harness's own time "
