@@ -164,3 +164,16 @@ def test_replay_revalidates_each_accepted_round_in_order_for_another_target(tmp_
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["tokens"] == {}
     assert [r["verdict"] for r in json.loads(again.stdout)["rounds"]] == [r1["verdict"], r2["verdict"]]
+
+
+@pytest.mark.parametrize("mode, asked", [("skill", False), ("harness", True), ("joint", True)])
+def test_the_brief_asks_for_a_flag_per_harness_change_where_the_harness_may_change(
+    mode: str, asked: bool
+) -> None:
+    from harnessopt.config import OptimizerConfig
+    from harnessopt.optimizer.brief import render_brief
+
+    brief = render_brief(1, mode, ["harness/**"], OptimizerConfig())
+    assert ("## Feature flags" in brief) is asked
+    if asked:
+        assert "harness/flags.yaml" in brief and "HO_FLAG_<NAME>" in brief and "flags_read" in brief
