@@ -30,7 +30,7 @@ from harnessopt.protocols import Task, TaskResult
 from harnessopt.rollout import Candidate
 from harnessopt.services import open_services
 from harnessopt.workspace import Workspace
-from tests.cli_support import REAL_KEY
+from tests.cli_support import REAL_KEY, git
 from tests.fake_anthropic import FakeAnthropicServer
 from tests.test_loop import make_ws
 
@@ -311,3 +311,47 @@ def _remove_ray_workers_containers(client: Any) -> None:
             cmdline = b""
         if cmdline.startswith(b"ray::"):  # a Ray worker process of this machine (this test's cluster)
             c.remove(force=True)
+
+
+VANISH_DRIVER = """
+import sys
+import threading
+import time
+from pathlib import Path
+import ray
+from ray.cluster_utils import Cluster
+from harnessopt import loop
+from harnessopt.workspace import Workspace
+
+ws = Path(sys.argv[1])
+c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+node = c.add_node(num_cpus=1)  # the only node that can run a task
+ray.init(address=c.address, log_to_driver=False)
+c.wait_for_nodes()
+
+def vanish():
+    while ray.available_resources().get("CPU", 0) > 0:  # until a task runs there
+        time.sleep(0.05)
+    c.remove_node(node)
+
+threading.Thread(target=vanish, daemon=True).start()
+w = Workspace.open(ws, {"rollout.executor": "ray", "ray.grace_s": 5, "rollout.timeout_s": 20})
+[result] = loop.run(w, 1, lambda m: None)
+print("STATUS", result.status, "|", result.reason, flush=True)
+ray.shutdown()
+c.shutdown()
+"""
+
+
+def test_a_round_whose_cluster_vanishes_fails_and_keeps_the_incumbent(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    head = git(ws, "rev-parse", "HEAD")
+    skill = (ws / "skill" / "SKILL.md").read_text()
+    proc = subprocess.run(
+        [sys.executable, "-c", VANISH_DRIVER, str(ws)], capture_output=True, text=True, timeout=300
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("STATUS")), "")
+    assert line.startswith("STATUS failed |") and "Cluster" in line, (proc.stdout, proc.stderr[-3000:])
+    assert (ws / "skill" / "SKILL.md").read_text() == skill
+    assert git(ws, "rev-parse", "ho/best") == git(ws, "rev-parse", "ho/round-0")
+    assert head in git(ws, "rev-list", "HEAD")  # main only gained the failed round's record
