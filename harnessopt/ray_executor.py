@@ -35,6 +35,7 @@ from harnessopt.sandbox.untar import extract
 J = TypeVar("J")
 R = TypeVar("R")
 POLL_S = 0.25
+KEPT_BUNDLES = 4  # candidates whose object refs are kept (a round has two: incumbent and candidate)
 CANCEL_WAIT_S = 15.0  # time cancelled tasks get to unwind (remove their containers) on Ctrl-C
 
 
@@ -85,8 +86,11 @@ class RayExecutor(PooledExecutor):
         with self._lock:
             kept = self._bundles.get(root)
             if kept is None or kept[0] != bundle.digest:
+                self._bundles.pop(root, None)  # re-inserted last: the newest is evicted last
                 kept = self._bundles[root] = (bundle.digest, self.ray.put(bundle))
                 self.shipped += 1
+                while len(self._bundles) > KEPT_BUNDLES:  # older rounds' candidates leave the store
+                    del self._bundles[next(iter(self._bundles))]
         ref = kept[1]
         return lambda spec, out_dir: self._run(ref, spec, out_dir)
 
