@@ -40,6 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.baselines import FixedDeadBand, MeanImproved  # noqa: E402
+from harnessopt.bank import IncumbentBank  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
 from harnessopt.gate import PairedGate  # noqa: E402
 from harnessopt.noisefloor import measure  # noqa: E402
@@ -84,16 +85,25 @@ class Policy:
     confirm: bool = False  # the gate's reruns (flip confirmation, second look)
     detail: str = ""  # what its outcomes must carry besides the score: "soft" or "tokens"
     futility: bool = False  # validation stops early for futility (PairedGate.futile)
+    inc_epochs: int = 0  # gate.incumbent_epochs: the incumbent's banked runs (harnessopt.bank), 0: epochs
 
 
 def _paired(**cfg: object) -> Callable[[], GatePolicy]:
     return lambda: PairedGate(GateConfig.model_validate(cfg))
 
 
+BANK = {
+    "incumbent_epochs": 5,
+    "second_look": 4,
+    "first_look_share": 0.05,
+}  # docs/gate.md, "Cached incumbent runs"
+
+
 HO = {"smoke": True, "confirm": True, "futility": True}
 POLICIES = [
     Policy("harnessopt (default: secondary none)", _paired(), **HO),
     Policy(f"harnessopt, run_alpha {RUN_ALPHA} over {RUN_ROUNDS} rounds", _paired(confidence=1 - RUN_ALPHA / RUN_ROUNDS), **HO),
+    Policy("harnessopt, banked incumbent (incumbent_epochs 5, second_look 4, first_look_share 0.05)", _paired(**BANK), inc_epochs=5, **HO),
     Policy("harnessopt, looks split evenly (first_share 0.5)", lambda: PairedGate(GateConfig(), first_share=0.5), **HO),
     Policy("harnessopt, secondary cost (margin 0.02)", _paired(secondary="cost"), detail="tokens", **HO),
     Policy("harnessopt, secondary soft [soft-score variant]", _paired(secondary="soft"), detail="soft", **HO),
@@ -230,21 +240,26 @@ def decide(
             dec.rollouts -= (len(val) - SMOKE) * pol.epochs  # validation never ran
             return dec, cand_out
 
+    bank = IncumbentBank(inc_out, pol.epochs)  # as loop.gate: the first look sees `epochs` runs
     if pol.futility and isinstance(gate, PairedGate):
         order = [f"t{t}" for t in val.tolist()]
         for j in range(SMOKE if pol.smoke else CHECK_EVERY, len(order), CHECK_EVERY):
             done = {t: cand_out[t] for t in order[:j]}
-            if gate.futile(done, inc_out, order[j:], can_rerun=pol.confirm):
+            if gate.futile(done, bank.first, order[j:], can_rerun=pol.confirm):
                 dec.saved = (len(order) - j) * pol.epochs
                 dec.rollouts -= dec.saved
                 return dec, cand_out
 
     def confirm(ids: object) -> tuple[Outcomes, Outcomes]:
-        arr = _ids(list(ids))  # type: ignore[call-overload]
-        dec.rollouts += 2 * len(arr)
-        return rollout(cand, arr, rng, 1, pol.detail), rollout(inc, arr, rng, 1, pol.detail)
+        keys = list(ids)  # type: ignore[call-overload]
+        dec.rollouts += len(keys)
+        base = bank.draw(keys, lambda miss: rollout(inc, _ids(miss), rng, 1, pol.detail))
+        dec.rollouts += bank.ran - ran[0]  # the incumbent's runs the bank did not cover
+        ran[0] = bank.ran
+        return rollout(cand, _ids(keys), rng, 1, pol.detail), base
 
-    d = gate.decide(cand_out, inc_out, confirm if pol.confirm else None)
+    ran = [0]
+    d = gate.decide(cand_out, bank.first, confirm if pol.confirm else None)
     dec.accept, dec.delta = d.accept, d.delta
     return dec, cand_out
 
@@ -309,7 +324,7 @@ def per_round(m: int, seed: int) -> list[Tally]:
         cand = propose(s0, kind, np.random.default_rng([seed, m, 2, ki]))
         for pol, tally in zip(POLICIES, out, strict=True):
             rng = np.random.default_rng([seed, m, 3, ki])  # common random numbers
-            inc_out = rollout(s0, val, rng, pol.epochs, pol.detail)
+            inc_out = rollout(s0, val, rng, pol.inc_epochs or pol.epochs, pol.detail)
             dec, _ = decide(pol, pol.make(), s0, cand, val, inc_out, rng)
             tally.asked[kind] += 1
             tally.accepted[kind] += dec.accept
@@ -331,7 +346,8 @@ def run(m: int, seed: int, kinds: list[str], confirm_checks: bool) -> list[Tally
     val, holdout = perm[:m], perm[m : m + HOLDOUT]
     for pi, (pol, tally) in enumerate(zip(POLICIES, out, strict=True)):
         gate, rng = pol.make(), np.random.default_rng([seed, m, 5, pi])
-        s, inc_out, reported, accepted_null = s0, rollout(s0, val, rng, pol.epochs, pol.detail), 0.0, 0
+        s, reported, accepted_null = s0, 0.0, 0
+        inc_out = rollout(s0, val, rng, pol.inc_epochs or pol.epochs, pol.detail)
         confirm_spent = 0
         for r, kind in enumerate(kinds):
             cand = propose(s, kind, np.random.default_rng([seed, m, 6, r]))
@@ -351,6 +367,10 @@ def run(m: int, seed: int, kinds: list[str], confirm_checks: bool) -> list[Tally
                 infl["held-out"].append(_gain(s, cand, holdout, rng, 1) - true)
                 confirm_spent += 2 * (len(val) * pol.epochs)
             s, inc_out = cand, cand_out
+            if pol.inc_epochs > pol.epochs:  # as loop.incumbent_outcomes: topped up to incumbent_epochs
+                more = rollout(s, val, rng, pol.inc_epochs - pol.epochs, pol.detail)
+                inc_out = {t: list(inc_out[t]) + more[t] for t in inc_out}
+                tally.rollouts[-1] += len(val) * (pol.inc_epochs - pol.epochs)
         tally.final.append(float(s.p.mean()))
         tally.inflation_run.append(reported - float(s.p.mean() - s0.p.mean()))
         tally.confirm_rollouts.append(confirm_spent / len(kinds))

@@ -117,8 +117,6 @@ class GateConfig(_Strict):
     """One-sided confidence that the gain is real."""
     epochs: int = Field(1, ge=1)
     """Runs per val task (for stochastic targets)."""
-    max_broken: int | None = Field(None, ge=0)
-    """Reject when more val tasks broke than this."""
     incumbent_epochs: int | None = Field(None, ge=1)
     """Runs per val task measured and cached for the incumbent (default: epochs). The runs past
     the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before running it
@@ -127,6 +125,10 @@ class GateConfig(_Strict):
     second_look: int = Field(2, ge=0)
     """Runs of every val task the gate's second look adds, when the first look is promising but
     inside the dead zone (0: a single look)."""
+    first_look_share: float = Field(0.2, gt=0.0, lt=1.0)
+    """Share of the primary test's alpha the first look spends; the second look gets the rest."""
+    max_broken: int | None = Field(None, ge=0)
+    """Reject when more val tasks broke than this."""
     confirm_flips: bool = True
     """Rerun tasks that flipped once before deciding."""
     rerun_incumbent: bool = False
@@ -189,6 +191,17 @@ class GatewayConfig(_Strict):
     """Uids besides harnessopt's own (and root) that may connect to the gateway's Unix socket."""
 
 
+class RayConfig(_Strict):
+    address: str | None = None
+    """Ray cluster to join (ray://... or host:port); default: RAY_ADDRESS, else a local one-node cluster."""
+    max_retries: int = Field(2, ge=0, le=10)
+    """Times a task whose worker or node died is run again on another node before the round fails."""
+    num_cpus: float = Field(1.0, gt=0)
+    """CPUs a task reserves on its node (Ray schedules by them; rollout.concurrency bounds the total)."""
+    grace_s: float = Field(120.0, gt=0)
+    """Time past rollout.timeout_s a task may wait for a node before the cluster counts as gone."""
+
+
 class ChecksConfig(_Strict):
     leakage: Literal["reject", "warn", "off"] = "reject"
     """Added lines that copy a train/val input or gold answer, or name a task id (docs/workspace.md,
@@ -199,17 +212,6 @@ class ChecksConfig(_Strict):
     """Characters those words must span (so short words and short answers never count alone)."""
     id_min_chars: int = Field(4, ge=1)
     """Task ids shorter than this are too likely to occur by chance and are not looked for."""
-
-
-class RayConfig(_Strict):
-    address: str | None = None
-    """Ray cluster to join (ray://... or host:port); default: RAY_ADDRESS, else a local one-node cluster."""
-    max_retries: int = Field(2, ge=0, le=10)
-    """Times a task whose worker or node died is run again on another node before the round fails."""
-    num_cpus: float = Field(1.0, gt=0)
-    """CPUs a task reserves on its node (Ray schedules by them; rollout.concurrency bounds the total)."""
-    grace_s: float = Field(120.0, gt=0)
-    """Time past rollout.timeout_s a task may wait for a node before the cluster counts as gone."""
 
 
 class Config(_Strict):
@@ -231,9 +233,9 @@ class Config(_Strict):
     gate: GateConfig = Field(default_factory=lambda: GateConfig())
     budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig())
     gateway: GatewayConfig = Field(default_factory=lambda: GatewayConfig())
-    ray: RayConfig = Field(default_factory=lambda: RayConfig())
     checks: ChecksConfig = Field(default_factory=lambda: ChecksConfig())
     """Leakage checks on every candidate (tamper checks always run)."""
+    ray: RayConfig = Field(default_factory=lambda: RayConfig())
     prices: dict[str, PricePair] = Field(default_factory=dict)
     """USD per million tokens [input, output] by model-name glob, before the built-in table."""
 

@@ -73,12 +73,12 @@ class PairedGate:
         cfg: GateConfig | None = None,
         second_look: int | None = None,
         look_from: float = 0.5,
-        first_share: float = 0.2,
+        first_share: float | None = None,
     ):
         self.cfg = cfg or GateConfig.model_validate({})
         self.second_look = self.cfg.second_look if second_look is None else second_look
         self.look_from = look_from
-        self.first_share = first_share
+        self.first_share = self.cfg.first_look_share if first_share is None else first_share
 
     def levels(self, can_rerun: bool) -> stats.Levels:
         """How this gate spends the round's alpha, ``1 - confidence``."""

@@ -89,8 +89,8 @@ class Trail:
     decision: GateDecision | None = None
     noise_floor: dict[str, Any] | None = None  # the A/A test, when this round measured one
     confirmation: dict[str, Any] | None = None  # an accepted candidate on runs that did not select it
-    checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
     runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
+    checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -360,8 +360,6 @@ def validate(
     inc: Outcomes,
     say: Announce,
 ) -> list[TaskResult]:
-    bank = IncumbentBank(inc, svc.cfg.gate.epochs)  # the incumbent's runs past the first look
-    inc = bank.first
     """The rest of val (and the remaining epochs of the smoke tasks); smoke results are reused.
 
     In chunks, each checked first: validation stops as soon as even all remaining tasks in the

@@ -221,8 +221,8 @@ def round_levels(alpha: float, looks: int, secondary_share: float = 0.0, first_s
 
     With two looks the first gets ``first_share`` of the primary's alpha: the first look sees one
     run per task and clears only clear wins; the second sees three and decides the close calls,
-    so it gets the larger share (benchmarks/gate_simulation.py, m = 50: power on +0.10 0.367
-    against 0.314 with an even split, for 0.005 more false accepts).
+    so it gets the larger share (benchmarks/gate_simulation.py, m = 50: power on +0.10 0.354
+    against 0.302 with an even split, for 0.005 more false accepts).
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
