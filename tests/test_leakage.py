@@ -12,11 +12,12 @@ import yaml
 
 from harnessopt import ledger, loop
 from harnessopt.config import ChecksConfig
-from harnessopt.demo import DEMO_DATA, demo_config
+from harnessopt.demo import DEMO_DATA
 from harnessopt.leakage import check_candidate, screen
 from harnessopt.protocols import Task
-from harnessopt.workspace import Workspace, init_workspace
+from harnessopt.workspace import Workspace
 from tests.cli_support import git
+from tests.test_loop import make_ws
 
 MOTTO = "Every ship that enters the harbour must signal twice before sunset"
 TEMPLATE = "Read the following question carefully and answer with one word only please:"
@@ -165,20 +166,7 @@ def leaky_workspace(
         "split": "train",
     }
     (src / "tasks.jsonl").write_text(tasks.rstrip("\n") + "\n" + json.dumps(motto) + "\n")
-    cfg = demo_config("local")
-    cfg.optimizer = cfg.optimizer.model_copy(update={"unsafe_host": True})  # its bash runs on this host
-    for section, values in cfg_updates.items():
-        setattr(cfg, section, getattr(cfg, section).model_copy(update=values))
-    ws = tmp_path / "ws"
-    init_workspace(
-        ws,
-        DEMO_DATA / "skill",
-        src / "tasks.jsonl",
-        config=cfg,
-        extra_files={"scripted_model.yaml": src / "model.yaml"},
-        announce=lambda _m: None,
-    )
-    return ws
+    return make_ws(tmp_path, tasks=src / "tasks.jsonl", model=src / "model.yaml", **cfg_updates)
 
 
 def _phases(ws: Path) -> list[str]:

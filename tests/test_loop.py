@@ -21,18 +21,27 @@ from harnessopt.workspace import Workspace, init_workspace
 from tests.cli_support import git
 
 
-def make_ws(tmp_path: Path, **cfg_updates) -> Path:
+def make_ws(
+    tmp_path: Path,
+    *,
+    tasks: Path = DEMO_DATA / "tasks.jsonl",
+    model: Path = DEMO_DATA / "model.yaml",
+    **cfg_updates,
+) -> Path:
+    """The demo's workspace (or its skill with ``tasks`` and a scripted ``model``), local sandbox;
+    ``cfg_updates``: a section name and the fields to change in it, or a top-level setting's value."""
     cfg = demo_config("local")
     cfg.optimizer = cfg.optimizer.model_copy(update={"unsafe_host": True})  # its bash runs on this host
-    for section, values in cfg_updates.items():
-        setattr(cfg, section, getattr(cfg, section).model_copy(update=values))
+    for name, values in cfg_updates.items():
+        current = getattr(cfg, name)
+        setattr(cfg, name, current.model_copy(update=values) if isinstance(values, dict) else values)
     ws = tmp_path / "ws"
     init_workspace(
         ws,
         DEMO_DATA / "skill",
-        DEMO_DATA / "tasks.jsonl",
+        tasks,
         config=cfg,
-        extra_files={"scripted_model.yaml": DEMO_DATA / "model.yaml"},
+        extra_files={"scripted_model.yaml": model},
         announce=lambda _m: None,
     )
     return ws

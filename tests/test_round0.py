@@ -17,9 +17,10 @@ from typing import Any
 import yaml
 
 from harnessopt import ledger, proposals
-from harnessopt.demo import DEMO_DATA, demo_config
-from harnessopt.workspace import Workspace, init_workspace
+from harnessopt.demo import DEMO_DATA
+from harnessopt.workspace import Workspace
 from tests.cli_support import git
+from tests.test_loop import make_ws
 
 PLAN_MARK = "PLAN-extract-the-city"
 PROPOSAL_MD = f"""# Extract the city from a chatty reply ({PLAN_MARK})
@@ -132,21 +133,13 @@ def make_harness_ws(tmp_path: Path, mode: str = "harness", **script: Any) -> Pat
     data["rules"] = _rules(**script) + data["rules"]
     model = tmp_path / "model.yaml"
     model.write_text(yaml.safe_dump(data, sort_keys=False))
-    cfg = demo_config("local")
-    cfg.mode = mode  # type: ignore[assignment]
-    cfg.optimizer = cfg.optimizer.model_copy(update={"unsafe_host": True})  # its bash runs on this host
-    cfg.rollout = cfg.rollout.model_copy(update={"batch_size": 4})  # round 0 still runs all train tasks
-    cfg.gate = cfg.gate.model_copy(update={"confirm": "none"})  # fewer runs on a shared machine
-    ws = tmp_path / "ws"
-    init_workspace(
-        ws,
-        DEMO_DATA / "skill",
-        DEMO_DATA / "tasks.jsonl",
-        config=cfg,
-        extra_files={"scripted_model.yaml": model},
-        announce=lambda _m: None,
+    return make_ws(
+        tmp_path,
+        model=model,
+        mode=mode,
+        rollout={"batch_size": 4},  # round 0 still runs all train tasks
+        gate={"confirm": "none"},  # fewer runs on a shared machine
     )
-    return ws
 
 
 def ho(*args: str | Path) -> subprocess.CompletedProcess[str]:
