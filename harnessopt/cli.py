@@ -158,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--target", required=True, help="the model to replay on (model.target)")
     for measure in (abl, rp):
         measure.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
+        measure.add_argument(
+            "--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)"
+        )
         measure.add_argument("--concurrency", type=_positive)
         _add_config_option(measure)
         measure.add_argument("--json", action="store_true")
@@ -402,7 +405,11 @@ def cmd_ablate(a: argparse.Namespace) -> int:
     from harnessopt.progress import progress_for
     from harnessopt.workspace import Workspace
 
-    flags = {"sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"}
+    flags = {
+        "sandbox": "rollout.sandbox",
+        "executor": "rollout.executor",
+        "concurrency": "rollout.concurrency",
+    }
     ws = Workspace.open(a.ws, _overrides(a, flags))
     with workspace_lock(ws.root, "ablate", say_err), progress_for(err_console if a.json else console) as p:
         report = run_ablation(ws, a.flag, on=a.on, off=a.off, say=p.say, progress=p)
@@ -416,7 +423,12 @@ def cmd_replay(a: argparse.Namespace) -> int:
     from harnessopt.replay import run_replay
     from harnessopt.workspace import Workspace
 
-    flags = {"target": "model.target", "sandbox": "rollout.sandbox", "concurrency": "rollout.concurrency"}
+    flags = {
+        "target": "model.target",
+        "sandbox": "rollout.sandbox",
+        "executor": "rollout.executor",
+        "concurrency": "rollout.concurrency",
+    }
     ws = Workspace.open(a.ws, _overrides(a, flags))
     with workspace_lock(ws.root, "replay", say_err), progress_for(err_console if a.json else console) as p:
         report = run_replay(ws, say=p.say, progress=p)
