@@ -169,3 +169,17 @@ def test_run_with_executor_ray_but_no_ray_exits_2_saying_what_to_install(tmp_pat
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "pip install 'harnessopt[ray]'" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_log_and_status_run_where_ray_cannot_be_imported(tmp_path: Path) -> None:
+    from tests.test_loop import make_ws
+
+    ws = make_ws(tmp_path, rollout={"executor": "ray"})  # even a workspace set to ray
+    for command in ("status", "log"):
+        code = (
+            "import sys\nsys.modules['ray'] = None  # any import of ray fails\n"
+            "from harnessopt.cli import main\n"
+            f"sys.exit(main([{command!r}, {str(ws)!r}]))\n"
+        )
+        proc = subprocess.run([*PY, code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, (command, proc.stdout, proc.stderr[-2000:])
