@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harnessopt import ledger, vcs
+from harnessopt import ledger, proposals, vcs
 from harnessopt.config import Config
 from harnessopt.gateway import price_of
 from harnessopt.journal import STATE_DIR
@@ -66,10 +66,11 @@ class Projection:
     basis: str  # "config priors" or "N measured round(s)"
     rates: dict[str, float] = field(default_factory=dict)
     budget: dict[str, float] = field(default_factory=dict)  # the run's limits that are set
+    round0: RoundCost | None = None  # harness/joint mode before an approved proposal: the diagnosis
 
     def total(self) -> RoundCost:
         out = RoundCost()
-        for r in self.rounds:
+        for r in ([self.round0] if self.round0 else []) + self.rounds:
             for name in ("target_runs", "target_calls", "optimizer_calls", "tokens", "cost_usd", "wall_s"):
                 setattr(out, name, getattr(out, name) + getattr(r, name))
         return out
@@ -96,6 +97,7 @@ class Projection:
             f"projection for {n} round(s): ~{t.calls:,.0f} model calls ({t.target_calls:,.0f} target, "
             f"{t.optimizer_calls:,.0f} optimizer), ~{_tokens(t.tokens)} tokens, ~${t.cost_usd:,.2f}, "
             f"~{_duration(t.wall_s)} (from {self.basis}){self.budget_note()}"
+            + ("; round 0 (the diagnosis) first, the rounds only once it is approved" if self.round0 else "")
         )
 
     def budget_note(self) -> str:
@@ -112,6 +114,8 @@ class Projection:
     def table(self) -> list[str]:
         """``run --dry-run``: one line per round, the total, and the rates used."""
         lines = [f"{'round':>5}  {'task runs':>9}  {'calls':>7}  {'tokens':>8}  {'dollars':>8}  {'wall':>8}"]
+        if self.round0:
+            lines.append(_row("0", self.round0))
         for i, r in enumerate(self.rounds, start=1):
             lines.append(_row(f"+{i}", r))
         lines.append(_row("total", self.total()))
@@ -157,7 +161,21 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
         "max_tokens": cfg.budget.max_tokens,
         "max_cost": cfg.budget.max_cost,
     }
-    return Projection(per_round, basis, rates, {k: float(v) for k, v in limits.items() if v is not None})
+    r0 = _round0(cfg, rates, n_train) if _round0_pending(ws, cfg) else None
+    return Projection(per_round, basis, rates, {k: float(v) for k, v in limits.items() if v is not None}, r0)
+
+
+def _round0_pending(ws: Workspace, cfg: Config) -> bool:
+    """Harness and joint mode diagnose first while no proposal is approved (``round0``)."""
+    if cfg.mode not in ("harness", "joint"):
+        return False
+    st = proposals.state(ws.repo)
+    return st is None or st.status == "rejected"
+
+
+def _round0(cfg: Config, rates: dict[str, float], n_train: int) -> RoundCost:
+    """Round 0: every train task with the seed harness, then one diagnosis agent's calls."""
+    return _priced(cfg, rates, n_train)
 
 
 def _round(
@@ -169,6 +187,11 @@ def _round(
     runs += rates["reach_smoke"] * smoke
     runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
     runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
+    return _priced(cfg, rates, runs)
+
+
+def _priced(cfg: Config, rates: dict[str, float], runs: float) -> RoundCost:
+    """A round of ``runs`` task runs and one optimizer's calls, in calls, tokens, dollars and time."""
     r = RoundCost(target_runs=runs)
     r.target_calls = runs * rates["target_calls_per_run"]
     r.optimizer_calls = rates["optimizer_calls"]

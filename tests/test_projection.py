@@ -36,3 +36,20 @@ def test_reruns_and_the_confirmation_follow_the_gate_settings(tmp_path: Path) ->
     no_reruns = _runs(ws, confirm_flips=False, confirm="none")[1]
     assert no_reruns == pytest.approx(min(ws.cfg.rollout.batch_size, len(ws.tasks("train"))) + n_val)
     assert _runs(ws, second_look=4)[1] > base
+
+
+def test_harness_mode_projects_round_zero_until_a_proposal_is_approved(tmp_path: Path) -> None:
+    from harnessopt import proposals
+
+    ws = Workspace.open(make_ws(tmp_path, mode="harness"))
+    p = project(ws, 2)
+    n_train = len(ws.tasks("train"))
+    assert p.round0 is not None and p.round0.target_runs == n_train  # the whole train split
+    assert p.total().calls == pytest.approx(p.round0.calls + sum(r.calls for r in p.rounds))
+    assert "round 0 (the diagnosis) first" in p.line() and p.table()[1].lstrip().startswith("0 ")
+    assert project(Workspace.open(make_ws(tmp_path / "skill")), 2).round0 is None  # skill mode: none
+    (ws.root / "proposals").mkdir()
+    (ws.root / "proposals" / "round-0.md").write_text("# Plan\n")
+    proposals.record_proposal(ws.repo, "# Plan\n", ws.root / "trajectories", {})
+    proposals.record_decision(ws.repo, True, "", by="tester")
+    assert project(ws, 2).round0 is None  # approved: the rounds run, no diagnosis
