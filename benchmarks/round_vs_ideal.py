@@ -48,14 +48,17 @@ def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
     wall = sum(p.wall_s for p in phases)
     calls = sum(p.calls for p in phases)
-    failed = sum(r.error_class is not None for p in phases for r in p.results)
+    errors = [
+        f"{r.error_class}: {(r.notes or [''])[-1][:80]}" for p in phases for r in p.results if r.error_class
+    ]
+    failed = len(errors)
     ideal = calls * latency / c
     per_phase = sum(math.ceil(len(p.results) / c) * latency for p in phases)
     tasks = sum(len(p.results) for p in phases)
     model = sum(p.model_s() * len(p.results) for p in phases) / tasks
     harness = sum(p.harness_s() * len(p.results) for p in phases) / tasks
     outside = sum(p.wall_s * min(c, len(p.results)) for p in phases) / tasks - harness
-    note = f" ({failed} tasks failed)" if failed else ""
+    note = f" ({failed} tasks failed; first: {errors[0]})" if failed else ""
     return (
         f"{mode:7} {c:>2} {n:>3} {calls:>5} {wall:>7.1f} {ideal:>6.1f} {wall / ideal:>6.2f} "
         f"{wall / per_phase:>6.2f}   {model:>5.2f} {harness - model:>6.2f} {outside:>6.2f}{note}"
