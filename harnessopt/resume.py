@@ -52,7 +52,8 @@ def rollout_settings(cfg: Config, root: Path) -> str:
     scorer = root / "scorer.py"
     parts = {
         "model": cfg.model.model_dump(mode="json"),
-        "rollout": cfg.rollout.model_dump(mode="json"),
+        # where and how many at once do not change a run: a rerun on another executor reuses it
+        "rollout": cfg.rollout.model_dump(mode="json", exclude={"executor", "concurrency"}),
         "flags": cfg.flags,
         "template": cfg.template,
         "feedback": cfg.optimizer.feedback,

@@ -61,3 +61,17 @@ def test_sigkill_in_validation_then_rerun_calls_no_finished_task_again(tmp_path:
     # the val cache, and every other finished run (train, smoke, validation) from the kept store.
     assert reused == finished - 2 * incumbent_runs
     assert not (ws / ".harnessopt" / "resume" / "round-1").exists()  # cleared once recorded
+
+
+def test_kept_rollouts_survive_a_change_of_executor_or_concurrency_but_not_of_a_limit(tmp_path: Path) -> None:
+    from harnessopt.config import Config
+    from harnessopt.resume import rollout_settings
+
+    cfg = Config.model_validate({})
+    base = rollout_settings(cfg, tmp_path)
+    moved = cfg.model_copy(
+        update={"rollout": cfg.rollout.model_copy(update={"executor": "ray", "concurrency": 9})}
+    )
+    assert rollout_settings(moved, tmp_path) == base  # where and how many at once change no run
+    tighter = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"timeout_s": 5.0})})
+    assert rollout_settings(tighter, tmp_path) != base
