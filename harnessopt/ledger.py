@@ -299,12 +299,16 @@ def record_accepted(
     *,
     new_best: bool,
 ) -> str:
-    """An accepted round: one commit, ``main`` moved by one compare-and-swap, tags set."""
+    """An accepted round: one commit, tagged, then ``main`` moved by one compare-and-swap.
+
+    The round's tag is set before ``main`` moves, so at every point a SIGKILL can land ``main`` is
+    either the parent or a tagged round; ``recover`` finishes the rest from the journal's
+    ``applying`` line (the swap, the checkout, ``ho/best``)."""
     sha = vcs.build_commit(repo, parent, overlay, paths, _round_message(m))
     with interrupts.deferred():
-        journal.write(m.round, "applying", commit=sha)
+        journal.write(m.round, "applying", commit=sha, parent=parent, new_best=new_best)
+        vcs.tag(repo, ROUND_TAG.format(k=m.round), sha, move=True)
         vcs.advance_main(repo, sha, parent)
-        vcs.tag(repo, ROUND_TAG.format(k=m.round), sha)
         if new_best:
             vcs.tag(repo, BEST_TAG, sha, move=True)
     return sha
@@ -357,12 +361,15 @@ def recover(repo: git.Repo, journal: Journal, say: Announce) -> None:
     """Before a run: finish our own interrupted apply, or refuse a workspace with a user's edits."""
     last = journal.last() or {}
     head = vcs.head_sha(repo)
+    if last.get("phase") == "applying" and last.get("commit") != head and last.get("parent") == head:
+        vcs.advance_main(repo, str(last["commit"]), head)  # the kill came before the swap: finish it
+        head = str(last["commit"])
     if last.get("phase") == "applying" and last.get("commit") == head:
         vcs.reset_hard(repo)  # main moved, the checkout may not have finished
         k = int(last["round"])
-        tag = ROUND_TAG.format(k=k)
-        if tag not in [t.name for t in repo.tags]:
-            vcs.tag(repo, tag, head)
+        vcs.tag(repo, ROUND_TAG.format(k=k), head, move=True)
+        if last.get("new_best"):
+            vcs.tag(repo, BEST_TAG, head, move=True)
         journal.write(k, "recorded", status="accepted", commit=head, recovered=True)
         say(f"round {k} had been accepted when the last run stopped; its checkout is now complete")
     dirty = vcs.dirty_paths(repo)

@@ -240,3 +240,22 @@ def test_max_hours_ends_the_run_at_a_phase_boundary(tmp_path: Path) -> None:
     (only,) = ledger.past_rounds(Workspace.open(ws).repo)
     assert only.status == "failed" and "budget.max_hours" in only.manifest.reason
     assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
+
+
+def test_recover_finishes_an_apply_killed_between_the_tag_and_the_swap(tmp_path: Path) -> None:
+    ws_path = make_ws(tmp_path)
+    ws = Workspace.open(ws_path)
+    parent = vcs.head_sha(ws.repo)
+    overlay = tmp_path / "overlay"
+    (overlay / "skill").mkdir(parents=True)
+    (overlay / "skill" / "SKILL.md").write_text((ws_path / "skill" / "SKILL.md").read_text() + "\nnew line\n")
+    sha = vcs.build_commit(ws.repo, parent, overlay, ["skill"], "round 1\n")
+    ws.journal.write(1, "applying", commit=sha, parent=parent, new_best=True)
+    vcs.tag(ws.repo, "ho/round-1", sha)  # record_accepted tags first; the kill came before main moved
+    assert vcs.head_sha(ws.repo) == parent
+    ledger.recover(ws.repo, ws.journal, lambda _m: None)
+    assert vcs.head_sha(ws.repo) == sha and not vcs.dirty_paths(ws.repo)
+    assert ws.repo.commit("ho/best").hexsha == sha
+    assert (ws_path / "skill" / "SKILL.md").read_text().endswith("new line\n")
+    ledger.recover(ws.repo, ws.journal, lambda _m: None)  # nothing left to finish: a no-op
+    assert vcs.head_sha(ws.repo) == sha
