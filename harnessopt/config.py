@@ -37,7 +37,7 @@ PricePair = Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=2, m
 class ModelConfig(_Strict):
     provider: ModelName = "anthropic"
     """Where model calls go: anthropic (Messages API), openai (any Chat Completions endpoint), scripted."""
-    target: str = "claude-sonnet-4-5"
+    target: str = "claude-sonnet-4-6"
     """Model the harness runs (exported as HARNESSOPT_TARGET_MODEL)."""
     base_url: str | None = None
     """Upstream endpoint, e.g. http://localhost:8000/v1 (default: ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the official API)."""
