@@ -121,7 +121,8 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> int:
     return proc.pid
 
 
-def test_recover_finishes_an_interrupted_checkout(tmp_path: Path) -> None:
+def _round_one_commit(tmp_path: Path) -> tuple[Path, Workspace, str, str]:
+    """A workspace and a round-1 commit (one more line in SKILL.md) not yet on main: (path, ws, parent, sha)."""
     ws_path = make_ws(tmp_path)
     ws = Workspace.open(ws_path)
     parent = vcs.head_sha(ws.repo)
@@ -129,6 +130,11 @@ def test_recover_finishes_an_interrupted_checkout(tmp_path: Path) -> None:
     (overlay / "skill").mkdir(parents=True)
     (overlay / "skill" / "SKILL.md").write_text((ws_path / "skill" / "SKILL.md").read_text() + "\nnew line\n")
     sha = vcs.build_commit(ws.repo, parent, overlay, ["skill"], "round 1\n")
+    return ws_path, ws, parent, sha
+
+
+def test_recover_finishes_an_interrupted_checkout(tmp_path: Path) -> None:
+    ws_path, ws, parent, sha = _round_one_commit(tmp_path)
     ws.journal.write(1, "applying", commit=sha)
     ws.repo.git.update_ref("refs/heads/main", sha, parent)  # the crash came after update-ref, before checkout
     assert vcs.dirty_paths(ws.repo)
@@ -243,13 +249,7 @@ def test_max_hours_ends_the_run_at_a_phase_boundary(tmp_path: Path) -> None:
 
 
 def test_recover_finishes_an_apply_killed_between_the_tag_and_the_swap(tmp_path: Path) -> None:
-    ws_path = make_ws(tmp_path)
-    ws = Workspace.open(ws_path)
-    parent = vcs.head_sha(ws.repo)
-    overlay = tmp_path / "overlay"
-    (overlay / "skill").mkdir(parents=True)
-    (overlay / "skill" / "SKILL.md").write_text((ws_path / "skill" / "SKILL.md").read_text() + "\nnew line\n")
-    sha = vcs.build_commit(ws.repo, parent, overlay, ["skill"], "round 1\n")
+    ws_path, ws, parent, sha = _round_one_commit(tmp_path)
     ws.journal.write(1, "applying", commit=sha, parent=parent, new_best=True)
     vcs.tag(ws.repo, "ho/round-1", sha)  # record_accepted tags first; the kill came before main moved
     assert vcs.head_sha(ws.repo) == parent
