@@ -376,65 +376,50 @@ def cmd_status(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_audit(a: argparse.Namespace) -> int:
-    from harnessopt.audit import run_audit
+# Where a measuring command's rollouts run: its --sandbox, --executor and --concurrency.
+ROLLOUT_FLAGS = {
+    "sandbox": "rollout.sandbox",
+    "executor": "rollout.executor",
+    "concurrency": "rollout.concurrency",
+}
+
+
+def _measuring(
+    a: argparse.Namespace, name: str, run: Callable[[Any, Any], dict[str, Any]], **flags: str
+) -> int:
+    """audit, ablate and replay: the workspace under the rollout flags (and ``flags``), its lock,
+    live progress (on stderr with --json), ``run(ws, progress)``, and its report as JSON when asked."""
+    from harnessopt.progress import progress_for
     from harnessopt.workspace import Workspace
 
-    ws = Workspace.open(
-        a.ws,
-        _overrides(
-            a,
-            {
-                "sandbox": "rollout.sandbox",
-                "executor": "rollout.executor",
-                "concurrency": "rollout.concurrency",
-            },
-        ),
-    )
-    from harnessopt.progress import progress_for
-
-    with workspace_lock(ws.root, "audit", say_err), progress_for(err_console if a.json else console) as p:
-        report = run_audit(ws, epochs=a.epochs, force=a.force, say=p.say, progress=p)
+    ws = Workspace.open(a.ws, _overrides(a, {**flags, **ROLLOUT_FLAGS}))
+    with workspace_lock(ws.root, name, say_err), progress_for(err_console if a.json else console) as p:
+        report = run(ws, p)
     if a.json:
         print(json.dumps(report, indent=2))
     return 0
+
+
+def cmd_audit(a: argparse.Namespace) -> int:
+    from harnessopt.audit import run_audit
+
+    return _measuring(
+        a, "audit", lambda ws, p: run_audit(ws, epochs=a.epochs, force=a.force, say=p.say, progress=p)
+    )
 
 
 def cmd_ablate(a: argparse.Namespace) -> int:
     from harnessopt.ablate import run_ablation
-    from harnessopt.progress import progress_for
-    from harnessopt.workspace import Workspace
 
-    flags = {
-        "sandbox": "rollout.sandbox",
-        "executor": "rollout.executor",
-        "concurrency": "rollout.concurrency",
-    }
-    ws = Workspace.open(a.ws, _overrides(a, flags))
-    with workspace_lock(ws.root, "ablate", say_err), progress_for(err_console if a.json else console) as p:
-        report = run_ablation(ws, a.flag, on=a.on, off=a.off, say=p.say, progress=p)
-    if a.json:
-        print(json.dumps(report, indent=2))
-    return 0
+    return _measuring(
+        a, "ablate", lambda ws, p: run_ablation(ws, a.flag, on=a.on, off=a.off, say=p.say, progress=p)
+    )
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
-    from harnessopt.progress import progress_for
     from harnessopt.replay import run_replay
-    from harnessopt.workspace import Workspace
 
-    flags = {
-        "target": "model.target",
-        "sandbox": "rollout.sandbox",
-        "executor": "rollout.executor",
-        "concurrency": "rollout.concurrency",
-    }
-    ws = Workspace.open(a.ws, _overrides(a, flags))
-    with workspace_lock(ws.root, "replay", say_err), progress_for(err_console if a.json else console) as p:
-        report = run_replay(ws, say=p.say, progress=p)
-    if a.json:
-        print(json.dumps(report, indent=2))
-    return 0
+    return _measuring(a, "replay", lambda ws, p: run_replay(ws, say=p.say, progress=p), target="model.target")
 
 
 def cmd_demo(a: argparse.Namespace) -> int:

@@ -374,8 +374,8 @@ def validate(
         results += svc.runner.run(cand, again, rc.k, epochs=range(1, epochs))
     futile = getattr(svc.gate, "futile", None)
     chunk = max(FUTILITY_EVERY, svc.cfg.rollout.concurrency) if futile else max(1, len(rest))
+    first = first_look(inc, epochs)
     for i in range(0, len(rest), chunk):
-        first = first_look(inc, epochs)
         if futile and futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
             say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
             break

@@ -22,7 +22,7 @@ from harnessopt.gateway import price_of
 from harnessopt.journal import STATE_DIR
 from harnessopt.ledger import RoundManifest
 from harnessopt.noisefloor import NoiseFloorStore
-from harnessopt.valcache import ValCache, environment_key, key_parts
+from harnessopt.valcache import ValCache, digest, environment_key, key_parts
 from harnessopt.verdicts import split_val
 from harnessopt.workspace import Workspace
 
@@ -146,7 +146,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     cfg = cfg or ws.cfg
     history = [r.manifest for r in ledger.past_rounds(ws.repo) if r.manifest.phases][-HISTORY:]
     n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
-    cached, floor = _incumbent_cached(ws, cfg), _floor_measured(ws, cfg)
+    cached, floor = _measured_state(ws, cfg)
     rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
     per_round = []
     for i in range(rounds):
@@ -209,15 +209,13 @@ def _priced(cfg: Config, rates: dict[str, float], runs: float) -> RoundCost:
     return r
 
 
-def _incumbent_cached(ws: Workspace, cfg: Config) -> bool:
-    cache = ValCache(ws.root / STATE_DIR)
-    return cache.get(cache.key(ws.repo, vcs.head_sha(ws.repo), cfg)) is not None
-
-
-def _floor_measured(ws: Workspace, cfg: Config) -> bool:
-    """Is a noise floor stored for this environment (else the first measurement runs twice)?"""
+def _measured_state(ws: Workspace, cfg: Config) -> tuple[bool, bool]:
+    """(are the incumbent's val outcomes cached, is a noise floor stored for this environment, else
+    the first measurement runs twice); the key parts (the sandbox's image id) are worked out once."""
+    state = ws.root / STATE_DIR
     parts = key_parts(ws.repo, vcs.head_sha(ws.repo), cfg)
-    return NoiseFloorStore(ws.root / STATE_DIR).get(environment_key(parts)) is not None
+    cached = ValCache(state).get(digest(parts)) is not None
+    return cached, NoiseFloorStore(state).get(environment_key(parts)) is not None
 
 
 def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:

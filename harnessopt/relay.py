@@ -123,13 +123,7 @@ class HeadIngress:
             conn.close()
             return
         conn.settimeout(None)
-        try:
-            upstream = socket.create_connection(self.gateway_addr, timeout=HELLO_TIMEOUT_S)
-        except OSError:
-            conn.close()
-            return
-        upstream.settimeout(None)
-        pipe(conn, upstream)
+        _connect_and_pipe(conn, self.gateway_addr)
 
     def close(self) -> None:
         self._server.shutdown()
@@ -171,20 +165,27 @@ class WorkerRelay:
         return f"http://127.0.0.1:{self._tcp.server_address[1]}"
 
     def _forward(self, conn: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.ingress, timeout=HELLO_TIMEOUT_S)
-            upstream.sendall(self._hello)
-        except OSError:
-            conn.close()
-            return
-        upstream.settimeout(None)
-        pipe(conn, upstream)
+        _connect_and_pipe(conn, self.ingress, self._hello)
 
     def close(self) -> None:
         for server in (self._unix, self._tcp):
             server.shutdown()
             server.server_close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _connect_and_pipe(conn: socket.socket, addr: tuple[str, int], hello: bytes = b"") -> None:
+    """Connect to ``addr`` (sending ``hello`` first) and pipe ``conn`` both ways; an unreachable
+    upstream closes ``conn``."""
+    try:
+        upstream = socket.create_connection(addr, timeout=HELLO_TIMEOUT_S)
+        if hello:
+            upstream.sendall(hello)
+    except OSError:
+        conn.close()
+        return
+    upstream.settimeout(None)
+    pipe(conn, upstream)
 
 
 def _read_line(conn: socket.socket, limit: int) -> bytes | None:

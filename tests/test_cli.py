@@ -4,6 +4,7 @@ fake Messages API upstream behind the real gateway, and real git."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,14 @@ def upstream():
         yield fake
 
 
+def _run(ws: Path, env: dict[str, str], *, rounds: int, batch: int) -> subprocess.CompletedProcess[str]:
+    """`harnessopt run` in the local sandbox (its optimizer's bash on this host)."""
+    return cli(
+        "run", ws, "--rounds", str(rounds), "--sandbox", "local", "--unsafe-host-optimizer",
+        "--batch-size", str(batch), env=env,
+    )  # fmt: skip
+
+
 def _init(tmp_path: Path, env: dict[str, str]) -> Path:
     skill, tasks = write_example(tmp_path)
     ws = tmp_path / "ws"
@@ -50,18 +59,7 @@ def test_two_rounds_accept_then_reject_then_log_diff_rollback(tmp_path: Path, up
     ws = _init(tmp_path, env)
     assert git(ws, "rev-parse", "ho/round-0") == git(ws, "rev-parse", "ho/best")
 
-    r = cli(
-        "run",
-        ws,
-        "--rounds",
-        "2",
-        "--sandbox",
-        "local",
-        "--unsafe-host-optimizer",
-        "--batch-size",
-        "4",
-        env=env,
-    )
+    r = _run(ws, env, rounds=2, batch=4)
     assert r.returncode == 0, r.stdout + r.stderr
 
     # Round 1 accepted: a commit on main, tagged, best; round 2 rejected: on its ref, main reset.
@@ -115,18 +113,7 @@ def test_two_rounds_accept_then_reject_then_log_diff_rollback(tmp_path: Path, up
     assert st.returncode == 0 and "rounds: 2 (1 accepted, 1 rejected)" in st.stdout
 
     # A second run continues after the last completed round.
-    r3 = cli(
-        "run",
-        ws,
-        "--rounds",
-        "1",
-        "--sandbox",
-        "local",
-        "--unsafe-host-optimizer",
-        "--batch-size",
-        "4",
-        env=env,
-    )
+    r3 = _run(ws, env, rounds=1, batch=4)
     assert r3.returncode == 0, r3.stderr
     assert [row["round"] for row in json.loads(cli("log", ws, "--json", env=env).stdout)] == [1, 2, 3]
 
@@ -135,21 +122,7 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     env = {"ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": REAL_KEY}
     ws = _init(tmp_path, env)
     assert cli("audit", ws, "--sandbox", "local", env=env).returncode == 2  # nothing accepted yet
-    assert (
-        cli(
-            "run",
-            ws,
-            "--rounds",
-            "1",
-            "--sandbox",
-            "local",
-            "--unsafe-host-optimizer",
-            "--batch-size",
-            "2",
-            env=env,
-        ).returncode
-        == 0
-    )
+    assert _run(ws, env, rounds=1, batch=2).returncode == 0
     r = cli("audit", ws, "--sandbox", "local", "--json", env=env)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)

@@ -35,6 +35,7 @@ from docker.utils.socket import frames_iter
 from harnessopt.config import RolloutConfig
 from harnessopt.protocols import AgentResult, GatewayLease, ShellResult
 from harnessopt.sandbox.image import docker_client, owner_labels
+from harnessopt.sandbox.local import EDIT_REPLY_CAP, EDIT_TIMEOUT_S, parse_edit_reply
 from harnessopt.sandbox.pool import (
     GATEWAY_DIR,
     LABEL,
@@ -46,8 +47,6 @@ from harnessopt.sandbox.pool import (
 
 OUTPUT_CAP = 30_000
 HOST_GRACE_S = 15.0  # beyond the command's own timeout, before the host gives up on the exec
-EDIT_TIMEOUT_S = 20.0  # one editor operation, end to end
-EDIT_REPLY_CAP = 8 << 20  # bytes of an editor reply kept (a 1 MiB file is at most ~6 MiB of JSON)
 # The container's uid: unprivileged, and never the host user's (files it leaves are not ours).
 OPTIMIZER_UID = 10001 if os.getuid() != 10001 else 10002
 FSIZE_LIMIT = 64 << 20  # largest file one command may write (RLIMIT_FSIZE in the runner)
@@ -105,13 +104,7 @@ class DockerShell:
             result = self._exec([*RUNNER, "edit", "--root", "/view"], data, EDIT_TIMEOUT_S)
         if "error" in result:
             return {"ok": False, "error": result["error"]}
-        try:
-            reply = json.loads(result["output"])
-        except ValueError:
-            reply = None
-        if not isinstance(reply, dict):
-            return {"ok": False, "error": "the editor gave no answer (its reply was cut or broken)"}
-        return reply
+        return parse_edit_reply(result["output"], timed_out=False)
 
     def agent(
         self,
