@@ -9,9 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import anthropic
+from typing import TYPE_CHECKING, Any
 
 from harnessopt.config import Config
 from harnessopt.gate import make_gate
@@ -25,6 +23,9 @@ from harnessopt.resume import RoundStore, rollout_settings
 from harnessopt.rollout import Runner, make_executor
 from harnessopt.sandbox import make_sandbox
 from harnessopt.scorer_proc import ScorerProcess
+
+if TYPE_CHECKING:
+    import anthropic
 
 Announce = Callable[[str], None]
 
@@ -121,6 +122,8 @@ def open_services(
         )
 
         def client_factory(round_no: int) -> anthropic.Anthropic:
+            import anthropic  # deferred: the SDK's import is most of `run`'s start-up (docs/performance.md)
+
             lease = gateway.lease("optimizer", round_no, None)
             return anthropic.Anthropic(base_url=lease.base_url, api_key=lease.token, max_retries=2)
 

@@ -160,3 +160,32 @@ def test_rounds_are_read_only_through_the_ledger() -> None:
             if needle in text:
                 offenders.append(f"{path.relative_to(PACKAGE)}: {needle}")
     assert offenders == []
+
+
+def test_run_imports_no_model_sdk_until_a_model_is_opened(tmp_path: Path) -> None:
+    """`harnessopt run`'s modules and its start-up (``--dry-run``) work where neither SDK can be
+    imported (importing one costs 1-2 s of CPU, docs/performance.md); opening a model imports its SDK."""
+    import subprocess
+    import sys
+
+    from tests.test_loop import make_ws
+
+    ws = make_ws(tmp_path)
+    blocked = (
+        "import sys\nsys.modules['anthropic'] = None; sys.modules['openai'] = None  # any import fails\n"
+        "import harnessopt.cli, harnessopt.loop, harnessopt.services, harnessopt.models, harnessopt.gateway\n"
+        f"sys.exit(harnessopt.cli.main(['run', {str(ws)!r}, '--dry-run']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, (proc.stdout, proc.stderr)
+    opened = (
+        "import sys, harnessopt.loop\n"
+        "from harnessopt.models import make_model\n"
+        "assert 'anthropic' not in sys.modules and 'openai' not in sys.modules\n"
+        "make_model('anthropic', env={'ANTHROPIC_API_KEY': 'k'})\n"
+        "assert 'anthropic' in sys.modules and 'openai' not in sys.modules\n"
+        "make_model('openai', env={'OPENAI_API_KEY': 'k'})\n"
+        "assert 'openai' in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", opened], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
