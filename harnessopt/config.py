@@ -76,6 +76,9 @@ class RolloutConfig(_Strict):
     """Address-space limit of the scorer's process; past it that task scores 0 (scorer error)."""
     executor: Literal["local", "ray"] = "local"
     """Where tasks run: local (a thread pool on this machine) or ray (a Ray cluster; docs/cluster.md)."""
+    warm_interpreter: bool = True
+    """Start the next tasks' interpreters ahead, warmed, while the current tasks wait on the model
+    (``runner.py warm``); results are those of a cold start. Off: every task starts cold."""
 
 
 class OptimizerConfig(_Strict):
