@@ -57,7 +57,15 @@ def gateway_env(gw: Gateway, token: str) -> dict[str, str]:
 
 def test_every_template_has_a_description_and_entry_point():
     names = sorted(p.name for p in TEMPLATES.iterdir() if p.is_dir())
-    assert names == ["chat", "chat-sdk", "claude-code", "command", "openai-chat", "tool-agent"]
+    assert names == [
+        "chat",
+        "chat-sdk",
+        "claude-code",
+        "command",
+        "openai-chat",
+        "openai-chat-sdk",
+        "tool-agent",
+    ]
     for name in names:
         meta = yaml.safe_load((TEMPLATES / name / "template.yaml").read_text())
         assert isinstance(meta["description"], str) and "\n" not in meta["description"].strip()
@@ -427,3 +435,130 @@ def test_chat_template_retries_like_the_sdk(tmp_path: Path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+class StatusServer:
+    """A local endpoint answering POSTs with the next of ``replies``: (status, headers, body dict)."""
+
+    def __init__(self, replies: list[tuple[int, dict[str, str], dict]]):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.replies, self.hits = list(replies), []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["content-length"]))
+                status, headers, body = outer.replies[len(outer.hits)]
+                outer.hits.append((self.path, status))
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in {"content-type": "application/json", **headers}.items():
+                    self.send_header(k, v)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _completion(text: str) -> dict:
+    from tests.fake_openai import completion
+
+    return completion(" " + text + " \n", finish="stop")
+
+
+@pytest.mark.parametrize("stream", ["0", "1"])
+def test_openai_chat_template_on_the_standard_library_matches_the_sdk_variant(tmp_path: Path, stream: str):
+    """`openai-chat` (http.client) and `openai-chat-sdk` (the openai SDK) on a local Chat
+    Completions endpoint: the same path, body and key header reach it, the same answer and
+    trajectory events come out, streamed or not."""
+    from tests.fake_openai import FakeOpenAIServer
+
+    seen = {}
+    with FakeOpenAIServer(lambda request: _completion("Paris")) as fake:
+        for name in ("openai-chat", "openai-chat-sdk"):
+            env = {
+                "OPENAI_BASE_URL": fake.base_url,
+                "OPENAI_API_KEY": "tok-1",
+                "HARNESSOPT_TARGET_MODEL": "gpt-test",
+                "HO_FLAG_STREAM": stream,
+            }
+            tmp = tmp_path / name
+            tmp.mkdir()
+            proc = run_template(name, tmp, {"id": "t1", "input": {"country": "France"}}, env)
+            assert proc.returncode == 0, proc.stderr
+            (request,) = fake.requests[-1:]
+            events = [json.loads(x) for x in (tmp / "out" / "trajectory.jsonl").read_text().splitlines()]
+            headers = {k.lower(): v for k, v in request["headers"].items()}
+            seen[name] = (
+                (tmp / "out" / "answer.txt").read_bytes(),
+                request["path"],
+                request["body"],
+                request["stream"],
+                headers["authorization"],
+                headers["content-type"],
+                [{k: v for k, v in e.items() if k != "t"} for e in events],
+            )
+    assert len(fake.requests) == 2 and seen["openai-chat"] == seen["openai-chat-sdk"]
+    answer, path, body, streamed, auth, _, events = seen["openai-chat"]
+    assert answer == b"Paris" and path == "/v1/chat/completions" and auth == "Bearer tok-1"
+    assert streamed == (stream == "1") and body["messages"][0]["content"].startswith("# Geography")
+    assert body["messages"][1] == {"role": "user", "content": '{"country": "France"}'}
+    assert [e["event"] for e in events] == ["request", "response"] and events[1]["stop_reason"] == "stop"
+
+
+def test_openai_chat_template_retries_like_the_sdk(tmp_path: Path):
+    """Side by side on the same replies: a 503, a 429 with retry-after-ms, then an answer: two
+    retries; a 400, or a 500 with x-should-retry: false, is not retried; three 503s give up."""
+    error = {"error": {"message": "no", "type": "server_error", "param": None, "code": None}}
+    cases = [
+        ([(503, {}, error), (429, {"retry-after-ms": "10"}, error), (200, {}, _completion("Oslo"))], 0, None),
+        ([(400, {}, error)], 1, "BadRequestError"),
+        ([(500, {"x-should-retry": "false"}, error)], 1, "InternalServerError"),
+        ([(503, {}, error)] * 3, 1, "InternalServerError"),
+    ]
+    for i, (replies, code, name) in enumerate(cases):
+        outcome = {}
+        for template in ("openai-chat", "openai-chat-sdk"):
+            server = StatusServer(replies)
+            try:
+                env = {
+                    "OPENAI_BASE_URL": server.url + "/v1",
+                    "OPENAI_API_KEY": "k",
+                    "HARNESSOPT_TARGET_MODEL": "m",
+                }
+                tmp = tmp_path / f"{template}-{i}"
+                tmp.mkdir()
+                proc = run_template(template, tmp, {"id": "t", "input": "q"}, env)
+            finally:
+                server.close()
+            answer = tmp / "out" / "answer.txt"
+            outcome[template] = (
+                proc.returncode,
+                server.hits,
+                answer.read_text() if answer.exists() else None,
+            )
+            assert name in proc.stderr if name else proc.returncode == 0, proc.stderr
+        assert outcome["openai-chat"] == outcome["openai-chat-sdk"], outcome
+        assert outcome["openai-chat"][0] == code and len(outcome["openai-chat"][1]) == len(replies)
+    assert outcome["openai-chat"][1][0] == ("/v1/chat/completions", 503)
+
+
+def test_openai_chat_template_fails_loudly_on_api_error(tmp_path: Path):
+    with Gateway(ScriptedModel.from_dict({"rules": [{"reply": "x"}]}), BudgetConfig()) as gw:
+        proc = run_template(
+            "openai-chat", tmp_path, {"id": "t", "input": "q"}, gateway_env(gw, "wrong-token")
+        )
+    assert proc.returncode == 1 and "AuthenticationError" in proc.stderr
+    assert not (tmp_path / "out" / "answer.txt").exists()
