@@ -724,6 +724,204 @@ def run_agent(args: list[str]) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- warm interpreter
+
+JOB_FD = 3  # the warm stub's job arrives on this inherited pipe
+# What the shipped templates import (and what those pull in), imported while the stub waits:
+# about 30 ms of a cold start's 70 ms here (docs/performance.md). None of them reads the
+# environment or the cwd when imported, nor registers an atexit handler (logging and
+# concurrent.futures do: they are left out, so atexit order stays that of a cold start).
+WARM_IMPORTS = (
+    "argparse",
+    "base64",
+    "contextlib",
+    "dataclasses",
+    "datetime",
+    "difflib",
+    "hashlib",
+    "http.client",
+    "json",
+    "pathlib",
+    "random",
+    "re",
+    "shutil",
+    "signal",
+    "socket",
+    "ssl",
+    "subprocess",
+    "tempfile",
+    "textwrap",
+    "typing",
+    "urllib.parse",
+    "uuid",
+)
+STUB_IMPORTS = ("builtins", "importlib.machinery", "importlib.util", "types", "zipfile")  # its own
+# Read by an interpreter as it starts, besides every PYTHON* and LC_* variable: locale, the
+# user site directory, the time zone the time module computes at import.
+STARTUP_VARS = ("HOME", "LANG", "LANGUAGE", "TZ")
+
+
+def startup_env(env: dict[str, str]) -> dict[str, str]:
+    """The part of ``env`` an interpreter reads as it starts (a job differing there starts cold)."""
+    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LC_")) or k in STARTUP_VARS}
+
+
+def read_job(fd: int) -> dict | None:
+    """One JSON line from ``fd``, which is closed afterwards; None on EOF without a whole line."""
+    buf = b""
+    try:
+        while not buf.endswith(b"\n") and len(buf) <= JOB_MAX:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            buf += chunk
+    finally:
+        os.close(fd)
+    return json.loads(buf) if buf.endswith(b"\n") else None
+
+
+def warm_code(path: str) -> Any:
+    """The script's code object compiled as a cold start would, or None where only a real cold
+    start gives the same result: not a regular file, a .pyc, a zip, a syntax error."""
+    import importlib.util
+    import zipfile
+
+    try:
+        if path.endswith(".pyc") or not os.path.isfile(path) or zipfile.is_zipfile(path):
+            return None
+        with open(path, "rb") as f:
+            source = f.read()
+        if source[:2] == importlib.util.MAGIC_NUMBER[:2]:  # CPython's maybe_pyc_file test
+            return None
+        # dont_inherit: not this file's ``from __future__ import annotations``
+        return compile(source, main_file(path), "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def main_file(path: str) -> str:
+    """``__file__`` of a cold ``python3 path``: the cwd joined to a relative path, not normalised."""
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
+def cold_start(argv: list[str], env: dict[str, str]) -> None:
+    """Replace this process with a real ``python3 argv...`` (never returns)."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess's restore_signals leaves them
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execve(sys.executable, [sys.orig_argv[0], *argv], env)
+    except OSError as e:
+        sys.stderr.write(f"harnessopt runner: cannot start the harness: {e}\n")
+        os._exit(127)
+
+
+def uncaught(exc: BaseException, tb: Any) -> None:
+    """What CPython does with an exception that ends ``__main__`` (PyErr_Print), then exit 1,
+    or die of SIGINT after finalising for a KeyboardInterrupt (as Py_RunMain does)."""
+    exc.__traceback__ = tb
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
+    hook = getattr(sys, "excepthook", None)
+    sys.audit("sys.excepthook", hook, type(exc), exc, tb)
+    if hook is None:
+        sys.stderr.write("sys.excepthook is missing\n")
+        sys.__excepthook__(type(exc), exc, tb)
+    else:
+        try:
+            hook(type(exc), exc, tb)
+        except SystemExit:
+            raise
+        except BaseException as e2:
+            tb2 = e2.__traceback__.tb_next if e2.__traceback__ else None  # without this frame
+            sys.stderr.write("Error in sys.excepthook:\n")
+            sys.__excepthook__(type(e2), e2.with_traceback(tb2), tb2)
+            sys.stderr.write("\nOriginal exception was:\n")
+            sys.__excepthook__(type(exc), exc, tb)
+    if not isinstance(exc, KeyboardInterrupt):
+        sys.exit(1)
+    import atexit
+
+    threading._shutdown()  # type: ignore[attr-defined]  # Py_FinalizeEx's order: threads, atexit, flush
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(130)
+
+
+def run_warm() -> int:
+    """``warm``: an interpreter started ahead of its task; the job comes on fd 3.
+
+    Started (by the task runner in its container, or by the local sandbox) with the harness's
+    stdin, stdout, stderr and cwd and the static part of its environment; imports WARM_IMPORTS,
+    then reads one JSON line ``{"argv": [script, ...], "env": {...}, "cwd": ...}`` on fd 3 (EOF:
+    exit 0, the task never came) and runs the script as ``__main__`` as a cold ``python3 script``
+    would: same sys.argv, sys.path[0], __file__, os.environ (the C environment too), exit status,
+    tracebacks, atexit. A job whose environment differs in what an interpreter reads at start
+    (PYTHON*, locale, HOME, TZ), or a script that is no plain source file, gets a real cold start
+    (execve). docs/sandbox.md lists what a harness can still tell apart (the stack above its
+    module, pre-imported modules in sys.modules, the process's command line).
+    """
+    started = dict(os.environ)
+    for name in (*WARM_IMPORTS, *STUB_IMPORTS):
+        with contextlib.suppress(ImportError):
+            __import__(name)
+    try:
+        job = read_job(JOB_FD)
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"harnessopt runner: bad job for the warm interpreter: {e}\n")
+        return 2
+    if job is None:
+        return 0
+    argv = [str(a) for a in job["argv"]]
+    env = {str(k): str(v) for k, v in job["env"].items()}
+    try:
+        if job.get("cwd"):
+            os.chdir(job["cwd"])
+    except OSError as e:
+        sys.stderr.write(f"harnessopt runner: cannot start the harness: {e}\n")
+        return 127
+    same_start = startup_env(started) == startup_env(env) and "PYTHONINSPECT" not in env
+    code = warm_code(argv[0]) if same_start else None
+    if code is None:
+        cold_start(argv, env)
+    return run_main(code, argv, env)
+
+
+def run_main(code: Any, argv: list[str], env: dict[str, str]) -> int:
+    """Run ``code`` (compiled from ``argv[0]``) as ``__main__`` in this interpreter."""
+    import builtins
+    import importlib
+    import types
+    from importlib.machinery import SourceFileLoader
+
+    os.environ.clear()  # unsetenv/putenv: children see the job's environment
+    os.environ.update(env)
+    sys.argv = list(argv)
+    sys.orig_argv = [sys.orig_argv[0], *argv]
+    if not sys.flags.safe_path:  # what CPython's _PyPathConfig_ComputeSysPath0 puts first
+        sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
+    importlib.invalidate_caches()
+    main = types.ModuleType("__main__")  # __name__, __doc__, __package__, __loader__, __spec__
+    names = main.__dict__
+    names.update(__annotations__={}, __builtins__=builtins, __file__=code.co_filename, __cached__=None)
+    names["__loader__"] = SourceFileLoader("__main__", code.co_filename)
+    stub = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    failed: BaseException | None = None
+    try:
+        exec(code, names)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        failed = e
+    if failed is not None:  # outside the except: the hook sees no exception being handled
+        uncaught(failed, failed.__traceback__.tb_next if failed.__traceback__ else None)
+    del stub
+    return 0
+
+
 def run_idle() -> int:
     """DockerShell's PID 1: reaps orphans; commands come by ``docker exec``."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -745,6 +943,8 @@ def main() -> int:
         return run_agent(sys.argv[2:])
     if mode == "idle":
         return run_idle()
+    if mode == "warm":
+        return run_warm()
     return run_task()
 
 
