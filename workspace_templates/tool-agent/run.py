@@ -17,22 +17,28 @@ Turn limit: MAX_TURNS model turns (``HO_FLAG_MAX_TURNS`` overrides); past it, or
 stops without ``finish``, its last text is the answer. Every model turn (``step``) and every tool
 call with its input, result, error flag and time (``tool``) is appended to OUT/trajectory.jsonl.
 
-The API is the Messages API (anthropic SDK, ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY) unless the
-feature flag HO_FLAG_API=chat selects the Chat Completions API (openai SDK,
-OPENAI_BASE_URL/OPENAI_API_KEY). Inside harnessopt both point at the model gateway, which serves
-either API whatever the upstream. Both flags are registered in harness/flags.yaml.
+The API is the Messages API (ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY) unless the feature flag
+HO_FLAG_API=chat selects the Chat Completions API (OPENAI_BASE_URL/OPENAI_API_KEY). Inside
+harnessopt both point at the model gateway, which serves either API whatever the upstream. Both
+flags are registered in harness/flags.yaml. The client is ``http.client``, not an SDK (whose
+import costs about a second of CPU per task, docs/performance.md): each request is the body
+the anthropic or openai SDK sends, retried as they retry, and an API error ends the run with
+the SDK's error name (``RateLimitError``, ...).
 
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
 
 import argparse
+import http.client
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 MAX_TURNS = 12
 MAX_TOKENS = 1024
@@ -43,6 +49,18 @@ BASH_TIMEOUT_S = 30
 LOGGED_RESULT_CHARS = 4000  # of a tool's result, in the trajectory event
 SKILL_LISTING = 40  # files of references/ and scripts/ named in the system prompt
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONDONTWRITEBYTECODE")
+MAX_RETRIES = 2
+CONNECT_TIMEOUT_S, HTTP_TIMEOUT_S = 5.0, 600.0
+ANTHROPIC_VERSION = "2026-10-21"  # the anthropic-version header the anthropic SDK sends
+ERROR_NAMES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    409: "ConflictError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+}
 
 TOOLS = [
     {
@@ -183,24 +201,121 @@ def log_event(out_dir: Path, kind: str, **data: object) -> None:
         f.write(json.dumps({"t": round(time.time(), 3), "event": kind, **data}, default=str) + "\n")
 
 
-class MessagesAPI:
-    """One conversation on the Messages API (anthropic SDK)."""
+class APIError(Exception):
+    """An error answer of the API (or no answer), named like the SDKs' errors."""
 
-    def __init__(self, client, model: str, system: str, user: str):
-        self.client, self.model, self.system = client, model, system
+    def __init__(self, name: str, status: int | None, body: str, retry: bool):
+        super().__init__(f"{name}: {status or ''} {body[:2000]}".strip())
+        self.name, self.status, self.retry = name, status, retry
+        self.wait: float | None = None  # the server's retry-after, in seconds
+
+
+class HTTPConversation:
+    """One conversation's POSTs to ``BASE + PATH`` over ``http.client``, retried as the SDKs do:
+    twice, on 408, 409, 429, 5xx, timeouts and lost connections, ``x-should-retry`` obeyed, the
+    server's ``retry-after-ms``/``retry-after`` waited (up to ``max_wait``; the SDKs' exponential
+    backoff without it)."""
+
+    max_wait: float | None = None  # a longer retry-after: not retried
+
+    def __init__(self, base_url: str, path: str, headers: dict):
+        self.base = urlsplit(base_url)
+        self.path = self.base.path.rstrip("/") + path
+        self.headers = {"content-type": "application/json", "accept": "application/json", **headers}
+
+    def post(self, body: dict) -> dict:
+        data = json.dumps(body).encode()
+        for attempt in range(MAX_RETRIES + 1):
+            try:
+                return self._post(data)
+            except APIError as e:
+                if not e.retry or attempt == MAX_RETRIES:
+                    raise
+                backoff = min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
+                time.sleep(e.wait if e.wait is not None and e.wait > 0 else backoff)
+        raise AssertionError("unreachable")
+
+    def _post(self, data: bytes) -> dict:
+        cls = http.client.HTTPSConnection if self.base.scheme == "https" else http.client.HTTPConnection
+        conn = cls(self.base.hostname, self.base.port, timeout=CONNECT_TIMEOUT_S)
+        try:
+            conn.connect()
+            conn.sock.settimeout(HTTP_TIMEOUT_S)
+            conn.request("POST", self.path, body=data, headers=self.headers)
+            resp = conn.getresponse()
+            if resp.status >= 400:
+                raise self._status_error(resp)
+            return json.loads(resp.read())
+        except TimeoutError as e:
+            raise APIError("APITimeoutError", None, "Request timed out.", retry=True) from e
+        except (OSError, http.client.HTTPException) as e:
+            raise APIError("APIConnectionError", None, str(e), retry=True) from e
+        finally:
+            conn.close()
+
+    def _status_error(self, resp) -> APIError:
+        text = resp.read().decode("utf-8", "replace")
+        wait = _retry_after(resp)
+        should = resp.getheader("x-should-retry")
+        retry = (wait is None or self.max_wait is None or wait <= self.max_wait) and (
+            should == "true" or (should != "false" and (resp.status in (408, 409, 429) or resp.status >= 500))
+        )
+        name = ERROR_NAMES.get(resp.status, "InternalServerError" if resp.status >= 500 else "APIStatusError")
+        error = APIError(name, resp.status, text, retry)
+        error.wait = wait if self.max_wait is None or wait is None else min(wait, self.max_wait)
+        return error
+
+
+def _retry_after(resp) -> float | None:
+    """Seconds the server asks to wait: retry-after-ms, else retry-after (seconds or an HTTP date)."""
+    for header, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        try:
+            return float(resp.getheader(header) or "") / divisor
+        except ValueError:
+            pass
+    if date := resp.getheader("retry-after"):
+        from email.utils import parsedate_to_datetime
+
+        try:
+            return parsedate_to_datetime(date).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _without_none(block: dict) -> dict:
+    return {k: v for k, v in block.items() if v is not None}
+
+
+class MessagesAPI(HTTPConversation):
+    """One conversation on the Messages API (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY)."""
+
+    def __init__(self, model: str, system: str, user: str):
+        key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        if not key:
+            raise APIError("AnthropicError", None, "ANTHROPIC_API_KEY is not set", retry=False)
+        base = os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+        auth = {"authorization": f"Bearer {key}"}  # as the SDK sends the key (and an auth token)
+        super().__init__(base, "/v1/messages", {"anthropic-version": ANTHROPIC_VERSION, **auth})
+        self.model, self.system = model, system
         self.messages: list[dict] = [{"role": "user", "content": user}]
 
     def step(self) -> tuple[str, list[tuple[str, str, dict]], str]:
         """(text, [(call id, tool name, input)], stop reason) of one model turn."""
-        response = self.client.messages.create(
-            model=self.model, max_tokens=MAX_TOKENS, system=self.system, messages=self.messages, tools=TOOLS
+        response = self.post(
+            {
+                "max_tokens": MAX_TOKENS,
+                "messages": self.messages,
+                "model": self.model,
+                "system": self.system,
+                "tools": TOOLS,
+            }
         )
-        self.messages.append(
-            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]}
-        )
-        text = "".join(b.text for b in response.content if b.type == "text").strip()
-        calls = [(b.id, b.name, dict(b.input)) for b in response.content if b.type == "tool_use"]
-        return text, calls, str(response.stop_reason)
+        content = [_without_none(b) for b in response.get("content") or []]
+        self.messages.append({"role": "assistant", "content": content})
+        text = "".join(b.get("text", "") for b in content if b.get("type") == "text").strip()
+        calls = [(b["id"], b["name"], dict(b["input"])) for b in content if b.get("type") == "tool_use"]
+        return text, calls, str(response.get("stop_reason"))
 
     def results(self, results: list[tuple[str, str, bool]]) -> None:
         blocks = [
@@ -209,9 +324,10 @@ class MessagesAPI:
         self.messages.append({"role": "user", "content": blocks})
 
 
-class ChatAPI:
-    """One conversation on the Chat Completions API (openai SDK)."""
+class ChatAPI(HTTPConversation):
+    """One conversation on the Chat Completions API (OPENAI_BASE_URL, OPENAI_API_KEY)."""
 
+    max_wait = 120.0
     TOOLS = [
         {
             "type": "function",
@@ -220,39 +336,48 @@ class ChatAPI:
         for t in TOOLS
     ]
 
-    def __init__(self, client, model: str, system: str, user: str):
-        self.client, self.model = client, model
+    def __init__(self, model: str, system: str, user: str):
+        key = os.environ.get("OPENAI_API_KEY")
+        if not key:
+            raise APIError("OpenAIError", None, "OPENAI_API_KEY is not set", retry=False)
+        base = os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        super().__init__(base, "/chat/completions", {"authorization": f"Bearer {key}"})
+        self.model = model
         self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def step(self) -> tuple[str, list[tuple[str, str, dict]], str]:
-        response = self.client.chat.completions.create(
-            model=self.model, max_tokens=MAX_TOKENS, messages=self.messages, tools=self.TOOLS
+        response = self.post(
+            {"max_tokens": MAX_TOKENS, "messages": self.messages, "model": self.model, "tools": self.TOOLS}
         )
-        choice = response.choices[0]
-        reply: dict = {"role": "assistant", "content": choice.message.content}
+        choice = response["choices"][0]
+        message = choice.get("message") or {}
+        reply: dict = {"role": "assistant", "content": message.get("content")}
         calls = []
-        for call in choice.message.tool_calls or []:
-            fn = {"name": call.function.name, "arguments": call.function.arguments}
-            reply.setdefault("tool_calls", []).append({"id": call.id, "type": "function", "function": fn})
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            name, arguments = fn.get("name"), fn.get("arguments")
+            reply.setdefault("tool_calls", []).append(
+                {"id": call["id"], "type": "function", "function": {"name": name, "arguments": arguments}}
+            )
             try:
-                args = json.loads(call.function.arguments or "{}")
+                args = json.loads(arguments or "{}")
             except ValueError:
                 args = None  # the model wrote arguments that are not JSON: said so in the result
-            calls.append(
-                (
-                    call.id,
-                    call.function.name,
-                    args if isinstance(args, dict) else {"_invalid": call.function.arguments},
-                )
-            )
+            calls.append((call["id"], name, args if isinstance(args, dict) else {"_invalid": arguments}))
         self.messages.append(reply)
-        return (choice.message.content or "").strip(), calls, str(choice.finish_reason)
+        return (message.get("content") or "").strip(), calls, str(choice.get("finish_reason"))
 
     def results(self, results: list[tuple[str, str, bool]]) -> None:
         for call_id, text, is_error in results:
             self.messages.append(
                 {"role": "tool", "tool_call_id": call_id, "content": f"Error: {text}" if is_error else text}
             )
+
+
+def open_api(api_name: str, model: str, system: str, user: str):
+    """The conversation for HO_FLAG_API (``messages`` or ``chat``); None for another name."""
+    apis = {"messages": MessagesAPI, "chat": ChatAPI}
+    return apis[api_name](model, system, user) if api_name in apis else None
 
 
 def agent_loop(api, out_dir: Path, work: Path, max_turns: int) -> str:
@@ -327,20 +452,15 @@ def main() -> int:
     max_turns = _max_turns()
     read = {"api": os.environ.get("HO_FLAG_API"), "max_turns": os.environ.get("HO_FLAG_MAX_TURNS")}
     log_event(args.out, "start", api=api_name, max_turns=max_turns, flags_read=read)
-    # The SDK is imported late: its import dominates startup time.
-    if api_name == "chat":
-        from openai import OpenAI
-
-        api = ChatAPI(OpenAI(max_retries=2), model, system_prompt(args.skill), user)
-    elif api_name == "messages":
-        from anthropic import Anthropic
-
-        api = MessagesAPI(Anthropic(max_retries=2), model, system_prompt(args.skill), user)
-    else:
-        print(f"tool-agent harness: HO_FLAG_API={api_name!r}: use messages or chat", file=sys.stderr)
-        return 2
     try:
+        api = open_api(api_name, model, system_prompt(args.skill), user)
+        if api is None:
+            print(f"tool-agent harness: HO_FLAG_API={api_name!r}: use messages or chat", file=sys.stderr)
+            return 2
         answer = agent_loop(api, args.out, work, max_turns)
+    except APIError as e:
+        print(f"tool-agent harness: {e}", file=sys.stderr)
+        return 1
     finally:  # a link left in OUT would be reported as skipped output of every task
         (work / "skill").unlink(missing_ok=True)
     (args.out / "answer.txt").write_text(answer)
