@@ -218,10 +218,22 @@ def wait_for_go() -> dict:
     return json.loads(buf)
 
 
-def run_task() -> int:
+def run_task(args: list[str]) -> int:
+    """``task [--warm-env JSON]``: with ``--warm-env`` (the harness's static environment), a warm
+    interpreter (``warm`` mode) is started at once and handed the job; without, a cold start."""
     signal.signal(signal.SIGUSR1, lambda *_: STOP.set())
     signal.signal(signal.SIGTERM, lambda *_: STOP.set())
     not_dumpable()
+    opts, _ = _options(args)
+    stub = None
+    if "warm-env" in opts:
+        with contextlib.suppress(OSError, ValueError):
+            stub = spawn_warm(
+                [sys.executable, os.path.abspath(__file__), "warm"],
+                json.loads(opts["warm-env"]),
+                cwd="/tmp",
+                preexec=prefer_oom_kill,
+            )
     job = wait_for_go()
     if not job:
         return 3
@@ -233,13 +245,13 @@ def run_task() -> int:
         listener.listen(64)
         env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
         env["OPENAI_BASE_URL"] = env["ANTHROPIC_BASE_URL"] + "/v1"
-    argv = [sys.executable, f"{SLOT}/harness/run.py", "--task", f"{SLOT}/task.json"]
-    argv += ["--skill", f"{SLOT}/skill", "--out", OUT]
+    argv = [f"{SLOT}/harness/run.py", "--task", f"{SLOT}/task.json", "--skill", f"{SLOT}/skill", "--out", OUT]
     exit_code: int | None = None
     pumps: list[threading.Thread] = []
     try:
-        proc = subprocess.Popen(
-            argv,
+        proc = hand_job(stub, argv, env) if stub else None
+        proc = proc or subprocess.Popen(  # no stub, or it died: today's cold start
+            [sys.executable, *argv],
             cwd="/tmp",
             env=env,
             stdin=subprocess.DEVNULL,
@@ -850,6 +862,65 @@ def uncaught(exc: BaseException, tb: Any) -> None:
     os._exit(130)
 
 
+def spawn_warm(
+    argv: list[str], env: dict[str, str], cwd: str, preexec: Any = None
+) -> tuple[subprocess.Popen, int]:
+    """Start ``argv`` (``python3 runner.py warm``) as a harness would be started (stdin
+    /dev/null, stdout and stderr pipes, its own session), with a pipe's read end on its fd 3;
+    returns it and the write end, for the job line."""
+    r, w = os.pipe()
+
+    def child() -> None:
+        if r != 3:  # fd 3 is open here (the lowest free fd was not 3): dup over it
+            os.dup2(r, 3)
+            os.close(r)
+        if preexec is not None:
+            preexec()
+
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(3,) if r == 3 else (3, r),
+            preexec_fn=child,
+        )
+    except BaseException:
+        os.close(w)
+        raise
+    finally:
+        os.close(r)
+    return proc, w
+
+
+def hand_job(stub: tuple[subprocess.Popen, int], argv: list[str], env: dict[str, str]) -> Any:
+    """Write the job to a stub from ``spawn_warm``: the stub, now the harness, or None when it
+    is gone (its output, if any, is dropped; the caller starts the harness cold)."""
+    proc, w = stub
+    line = json.dumps({"argv": argv, "env": env}).encode() + b"\n"
+    try:
+        if proc.poll() is None:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(w, view) :]
+            return proc
+    except OSError:  # EPIPE: it died before reading
+        pass
+    finally:
+        os.close(w)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return None
+
+
 def run_warm() -> int:
     """``warm``: an interpreter started ahead of its task; the job comes on fd 3.
 
@@ -945,7 +1016,7 @@ def main() -> int:
         return run_idle()
     if mode == "warm":
         return run_warm()
-    return run_task()
+    return run_task(sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from harnessopt.config import RolloutConfig
 from harnessopt.protocols import RunOutput, RunSpec
 from harnessopt.sandbox import untar
 from harnessopt.sandbox.capture import HeadTail
-from harnessopt.sandbox.pool import CANDIDATES_DIR, CONTAINER_GID, GATEWAY_DIR, Warm, WarmPool
+from harnessopt.sandbox.pool import CANDIDATES_DIR, CONTAINER_GID, GATEWAY_DIR, TASK_ENV, Warm, WarmPool
 from harnessopt.sandbox.prepared import PreparedCopies
 from harnessopt.sandbox.shell import OPTIMIZER_UID, DockerShell
 
@@ -131,12 +131,7 @@ class DockerSandbox:
         (slot / "task.json").write_text(json.dumps(spec.task))
         (slot / "task.json").chmod(0o644)
         env = {
-            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME": "/tmp",
-            "LANG": "C.UTF-8",
-            "PYTHONPATH": "/opt/ho/site",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONUNBUFFERED": "1",
+            **TASK_ENV,  # what the warm interpreter started with
             **dict(spec.env),
             "ANTHROPIC_API_KEY": spec.gateway.token,
             "ANTHROPIC_BASE_URL": spec.gateway.base_url,

@@ -7,6 +7,7 @@ wrote, byte for byte. No Docker needed: this is the stub the local sandbox uses 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,26 +43,20 @@ def _files(out: Path) -> dict[str, bytes]:
     return found
 
 
+def _load_runner() -> Any:
+    spec = importlib.util.spec_from_file_location("ho_runner_under_test", RUNNER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _load_runner()
+
+
 def start_stub(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    """``python3 runner.py warm`` with a pipe on fd 3; returns it and the pipe's write end."""
-    r, w = os.pipe()
-
-    def job_on_fd3() -> None:
-        if r != 3:
-            os.dup2(r, 3)
-
-    proc = subprocess.Popen(
-        [sys.executable, str(RUNNER), "warm"],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        pass_fds=(3,),
-        preexec_fn=job_on_fd3,
-    )
-    os.close(r)
-    return proc, w
+    """``python3 runner.py warm`` as task mode starts it: a pipe on fd 3; it and the write end."""
+    return runner.spawn_warm([sys.executable, str(RUNNER), "warm"], env, cwd=str(cwd))
 
 
 def cold(cwd: Path, argv: list[str], env: dict[str, str]) -> Result:
@@ -74,9 +70,11 @@ def warm(cwd: Path, argv: list[str], env: dict[str, str], job_cwd: Path | None =
     """The stub started in ``cwd`` (or chdir'ing to ``job_cwd`` from the job) runs ``argv``."""
     proc, w = start_stub(cwd, STATIC_ENV)
     time.sleep(0.3)  # the job comes once the stub has warmed up, as in a pool
-    job = {"argv": argv, "env": env, **({"cwd": str(job_cwd)} if job_cwd else {})}
-    os.write(w, json.dumps(job).encode() + b"\n")
-    os.close(w)
+    if job_cwd is None:
+        assert runner.hand_job((proc, w), argv, env) is proc
+    else:
+        os.write(w, json.dumps({"argv": argv, "env": env, "cwd": str(job_cwd)}).encode() + b"\n")
+        os.close(w)
     out, err = proc.communicate(timeout=60)
     return Result(proc.returncode, out, err, _files((job_cwd or cwd) / "out"))
 
@@ -302,3 +300,12 @@ def test_the_jobs_cwd(work: Path) -> None:
     c = cold(work, argv, dict(STATIC_ENV))
     w = warm(work / "elsewhere", argv, dict(STATIC_ENV), job_cwd=work)
     assert c == w and c.files == {"f": b"x"}
+
+
+def test_a_dead_stub_is_not_handed_the_job(work: Path) -> None:
+    """The runner falls back to a cold start: hand_job says the stub is gone, drops its output."""
+    proc, w = start_stub(work, {**STATIC_ENV, "PYTHONPATH": "/nonexistent"})
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert runner.hand_job((proc, w), ["run.py"], dict(STATIC_ENV)) is None
+    assert proc.stdout is not None and proc.stdout.closed

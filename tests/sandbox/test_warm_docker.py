@@ -1,0 +1,150 @@
+"""The warm interpreter in real task containers: the same harnesses through DockerSandbox with
+``rollout.warm_interpreter`` off and on give the same RunOutput and the same /out bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harnessopt.sandbox.docker import DockerSandbox
+from harnessopt.sandbox.pool import TASK_ENV, task_command
+
+pytestmark = pytest.mark.docker
+
+# The bridge's loopback port differs from container to container: the harnesses print the rest.
+SHOW_ENV = """
+def shown_env():
+    return sorted((k, v.rsplit(":", 1)[0] if k.endswith("_BASE_URL") else v) for k, v in os.environ.items())
+"""
+
+HARNESSES = {
+    "answer-and-files": """
+        import re, urllib.request
+        req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/models",
+                                     headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"]})
+        print(urllib.request.urlopen(req, timeout=10).read().decode())
+        print("to stderr", file=sys.stderr)
+        answer("the answer")
+        os.makedirs(os.path.join(OUT, "sub"))
+        with open(os.path.join(OUT, "sub", "raw.bin"), "wb") as f:
+            f.write(bytes(range(256)) * 100)
+        with open(os.path.join(OUT, "trajectory.jsonl"), "w") as f:
+            # the candidate's copy has a random name under /ho-cand, one per sandbox
+            path = [re.sub("/ho-cand/[0-9a-f]+/", "/ho-cand/COPY/", p) for p in sys.path]
+            f.write(json.dumps({"argv": sys.argv, "orig": sys.orig_argv[1:], "path": path,
+                                "file": __file__, "name": __name__, "cwd": os.getcwd()}) + "\\n")
+        """,
+    "environment-and-child": SHOW_ENV
+    + """
+        import subprocess
+        print(shown_env())
+        child = "import os; print(sorted(k for k in os.environ))"
+        subprocess.run([sys.executable, "-c", child], check=True)
+        answer(len(os.environ))
+        """,
+    "crash-traceback": """
+        def parse(x):
+            return int(x)
+        try:
+            parse("nope")
+        except ValueError as e:
+            raise RuntimeError("could not parse") from e
+        """,
+    "exit-message": """
+        import atexit
+        atexit.register(lambda: print("atexit ran"))
+        answer("partial")
+        sys.exit("giving up")
+        """,
+    "exit-3": "print('out'); sys.exit(3)\n",
+    "pickle-main-class": """
+        import pickle
+        class Point:
+            def __init__(self, x):
+                self.x = x
+            def __repr__(self):
+                return f"Point({self.x})"
+        data = pickle.dumps(Point(3))
+        print(pickle.loads(data), Point.__module__)
+        with open(os.path.join(OUT, "p.pickle"), "wb") as f:
+            f.write(data)
+        """,
+}
+
+
+@pytest.fixture
+def sandboxes(docker_client: Any, small_cfg: Any) -> Iterator[dict[str, DockerSandbox]]:
+    made = {
+        "cold": DockerSandbox(small_cfg(warm_interpreter=False), docker_client, warm=1),
+        "warm": DockerSandbox(small_cfg(warm_interpreter=True), docker_client, warm=1),
+    }
+    yield made
+    for sb in made.values():
+        sb.close()
+        left = docker_client.containers.list(all=True, filters={"label": f"harnessopt.run={sb.run_id}"})
+        assert left == [], f"containers left behind: {left}"
+
+
+def comparable(out: Any) -> dict[str, Any]:
+    """A RunOutput without its wall time, plus every file of its /out."""
+    seen = {k: v for k, v in dataclasses.asdict(out).items() if k not in ("wall_s", "out_dir")}
+    root = Path(out.out_dir)
+    seen["files"] = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return seen
+
+
+def run_both(sandboxes: dict[str, DockerSandbox], spec: Any, tmp_path: Path) -> dict[str, dict[str, Any]]:
+    return {mode: comparable(sb.run(spec, tmp_path / mode)) for mode, sb in sandboxes.items()}
+
+
+@pytest.mark.parametrize("name", sorted(HARNESSES))
+def test_cold_and_warm_give_the_same_output(sandboxes, candidate, gateway, tmp_path, spec_for, name):
+    skill, harness = candidate(HARNESSES[name])
+    got = run_both(sandboxes, spec_for(skill, harness, gateway.lease()), tmp_path)
+    for key in got["cold"]["files"]:  # file by file first: a clearer message
+        assert got["cold"]["files"][key] == got["warm"]["files"].get(key), key
+    assert got["cold"] == got["warm"]
+    assert got["cold"]["error_class"] != "sandbox_error", got["cold"]
+    if name == "answer-and-files":
+        assert got["cold"]["files"]["answer.txt"] == b"the answer" and got["cold"]["error_class"] is None
+        assert "echo /v1/models" in got["cold"]["stdout_tail"]
+        assert b'"path": ["/ho-cand/COPY/harness", ' in got["cold"]["files"]["trajectory.jsonl"]
+    if name == "crash-traceback":
+        assert 'File "/ho/harness/run.py"' in got["cold"]["stderr_tail"]
+        assert "runner.py" not in got["warm"]["stderr_tail"]
+
+
+def test_the_warm_one_is_warm_and_the_cold_one_cold(sandboxes, candidate, gateway, tmp_path, spec_for):
+    """What tells them apart by design: the warm interpreter has imported modules ahead."""
+    skill, harness = candidate("answer('difflib' in sys.modules)\n")
+    got = run_both(sandboxes, spec_for(skill, harness, gateway.lease()), tmp_path)
+    assert (got["cold"]["files"]["answer.txt"], got["warm"]["files"]["answer.txt"]) == (b"False", b"True")
+
+
+def test_a_task_variable_read_at_startup_gets_a_real_cold_start(
+    sandboxes, candidate, gateway, tmp_path, spec_for
+):
+    skill, harness = candidate("answer(f\"{hash('abc')} {'difflib' in sys.modules}\")\n")
+    spec = spec_for(skill, harness, gateway.lease())
+    spec = dataclasses.replace(spec, env={**spec.env, "PYTHONHASHSEED": "7"})
+    got = run_both(sandboxes, spec, tmp_path)
+    assert got["cold"] == got["warm"] and got["warm"]["files"]["answer.txt"].endswith(b" False")
+
+
+def test_the_container_command_holds_no_secret(small_cfg):
+    """The warm interpreter's environment is in the container's command: only the static part."""
+    assert task_command(small_cfg(warm_interpreter=False)) == ["python3", "/opt/ho/runner.py", "task"]
+    command = task_command(small_cfg())
+    assert command[:4] == ["python3", "/opt/ho/runner.py", "task", "--warm-env"]
+    assert set(TASK_ENV) == {
+        "PATH",
+        "HOME",
+        "LANG",
+        "PYTHONPATH",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+    }
