@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,34 @@ def test_the_container_command_holds_no_secret(small_cfg):
         "PYTHONDONTWRITEBYTECODE",
         "PYTHONUNBUFFERED",
     }
+
+
+def test_a_dead_warm_interpreter_gives_a_cold_start(
+    docker_client, small_cfg, candidate, gateway, tmp_path, spec_for
+):
+    """Kill the waiting stub inside a pooled container: the runner starts the harness cold."""
+    sandbox = DockerSandbox(small_cfg(), docker_client, warm=1)
+    take = sandbox.pool.take
+    kill_stub = "import os; [os.kill(int(p), 9) for p in os.listdir('/proc') if p.isdigit() and p not in ('1', str(os.getpid()))]"
+
+    def take_and_kill(socket_dir: Any) -> Any:
+        warm = take(socket_dir)
+        for _ in range(50):  # the stub is the runner's only child until the job comes
+            ps = warm.container.exec_run(
+                ["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"], user="65534:65534"
+            )
+            if b"runner.py warm" in ps.output:
+                break
+            time.sleep(0.1)
+        assert b"runner.py warm" in ps.output
+        warm.container.exec_run(["python3", "-c", kill_stub], user="65534:65534")
+        return warm
+
+    sandbox.pool.take = take_and_kill  # type: ignore[method-assign]
+    try:
+        skill, harness = candidate("print('hello'); answer('difflib' in sys.modules)\n")
+        out = sandbox.run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+    finally:
+        sandbox.close()
+    assert (out.error_class, out.exit_code, out.stdout_tail) == (None, 0, "hello")
+    assert (tmp_path / "out" / "answer.txt").read_text() == "False"
