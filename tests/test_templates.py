@@ -562,3 +562,49 @@ def test_openai_chat_template_fails_loudly_on_api_error(tmp_path: Path):
         )
     assert proc.returncode == 1 and "AuthenticationError" in proc.stderr
     assert not (tmp_path / "out" / "answer.txt").exists()
+
+
+def test_openai_chat_template_does_not_repeat_a_stream_cut_short(tmp_path: Path):
+    """A stream that breaks off mid-chunk may be billed already: like the SDK, one request, exit 1."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hits: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            hits.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            line = (
+                b'data: {"choices": [{"index": 0, "delta": {"content": "Par"}, "finish_reason": null}]}\n\n'
+            )
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line) + b"ff\r\nabc")  # then the connection drops
+            self.wfile.flush()
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{server.server_port}/v1",
+            "OPENAI_API_KEY": "k",
+            "HARNESSOPT_TARGET_MODEL": "m",
+            "HO_FLAG_STREAM": "1",
+        }
+        for name in ("openai-chat", "openai-chat-sdk"):
+            (tmp_path / name).mkdir()
+            proc = run_template(name, tmp_path / name, {"id": "t", "input": "q"}, env)
+            assert proc.returncode == 1 and not (tmp_path / name / "out" / "answer.txt").exists(), proc.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert hits == ["/v1/chat/completions"] * 2

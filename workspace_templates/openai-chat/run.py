@@ -143,11 +143,16 @@ def _post(base, path: str, body: bytes, headers: dict, stream: bool) -> tuple[st
             resp = conn.getresponse()
             if resp.status >= 400:
                 raise _status_error(resp)
-            return _chunks(resp) if stream else _completion(json.loads(resp.read()))
+            if not stream:
+                return _completion(json.loads(resp.read()))
         except TimeoutError as e:
             raise APIError("APITimeoutError", None, "Request timed out.", retry=True) from e
         except (OSError, http.client.HTTPException) as e:
             raise APIError("APIConnectionError", None, str(e), retry=True) from e
+        try:  # a stream cut short is not asked for again (the SDK neither): it may be billed already
+            return _chunks(resp)
+        except (OSError, http.client.HTTPException) as e:
+            raise APIError("APIConnectionError", None, str(e), retry=False) from e
     finally:
         conn.close()
 
