@@ -163,8 +163,9 @@ def test_rounds_are_read_only_through_the_ledger() -> None:
 
 
 def test_run_imports_no_model_sdk_until_a_model_is_opened(tmp_path: Path) -> None:
-    """`harnessopt run`'s modules and its start-up (``--dry-run``) work where neither SDK can be
-    imported (importing one costs 1-2 s of CPU, docs/performance.md); opening a model imports its SDK."""
+    """`harnessopt run`'s modules, its start-up (``--dry-run``), ``log`` and ``status`` work where
+    neither SDK can be imported (importing one costs 1-2 s of CPU, docs/performance.md); opening
+    a model imports its SDK."""
     import subprocess
     import sys
 
@@ -174,6 +175,7 @@ def test_run_imports_no_model_sdk_until_a_model_is_opened(tmp_path: Path) -> Non
     blocked = (
         "import sys\nsys.modules['anthropic'] = None; sys.modules['openai'] = None  # any import fails\n"
         "import harnessopt.cli, harnessopt.loop, harnessopt.services, harnessopt.models, harnessopt.gateway\n"
+        f"for command in ('log', 'status'):\n    assert harnessopt.cli.main([command, {str(ws)!r}]) == 0\n"
         f"sys.exit(harnessopt.cli.main(['run', {str(ws)!r}, '--dry-run']))\n"
     )
     proc = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=300)
