@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import tempfile
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from harnessopt.textutil import head_tail_of_file
 
@@ -90,17 +92,154 @@ def run_in_session(
             kill_session(proc.pid, term_grace_s, leader_alive=proc.returncode is None)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=KILL_GRACE_S)
-        wall = time.monotonic() - t0
-        sizes = (out.seek(0, os.SEEK_END), err.seek(0, os.SEEK_END))
-        return Finished(
-            returncode=None if timed_out else proc.returncode,
-            timed_out=timed_out,
-            wall_s=wall,
-            stdout=head_tail_of_file(out, cap),
-            stderr=head_tail_of_file(err, cap),
-            stdout_bytes=sizes[0],
-            stderr_bytes=sizes[1],
-        )
+        return _finished(proc, timed_out, time.monotonic() - t0, out, err, cap)
+
+
+def _finished(
+    proc: subprocess.Popen[bytes], timed_out: bool, wall: float, out: IO[bytes], err: IO[bytes], cap: int
+) -> Finished:
+    sizes = (out.seek(0, os.SEEK_END), err.seek(0, os.SEEK_END))
+    return Finished(
+        returncode=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        wall_s=wall,
+        stdout=head_tail_of_file(out, cap),
+        stderr=head_tail_of_file(err, cap),
+        stdout_bytes=sizes[0],
+        stderr_bytes=sizes[1],
+    )
+
+
+class Prestarted:
+    """A child started ahead in its own session that waits for its job on file descriptor ``job_fd``
+    (an inherited pipe; stdin is /dev/null, stdout and stderr go to unlinked temp files as in
+    ``run_in_session``). ``run(job, timeout_s)`` writes the job, closes the pipe and waits, its
+    deadline counted from the write; ``discard()`` closes the pipe unwritten (the child sees EOF)
+    and kills the session. Either way the whole session is killed, as ``run_in_session`` does.
+
+    The child inherits no other descriptor of this process but ``job_fd`` (what ``close_fds``
+    gives ``run_in_session``'s children). ``preexec_fn`` runs in the child before exec, after
+    the pipe is in place.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cap: int,
+        cwd: Path | str | None = None,
+        env: Mapping[str, str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+        term_grace_s: float = 0.0,
+        job_fd: int = 3,
+    ):
+        self.cap = cap
+        self.term_grace_s = term_grace_s
+        self._out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by run() or discard())
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115
+        self._closed = False
+        read_end, self._job = os.pipe()  # both close-on-exec: only the dup at ``job_fd`` is inherited
+
+        def child() -> None:
+            os.dup2(read_end, job_fd)
+            os.set_inheritable(job_fd, True)  # dup2 onto itself would leave it close-on-exec
+            _close_inheritable_fds(above=max(job_fd, 2))
+            if preexec_fn is not None:
+                preexec_fn()
+
+        try:
+            self.proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.DEVNULL,
+                stdout=self._out,
+                stderr=self._err,
+                start_new_session=True,
+                close_fds=False,  # ``child`` closes the rest: close_fds would close ``job_fd`` too
+                preexec_fn=child,
+            )
+        except BaseException:
+            os.close(self._job)
+            self._out.close()
+            self._err.close()
+            raise
+        finally:
+            os.close(read_end)
+
+    @property
+    def pid(self) -> int:
+        """The child's pid, also its session and process group id (for ``kill_session``)."""
+        return self.proc.pid
+
+    def run(self, job: bytes, timeout_s: float) -> Finished:
+        """Send ``job`` and wait for the child's end or the deadline (``timeout_s`` from now)."""
+        t0 = time.monotonic()
+        timed_out = False
+        try:
+            if not _write_all(self._job, job, t0 + timeout_s):
+                timed_out = self.proc.poll() is None
+            os.close(self._job)
+            self._job = -1
+            if not timed_out:
+                try:
+                    self.proc.wait(timeout=max(0.0, t0 + timeout_s - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+        finally:
+            self._end()
+        try:
+            return _finished(self.proc, timed_out, time.monotonic() - t0, self._out, self._err, self.cap)
+        finally:
+            self._out.close()
+            self._err.close()
+
+    def discard(self) -> None:
+        """Kill the child's session unused (its job pipe closed first); never raises."""
+        self._end()
+        self._out.close()
+        self._err.close()
+
+    def _end(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._job >= 0:
+            os.close(self._job)
+            self._job = -1
+        kill_session(self.proc.pid, self.term_grace_s, leader_alive=self.proc.returncode is None)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=KILL_GRACE_S)
+
+
+def _write_all(fd: int, data: bytes, deadline: float) -> bool:
+    """Write ``data`` to the pipe ``fd`` by ``deadline``; False when the reader is gone or too slow."""
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([], [fd], [], left)[1]:
+            return False
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            continue
+        except BrokenPipeError:  # the child ended (or closed the pipe) before reading it all
+            return False
+    return True
+
+
+def _close_inheritable_fds(above: int) -> None:
+    """In a child before exec: close every inheritable descriptor numbered above ``above``."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every descriptor up to the limit
+        fds = list(range(above + 1, os.sysconf("SC_OPEN_MAX")))
+    for fd in fds:
+        if fd > above:
+            with contextlib.suppress(OSError):
+                if os.get_inheritable(fd):
+                    os.close(fd)
 
 
 def kill_group(pgid: int, term_grace_s: float = 0.0) -> None:

@@ -108,6 +108,13 @@ def wrap(
     return inner
 
 
+def wrapper_env(mode: str, cwd: Path) -> dict[str, str]:
+    """What the wrapper of ``mode`` adds to the command's environment: ``bwrap`` sets ``PWD`` to
+    its ``--chdir``. (A warm interpreter's job must carry it: the job's environment replaces the
+    one the wrapper passed on.)"""
+    return {"PWD": str(cwd)} if mode == "bwrap" else {}
+
+
 def _bwrap(
     argv: Sequence[str],
     *,

@@ -18,6 +18,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -27,10 +28,11 @@ from typing import Any
 
 from harnessopt.config import RolloutConfig
 from harnessopt.errors import UserError
-from harnessopt.proc import Finished, kill_session, run_in_session
+from harnessopt.proc import Finished, Prestarted, kill_session, run_in_session
 from harnessopt.protocols import AgentResult, GatewayLease, RunOutput, RunSpec, ShellResult
 from harnessopt.sandbox import isolation
 from harnessopt.sandbox.image import sandbox_source_dir
+from harnessopt.sandbox.local_pool import Key, Slot, WarmPool, job_line, static_env
 from harnessopt.sandbox.prepared import PreparedCopies
 
 RUNNER = sandbox_source_dir() / "runner.py"  # its ``edit`` mode is the one editor implementation
@@ -71,6 +73,9 @@ class LocalSandbox:
         self._lock = threading.Lock()
         self._closed = False
         self._copies: PreparedCopies | None = None  # bwrap: one read-only copy per candidate
+        # rollout.warm_interpreter: the next tasks' sandboxes started ahead (local_pool)
+        self._pool = WarmPool(cfg.concurrency, self._prestart) if cfg.warm_interpreter else None
+        self._tmp_dev = os.stat(tempfile.gettempdir()).st_dev
 
     @property
     def exposure(self) -> str:
@@ -79,8 +84,13 @@ class LocalSandbox:
         return f"each harness runs on this host ({self.isolation}) as uid {os.getuid()} and can reach {reach}"
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
-        """Run the harness on ``spec.task``; its ``--out`` directory is ``out_dir``."""
+        """Run the harness on ``spec.task``; its ``--out`` directory is ``out_dir`` (with a warm
+        interpreter, a directory made ahead and renamed to ``out_dir`` afterwards)."""
         out_dir.mkdir(parents=True, exist_ok=True)
+        key = self._warm_key(spec, out_dir)
+        slot = self._pool.take(key, spec) if self._pool is not None and key is not None else None
+        if slot is not None:
+            return self._run_warm(slot, spec, out_dir)
         with tempfile.TemporaryDirectory(prefix="ho-local-") as tmp, self._candidate(spec, Path(tmp)) as ro:
             root = Path(tmp).resolve()
             (root / "task.json").write_text(json.dumps(spec.task))
@@ -96,17 +106,7 @@ class LocalSandbox:
                 grace_s=TERM_GRACE_S,
                 readonly=ro,
             )
-            pids: list[int] = []
-
-            def started(pid: int) -> None:
-                with self._lock:
-                    self._live.add(pid)
-                    pids.append(pid)
-                    closed = self._closed
-                if closed:  # close() ran while this task was starting: do not let it run on
-                    kill_session(pid)
-
-            try:
+            with self._tracked() as started:
                 done = run_in_session(
                     argv,
                     timeout_s=spec.timeout_s,
@@ -117,10 +117,97 @@ class LocalSandbox:
                     started=started,
                     term_grace_s=TERM_GRACE_S,
                 )
-            finally:
-                with self._lock:
-                    self._live.difference_update(pids)
             return self._output(done, out_dir)
+
+    @contextlib.contextmanager
+    def _tracked(self) -> Iterator[Callable[[int], None]]:
+        """``started(pid)`` for a task's session: close() kills it while the block runs."""
+        pids: list[int] = []
+
+        def started(pid: int) -> None:
+            with self._lock:
+                self._live.add(pid)
+                pids.append(pid)
+                closed = self._closed
+            if closed:  # close() ran while this task was starting: do not let it run on
+                kill_session(pid)
+
+        try:
+            yield started
+        finally:
+            with self._lock:
+                self._live.difference_update(pids)
+
+    def _warm_key(self, spec: RunSpec, out_dir: Path) -> Key | None:
+        """What a pre-started sandbox must have been made for to run this task; None when the
+        task cannot use one (``out_dir`` not empty, or not on the temp dir's file system)."""
+        if self._pool is None or any(out_dir.iterdir()) or out_dir.stat().st_dev != self._tmp_dev:
+            return None
+        env = static_env(self._env(spec, Path("/")))
+        env.pop("HOME", None), env.pop("TMPDIR", None)
+        return Key(
+            skill=spec.skill_dir.resolve(),
+            harness=spec.harness_dir.resolve(),
+            signature=self._prepared().signature(spec.skill_dir, spec.harness_dir),
+            hide=tuple(isolation.workspace_roots([spec.skill_dir, spec.harness_dir, out_dir])),
+            env=tuple(sorted(env.items())),
+        )
+
+    def _prestart(self, key: Key, spec: RunSpec) -> Slot:
+        """A task's sandbox made ahead for ``key`` (``spec``: a task of that candidate, for its
+        environment's static part): task dir, wrapper, rlimits, and the stub waiting for its job."""
+        stack = contextlib.ExitStack()
+        try:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ho-local-")))
+            root = tmp.resolve()
+            ro = stack.enter_context(self._candidate(spec, tmp))
+            if self._prepared().signature(key.skill, key.harness) != key.signature:
+                raise RuntimeError("the candidate changed while its sandbox was prepared")
+            (root / "home").mkdir()
+            # --out: its own dir beside the task dir (as a cold task's is), renamed to the caller's
+            out = Path(tempfile.mkdtemp(prefix="ho-out-")).resolve()
+            stack.callback(shutil.rmtree, out, ignore_errors=True)
+            argv = isolation.wrap(
+                [sys.executable, str(RUNNER), "warm"],
+                self.isolation,
+                writable=[root, out],
+                hide=key.hide,
+                cwd=root,
+                grace_s=TERM_GRACE_S,
+                readonly=ro,
+            )
+            child = Prestarted(
+                argv,
+                cap=self.cfg.output_cap_kb * 1024,
+                cwd=root,
+                env=static_env(self._env(spec, root)),
+                preexec_fn=self._limits(tasks_of_uid(os.getuid()) + self.cfg.pids + NPROC_SLACK),
+                term_grace_s=TERM_GRACE_S,
+            )
+            stack.callback(child.discard)  # first on close: the session, then the dirs
+            return Slot(key, root, out, child, stack.close)
+        except BaseException:
+            stack.close()
+            raise
+
+    def _run_warm(self, slot: Slot, spec: RunSpec, out_dir: Path) -> RunOutput:
+        """The task in a pre-started sandbox: job written (its deadline starts), /out moved in place."""
+        try:
+            root = slot.root
+            (root / "task.json").write_text(json.dumps(spec.task))
+            slot.out.chmod(stat.S_IMODE(out_dir.stat().st_mode))  # as the caller made it
+            argv = [str(root / "harness" / "run.py"), "--task", str(root / "task.json")]
+            argv += ["--skill", str(root / "skill"), "--out", str(slot.out)]
+            with self._tracked() as started:
+                started(slot.child.pid)
+                env = {**self._env(spec, root), **isolation.wrapper_env(self.isolation, root)}
+                done = slot.run(job_line(argv, env), spec.timeout_s)
+            # A rename over the empty out_dir (same file system, checked by _warm_key): nothing
+            # the harness left there (a FIFO, a symlink) is opened or followed.
+            os.rename(slot.out, out_dir)
+        finally:
+            slot.close()
+        return self._output(done, out_dir)
 
     @contextlib.contextmanager
     def _candidate(self, spec: RunSpec, tmp: Path) -> Iterator[list[tuple[Path, Path]]]:
@@ -133,11 +220,7 @@ class LocalSandbox:
                 shutil.copytree(src, root / part, ignore=shutil.ignore_patterns(".git"))
             yield []
             return
-        with self._lock:
-            if self._copies is None:
-                self._copies = PreparedCopies(_copy_tree, skip=(".git",), group=None)
-            copies = self._copies
-        with copies.use(spec.skill_dir, spec.harness_dir) as copy:
+        with self._prepared().use(spec.skill_dir, spec.harness_dir) as copy:
             (root / "skill").mkdir()
             (root / "harness").mkdir()
             yield [(copy / "skill", root / "skill"), (copy / "harness", root / "harness")]
@@ -157,11 +240,21 @@ class LocalSandbox:
         with self._lock:
             self._closed = True
             live = list(self._live)
-            copies, self._copies = self._copies, None
+        if self._pool is not None:
+            self._pool.close()
         for leader in live:
             kill_session(leader)
+        with self._lock:
+            copies, self._copies = self._copies, None
         if copies is not None:
             copies.close()
+
+    def _prepared(self) -> PreparedCopies:
+        """The candidates' prepared copies (bwrap binds them; every mode reads their signature)."""
+        with self._lock:
+            if self._copies is None:
+                self._copies = PreparedCopies(_copy_tree, skip=(".git",), group=None)
+            return self._copies
 
     def _env(self, spec: RunSpec, root: Path) -> dict[str, str]:
         # Built from nothing: the host's ANTHROPIC_API_KEY and the rest of its environment stay out.

@@ -1,0 +1,174 @@
+"""Pre-started local sandboxes: the next tasks' wrapped interpreters, started while the current
+tasks wait on the model (issue 15, ``rollout.warm_interpreter``).
+
+A *slot* is one task's sandbox made ahead: its private task dir (home/, and skill/ and harness/
+as the cold path makes them) and out dir, the isolation wrapper started in its own session with the
+task's rlimits, and inside it ``runner.py warm``, an interpreter that has imported the standard
+library and waits for its job on file descriptor 3. A task takes a slot only when the slot was
+made for exactly what the task would have been started with (the candidate's paths and content,
+the hidden workspace, the environment read at interpreter start: ``Key``); then the job (argv
+and the full environment, gateway token included) is written and its deadline starts. Each slot
+serves one task and is then killed and removed, as a cold task is: nothing of one task is
+visible to the next.
+
+``WarmPool`` keeps up to ``size`` idle slots for the one candidate in use, filled by one
+background thread from the second task of that candidate on (a sandbox asked for one task, such
+as the import check's, pre-starts nothing); a task of another candidate discards them.
+``close()`` kills and removes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from harnessopt.proc import Finished, Prestarted
+from harnessopt.protocols import RunSpec
+
+# With every PYTHON* and LC_*: the environment the stub starts with (runner.py's STARTUP_VARS,
+# which an interpreter reads as it starts, and PATH and TMPDIR).
+STATIC_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR")
+
+
+@dataclass(frozen=True)
+class Key:
+    """What a slot was made for; a task uses a slot only when its own key is equal."""
+
+    skill: Path
+    harness: Path
+    signature: str  # of the candidate's files (``PreparedCopies.signature``)
+    hide: tuple[Path, ...]  # workspace roots bwrap hides
+    env: tuple[tuple[str, str], ...]  # the static environment but HOME and TMPDIR (per task dir)
+
+
+def static_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of a job's environment the interpreter reads at start (the stub starts with it)."""
+    return {k: v for k, v in env.items() if k in STATIC_ENV or k.startswith(("PYTHON", "LC_"))}
+
+
+def job_line(argv: list[str], env: Mapping[str, str]) -> bytes:
+    """The stub's job: one JSON line (``warm-interface``)."""
+    return (json.dumps({"argv": argv, "env": dict(env)}) + "\n").encode("utf-8")
+
+
+class Slot:
+    """One pre-started sandbox: ``root`` (the task dir), ``out`` (the harness's ``--out``), the
+    waiting ``child``; ``cleanup`` kills the child and removes the dirs (and releases the
+    candidate's copy) when called."""
+
+    def __init__(self, key: Key, root: Path, out: Path, child: Prestarted, cleanup: Callable[[], None]):
+        self.key = key
+        self.root = root
+        self.out = out
+        self.child = child
+        self._cleanup = cleanup
+        self._lock = threading.Lock()
+        self._done = False
+
+    def alive(self) -> bool:
+        """Whether the child still waits for its job."""
+        return self.child.proc.poll() is None
+
+    def run(self, job: bytes, timeout_s: float) -> Finished:
+        """Hand the job over and wait for the task's end or its deadline (counted from now)."""
+        return self.child.run(job, timeout_s)
+
+    def close(self) -> None:
+        """Kill what is left of the slot and remove its dir; idempotent, never raises."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        with contextlib.suppress(Exception):
+            self._cleanup()
+
+
+class WarmPool:
+    """Up to ``size`` idle slots for the key in use, made by ``start(key, spec)`` in a background
+    thread; thread-safe. ``take(key, spec)`` hands out a live slot made for ``key`` (else None)
+    and makes ``key`` the one the pool fills for (once it was asked for twice), discarding the
+    slots of another key."""
+
+    def __init__(self, size: int, start: Callable[[Key, RunSpec], Slot]):
+        self.size = size
+        self.start = start
+        self.failures = 0  # slots that could not be made (the tasks then start cold)
+        self.taken = 0  # tasks that ran in a pre-started slot
+        self._cond = threading.Condition()
+        self._idle: list[Slot] = []
+        self._key: Key | None = None
+        self._armed = False  # the key was asked for a second time: fill
+        self._spec: RunSpec | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def take(self, key: Key, spec: RunSpec) -> Slot | None:
+        """A slot made for ``key``, or None (the task starts cold); the pool now fills for ``key``."""
+        stale: list[Slot] = []
+        slot = None
+        with self._cond:
+            if self._closed:
+                return None
+            if key != self._key:
+                stale, self._idle = self._idle, []
+                self._key, self._spec, self._armed = key, spec, False
+            else:
+                self._armed = True
+            while self._idle and slot is None:
+                candidate = self._idle.pop(0)
+                if candidate.alive():
+                    slot = candidate
+                    self.taken += 1
+                else:
+                    stale.append(candidate)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._fill, name="ho-warm-pool", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        for s in stale:
+            s.close()
+        return slot
+
+    def idle(self) -> list[Slot]:
+        """The slots ready now (a copy of the list)."""
+        with self._cond:
+            return list(self._idle)
+
+    def close(self) -> None:
+        """Stop filling; kill and remove every idle slot (a slot being made is removed when made)."""
+        with self._cond:
+            self._closed = True
+            stale, self._idle = self._idle, []
+            thread = self._thread
+            self._cond.notify_all()
+        for s in stale:
+            s.close()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _fill(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._armed or len(self._idle) >= self.size):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                key, spec = self._key, self._spec
+            assert key is not None and spec is not None
+            try:
+                slot = self.start(key, spec)
+            except Exception:  # the tasks start cold; try again for the next one, not in a loop
+                with self._cond:
+                    self.failures += 1
+                    self._key, self._armed = None, False
+                continue
+            with self._cond:
+                keep = not self._closed and key == self._key and len(self._idle) < self.size
+                if keep:
+                    self._idle.append(slot)
+            if not keep:
+                slot.close()
