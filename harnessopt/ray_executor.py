@@ -20,7 +20,8 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Generator, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,7 +33,6 @@ from harnessopt.protocols import RunOutput, RunSpec
 from harnessopt.relay import HeadIngress, new_secret
 from harnessopt.sandbox.untar import extract
 
-J = TypeVar("J")
 R = TypeVar("R")
 POLL_S = 0.25
 KEPT_BUNDLES = 4  # candidates whose object refs are kept (a round has two: incumbent and candidate)
@@ -181,13 +181,14 @@ class RayExecutor(PooledExecutor):
             with contextlib.suppress(Exception):
                 self.ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
 
-    def map(self, fn: Callable[[J], R], jobs: Sequence[J]) -> Iterator[R]:
+    def gather(self, futures: Sequence[Future[R]]) -> Generator[R, None, None]:
         """As the local pool; a batch after a stopped one starts afresh."""
         self._stopping.clear()
-        yield from super().map(fn, jobs)
+        yield from super().gather(futures)
 
     def close(self) -> None:
-        """Stop the ingress; leave a cluster we joined, shut down one we started."""
+        """Stop the ingress and the workers; leave a cluster we joined, shut down one we started."""
+        self.shutdown()
         self.ingress.close()
         if self._owns_ray:
             self.ray.shutdown()

@@ -6,7 +6,8 @@ import contextlib
 import json
 import shutil
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -76,6 +77,8 @@ class Runner:
         self.scratch = scratch
         self.progress = progress
         self.observers: list[RunObserver] = []  # progress display, per-round counts, the STOP file
+        self._ahead: dict[tuple[str, str, int, int], Future[TaskResult]] = {}  # prefetch()ed runs
+        self._ahead_lock = threading.Lock()
 
     def run(
         self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
@@ -86,13 +89,9 @@ class Runner:
         for o in list(self.observers):
             o.started(cand.label, tasks, round_no, epochs)
         via = self.executor.sandbox_for(cand.root)  # ray: the candidate ships once, here
-
-        def one(job: tuple[Task, int]) -> TaskResult:
-            return self.run_one(cand, job[0], round_no, job[1], via=via)
-
+        futures = [self._claim(cand, task, round_no, epoch, via) for task, epoch in jobs]
         # Ctrl-C or a failure: the executor drops queued jobs and stops running ones (closing()).
-        done = self.executor.map(one, jobs)
-        with contextlib.closing(done) if isinstance(done, Generator) else contextlib.nullcontext():
+        with contextlib.closing(self.executor.gather(futures)) as done:
             for result in done:
                 results.append(result)
                 interrupts.check()
@@ -100,9 +99,50 @@ class Runner:
                     self.progress(cand.label, len(results), len(jobs))
                 for o in list(self.observers):
                     o.finished(cand.label, results[-1], len(results), len(jobs))
-        if self.gateway.refusals > refused_before:  # runs whose calls were refused are no evidence
+        # Runs whose calls were refused are no evidence (a run made ahead was refused before this
+        # batch began: its exchanges say so).
+        if self.gateway.refusals > refused_before or any(_refused(r) for r in results):
             raise BudgetExceeded(self.gateway.exhausted() or "the model budget is spent")
         return results
+
+    def prefetch(self, cand: Candidate, jobs: Sequence[tuple[Task, int]], round_no: int) -> None:
+        """Start these runs ahead, each only in a slot no ordinary run is waiting for; a later
+        ``run`` of the same (candidate, task, epoch) takes its result instead of running it again,
+        and tells the observers then. ``drop_prefetched`` forgets the ones never asked for."""
+        via = self.executor.sandbox_for(cand.root)
+        for task, epoch in jobs:
+            key = (str(cand.root), task.id, epoch, round_no)
+            with self._ahead_lock:
+                if key not in self._ahead:
+                    self._ahead[key] = self._submit(cand, task, round_no, epoch, via, ahead=True)
+
+    def drop_prefetched(self, wait: bool = True) -> int:
+        """Forget the runs started ahead and never asked for: queued ones never start; running ones
+        are waited for unless not ``wait`` (Ctrl-C: the sandbox's close ends them). Returns how
+        many of them ran and were discarded."""
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, {}
+        running = [fut for fut in ahead.values() if not fut.cancel()]
+        return sum(fut.exception() is None for fut in running) if wait else len(running)
+
+    def _claim(
+        self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall
+    ) -> Future[TaskResult]:
+        """The run started ahead for this job (hurried if still queued), or a new one."""
+        with self._ahead_lock:
+            fut = self._ahead.pop((str(cand.root), task.id, epoch, round_no), None)
+        if fut is not None and not fut.cancelled():
+            self.executor.hurry(fut)
+            return fut
+        return self._submit(cand, task, round_no, epoch, via)
+
+    def _submit(
+        self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall, ahead: bool = False
+    ) -> Future[TaskResult]:
+        job = (task, epoch)
+        return self.executor.submit(
+            lambda j: self.run_one(cand, j[0], round_no, j[1], via=via), job, ahead=ahead
+        )
 
     def run_one(
         self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall | None = None
@@ -112,8 +152,7 @@ class Runner:
             return kept
         via = via or self.executor.sandbox_for(cand.root)
         result = self._run_one(cand, task, round_no, epoch, via)
-        refused = any(x.error and "budget" in x.error for x in result.exchanges)
-        if self.store is not None and not refused:  # a refused run is no evidence: never kept
+        if self.store is not None and not _refused(result):  # a refused run is no evidence: never kept
             self.store.put(round_no, cand.root, task, epoch, result)
         return result
 
@@ -238,6 +277,11 @@ def outcomes(results: Sequence[TaskResult]) -> dict[str, list[Outcome]]:
             )
         )
     return by_task
+
+
+def _refused(result: TaskResult) -> bool:
+    """A run one of whose calls the gateway refused for the budget: no evidence, never kept."""
+    return any(x.error and "budget" in x.error for x in result.exchanges)
 
 
 def _read_capped(path: Path, cap: int) -> str:

@@ -183,3 +183,55 @@ def test_log_and_status_run_where_ray_cannot_be_imported(tmp_path: Path) -> None
         )
         proc = subprocess.run([*PY, code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert proc.returncode == 0, (command, proc.stdout, proc.stderr[-2000:])
+
+
+def test_jobs_submitted_ahead_run_only_in_slots_no_ordinary_job_waits_for() -> None:
+    order: list[str] = []
+    gate = threading.Event()
+    ex = PooledExecutor(1)
+    try:
+        blocker = ex.submit(lambda _j: gate.wait(5), None)  # holds the one slot
+        ahead = [ex.submit(order.append, f"ahead-{i}", ahead=True) for i in range(2)]
+        ordinary = ex.submit(order.append, "ordinary")  # submitted last, runs first
+        gate.set()
+        list(ex.gather([blocker, ordinary, *ahead]))
+        assert order == ["ordinary", "ahead-0", "ahead-1"]
+    finally:
+        ex.shutdown()
+
+
+def test_hurry_makes_a_queued_ahead_job_ordinary() -> None:
+    order: list[str] = []
+    gate = threading.Event()
+    ex = PooledExecutor(1)
+    try:
+        blocker = ex.submit(lambda _j: gate.wait(5), None)
+        late = ex.submit(order.append, "ahead", ahead=True)
+        other = ex.submit(order.append, "ordinary")
+        ex.hurry(late)  # asked for now: it goes by when it was submitted
+        gate.set()
+        list(ex.gather([blocker, late, other]))
+        assert order == ["ahead", "ordinary"]
+    finally:
+        ex.shutdown()
+
+
+def test_a_failed_batch_drops_its_queued_jobs_and_leaves_the_executor_usable() -> None:
+    ran: list[int] = []
+
+    def job(i: int) -> int:
+        if i == 0:
+            raise ValueError("boom")
+        time.sleep(0.05)
+        ran.append(i)
+        return i
+
+    ex = PooledExecutor(1)
+    try:
+        with pytest.raises(ValueError):
+            list(ex.map(job, range(5)))
+        time.sleep(0.2)
+        assert ran in ([], [1])  # the worker may take job 1 before the failure is seen; 2-4 never start
+        assert list(ex.map(lambda i: i + 1, range(3))) == [1, 2, 3]
+    finally:
+        ex.shutdown()
