@@ -36,7 +36,7 @@ from harnessopt.projection import project
 from harnessopt.protocols import GateDecision, GatePolicy, Outcomes, Proposal, Task, TaskResult
 from harnessopt.rollout import Candidate, RunObserver, outcomes
 from harnessopt.round0 import BROKEN_PREFIX, Decide, incumbent_broken, ready
-from harnessopt.roundstats import RoundRuns
+from harnessopt.roundstats import PROBE_EPOCH, RoundRuns
 from harnessopt.services import Services, open_services
 from harnessopt.stats import mean, run_alpha_for, task_means
 from harnessopt.textutil import visible
@@ -91,6 +91,7 @@ class Trail:
     confirmation: dict[str, Any] | None = None  # an accepted candidate on runs that did not select it
     runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
     checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
+    probe: list[TaskResult] = field(default_factory=list)  # the incumbent's smoke rerun made ahead
     started: float = field(default_factory=time.monotonic)
 
 
@@ -109,6 +110,7 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
         ws.journal.write(k, "error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         return record(ws, svc, rc, trail, ("failed", f"{type(e).__name__}: {e}"[:500]), say)
     finally:  # the optimizer's token dies with its round: nothing it left running can spend later
+        svc.runner.drop_prefetched(wait=False)  # runs started ahead for a step that never came
         svc.gateway.release_round("optimizer", k)
         spent = svc.usage_of_round(k)  # also when interrupted: `status` shows what the round cost
         ws.journal.write(k, "spend", cost_usd=spent.cost_usd, tokens=spent.tokens)
@@ -123,6 +125,7 @@ def _steps(
     if broken := incumbent_broken(t.train):  # nothing to learn from: spend nothing on the optimizer
         return record(ws, svc, rc, t, ("failed", broken), say)
     stage(svc, rc, t.train)  # 2
+    svc.runner.prefetch(rc.incumbent, probe_jobs(svc, rc), rc.k)  # made while the optimizer works
     t.proposal, t.snapshot = propose(ws, svc, rc, view, len(t.train), say)  # 3
     interrupts.check()
     t.copied, t.candidate, ending = check(ws, svc, rc, t.proposal, t.snapshot)  # 4
@@ -135,7 +138,8 @@ def _steps(
     if leak:
         return record(ws, svc, rc, t, ("rejected", leak), say)
     incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
-    t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say)  # 5
+    t.probe = probe(svc, rc)  # made ahead: counted here
+    t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say, t.probe)  # 5
     if crash is not None:
         return record(ws, svc, rc, t, ("rejected", crash), say)
     t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
@@ -310,24 +314,46 @@ def incumbent_outcomes(
     return got, nf
 
 
+def probe_jobs(svc: Services, rc: RoundContext) -> list[tuple[Task, int]]:
+    """The incumbent's rerun of the first smoke task, made while the optimizer works: when a
+    candidate crashes there twice, the smoke test has the incumbent's side at once (one run a round)."""
+    return [(t, PROBE_EPOCH) for t in smoke_tasks(rc.val, svc.cfg.gate.smoke)[:1]]
+
+
+def probe(svc: Services, rc: RoundContext) -> list[TaskResult]:
+    """The probe's result (``probe_jobs``): its own phase of the round (``roundstats.phase_of``)."""
+    jobs = probe_jobs(svc, rc)
+    return svc.runner.run(rc.incumbent, [t for t, _ in jobs], rc.k, epochs=[PROBE_EPOCH]) if jobs else []
+
+
 def smoke(
-    ws: Workspace, svc: Services, rc: RoundContext, cand: Candidate, inc: Outcomes, say: Announce
+    ws: Workspace,
+    svc: Services,
+    rc: RoundContext,
+    cand: Candidate,
+    inc: Outcomes,
+    say: Announce,
+    probe: Sequence[TaskResult] = (),
 ) -> tuple[list[TaskResult], str | None]:
-    """Run the candidate on the first val tasks. A crashed task is rerun once on both sides; only a
-    crash that reproduces and that the incumbent does not have rejects (``verdicts.smoke_verdict``)."""
+    """Run the candidate on the first val tasks. A crashed task is rerun once, and where it crashed
+    again on the incumbent too (``incumbent_reruns``); only a crash that reproduces and that the
+    incumbent does not have rejects (``verdicts.smoke_verdict``).
+
+    Validation's first runs start in the slots the smoke test leaves free (``Runner.prefetch``);
+    a rejection drops them."""
     tasks = smoke_tasks(rc.val, svc.cfg.gate.smoke)
     if not tasks:
         return [], None
     say(f"round {rc.k}: smoke test of the candidate on {len(tasks)} val tasks")
+    svc.runner.prefetch(cand, validation_jobs(svc, rc, tasks)[: svc.cfg.rollout.concurrency], rc.k)
     results = svc.runner.run(cand, tasks, rc.k)
     crashed = [t for t in tasks if any(r.crashed for r in results if r.task_id == t.id)]
     again: tuple[Outcomes, Outcomes] = ({}, {})
     if crashed:  # a flake must not reject: the same tasks once more, on both sides
         say(f"round {rc.k}: smoke test: {len(crashed)} crashed; rerunning them once on both sides")
-        again = (
-            outcomes(svc.runner.run(cand, crashed, rc.k, epochs=[SMOKE_RERUN_EPOCH])),
-            outcomes(svc.runner.run(rc.incumbent, crashed, rc.k, epochs=[SMOKE_RERUN_EPOCH])),
-        )
+        cand_again = outcomes(svc.runner.run(cand, crashed, rc.k, epochs=[SMOKE_RERUN_EPOCH]))
+        twice = [t for t in crashed if any(o.crashed for o in cand_again.get(t.id, ()))]
+        again = (cand_again, incumbent_reruns(svc, rc, twice, probe))
     v = smoke_verdict(outcomes(results), again[0], again[1], inc)
     ws.journal.write(
         rc.k,
@@ -337,13 +363,33 @@ def smoke(
         flaky=v.flaky,
         shared=v.shared,
         reproduced=v.reproduced,
+        incumbent_reruns=sorted(again[1]),
     )
     if not v.reject:
         return results, None
+    ws.journal.write(rc.k, "prefetch_dropped", runs=svc.runner.drop_prefetched())
     kinds = {r.task_id: r.error_class for r in results if r.crashed}
     named = ", ".join(f"{t} ({kinds.get(t)})" for t in v.reproduced[:5])
     return results, (
         f"smoke test: {len(v.reproduced)}/{len(tasks)} crashed twice where the incumbent did not: {named}"
+    )
+
+
+def incumbent_reruns(
+    svc: Services, rc: RoundContext, twice: Sequence[Task], probe: Sequence[TaskResult]
+) -> Outcomes:
+    """The incumbent's side of the smoke reruns, for the tasks the candidate crashed on twice. The
+    probe counts as its rerun of that task; once one of them runs clean the rejection is settled
+    (``SmokeVerdict.reject`` needs one reproduced crash), so no other is run."""
+    ids = {t.id for t in twice}
+    got = {t: o for t, o in outcomes(probe).items() if t in ids}
+    if any(not o.crashed for runs in got.values() for o in runs):
+        return got
+    rest = [t for t in twice if t.id not in got]
+    return (
+        {**got, **outcomes(svc.runner.run(rc.incumbent, rest, rc.k, epochs=[SMOKE_RERUN_EPOCH]))}
+        if rest
+        else got
     )
 
 
@@ -363,25 +409,53 @@ def validate(
     """The rest of val (and the remaining epochs of the smoke tasks); smoke results are reused.
 
     In chunks, each checked first: validation stops as soon as even all remaining tasks in the
-    candidate's favour could not make it accept (the gate's ``futile``; docs/gate.md)."""
-    epochs = svc.cfg.gate.epochs
+    candidate's favour could not make it accept (the gate's ``futile``; docs/gate.md). The next
+    chunk's first runs start in the slots a chunk's tail leaves free, so no slot waits for the
+    check; a stop drops them (at most ``concurrency`` runs)."""
+    epochs, conc = svc.cfg.gate.epochs, svc.cfg.rollout.concurrency
     done = {r.task_id for r in smoked}
+    again = [t for t in rc.val if t.id in done]
     rest = [t for t in rc.val if t.id not in done]
     say(f"round {rc.k}: validating the candidate on {len(rest)} more val tasks x {epochs} epoch(s)")
+    plan, used = validation_jobs(svc, rc, again), 0
     results = list(smoked)
-    if epochs > 1:
-        again = [t for t in rc.val if t.id in done]
+    if epochs > 1 and again:
+        used += len(again) * (epochs - 1)
+        svc.runner.prefetch(cand, plan[used : used + conc], rc.k)
         results += svc.runner.run(cand, again, rc.k, epochs=range(1, epochs))
     futile = getattr(svc.gate, "futile", None)
-    chunk = max(FUTILITY_EVERY, svc.cfg.rollout.concurrency) if futile else max(1, len(rest))
+    chunk = _chunk(svc, len(rest))
     first = first_look(inc, epochs)
     for i in range(0, len(rest), chunk):
         if futile and futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
             say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
+            ws.journal.write(rc.k, "prefetch_dropped", runs=svc.runner.drop_prefetched())
             break
+        used += len(rest[i : i + chunk]) * epochs
+        svc.runner.prefetch(cand, plan[used : used + conc], rc.k)
         results += svc.runner.run(cand, rest[i : i + chunk], rc.k, epochs=range(epochs))
     ws.journal.write(rc.k, "validate", n=len(results), score=_mean_score(outcomes(results)))
     return results
+
+
+def validation_jobs(svc: Services, rc: RoundContext, smoked: Sequence[Task]) -> list[tuple[Task, int]]:
+    """Validation's runs in the order ``validate`` asks for them: the smoke tasks' other epochs,
+    then the rest of val chunk by chunk (what ``Runner.prefetch`` may start ahead)."""
+    epochs = svc.cfg.gate.epochs
+    ids = {t.id for t in smoked}
+    rest = [t for t in rc.val if t.id not in ids]
+    chunk = _chunk(svc, len(rest))
+    jobs = [(t, e) for e in range(1, epochs) for t in smoked]
+    for i in range(0, len(rest), chunk):
+        jobs += [(t, e) for e in range(epochs) for t in rest[i : i + chunk]]
+    return jobs
+
+
+def _chunk(svc: Services, n_rest: int) -> int:
+    """Validation's chunk: a futility check every ``FUTILITY_EVERY`` tasks (at least ``concurrency``)."""
+    if getattr(svc.gate, "futile", None) is None:
+        return max(1, n_rest)
+    return max(FUTILITY_EVERY, svc.cfg.rollout.concurrency)
 
 
 def gate(
@@ -445,6 +519,7 @@ def confirm_accepted(
         return None
     epochs = range(CONFIRM_EPOCH, CONFIRM_EPOCH + svc.cfg.gate.epochs)
     say(f"round {rc.k}: confirming on {len(tasks)} {mode} tasks, with runs that did not select it")
+    svc.runner.prefetch(rc.incumbent, [(t, e) for e in epochs for t in tasks], rc.k)  # in free slots
     got = outcomes(svc.runner.run(cand, tasks, rc.k, epochs=epochs))
     base = outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=epochs))
     rec = confirmation_record(got, base, mode)

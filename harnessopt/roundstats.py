@@ -2,7 +2,8 @@
 
 A round runs its tasks in batches (``Runner.run`` calls). Each batch belongs to a phase, told
 apart by what it runs (``phase_of``): train tasks are the *rollout*; the gate's reruns use
-epochs from ``RERUN_EPOCH`` on; the incumbent on val is *incumbent*; the candidate's first val
+epochs from ``RERUN_EPOCH`` on; the incumbent's smoke rerun made ahead (``PROBE_EPOCH``,
+``loop.probe_jobs``) is the *probe*; the incumbent on val is *incumbent*; the candidate's first val
 batch is the *smoke* test when one is configured, later ones *validation*; test tasks are an
 *audit*. The counts (``taxonomy.phase_stats``) and the identical-rerun groups go into the
 round's manifest when it is recorded.
@@ -17,7 +18,8 @@ from harnessopt.protocols import Task, TaskResult
 from harnessopt.taxonomy import phase_stats
 
 RERUN_EPOCH = 1000  # loop.gate numbers the gate's reruns from here
-PHASES = ("rollout", "incumbent", "smoke", "validation", "reruns", "audit")
+PROBE_EPOCH = 3 * 10**6  # the incumbent's smoke rerun the loop makes while the optimizer works
+PHASES = ("rollout", "incumbent", "probe", "smoke", "validation", "reruns", "audit")
 
 
 def phase_of(label: str, tasks: Sequence[Task], epochs: Sequence[int], *, smoke_next: bool) -> str:
@@ -28,6 +30,8 @@ def phase_of(label: str, tasks: Sequence[Task], epochs: Sequence[int], *, smoke_
         return "rollout"
     if "test" in splits:
         return "audit"
+    if list(epochs) == [PROBE_EPOCH]:
+        return "probe"
     if epochs and min(epochs) >= RERUN_EPOCH:
         return "reruns"
     if label != "candidate":

@@ -31,6 +31,16 @@ class ScriptedRunner:
         self.script = script
         self.batches: list[tuple[str, list[str], list[int]]] = []
         self.attempts: dict[tuple[str, str], int] = {}
+        self.prefetched: list[list[tuple[str, str, int]]] = []  # each prefetch() call's jobs
+        self.dropped = 0
+
+    def prefetch(self, cand: Candidate, jobs: Sequence[tuple[Task, int]], round_no: int) -> None:
+        """Runs started ahead only save time: the scripted outcomes come when ``run`` asks."""
+        self.prefetched.append([(cand.label, t.id, e) for t, e in jobs])
+
+    def drop_prefetched(self, wait: bool = True) -> int:
+        self.dropped += 1
+        return 0
 
     def run(
         self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
@@ -72,24 +82,71 @@ def _setup(tmp_path: Path, script: Script, **gate: Any) -> tuple[Workspace, Any,
 CAND = Candidate(Path("."), "candidate", "cand")
 
 
-def _smoke(tmp_path: Path, script: Script, inc_crashed: Sequence[str] = ()) -> tuple[Any, str | None]:
+def _smoke(
+    tmp_path: Path, script: Script, inc_crashed: Sequence[str] = (), probe: bool = False
+) -> tuple[Any, str | None]:
     ws, svc, rc = _setup(tmp_path, script)
     first = sorted(t.id for t in rc.val)
     inc = {t: [Outcome(score=0.0 if t in inc_crashed else 1.0, crashed=t in inc_crashed)] for t in first}
-    results, crash = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+    made = loop.probe(svc, rc) if probe else []  # as _steps makes it, while the optimizer works
+    svc.runner.batches.clear()
+    results, crash = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None, made)
     assert [r.task_id for r in results] == first[:5]  # the first runs are the ones validation keeps
     return svc.runner, crash
 
 
-def test_a_flaky_crash_is_rerun_on_both_sides_and_does_not_reject(tmp_path: Path) -> None:
+def test_a_flaky_crash_is_rerun_and_does_not_reject(tmp_path: Path) -> None:
+    """The candidate's rerun ran clean: nothing to check on the incumbent's side."""
     flaky = sorted(t.id for t in Workspace.open(make_ws(tmp_path / "a")).tasks("val"))[1]
     runner, crash = _smoke(tmp_path, lambda side, t, n: (1.0, side == "candidate" and t == flaky and n == 0))
     assert crash is None
     reruns = [b for b in runner.batches if b[2] == [loop.SMOKE_RERUN_EPOCH]]
+    assert reruns == [("candidate", [flaky], [loop.SMOKE_RERUN_EPOCH])]
+
+
+def test_a_reproduced_crash_is_rerun_on_the_incumbent(tmp_path: Path) -> None:
+    ids = sorted(t.id for t in Workspace.open(make_ws(tmp_path / "a")).tasks("val"))
+    runner, crash = _smoke(tmp_path, lambda side, t, n: (1.0, side == "candidate" and t == ids[2]))
+    assert crash is not None and "1/5 crashed twice" in crash
+    reruns = [b for b in runner.batches if b[2] == [loop.SMOKE_RERUN_EPOCH]]
     assert reruns == [
-        ("candidate", [flaky], [loop.SMOKE_RERUN_EPOCH]),
-        ("incumbent", [flaky], [loop.SMOKE_RERUN_EPOCH]),
+        ("candidate", [ids[2]], [loop.SMOKE_RERUN_EPOCH]),
+        ("incumbent", [ids[2]], [loop.SMOKE_RERUN_EPOCH]),
     ]
+
+
+def test_the_probe_made_ahead_settles_a_broken_candidate_without_another_incumbent_run(
+    tmp_path: Path,
+) -> None:
+    """A candidate crashing everywhere: the incumbent's rerun of the first smoke task was made while
+    the optimizer worked and ran clean, so the rejection needs no incumbent run now (issue 15, P3)."""
+    runner, crash = _smoke(tmp_path, lambda side, t, n: (1.0, side == "candidate"), probe=True)
+    assert crash is not None and "5/5 crashed twice" in crash
+    assert [b[0] for b in runner.batches] == ["candidate", "candidate"]  # smoke, its reruns
+    assert runner.dropped == 1  # validation's runs started ahead are dropped with the candidate
+
+
+def test_a_probe_that_crashed_leaves_the_incumbent_reruns_to_be_made(tmp_path: Path) -> None:
+    ids = sorted(t.id for t in Workspace.open(make_ws(tmp_path / "a")).tasks("val"))
+    # the incumbent crashes on the first task on its reruns only: shared there, reproduced elsewhere
+    script = lambda side, t, n: (1.0, side == "candidate" or (t == ids[0] and n >= 0 and side == "incumbent"))  # noqa: E731
+    runner, crash = _smoke(tmp_path, script, probe=True)
+    assert crash is not None and "4/5 crashed twice" in crash
+    assert ("incumbent", ids[1:5], [loop.SMOKE_RERUN_EPOCH]) in runner.batches
+
+
+def test_validation_runs_start_ahead_at_most_concurrency_at_a_time(tmp_path: Path) -> None:
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(side == "candidate"), False))
+    inc = {t.id: [Outcome(score=0.0)] for t in rc.val}
+    smoked, _ = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+    loop.validate(ws, svc, rc, CAND, smoked, inc, lambda _m: None)
+    conc = ws.cfg.rollout.concurrency
+    started_ahead = [job for call in svc.runner.prefetched for job in call]
+    assert all(0 < len(call) <= conc for call in svc.runner.prefetched[:-1])
+    # every run started ahead is one validation then asked for, in the order it asked
+    asked = [(label, t, e) for label, ts, es in svc.runner.batches for e in es for t in ts]
+    assert all(job in asked for job in started_ahead)
+    assert started_ahead[0] == asked[len(smoked)]  # the smoke test's free slots start validation
 
 
 def test_a_crash_that_reproduces_where_the_incumbent_runs_rejects(tmp_path: Path) -> None:

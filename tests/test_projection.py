@@ -34,7 +34,9 @@ def test_reruns_and_the_confirmation_follow_the_gate_settings(tmp_path: Path) ->
     base = _runs(ws)[1]
     assert _runs(ws, confirm="none")[1] < base  # no confirmation of an accept
     no_reruns = _runs(ws, confirm_flips=False, confirm="none")[1]
-    assert no_reruns == pytest.approx(min(ws.cfg.rollout.batch_size, len(ws.tasks("train"))) + n_val)
+    # the train batch, val once, and the incumbent's probe (its smoke rerun made ahead)
+    assert no_reruns == pytest.approx(min(ws.cfg.rollout.batch_size, len(ws.tasks("train"))) + n_val + 1)
+    assert _runs(ws, confirm_flips=False, confirm="none", smoke=0)[1] == pytest.approx(no_reruns - 1)
     assert _runs(ws, second_look=4)[1] > base
 
 

@@ -46,9 +46,10 @@ def test_demo_projection_is_within_ten_percent_of_the_calls_made(demo: Path) -> 
 def test_manifests_count_phases_and_the_failure_taxonomy(demo: Path) -> None:
     r1, r2, r3 = ledger.past_rounds(Workspace.open(demo).repo)
     runs = {p: s.runs for p, s in r1.manifest.phases.items()}
-    # round 1: 8 train, the incumbent on 14 val twice (the A/A noise floor), smoke 5 + 9, the 7 fixed
-    # tasks rerun on both sides (14) and the accept confirmed on all 14 val tasks on both sides (28)
-    assert runs == {"rollout": 8, "incumbent": 28, "smoke": 5, "validation": 9, "reruns": 42}
+    # round 1: 8 train, the incumbent on 14 val twice (the A/A noise floor), its smoke rerun of the
+    # first smoke task made while the optimizer worked (the probe), smoke 5 + 9, the 7 fixed tasks
+    # rerun on both sides (14) and the accept confirmed on all 14 val tasks on both sides (28)
+    assert runs == {"rollout": 8, "incumbent": 28, "probe": 1, "smoke": 5, "validation": 9, "reruns": 42}
     assert "incumbent" not in r2.manifest.phases  # cached from round 1's candidate
     rollout = r1.manifest.phases["rollout"]
     assert rollout.passed == 0 and rollout.failures == {"wrong answer": 8} and rollout.turns == [1] * 8
@@ -90,9 +91,10 @@ def test_report_data_of_the_demo(demo: Path) -> None:
     assert m["cells"]["egypt"] == {1: "fixed", 2: "unchanged", 3: "unchanged"}
     assert m["cells"]["brazil"][3] == "fixed"
     assert [row["train_pass_rate"] for row in data["rounds"]] == [0.0, 5 / 8, 5 / 8]
-    # round 1's failed runs: 8 train, 2 x 14 incumbent (A/A), 3 smoke + 4 validation, and 28 reruns:
-    # the incumbent's 7 flip reruns, then the confirmation's 14 incumbent and 7 candidate runs
-    assert data["taxonomy"]["rounds"][0]["failures"] == {"wrong answer": 71}
+    # round 1's failed runs: 8 train, 2 x 14 incumbent (A/A), the incumbent's probe, 3 smoke + 4
+    # validation, and 28 reruns: the incumbent's 7 flip reruns, then the confirmation's 14 incumbent
+    # and 7 candidate runs
+    assert data["taxonomy"]["rounds"][0]["failures"] == {"wrong answer": 72}
     assert data["flaky"] == []  # the scripted model answers the same every time
     (audit,) = data["audits"]
     assert audit["claimed_val_gain"] == 1.0 and audit["gain"] is not None

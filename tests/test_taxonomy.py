@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harnessopt.protocols import Exchange, Task, TaskResult
-from harnessopt.roundstats import RoundRuns, phase_of
+from harnessopt.roundstats import PROBE_EPOCH, RoundRuns, phase_of
 from harnessopt.taxonomy import FAILURE_CLASSES, classify, describe, merged, most_repeated, phase_stats
 
 
@@ -83,6 +83,7 @@ def test_phases_of_a_round_and_identical_rerun_groups() -> None:
     batches = [
         ("incumbent", train, [0], [result(task_id="a", split="train")]),
         ("incumbent", val, [0], [result(task_id="v1"), result(task_id="v2", passed=True)]),
+        ("incumbent", val[:1], [PROBE_EPOCH], [result(task_id="v1")]),  # made ahead: not the smoke
         ("candidate", val[:1], [0], [result(task_id="v1", passed=True)]),
         ("candidate", val[1:], [0], [result(task_id="v2", passed=True)]),
         ("candidate", val, [1000], [result(task_id="v1"), result(task_id="v2", passed=True)]),
@@ -93,7 +94,7 @@ def test_phases_of_a_round_and_identical_rerun_groups() -> None:
         for i, r in enumerate(results, 1):
             runs.finished(label, r, i, len(results))
     phases = runs.phases()
-    assert list(phases) == ["rollout", "incumbent", "smoke", "validation", "reruns"]
-    assert phases["smoke"].runs == 1 and phases["reruns"].runs == 4
+    assert list(phases) == ["rollout", "incumbent", "probe", "smoke", "validation", "reruns"]
+    assert phases["smoke"].runs == 1 and phases["reruns"].runs == 4 and phases["probe"].runs == 1
     # v1: the candidate passed once and failed on its rerun (disagreed); the incumbent failed twice.
     assert runs.repeats() == {"v1": [2, 1], "v2": [2, 0]}
