@@ -4,11 +4,13 @@
 
 For each sandbox mode, concurrency C in {1, 4, 8} and N in {20, 40} (``--quick``: N = 20 only):
 a fresh workspace of the template with N train and N val tasks, its target a model answering
-every call after --latency seconds (benchmarks/roundbench.py), then the round's three phases
-through harnessopt's Runner: rollout of the N train tasks, the smoke test (5 val tasks), the
-validation of the other N - 5. Prints wall time / (calls x latency / C), the issue's ideal, and
-wall time / the phase-by-phase ideal (sum over phases of ceil(tasks / C) x latency, what a
-perfect scheduler could reach since the smoke's 5 tasks cannot fill 8 slots).
+every call after --latency seconds (benchmarks/roundbench.py), then the round's three phases:
+rollout of the N train tasks through harnessopt's Runner, then the round's own steps: the smoke
+test (``loop.smoke``, 5 val tasks) and the validation of the other N - 5 (``loop.validate``),
+whose first runs start in the slots the smoke test leaves free. The incumbent's rerun the loop
+makes while the optimizer works (one run a round) is not part of these phases. Prints wall time /
+(calls x latency / C), the issue's ideal, and wall time / the phase-by-phase ideal (sum over
+phases of ceil(tasks / C) x latency: what a scheduler with a barrier between phases could reach).
 
 Where the rest goes, per task, from the runner's results: ``model`` is the time the gateway
 spent on the task's calls (its exchange records), ``harness`` the sandbox's wall time of the
@@ -27,7 +29,13 @@ import time
 
 import roundbench
 
-SMOKE = 5
+from harnessopt import loop
+
+SMOKE = 5  # gate.smoke's default
+
+
+def _quiet(_message: str) -> None:
+    return None
 
 
 def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
@@ -37,13 +45,19 @@ def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
             tmp, sandbox=mode, concurrency=c, n_train=n, n_val=n, latency_s=latency, template=template
         ) as (ws, svc):
             inc = roundbench.candidate_copy(ws, tmp / "incumbent")
+            cand = roundbench.candidate_copy(ws, tmp / "candidate", "candidate")
             val = sorted(ws.tasks("val"), key=lambda t: t.id)
+            rc = loop.RoundContext(k=1, scratch=tmp / "scratch", incumbent=inc, parent="bench", val=val)
             time.sleep(1.0)  # the warm pool fills, as it does while a round's optimizer works
-            phases = [
-                roundbench.timed_phase("rollout", svc, inc, ws.tasks("train"), 1),
-                roundbench.timed_phase("smoke", svc, inc, val[:SMOKE], 1),
-                roundbench.timed_phase("validation", svc, inc, val[SMOKE:], 1),
-            ]
+            rollout = roundbench.timed_phase("rollout", svc, inc, ws.tasks("train"), 1)
+            time.sleep(1.0)  # the optimizer's turn: the pool refills
+            # The round's own steps (loop.smoke, loop.validate); no incumbent outcomes, so no
+            # crash is checked against it and validation never stops for futility.
+            smoke = roundbench.timed("smoke", lambda: loop.smoke(ws, svc, rc, cand, {}, _quiet)[0])
+            validation = roundbench.timed(
+                "validation", lambda: loop.validate(ws, svc, rc, cand, smoke.results, {}, _quiet)[SMOKE:]
+            )
+            phases = [rollout, smoke, validation]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     wall = sum(p.wall_s for p in phases)

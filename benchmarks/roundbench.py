@@ -16,7 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,8 +146,13 @@ class Phase:
 def timed_phase(
     name: str, svc: Services, cand: Candidate, tasks: Sequence[Any], k: int, epoch: int = 0
 ) -> Phase:
+    return timed(name, lambda: svc.runner.run(cand, tasks, k, epochs=[epoch]))
+
+
+def timed(name: str, step: Callable[[], list[TaskResult]]) -> Phase:
+    """One phase: ``step`` returns the results it made."""
     t0 = time.perf_counter()
-    results = svc.runner.run(cand, tasks, k, epochs=[epoch])
+    results = step()
     return Phase(name, results, time.perf_counter() - t0)
 
 
