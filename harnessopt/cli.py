@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--skill", type=Path, required=True, help="skill directory (with SKILL.md)")
     init.add_argument("--tasks", type=Path, required=True, help="tasks as JSONL")
     init.add_argument(
-        "--template", default="chat", help="harness template (chat, tool-agent, claude-code, command)"
+        "--template",
+        default="chat",
+        help="harness template (chat, chat-sdk, openai-chat, openai-chat-sdk, tool-agent, claude-code, command)",
     )
     init.add_argument("--split", default="2:1:7", help="train:val:test ratio for tasks without a split")
     init.add_argument("--seed", type=int, default=0, help="seed of the split assignment")

@@ -389,12 +389,14 @@ def test_chat_template_retries_like_the_sdk(tmp_path: Path):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    statuses = [529, 200, 400]
+    statuses = [529, 200, 400, 200]
     hits: list[int] = []
+    auth: list[tuple[str | None, str | None]] = []  # (anthropic-version, authorization) per request
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers["content-length"]))
+            auth.append((self.headers.get("anthropic-version"), self.headers.get("authorization")))
             status = statuses[len(hits)]
             hits.append(status)
             body = json.dumps(
@@ -432,6 +434,10 @@ def test_chat_template_retries_like_the_sdk(tmp_path: Path):
         assert (tmp_path / "out" / "answer.txt").read_text() == "Oslo" and hits == [529, 200]
         proc = run_template("chat", tmp_path, {"id": "t", "input": "q"}, env)
         assert proc.returncode == 1 and "BadRequestError" in proc.stderr and hits == [529, 200, 400]
+        sdk = tmp_path / "sdk"
+        sdk.mkdir()
+        assert run_template("chat-sdk", sdk, {"id": "t", "input": "q"}, env).returncode == 0
+        assert len(set(auth)) == 1, auth  # the SDK's version and auth headers, on every request
     finally:
         server.shutdown()
         server.server_close()

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 MAX_TOKENS = 1024
 MAX_RETRIES = 2
 TIMEOUT_S = 600.0
-API_VERSION = "2023-06-01"
+API_VERSION = "2026-10-21"  # the anthropic-version header the anthropic SDK (2.14) sends
 ERROR_NAMES = {
     400: "BadRequestError",
     401: "AuthenticationError",
@@ -110,7 +110,7 @@ def create_message(request: dict, *, stream: bool) -> dict:
         "content-type": "application/json",
         "accept": "text/event-stream" if stream else "application/json",
         "anthropic-version": API_VERSION,
-        "x-api-key": os.environ.get("ANTHROPIC_API_KEY", ""),
+        "authorization": f"Bearer {os.environ.get('ANTHROPIC_API_KEY', '')}",  # as the SDK sends the key
     }
     path = base.path.rstrip("/") + "/v1/messages"
     for attempt in range(MAX_RETRIES + 1):
