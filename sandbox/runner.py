@@ -739,8 +739,8 @@ def run_agent(args: list[str]) -> int:
 # --------------------------------------------------------------------------- warm interpreter
 
 JOB_FD = 3  # the warm stub's job arrives on this inherited pipe
-# What the shipped templates import (and what those pull in), imported while the stub waits:
-# about 30 ms of a cold start's 70 ms here (docs/performance.md). None of them reads the
+# What the shipped templates import (and what those pull in), imported while the stub waits
+# (benchmarks/client_import.py prints what they cost a cold start). None of them reads the
 # environment or the cwd when imported, nor registers an atexit handler (logging and
 # concurrent.futures do: they are left out, so atexit order stays that of a cold start).
 WARM_IMPORTS = (
@@ -768,14 +768,16 @@ WARM_IMPORTS = (
     "uuid",
 )
 STUB_IMPORTS = ("builtins", "importlib.machinery", "importlib.util", "types", "zipfile")  # its own
-# Read by an interpreter as it starts, besides every PYTHON* and LC_* variable: locale, the
-# user site directory, the time zone the time module computes at import.
-STARTUP_VARS = ("HOME", "LANG", "LANGUAGE", "TZ")
+# Read as an interpreter starts or imports WARM_IMPORTS: Python's own variables, the locale,
+# the user site directory (HOME), the time zone the time module computes at import, the dynamic
+# loader's and glibc's, OpenSSL's configuration (loaded when ssl and hashlib are imported).
+STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_", "OPENSSL_")
+STARTUP_VARS = ("HOME", "LANG", "LANGUAGE", "TZ", "GLIBC_TUNABLES")
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
     """The part of ``env`` an interpreter reads as it starts (a job differing there starts cold)."""
-    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LC_")) or k in STARTUP_VARS}
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) or k in STARTUP_VARS}
 
 
 def read_job(fd: int) -> dict | None:

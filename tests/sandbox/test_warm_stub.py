@@ -239,7 +239,9 @@ def test_environment_seen_by_a_child_process(work: Path) -> None:
     assert c == w and b"tok-123" in c.stdout and b"TASK_FLAG=on" in c.stdout
 
 
-@pytest.mark.parametrize("var", [{"PYTHONHASHSEED": "0"}, {"LC_ALL": "C"}, {"TZ": "Asia/Tokyo"}])
+@pytest.mark.parametrize(
+    "var", [{"PYTHONHASHSEED": "0"}, {"LC_ALL": "C"}, {"TZ": "Asia/Tokyo"}, {"OPENSSL_CONF": "/dev/null"}]
+)
 def test_a_startup_variable_the_stub_lacks_takes_a_real_cold_start(work: Path, var: dict[str, str]) -> None:
     c, w = both(
         work,
