@@ -1,22 +1,29 @@
 """Per-task sandbox overhead: DockerSandbox (warm pool, fresh container per task) vs. the obvious ways.
 
-Each variant runs a no-op harness (``python3 run.py`` that writes answer.txt) N times, at
-concurrency 1 and 2, on the same image with the same limits:
+Each variant runs the same harness N times, at concurrency 1 and 2, on the same image with the
+same limits. The harness makes the ``chat`` template's imports (read from its run.py, so they
+stay in step), sleeps ``--work`` seconds and writes answer.txt:
 
-  ours     DockerSandbox.run: create -> run -> collect /out -> remove, a fresh container per task
+  ours, warm interpreter  DockerSandbox.run with rollout.warm_interpreter (the default): the
+                          container's interpreter is started and warmed while it waits in the pool
+  ours, cold interpreter  DockerSandbox.run with warm_interpreter false: ``python3 run.py`` starts
+                          when the job arrives
   (a) run  docker-py ``containers.run(..., remove=True)`` per task (= ``docker run --rm``)
   (b) exec one long-lived container + ``exec_run`` per task (no isolation between tasks)
 
-The harness sleeps ``--work`` seconds (0 = a pure no-op; real tasks spend seconds on model calls,
-which is what lets the pool start the next containers meanwhile). Prints, per variant, the median
-overhead of one task (latency minus the work) and wall time per task (total / N), with the
-ratio of the overhead to (a).
+Ours is always create -> run -> collect /out -> remove, a fresh container per task. ``--work 0``
+is a pure no-op; real tasks spend seconds on model calls, which is what lets the pool start the
+next containers meanwhile. Prints the load average before and after, then, per variant, the
+median overhead of one task (latency minus the work) and wall time per task (total / N), with
+the ratio of the overhead to (a).
 Usage: python benchmarks/sandbox_overhead.py [--n 20] [--work 0 1]  (needs Docker and the image)
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import os
 import statistics
 import tempfile
 import time
@@ -31,7 +38,17 @@ from harnessopt.sandbox.docker import DockerSandbox
 from harnessopt.sandbox.image import docker_client
 from harnessopt.sandbox.pool import container_kwargs
 
-NOOP = (
+TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_templates" / "chat" / "run.py"
+
+
+def template_imports(path: Path = TEMPLATE) -> str:
+    """The top-level import statements of a template's run.py, as source lines."""
+    source = path.read_text()
+    nodes = [n for n in ast.parse(source).body if isinstance(n, ast.Import | ast.ImportFrom)]
+    return "".join(f"{ast.get_source_segment(source, n)}\n" for n in nodes)
+
+
+HARNESS = template_imports() + (
     "import argparse, os, time\n"
     "time.sleep(float(os.environ.get('WORK_S', '0')))  # stands in for the model calls of a real task\n"
     "p = argparse.ArgumentParser(); [p.add_argument(a) for a in ('--task', '--skill', '--out')]\n"
@@ -61,15 +78,34 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--work", type=float, nargs="+", default=[0.0, 1.0])
     args = ap.parse_args()
+    load_before = os.getloadavg()
     rows: list[tuple[str, float, int, float, float]] = []
     for work_s in args.work:
         rows += run_all(args.n, work_s)
+    load_after = os.getloadavg()
+    print(f"harness: the chat template's imports ({', '.join(imported_names())}), then --work s of sleep")
+    print(f"load average (1, 5, 15 min): before {_load(load_before)}, after {_load(load_after)}")
     print(
         f"{'variant':24} {'work s':>6} {'conc':>4} {'overhead s':>11} {'wall s/task':>12} {'overhead/(a)':>13}"
     )
     for name, work_s, conc, med, per in rows:
         base = next(r for r in rows if r[1:3] == (work_s, conc) and r[0].startswith("(a)"))
         print(f"{name:24} {work_s:>6.1f} {conc:>4} {med:>11.3f} {per:>12.3f} {med / base[3]:>13.2f}")
+
+
+def _load(avg: tuple[float, float, float]) -> str:
+    return " ".join(f"{x:.2f}" for x in avg)
+
+
+def imported_names() -> list[str]:
+    tree = ast.parse(TEMPLATE.read_text())
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names
 
 
 def variants(client: Any, cfg: RolloutConfig, slot: Path, env: dict[str, str], work: Path) -> dict[str, Any]:
@@ -87,19 +123,24 @@ def variants(client: Any, cfg: RolloutConfig, slot: Path, env: dict[str, str], w
     def docker_exec(_i: int) -> None:
         long_lived.exec_run(ARGV, environment=env)
 
-    sandbox = DockerSandbox(cfg, client)
     lease = GatewayLease("bench", "http://127.0.0.1:9", None)
     spec = RunSpec({"id": "b", "input": "x"}, slot / "skill", slot / "harness", env, lease, 60)
-
-    def ours(i: int) -> None:
-        out = sandbox.run(spec, work / f"out-{cfg.concurrency}-{i}-{time.monotonic_ns()}")
-        assert out.error_class is None, out
-
-    return {
+    found: dict[str, Any] = {
         "(a) docker run --rm": (docker_run, lambda: None),
         "(b) long-lived + exec": (docker_exec, lambda: long_lived.remove(force=True)),
-        "ours: DockerSandbox": (ours, sandbox.close),
     }
+    for name, warm in (("ours, cold interpreter", False), ("ours, warm interpreter", True)):
+        sandbox = DockerSandbox(cfg.model_copy(update={"warm_interpreter": warm}), client)
+        found[name] = (_ours(sandbox, spec, work), sandbox.close)
+    return found
+
+
+def _ours(sandbox: DockerSandbox, spec: RunSpec, work: Path) -> Callable[[int], None]:
+    def ours(i: int) -> None:
+        out = sandbox.run(spec, work / f"out-{sandbox.run_id}-{i}-{time.monotonic_ns()}")
+        assert out.error_class is None, out
+
+    return ours
 
 
 def run_all(n: int, work_s: float) -> list[tuple[str, float, int, float, float]]:
@@ -111,7 +152,7 @@ def run_all(n: int, work_s: float) -> list[tuple[str, float, int, float, float]]
     for d in ("skill", "harness"):
         (slot / d).mkdir(parents=True)
     (slot / "skill" / "SKILL.md").write_text("---\nname: b\ndescription: b\n---\n")
-    (slot / "harness" / "run.py").write_text(NOOP)
+    (slot / "harness" / "run.py").write_text(HARNESS)
     (slot / "task.json").write_text('{"id": "b", "input": "x"}')
     for p in [work, *slot.rglob("*"), slot]:
         p.chmod(0o755)
