@@ -8,7 +8,9 @@ host's pool) for its job: one JSON line on stdin, written by the host through th
 1. bridges a loopback TCP port to the model gateway's Unix socket (the container has no network),
 2. runs ``python3 /ho/harness/run.py --task /ho/task.json --skill /ho/skill --out /out`` with
    ANTHROPIC_BASE_URL=http://127.0.0.1:PORT and the per-run token, its stdout and stderr being
-   pipes that the runner reads,
+   pipes that the runner reads; with ``task --warm-env JSON`` that interpreter was started (as
+   ``runner.py warm``) and warmed while the container waited, and the job only hands it the
+   script (see ``run_warm``); if it is gone, a cold start as without the option,
 3. kills every leftover process (as PID 1, ``kill(-1)`` reaches all of them),
 4. sends a meta frame (exit code) and a tar of /out (a tmpfs that vanishes with the container).
 
@@ -934,7 +936,7 @@ def run_warm() -> int:
     tracebacks, atexit. A job whose environment differs in what an interpreter reads at start
     (PYTHON*, locale, HOME, TZ), or a script that is no plain source file, gets a real cold start
     (execve). docs/sandbox.md lists what a harness can still tell apart (the stack above its
-    module, pre-imported modules in sys.modules, the process's command line).
+    module, pre-imported modules in sys.modules, /proc/self/cmdline and /proc/self/environ).
     """
     started = dict(os.environ)
     for name in (*WARM_IMPORTS, *STUB_IMPORTS):
