@@ -206,7 +206,9 @@ class LocalSandbox:
             # the harness left there (a FIFO, a symlink) is opened or followed.
             os.rename(slot.out, out_dir)
         finally:
-            slot.close()
+            slot.child.discard()  # if the run did not get to kill the session
+            if self._pool is not None:  # (slots come from it) dirs removed off the task's path
+                self._pool.retire(slot)
         return self._output(done, out_dir)
 
     @contextlib.contextmanager

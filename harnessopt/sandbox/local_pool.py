@@ -100,6 +100,7 @@ class WarmPool:
         self.taken = 0  # tasks that ran in a pre-started slot
         self._cond = threading.Condition()
         self._idle: list[Slot] = []
+        self._retired: list[Slot] = []  # used slots whose dirs the thread removes
         self._key: Key | None = None
         self._armed = False  # the key was asked for a second time: fill
         self._spec: RunSpec | None = None
@@ -133,6 +134,16 @@ class WarmPool:
             s.close()
         return slot
 
+    def retire(self, slot: Slot) -> None:
+        """A used slot (its session already killed): its dirs are removed off the task's path, by
+        the pool's thread (at once when the pool is closed)."""
+        with self._cond:
+            if not self._closed and self._thread is not None:
+                self._retired.append(slot)
+                self._cond.notify_all()
+                return
+        slot.close()
+
     def idle(self) -> list[Slot]:
         """The slots ready now (a copy of the list)."""
         with self._cond:
@@ -149,15 +160,26 @@ class WarmPool:
             s.close()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        with self._cond:
+            retired, self._retired = self._retired, []
+        for s in retired:
+            s.close()
 
     def _fill(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (not self._armed or len(self._idle) >= self.size):
+                while not (self._closed or self._retired) and (
+                    not self._armed or len(self._idle) >= self.size
+                ):
                     self._cond.wait()
                 if self._closed:
                     return
+                retired, self._retired = self._retired, []
                 key, spec = self._key, self._spec
+            for used in retired:
+                used.close()
+            if retired:
+                continue
             assert key is not None and spec is not None
             try:
                 slot = self.start(key, spec)

@@ -36,7 +36,8 @@ class Point:
 
 def observe():
     print("name", __name__, "file", __file__)
-    print("argv", sys.argv)
+    print("argv", sys.argv, "orig_argv", sys.orig_argv[1:])
+    print("fds", sorted(os.listdir("/proc/self/fd")))
     print("path", sys.path)
     print("cwd", os.getcwd(), "flags", sys.flags)
     print("env", sorted(os.environ.items()))
@@ -247,9 +248,16 @@ def test_nothing_of_a_task_reaches_the_next(mode, candidate, gateway, tmp_path, 
         _warmed(sb, _spec(skill, harness, gateway.lease(), "exit-none"), tmp_path)
         for i in range(2):
             _ready(sb)
+            assert sb._pool is not None
+            used = sb._pool.idle()[0]  # the one the next task takes
             out = sb.run(_spec(skill, harness, gateway.lease(), "leftover"), tmp_path / f"left-{i}")
             assert out.error_class is None
             assert (tmp_path / f"left-{i}" / "answer.txt").read_text() == "['mark']"
+            assert _gone([used.child.pid])  # the background sleep too
+            deadline = time.monotonic() + 5
+            while used.root.exists():  # removed by the pool's thread, off the task's path
+                assert time.monotonic() < deadline, "a used slot's dir was left"
+                time.sleep(0.02)
         assert sb._pool is not None and sb._pool.taken == 2
     finally:
         sb.close()
