@@ -747,27 +747,17 @@ JOB_FD = 3  # the warm stub's job arrives on this inherited pipe
 # concurrent.futures do: they are left out, so atexit order stays that of a cold start).
 WARM_IMPORTS = (
     "argparse",
-    "base64",
     "contextlib",
-    "dataclasses",
-    "datetime",
     "difflib",
-    "hashlib",
-    "http.client",
+    "http.client",  # and with it socket, ssl, email.parser
     "json",
     "pathlib",
-    "random",
     "re",
     "shutil",
     "signal",
-    "socket",
-    "ssl",
     "subprocess",
     "tempfile",
-    "textwrap",
-    "typing",
     "urllib.parse",
-    "uuid",
 )
 STUB_IMPORTS = ("builtins", "importlib.machinery", "importlib.util", "types", "zipfile")  # its own
 # Read as an interpreter starts or imports WARM_IMPORTS: Python's own variables, the locale,
