@@ -1,6 +1,7 @@
 """Per-task overhead of the local sandbox, cold against warm (``rollout.warm_interpreter``), side by side.
 
     python benchmarks/local_warm.py [--n 24] [--concurrency 1 4] [--latency 0 2] [--modes bwrap session]
+    python benchmarks/local_warm.py --round [--concurrency 4] [--round-n 20] [--repeat 2]
 
 Each task is the ``chat`` template's harness (workspace_templates/chat/run.py, the demo's skill)
 making its one Messages call to a fake model that answers after ``--latency`` seconds
@@ -13,19 +14,27 @@ each batch the candidate's first tasks have run and the pool had a second to fil
 while a round's optimizer works. Prints per variant: the median overhead of a task (the caller's
 time in ``run`` minus the model's latency), the wall time per task against the ideal
 latency x N / C (``ratio``), and the load average.
+
+``--round``: instead, whole rounds through harnessopt's Runner and gateway, the cells of
+benchmarks/round_vs_ideal.py (rollout of N train tasks, smoke test, validation; 2 s model) with
+``--sandbox local``, cold and warm alternately, printed as that script prints them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import round_vs_ideal
 import roundbench
 
 from harnessopt.config import RolloutConfig
@@ -85,6 +94,37 @@ def cell(mode: str, warm: bool, c: int, latency: float, n: int, base_url: str) -
     return statistics.median(took) - latency, wall, warm_runs
 
 
+@contextlib.contextmanager
+def warm_setting(warm: bool) -> Iterator[None]:
+    """roundbench's workspaces opened with ``rollout.warm_interpreter`` set to ``warm``."""
+    real = roundbench.Workspace.open
+
+    def open_with(root: Any, overrides: dict[str, Any] | None = None, *a: Any, **kw: Any) -> Any:
+        return real(root, {**(overrides or {}), "rollout.warm_interpreter": warm}, *a, **kw)
+
+    roundbench.Workspace.open = open_with  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        roundbench.Workspace.open = real  # type: ignore[method-assign]
+
+
+def rounds(concurrency: list[int], n: int, repeat: int) -> None:
+    """round_vs_ideal's local cells, cold and warm alternately."""
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; round_vs_ideal cells, chat template, 2 s model")
+    print(
+        f"variant {'mode':7} {'C':>2} {'N':>3} {'calls':>5} {'wall s':>7} {'ideal':>6} {'ratio':>6} {'/phase':>6}   "
+        f"{'model':>5} {'h-m':>6} {'outside':>6}"
+    )
+    for c in concurrency:
+        for _ in range(repeat):
+            for warm in (False, True):
+                with warm_setting(warm):
+                    line = round_vs_ideal.one_cell("local", c, n, 2.0, "chat")
+                print(f"{'warm' if warm else 'cold':7} {line}", flush=True)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=24)
@@ -92,7 +132,12 @@ def main() -> None:
     ap.add_argument("--latency", type=float, nargs="+", default=[0.0, 2.0])
     ap.add_argument("--modes", nargs="+", default=[m for m in isolation.MODES if isolation.available(m)])
     ap.add_argument("--repeat", type=int, default=2, help="cold/warm pairs per cell")
+    ap.add_argument("--round", action="store_true", help="whole rounds (round_vs_ideal's cells) instead")
+    ap.add_argument("--round-n", type=int, default=20, help="--round: N train and N val tasks")
     args = ap.parse_args()
+    if args.round:
+        rounds(args.concurrency, args.round_n, args.repeat)
+        return
     print(f"load average at start: {os.getloadavg()[0]:.2f}; N = {args.n} tasks per batch")
     print("mode     C  latency  variant  overhead s (median of batches)  wall s  ideal s  ratio  warm runs")
     for mode in args.modes:

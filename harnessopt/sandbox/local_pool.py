@@ -29,9 +29,10 @@ from pathlib import Path
 from harnessopt.proc import Finished, Prestarted
 from harnessopt.protocols import RunSpec
 
-# With every PYTHON* and LC_*: the environment the stub starts with (runner.py's STARTUP_VARS,
-# which an interpreter reads as it starts, and PATH and TMPDIR).
-STATIC_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR")
+# The environment the stub starts with: what an interpreter reads as it starts (runner.py's
+# startup_env: a job differing there is started cold by the stub), and PATH and TMPDIR.
+STATIC_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_", "OPENSSL_")
+STATIC_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "GLIBC_TUNABLES", "TMPDIR")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Key:
 
 def static_env(env: Mapping[str, str]) -> dict[str, str]:
     """The part of a job's environment the interpreter reads at start (the stub starts with it)."""
-    return {k: v for k, v in env.items() if k in STATIC_ENV or k.startswith(("PYTHON", "LC_"))}
+    return {k: v for k, v in env.items() if k in STATIC_ENV or k.startswith(STATIC_PREFIXES)}
 
 
 def job_line(argv: list[str], env: Mapping[str, str]) -> bytes:

@@ -348,3 +348,22 @@ def test_a_warm_run_skips_the_interpreter_start_and_imports(mode, candidate, gat
         assert (tmp_path / "other-env" / "answer.txt").read_text() == "False"
     finally:
         sb.close()
+
+
+def test_slots_start_with_every_variable_the_stub_compares():
+    """local_pool.static_env keeps all that runner.py's startup_env compares (else every job with
+    such a variable would be started cold by the stub), and nothing secret."""
+    import importlib.util
+
+    from harnessopt.sandbox.local import RUNNER
+    from harnessopt.sandbox.local_pool import static_env
+
+    spec = importlib.util.spec_from_file_location("ho_runner_for_test", RUNNER)
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    names = ["PATH", "HOME", "LANG", "LANGUAGE", "TZ", "GLIBC_TUNABLES", "TMPDIR", "PYTHONPATH", "LC_ALL"]
+    names += ["LD_PRELOAD", "MALLOC_ARENA_MAX", "OPENSSL_CONF", "SSL_CERT_FILE", "HO_FLAG_X", "USER"]
+    env = {n: "v" for n in [*names, "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HARNESSOPT_TARGET_MODEL"]}
+    assert set(runner.startup_env(env)) <= set(static_env(env))
+    assert not {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HO_FLAG_X"} & set(static_env(env))
