@@ -161,7 +161,7 @@ def test_a_dead_warm_interpreter_gives_a_cold_start(
 
     def take_and_kill(socket_dir: Any) -> Any:
         warm = take(socket_dir)
-        for _ in range(50):  # the stub is the runner's only child until the job comes
+        for _ in range(200):  # the stub is the runner's only child until the job comes
             ps = warm.container.exec_run(
                 ["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"], user="65534:65534"
             )
@@ -178,5 +178,5 @@ def test_a_dead_warm_interpreter_gives_a_cold_start(
         out = sandbox.run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
     finally:
         sandbox.close()
-    assert (out.error_class, out.exit_code, out.stdout_tail) == (None, 0, "hello")
-    assert (tmp_path / "out" / "answer.txt").read_text() == "False"
+    assert (out.error_class, out.exit_code, out.stdout_tail) == (None, 0, "hello"), out
+    assert (tmp_path / "out" / "answer.txt").read_text() == "False", out
