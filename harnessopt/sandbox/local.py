@@ -32,7 +32,7 @@ from harnessopt.proc import Finished, Prestarted, kill_session, run_in_session
 from harnessopt.protocols import AgentResult, GatewayLease, RunOutput, RunSpec, ShellResult
 from harnessopt.sandbox import isolation
 from harnessopt.sandbox.image import sandbox_source_dir
-from harnessopt.sandbox.local_pool import Key, Slot, WarmPool, job_line, static_env
+from harnessopt.sandbox.local_pool import Key, Slot, WarmPool, copy_out, job_line, static_env
 from harnessopt.sandbox.prepared import PreparedCopies
 
 RUNNER = sandbox_source_dir() / "runner.py"  # its ``edit`` mode is the one editor implementation
@@ -140,8 +140,8 @@ class LocalSandbox:
 
     def _warm_key(self, spec: RunSpec, out_dir: Path) -> Key | None:
         """What a pre-started sandbox must have been made for to run this task; None when the
-        task cannot use one (``out_dir`` not empty, or not on the temp dir's file system)."""
-        if self._pool is None or any(out_dir.iterdir()) or out_dir.stat().st_dev != self._tmp_dev:
+        task cannot use one (``out_dir`` not empty)."""
+        if self._pool is None or any(out_dir.iterdir()):
             return None
         env = static_env(self._env(spec, Path("/")))
         env.pop("HOME", None), env.pop("TMPDIR", None)
@@ -202,9 +202,12 @@ class LocalSandbox:
                 started(slot.child.pid)
                 env = {**self._env(spec, root), **isolation.wrapper_env(self.isolation, root)}
                 done = slot.run(job_line(argv, env), spec.timeout_s)
-            # A rename over the empty out_dir (same file system, checked by _warm_key): nothing
-            # the harness left there (a FIFO, a symlink) is opened or followed.
-            os.rename(slot.out, out_dir)
+            # Nothing the harness left there (a FIFO, a symlink) is opened or followed: a rename
+            # over the empty out_dir, or on another file system a copy that takes care of it.
+            if out_dir.stat().st_dev == self._tmp_dev:
+                os.rename(slot.out, out_dir)
+            else:
+                copy_out(slot.out, out_dir)
         finally:
             slot.child.discard()  # if the run did not get to kill the session
             if self._pool is not None:  # (slots come from it) dirs removed off the task's path

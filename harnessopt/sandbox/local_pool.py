@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
+import stat
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -86,6 +89,46 @@ class Slot:
             self._done = True
         with contextlib.suppress(Exception):
             self._cleanup()
+
+
+def copy_out(src: Path, dest: Path) -> None:
+    """Copy the harness's out dir ``src`` into the empty ``dest`` on another file system (where a
+    rename cannot), opening nothing but regular files and following no link: each entry is looked
+    at through its directory's descriptor (``os.fwalk``), a file opened with ``O_NOFOLLOW`` and
+    ``O_NONBLOCK`` and copied only if the descriptor is a regular file; symlinks and FIFOs are made
+    again, sockets and devices left out. Modes and modification times are kept."""
+    dirs: list[tuple[Path, os.stat_result]] = [(dest, os.stat(src))]
+    for here, subdirs, files, dir_fd in os.fwalk(src, follow_symlinks=False):
+        into = dest / os.path.relpath(here, src)
+        for name in [*subdirs, *files]:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            target = into / name
+            if stat.S_ISDIR(st.st_mode):
+                target.mkdir()
+                dirs.append((target, st))
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(name, dir_fd=dir_fd), target)
+            elif stat.S_ISFIFO(st.st_mode):
+                os.mkfifo(target, stat.S_IMODE(st.st_mode))
+            elif stat.S_ISREG(st.st_mode):
+                _copy_file(name, dir_fd, target)
+    for d, st in reversed(dirs):  # innermost first: a read-only dir is filled before it closes
+        os.chmod(d, stat.S_IMODE(st.st_mode))
+        os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _copy_file(name: str, dir_fd: int, target: Path) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped since it was looked at
+            return
+        with os.fdopen(os.dup(fd), "rb") as f, open(target, "xb") as out:
+            shutil.copyfileobj(f, out)
+        os.chmod(target, stat.S_IMODE(st.st_mode))
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(fd)
 
 
 class WarmPool:

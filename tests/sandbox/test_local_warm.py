@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -367,3 +368,32 @@ def test_slots_start_with_every_variable_the_stub_compares():
     env = {n: "v" for n in [*names, "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HARNESSOPT_TARGET_MODEL"]}
     assert set(runner.startup_env(env)) <= set(static_env(env))
     assert not {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HO_FLAG_X"} & set(static_env(env))
+
+
+OTHER_FS = Path("/dev/shm")
+
+
+@pytest.mark.skipif(
+    not OTHER_FS.is_dir() or os.stat(OTHER_FS).st_dev == os.stat(tempfile.gettempdir()).st_dev,
+    reason="no second file system to put the out dir on",
+)
+def test_an_out_dir_on_another_file_system_gets_the_same_files(candidate, gateway, tmp_path, small_cfg):
+    """Where a rename cannot move /out, the copy makes the same tree: files, a binary, a subdir,
+    symlinks (one pointing outside, not followed) and a FIFO (not opened)."""
+    skill, harness = candidate(BEHAVIOURS)
+    cold = LocalSandbox(small_cfg(warm_interpreter=False))
+    warm = LocalSandbox(small_cfg(warm_interpreter=True))
+    where = Path(tempfile.mkdtemp(prefix="ho-test-outs-", dir=OTHER_FS))
+    try:
+        _warmed(warm, _spec(skill, harness, gateway.lease(), "exit-none"), tmp_path)
+        seen = []
+        for name, sb in (("cold", cold), ("warm", warm)):
+            out = sb.run(_spec(skill, harness, gateway.lease("tok"), "observe"), where / name)
+            seen.append(_seen(out, where / name))
+        assert warm._pool is not None and warm._pool.taken == 1
+        assert seen[0] == seen[1], _differences(*seen)
+        assert seen[1]["files"]["fifo"] == "fifo" and seen[1]["files"]["outside"] == ("link", "/etc/hostname")
+    finally:
+        cold.close()
+        warm.close()
+        shutil.rmtree(where, ignore_errors=True)
