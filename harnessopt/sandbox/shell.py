@@ -8,7 +8,9 @@ container sets in it (``chmod 755 /view``, a setuid copy of a shell) no other lo
 
 Each bash command is one ``exec`` of the in-image runner's ``shell`` mode: ``bash -c`` in its own
 session, every file capped by RLIMIT_FSIZE, the view's growth watched, output capped, the group
-killed on timeout, then every other process of the container killed. The host then checks from
+killed on timeout, then every other process of the container killed. The host watches the view's
+growth too, from outside the container's CPU quota (which throttles the runner with the writers
+it watches), and kills the container when the view grows past its cap (``view_usage``). The host then checks from
 outside (``docker top``) that only PID 1 is left, and replaces the container otherwise: no
 process survives between tool calls. Each editor operation is an ``exec`` of the runner's
 ``edit`` mode, so the host never opens a path inside the view while the round runs. The host
@@ -21,11 +23,15 @@ to it (the network stays ``none``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import signal
 import socket
+import stat
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +58,8 @@ OPTIMIZER_UID = 10001 if os.getuid() != 10001 else 10002
 FSIZE_LIMIT = 64 << 20  # largest file one command may write (RLIMIT_FSIZE in the runner)
 VIEW_GROWTH_CAP = 256 << 20  # disk the view may grow by during one command
 VIEW_FILES_CAP = 20_000  # files and directories the view may hold
+WATCH_EVERY_S = 0.01  # the host's poll of the view's growth while a command runs (0.2 ms a look)
+STOP_JOIN_S = 5.0  # after killing an outgrown container, time for its exec stream to end
 RUNNER = ["python3", "/opt/ho/runner.py"]
 AGENT_OUTPUT_CAP = 4 << 20  # bytes of an agent's stdout (its transcript) kept, head and tail; stderr too
 AGENT_HOME = "/tmp/ho-agent-home"  # the agent's HOME: a tmpfs, so its state never lands in the view
@@ -82,7 +90,7 @@ class DockerShell:
         argv += ["--fsize", str(FSIZE_LIMIT), "--view", "/view", "--view-growth", str(VIEW_GROWTH_CAP)]
         argv += ["--view-files", str(VIEW_FILES_CAP), "--", command]
         with self._lock:
-            result = self._exec(argv, None, timeout_s + HOST_GRACE_S)
+            result = self._exec(argv, None, timeout_s + HOST_GRACE_S, watch=True)
             if "error" in result:
                 return ShellResult(output=result["error"], exit_code=None, timed_out=result["timed_out"])
             text = result["output"].decode("utf-8", "replace")
@@ -139,7 +147,12 @@ class DockerShell:
         with self._lock:
             socket_dir = str(sock.parent) if sock is not None else None
             result = self._exec(
-                argv_run, data, timeout_s + HOST_GRACE_S, cap=6 * 2 * AGENT_OUTPUT_CAP, socket_dir=socket_dir
+                argv_run,
+                data,
+                timeout_s + HOST_GRACE_S,
+                cap=6 * 2 * AGENT_OUTPUT_CAP,
+                socket_dir=socket_dir,
+                watch=True,
             )
             if "error" in result:
                 return AgentResult("", result["error"], None, result["timed_out"])
@@ -182,11 +195,14 @@ class DockerShell:
         *,
         cap: int | None = None,
         socket_dir: str | None = None,
+        watch: bool = False,
     ) -> dict[str, Any]:
         """Run ``argv`` in the container within ``wait_s``; {output, code} or {error, timed_out}.
 
         ``socket_dir``: the gateway's socket dir, which the container must mount. ``cap``: bytes
-        of output kept (default: the editor's reply cap with ``stdin``, else the shell's)."""
+        of output kept (default: the editor's reply cap with ``stdin``, else the shell's).
+        ``watch``: the host polls the view's growth meanwhile and, past its cap, kills the
+        container: code 125 and the runner's note, as when the runner stops the command itself."""
         try:
             container = self._ensure(socket_dir)
         except Exception as e:
@@ -198,7 +214,12 @@ class DockerShell:
             target=self._exec_in, args=(container, argv, stdin, cap, result), daemon=True
         )
         worker.start()
-        worker.join(wait_s)
+        if watch and self._outgrown(worker, wait_s):
+            worker.join(STOP_JOIN_S)
+            self._drop()
+            note = f"\n[stopped: the view may grow by {VIEW_GROWTH_CAP >> 20} MiB and hold {VIEW_FILES_CAP} files]\n"
+            return {"output": bytes(result.get("output", b"")) + note.encode(), "code": 125}
+        worker.join(0 if watch else wait_s)  # a watched exec's wait is spent
         if worker.is_alive() or "error" in result:
             # The runner did not come back: drop the container, the next call gets a new one.
             self._drop()
@@ -235,6 +256,26 @@ class DockerShell:
             result["code"] = api.exec_inspect(exec_id).get("ExitCode")
         except Exception as e:
             result["error"] = f"sandbox error: {type(e).__name__}: {e}"
+
+    def _outgrown(self, worker: threading.Thread, wait_s: float) -> bool:
+        """Wait for ``worker`` (at most ``wait_s``) while polling the view from the host; True, with
+        the container killed, once it grew past ``VIEW_GROWTH_CAP`` or holds too many entries."""
+        base, _ = view_usage(self.view, VIEW_FILES_CAP)
+        deadline = time.monotonic() + wait_s
+        while worker.is_alive() and time.monotonic() < deadline:
+            worker.join(WATCH_EVERY_S)
+            used, count = view_usage(self.view, VIEW_FILES_CAP)
+            if used - base > VIEW_GROWTH_CAP or count > VIEW_FILES_CAP:
+                # The container's PID 1 killed from here ends every process of its PID namespace
+                # at once (the engine's kill takes 0.2-0.4 s, long enough to write 200 MiB more);
+                # a host user other than root may not signal uid 10001: the engine's kill then.
+                if self._init_pid is not None:
+                    with contextlib.suppress(OSError):
+                        os.kill(self._init_pid, signal.SIGKILL)
+                with contextlib.suppress(Exception):
+                    self._container.kill()
+                return True
+        return False
 
     def _only_init_left(self) -> bool:
         """Asked of the engine, not of the container: is PID 1 the only live process?"""
@@ -297,6 +338,40 @@ class DockerShell:
             self._container = None
             self._socket_dir = None
             self._init_pid = None
+
+
+def view_usage(root: Path, max_entries: int) -> tuple[int, int]:
+    """(bytes of disk, entries) below ``root``, read from the host through directory fds opened
+    with O_NOFOLLOW: a directory swapped for a link while it is read is skipped, never followed.
+    Stops counting past ``max_entries``."""
+    used, count = 0, 0
+    try:
+        stack = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)]
+    except OSError:
+        return 0, 0
+    while stack:
+        fd = stack.pop()
+        try:
+            with os.scandir(fd) as it:
+                for entry in it:
+                    count += 1
+                    if count > max_entries:
+                        break
+                    with contextlib.suppress(OSError):
+                        st = entry.stat(follow_symlinks=False)
+                        used += st.st_blocks * 512
+                        if stat.S_ISDIR(st.st_mode):
+                            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                            stack.append(os.open(entry.name, flags, dir_fd=fd))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        if count > max_entries:
+            for left in stack:
+                os.close(left)
+            break
+    return used, count
 
 
 def _gateway_gid(socket_dir: str) -> int | None:
