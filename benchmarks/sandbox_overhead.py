@@ -16,7 +16,9 @@ is a pure no-op; real tasks spend seconds on model calls, which is what lets the
 next containers meanwhile. Prints the load average before and after, then, per variant, the
 median overhead of one task (latency minus the work) and wall time per task (total / N), with
 the ratio of the overhead to (a).
-Usage: python benchmarks/sandbox_overhead.py [--n 20] [--work 0 1]  (needs Docker and the image)
+With ``--repeat R`` every variant is measured R times (in reversed order every other time, so a
+load that drifts during the run weighs on all of them alike): the median is over the R x N tasks.
+Usage: python benchmarks/sandbox_overhead.py [--n 20] [--work 0 1] [--repeat 1]  (needs Docker and the image)
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ HARNESS = template_imports() + (
 ARGV = ["python3", "/ho/harness/run.py", "--task", "/ho/task.json", "--skill", "/ho/skill", "--out", "/out"]
 
 
-def measure(one: Callable[[int], None], n: int, concurrency: int) -> tuple[float, float]:
-    """(median seconds per task call, wall seconds per task) over n tasks."""
+def measure(one: Callable[[int], None], n: int, concurrency: int) -> tuple[list[float], float]:
+    """(seconds of each task call, wall seconds per task) over n tasks."""
     lat: list[float] = []
 
     def timed(i: int) -> None:
@@ -70,18 +72,24 @@ def measure(one: Callable[[int], None], n: int, concurrency: int) -> tuple[float
     t0 = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as ex:
         list(ex.map(timed, range(n)))
-    return statistics.median(lat), (time.perf_counter() - t0) / n
+    return lat, (time.perf_counter() - t0) / n
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--work", type=float, nargs="+", default=[0.0, 1.0])
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure every variant this many times, in reversed order every other time",
+    )
     args = ap.parse_args()
     load_before = os.getloadavg()
     rows: list[tuple[str, float, int, float, float]] = []
     for work_s in args.work:
-        rows += run_all(args.n, work_s)
+        rows += run_all(args.n, work_s, args.repeat)
     load_after = os.getloadavg()
     print(f"harness: the chat template's imports ({', '.join(imported_names())}), then --work s of sleep")
     print(f"load average (1, 5, 15 min): before {_load(load_before)}, after {_load(load_after)}")
@@ -143,8 +151,9 @@ def _ours(sandbox: DockerSandbox, spec: RunSpec, work: Path) -> Callable[[int], 
     return ours
 
 
-def run_all(n: int, work_s: float) -> list[tuple[str, float, int, float, float]]:
-    """One row per (variant, concurrency): (name, work_s, concurrency, median overhead, wall/task)."""
+def run_all(n: int, work_s: float, repeat: int = 1) -> list[tuple[str, float, int, float, float]]:
+    """One row per (variant, concurrency): (name, work_s, concurrency, median overhead, wall/task)
+    over ``repeat`` measurements of ``n`` tasks each."""
     client = docker_client()
     work = Path(tempfile.mkdtemp(prefix="ho-bench-"))
     work.chmod(0o755)
@@ -158,16 +167,24 @@ def run_all(n: int, work_s: float) -> list[tuple[str, float, int, float, float]]
         p.chmod(0o755)
 
     env = {"WORK_S": str(work_s)}
-    rows = []
-    for conc in (1, 2):
-        for name, (fn, done) in variants(client, RolloutConfig(concurrency=conc), slot, env, work).items():
-            try:
-                time.sleep(1.0)  # let the pool warm up, as it does while the first tasks run
-                med, per = measure(fn, n, conc)
-                rows.append((name, work_s, conc, med - work_s, per))
-            finally:
-                done()
-    return rows
+    lat: dict[tuple[str, int], list[float]] = {}
+    walls: dict[tuple[str, int], list[float]] = {}
+    for r in range(repeat):
+        for conc in (1, 2):
+            found = list(variants(client, RolloutConfig(concurrency=conc), slot, env, work).items())
+            for name, (fn, done) in found if r % 2 == 0 else found[::-1]:  # the load drifts: both orders
+                try:
+                    time.sleep(1.0)  # let the pool warm up, as it does while the first tasks run
+                    got, per = measure(fn, n, conc)
+                    lat.setdefault((name, conc), []).extend(got)
+                    walls.setdefault((name, conc), []).append(per)
+                finally:
+                    done()
+    order = sorted(lat, key=lambda key: (key[1], key[0]))
+    return [
+        (name, work_s, c, statistics.median(lat[name, c]) - work_s, statistics.mean(walls[name, c]))
+        for name, c in order
+    ]
 
 
 if __name__ == "__main__":
