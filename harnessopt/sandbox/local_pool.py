@@ -25,6 +25,7 @@ import os
 import shutil
 import stat
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,15 +132,23 @@ def _copy_file(name: str, dir_fd: int, target: Path) -> None:
         os.close(fd)
 
 
+SETTLE_S = 0.25  # after a slot is taken, how long the pool waits before making the next
+
+
 class WarmPool:
     """Up to ``size`` idle slots for the key in use, made by ``start(key, spec)`` in a background
     thread; thread-safe. ``take(key, spec)`` hands out a live slot made for ``key`` (else None)
     and makes ``key`` the one the pool fills for (once it was asked for twice), discarding the
     slots of another key."""
 
-    def __init__(self, size: int, start: Callable[[Key, RunSpec], Slot]):
+    def __init__(self, size: int, start: Callable[[Key, RunSpec], Slot], *, settle_s: float = SETTLE_S):
+        """``settle_s``: after a task takes a slot, the thread waits this long before making the
+        next (and removing used ones), so that its CPU does not compete with the starts of the
+        tasks just handed out; they then wait on the model."""
         self.size = size
         self.start = start
+        self.settle_s = settle_s
+        self._last_take = 0.0
         self.failures = 0  # slots that could not be made (the tasks then start cold)
         self.taken = 0  # tasks that ran in a pre-started slot
         self._cond = threading.Condition()
@@ -168,6 +177,7 @@ class WarmPool:
                 if candidate.alive():
                     slot = candidate
                     self.taken += 1
+                    self._last_take = time.monotonic()
                 else:
                     stale.append(candidate)
             if self._thread is None:
@@ -216,6 +226,8 @@ class WarmPool:
                     not self._armed or len(self._idle) >= self.size
                 ):
                     self._cond.wait()
+                while not self._closed and (wait := self._last_take + self.settle_s - time.monotonic()) > 0:
+                    self._cond.wait(wait)
                 if self._closed:
                     return
                 retired, self._retired = self._retired, []
