@@ -133,6 +133,7 @@ def _copy_file(name: str, dir_fd: int, target: Path) -> None:
 
 
 SETTLE_S = 0.25  # after a slot is taken, how long the pool waits before making the next
+MAX_LOST = 3  # slots of one key that failed to start or died waiting before the pool stops making them
 
 
 class WarmPool:
@@ -156,6 +157,7 @@ class WarmPool:
         self._retired: list[Slot] = []  # used slots whose dirs the thread removes
         self._key: Key | None = None
         self._armed = False  # the key was asked for a second time: fill
+        self._lost = 0  # slots of this key that could not be made or died waiting
         self._spec: RunSpec | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -169,9 +171,9 @@ class WarmPool:
                 return None
             if key != self._key:
                 stale, self._idle = self._idle, []
-                self._key, self._spec, self._armed = key, spec, False
+                self._key, self._spec, self._armed, self._lost = key, spec, False, 0
             else:
-                self._armed = True
+                self._armed = self._lost < MAX_LOST  # slots that keep dying: cold starts only
             while self._idle and slot is None:
                 candidate = self._idle.pop(0)
                 if candidate.alive():
@@ -180,6 +182,7 @@ class WarmPool:
                     self._last_take = time.monotonic()
                 else:
                     stale.append(candidate)
+                    self._lost_one()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._fill, name="ho-warm-pool", daemon=True)
                 self._thread.start()
@@ -219,6 +222,12 @@ class WarmPool:
         for s in retired:
             s.close()
 
+    def _lost_one(self) -> None:
+        """A slot of the current key failed (called with the lock held)."""
+        self._lost += 1
+        if self._lost >= MAX_LOST:
+            self._armed = False
+
     def _fill(self) -> None:
         while True:
             with self._cond:
@@ -239,10 +248,12 @@ class WarmPool:
             assert key is not None and spec is not None
             try:
                 slot = self.start(key, spec)
-            except Exception:  # the tasks start cold; try again for the next one, not in a loop
+            except Exception:  # the tasks start cold; the next take tries again, a few times
                 with self._cond:
                     self.failures += 1
-                    self._key, self._armed = None, False
+                    if key == self._key:
+                        self._armed = False
+                        self._lost_one()
                 continue
             with self._cond:
                 keep = not self._closed and key == self._key and len(self._idle) < self.size
