@@ -8,6 +8,10 @@ PID namespace; ``unshare``: own PID namespace; ``session``: a subreaper), so tha
 harness starts outlives its task; rlimits (address space, file size, CPU time, processes, no core
 files), capped stdout/stderr. What it cannot do: hide the network; without bwrap, hide the host's
 files. ``harnessopt.sandbox.local_sandbox`` warns about what is exposed.
+
+With ``rollout.warm_interpreter`` the next tasks' sandboxes (task dir, wrapper, rlimits, and
+``runner.py warm`` waiting for its job) are started ahead while the current tasks wait on the
+model (``local_pool``); each still serves one task, and its results are those of a cold start.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class LocalSandbox:
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
         """Run the harness on ``spec.task``; its ``--out`` directory is ``out_dir`` (with a warm
-        interpreter, a directory made ahead and renamed to ``out_dir`` afterwards)."""
+        interpreter, a directory made ahead, renamed or copied to ``out_dir`` afterwards)."""
         out_dir.mkdir(parents=True, exist_ok=True)
         key = self._warm_key(spec, out_dir)
         slot = self._pool.take(key, spec) if self._pool is not None and key is not None else None
