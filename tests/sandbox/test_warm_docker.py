@@ -4,13 +4,21 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import shutil
+import socketserver
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harnessopt.protocols import GatewayLease
 from harnessopt.sandbox.docker import DockerSandbox
 from harnessopt.sandbox.pool import TASK_ENV, task_command
 
@@ -180,3 +188,71 @@ def test_a_dead_warm_interpreter_gives_a_cold_start(
         sandbox.close()
     assert (out.error_class, out.exit_code, out.stdout_tail) == (None, 0, "hello"), out
     assert (tmp_path / "out" / "answer.txt").read_text() == "False", out
+
+
+class FakeMessages:
+    """A Unix-socket server answering every POST /v1/messages with one fixed message."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="ho-warm-gw-"))
+        self.path = self.dir / "gw.sock"
+        self.bodies: list[dict[str, Any]] = []
+        bodies = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                reply = {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": bodies[-1]["model"],
+                    "content": [{"type": "text", "text": "  forty-two \n"}],
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 5, "output_tokens": 2},
+                }
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def address_string(self) -> str:
+                return "unix"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+        self.server = Server(str(self.path), Handler)
+        os.chmod(self.path, 0o666)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def test_the_chat_template_cold_and_warm(sandboxes, candidate, tmp_path, spec_for):
+    """The shipped chat template, its one Messages call answered: same output, same /out but
+    the trajectory's timestamps."""
+    skill, harness = candidate("")
+    shutil.copy(
+        Path(__file__).resolve().parents[2] / "workspace_templates" / "chat" / "run.py", harness / "run.py"
+    )
+    fake = FakeMessages()
+    try:
+        lease = GatewayLease(token="ho-run-token-9", base_url="http://127.0.0.1:9", socket_path=fake.path)
+        got = run_both(sandboxes, spec_for(skill, harness, lease), tmp_path)
+    finally:
+        fake.close()
+    for mode in got.values():
+        events = [json.loads(line) for line in mode["files"].pop("trajectory.jsonl").splitlines()]
+        mode["events"] = [{k: v for k, v in e.items() if k != "t"} for e in events]
+    assert got["cold"] == got["warm"]
+    assert got["warm"]["files"]["answer.txt"] == b"forty-two" and got["warm"]["error_class"] is None
+    assert len(fake.bodies) == 2 and fake.bodies[0] == fake.bodies[1]
