@@ -1,21 +1,27 @@
 """DockerShell: the optimizer's ``bash`` and editor inside one container per round.
 
-The view directory is the only host path it mounts (read-write at ``/view``, the working
-directory); no network, read-only root, the rollout limits, no capabilities, no new privileges,
-and an unprivileged uid that is never the host's (``OPTIMIZER_UID``). The view is handed to that
-uid, and must sit in a directory only the host user can reach (mode 0700), so whatever modes the
-container sets in it (``chmod 755 /view``, a setuid copy of a shell) no other local user reaches.
+The container's ``/view`` (the working directory) is a tmpfs of its own, sized at the view's
+size plus one command's growth cap and a little headroom: a real quota, whatever the CPU load.
+It is seeded with a tar of the host's view by ``exec`` (``tar -x`` in the container); after every
+call that may change it, the container's ``tar -c`` comes back and is unpacked by the strict
+reader (regular files and directories, modes 0644/0755) in place of the host view's contents
+(``view_sync``). So the container mounts no host path (but, for an agent, the gateway's socket
+dir), and the host view is what the container held after the last complete call. A call that
+grew the view past ``VIEW_GROWTH_CAP`` (or ``VIEW_FILES_CAP`` entries), or whose view cannot be
+copied out, is stopped (code 125 and a note) and its changes are discarded with the container.
+No network, read-only root, the rollout limits (the memory limit raised by the view's tmpfs,
+whose pages it is charged), no capabilities, no new privileges, and an unprivileged uid that is
+never the host's (``OPTIMIZER_UID``). The view must sit in a directory only the host user can
+reach (mode 0700): the sync makes its fresh and old copies there.
 
 Each bash command is one ``exec`` of the in-image runner's ``shell`` mode: ``bash -c`` in its own
 session, every file capped by RLIMIT_FSIZE, the view's growth watched, output capped, the group
-killed on timeout, then every other process of the container killed. The host watches the view's
-growth too, from outside the container's CPU quota (which throttles the runner with the writers
-it watches), and kills the container when the view grows past its cap (``view_usage``). The host then checks from
-outside (``docker top``) that only PID 1 is left, and replaces the container otherwise: no
-process survives between tool calls. Each editor operation is an ``exec`` of the runner's
+killed on timeout, then every other process of the container killed. The host then checks from
+outside (``docker top``) that only PID 1 is left, and replaces the container otherwise (after
+copying the view out): no process survives between tool calls. Each editor operation is an ``exec`` of the runner's
 ``edit`` mode, so the host never opens a path inside the view while the round runs. The host
 also bounds every wait and, should the runner not answer, removes the container (a new one is
-made for the next call; the view keeps the edits). A CLI agent (the ``command`` optimizer) is one
+made for the next call; the view keeps the edits of the calls before). A CLI agent (the ``command`` optimizer) is one
 ``exec`` of the runner's ``agent`` mode, with the job and the lease token on stdin; for it the
 container also mounts the gateway's socket dir read-only and the runner bridges a loopback port
 to it (the network stays ``none``).
@@ -23,15 +29,11 @@ to it (the network stays ``none``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
-import signal
 import socket
-import stat
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from docker.utils.socket import frames_iter
 
 from harnessopt.config import RolloutConfig
 from harnessopt.protocols import AgentResult, GatewayLease, ShellResult
+from harnessopt.sandbox import view_sync
 from harnessopt.sandbox.image import docker_client, owner_labels
 from harnessopt.sandbox.local import EDIT_REPLY_CAP, EDIT_TIMEOUT_S, parse_edit_reply
 from harnessopt.sandbox.pool import (
@@ -58,8 +61,15 @@ OPTIMIZER_UID = 10001 if os.getuid() != 10001 else 10002
 FSIZE_LIMIT = 64 << 20  # largest file one command may write (RLIMIT_FSIZE in the runner)
 VIEW_GROWTH_CAP = 256 << 20  # disk the view may grow by during one command
 VIEW_FILES_CAP = 20_000  # files and directories the view may hold
-WATCH_EVERY_S = 0.01  # the host's poll of the view's growth while a command runs (0.2 ms a look)
-STOP_JOIN_S = 5.0  # after killing an outgrown container, time for its exec stream to end
+# The view's tmpfs holds the seeded view, one command's cap and this: a command past the cap is
+# seen (125) before ENOSPC, and the file system is the hard bound on what one command can write.
+VIEW_HEADROOM = 32 << 20
+VIEW_ROOM = VIEW_GROWTH_CAP + VIEW_HEADROOM // 2  # free room a command starts with (else a new container)
+EDIT_ROOM = 2 << 20  # free room an editor operation starts with
+SYNC_WAIT_S = 120.0  # for seeding the container's view, or copying it out
+STOPPED_NOTE = f"[stopped: the view may grow by {VIEW_GROWTH_CAP >> 20} MiB and hold {VIEW_FILES_CAP} files]"
+SURVIVORS_NOTE = "[harnessopt: processes outlived the call; the shell's container was replaced]"
+DISCARDED_NOTE = "[harnessopt: this call's changes to the view were discarded]"
 RUNNER = ["python3", "/opt/ho/runner.py"]
 AGENT_OUTPUT_CAP = 4 << 20  # bytes of an agent's stdout (its transcript) kept, head and tail; stderr too
 AGENT_HOME = "/tmp/ho-agent-home"  # the agent's HOME: a tmpfs, so its state never lands in the view
@@ -67,7 +77,7 @@ AGENT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class DockerShell:
-    """A ``Shell`` whose commands and file edits run in a container that mounts the view at ``/view``."""
+    """A ``Shell`` whose commands and file edits run in a container holding a copy of the view at ``/view``."""
 
     view_root = "/view"
 
@@ -81,7 +91,8 @@ class DockerShell:
         self._container: Any = None
         self._socket_dir: str | None = None  # the gateway's socket dir mounted in the container
         self._init_pid: int | None = None
-        self._handed_over = False
+        self._usage: view_sync.TmpfsUsage | None = None  # /view after the last seed or sync
+        self._synced_size = 0  # bytes of file content in the host view at the last seed or sync
         self._lock = threading.Lock()
 
     def run(self, command: str, timeout_s: float) -> ShellResult:
@@ -90,15 +101,13 @@ class DockerShell:
         argv += ["--fsize", str(FSIZE_LIMIT), "--view", "/view", "--view-growth", str(VIEW_GROWTH_CAP)]
         argv += ["--view-files", str(VIEW_FILES_CAP), "--", command]
         with self._lock:
-            result = self._exec(argv, None, timeout_s + HOST_GRACE_S, watch=True)
+            result = self._exec(argv, None, timeout_s + HOST_GRACE_S, room=VIEW_ROOM)
             if "error" in result:
                 return ShellResult(output=result["error"], exit_code=None, timed_out=result["timed_out"])
             text = result["output"].decode("utf-8", "replace")
-            if not self._only_init_left():
-                # Something survived the runner's sweep: nothing may run until the next tool call.
-                self._drop()
-                text += "\n[harnessopt: processes outlived the command; the shell's container was replaced]"
-        code = result["code"]
+            outgrown, note = self._copy_out()
+            text += _notes(text, outgrown, note)
+        code = 125 if outgrown else result["code"]
         if code == 124:
             return ShellResult(
                 output=text + f"\n[killed after {timeout_s:.0f}s]", exit_code=None, timed_out=True
@@ -109,9 +118,14 @@ class DockerShell:
         """One editor operation by the runner's ``edit`` mode in the container (see sandbox/runner.py)."""
         data = json.dumps(request).encode("utf-8")
         with self._lock:
-            result = self._exec([*RUNNER, "edit", "--root", "/view"], data, EDIT_TIMEOUT_S)
-        if "error" in result:
-            return {"ok": False, "error": result["error"]}
+            result = self._exec([*RUNNER, "edit", "--root", "/view"], data, EDIT_TIMEOUT_S, room=EDIT_ROOM)
+            if "error" in result:
+                return {"ok": False, "error": result["error"]}
+            note = ""
+            if request.get("op") not in ("view", "read"):
+                note = _notes("", *self._sync_back()).strip()
+        if note:
+            return {"ok": False, "error": note}
         return parse_edit_reply(result["output"], timed_out=False)
 
     def agent(
@@ -128,7 +142,8 @@ class DockerShell:
         The gateway's socket dir is mounted read-only (the container is made anew if it lacks
         it); the runner bridges a loopback port to it, so the agent's ANTHROPIC_BASE_URL is
         ``http://127.0.0.1:PORT`` and its key the lease's token, sent with the job on stdin.
-        The host's environment never reaches the agent; every process of it is killed after.
+        The host's environment never reaches the agent; every process of it is killed after,
+        and the view is copied back as after a bash command.
         """
         sock = gateway.socket_path if gateway is not None else None
         job_env = {"PATH": AGENT_PATH, "HOME": AGENT_HOME, "LANG": "C.UTF-8", "TERM": "dumb", **env}
@@ -152,15 +167,11 @@ class DockerShell:
                 timeout_s + HOST_GRACE_S,
                 cap=6 * 2 * AGENT_OUTPUT_CAP,
                 socket_dir=socket_dir,
-                watch=True,
+                room=VIEW_ROOM,
             )
             if "error" in result:
                 return AgentResult("", result["error"], None, result["timed_out"])
-            left = (
-                "" if self._only_init_left() else "processes outlived the agent; the container was replaced"
-            )
-            if left:
-                self._drop()
+            outgrown, sync_note = self._copy_out()
         try:
             reply = json.loads(result["output"])
         except ValueError:
@@ -168,21 +179,21 @@ class DockerShell:
         if not isinstance(reply, dict):
             return AgentResult("", "the runner gave no answer (its reply was cut or broken)", None, False)
         timed_out = bool(reply.get("timed_out"))
-        note = " ".join(n for n in (str(reply.get("note") or "").strip(), left) if n)
+        runner_note = str(reply.get("note") or "").strip()
+        sync_note = _notes(runner_note, outgrown, sync_note).strip()
+        note = " ".join(n for n in (runner_note, sync_note) if n)
+        code = 125 if outgrown and not timed_out else reply.get("code")
         return AgentResult(
             str(reply.get("stdout", "")),
             str(reply.get("stderr", "")),
-            None if timed_out else reply.get("code"),
+            None if timed_out else code,
             timed_out,
             note,
         )
 
     def close(self) -> None:
-        """Remove the container (the view and its edits stay on the host)."""
+        """Remove the container (the view on the host holds its edits, as of the last complete call)."""
         with self._lock:
-            if self._container is not None and os.geteuid() != 0:
-                # Files the container made belong to its uid: let the host user remove them later.
-                self._exec(["chmod", "-R", "u+rwX,go+rwX", "/view"], None, 30.0)
             self._drop()
 
     # ----------------------------------------------------------------------- internals
@@ -195,32 +206,21 @@ class DockerShell:
         *,
         cap: int | None = None,
         socket_dir: str | None = None,
-        watch: bool = False,
+        room: int = 0,
     ) -> dict[str, Any]:
         """Run ``argv`` in the container within ``wait_s``; {output, code} or {error, timed_out}.
 
         ``socket_dir``: the gateway's socket dir, which the container must mount. ``cap``: bytes
         of output kept (default: the editor's reply cap with ``stdin``, else the shell's).
-        ``watch``: the host polls the view's growth meanwhile and, past its cap, kills the
-        container: code 125 and the runner's note, as when the runner stops the command itself."""
+        ``room``: bytes the view's file system must have free (else the container is made anew)."""
         try:
-            container = self._ensure(socket_dir)
+            container = self._ensure(socket_dir, room)
         except Exception as e:
             return {"error": f"sandbox error: could not start the shell's container: {e}", "timed_out": False}
         if cap is None:
             cap = EDIT_REPLY_CAP if stdin is not None else 2 * self.output_cap + 4096
-        result: dict[str, Any] = {}
-        worker = threading.Thread(
-            target=self._exec_in, args=(container, argv, stdin, cap, result), daemon=True
-        )
-        worker.start()
-        if watch and self._outgrown(worker, wait_s):
-            worker.join(STOP_JOIN_S)
-            self._drop()
-            note = f"\n[stopped: the view may grow by {VIEW_GROWTH_CAP >> 20} MiB and hold {VIEW_FILES_CAP} files]\n"
-            return {"output": bytes(result.get("output", b"")) + note.encode(), "code": 125}
-        worker.join(0 if watch else wait_s)  # a watched exec's wait is spent
-        if worker.is_alive() or "error" in result:
+        result = self._bounded(container, argv, stdin, cap, wait_s)
+        if "error" in result or "code" not in result:
             # The runner did not come back: drop the container, the next call gets a new one.
             self._drop()
             timed_out = "error" not in result
@@ -230,13 +230,37 @@ class DockerShell:
             return {"error": str(msg), "timed_out": timed_out}
         return result
 
+    def _bounded(
+        self,
+        container: Any,
+        argv: list[str],
+        stdin: bytes | None,
+        cap: int,
+        wait_s: float,
+    ) -> dict[str, Any]:
+        """``_exec_in`` in a thread given ``wait_s``: the result so far (no "code" if it did not end)."""
+        result: dict[str, Any] = {}
+        worker = threading.Thread(
+            target=self._exec_in, args=(container, argv, stdin, cap, result), daemon=True
+        )
+        worker.start()
+        worker.join(wait_s)
+        return dict(result) if not worker.is_alive() else {}
+
     def _exec_in(
-        self, container: Any, argv: list[str], stdin: bytes | None, cap: int, result: dict[str, Any]
+        self,
+        container: Any,
+        argv: list[str],
+        stdin: bytes | None,
+        cap: int,
+        result: dict[str, Any],
     ) -> None:
+        """One exec; stdout (and stderr, without ``stdin``) kept up to ``cap`` bytes (and one chunk),
+        the rest read and dropped; with ``stdin``, stderr's head goes to result["stderr"]."""
         try:
             api = self.client.api
             exec_id = api.exec_create(container.id, argv, workdir="/view", stdin=stdin is not None)["Id"]
-            kept = bytearray()
+            kept, err = bytearray(), bytearray()
             if stdin is None:
                 for chunk in api.exec_start(exec_id, stream=True):
                     if len(kept) < cap:  # the runner caps; this bounds a broken one
@@ -248,34 +272,16 @@ class DockerShell:
                     raw.sendall(stdin)
                     raw.shutdown(socket.SHUT_WR)  # end of the request: the runner reads to EOF
                     for stream_id, chunk in frames_iter(sock, tty=False):
-                        if stream_id == 1 and len(kept) < cap:
+                        if stream_id == 1 and len(kept) <= cap:
                             kept += chunk
+                        elif stream_id == 2 and len(err) < 4096:
+                            err += chunk
                 finally:
                     sock.close()
-            result["output"] = bytes(kept)
+            result["output"], result["stderr"] = kept, bytes(err)
             result["code"] = api.exec_inspect(exec_id).get("ExitCode")
         except Exception as e:
             result["error"] = f"sandbox error: {type(e).__name__}: {e}"
-
-    def _outgrown(self, worker: threading.Thread, wait_s: float) -> bool:
-        """Wait for ``worker`` (at most ``wait_s``) while polling the view from the host; True, with
-        the container killed, once it grew past ``VIEW_GROWTH_CAP`` or holds too many entries."""
-        base, _ = view_usage(self.view, VIEW_FILES_CAP)
-        deadline = time.monotonic() + wait_s
-        while worker.is_alive() and time.monotonic() < deadline:
-            worker.join(WATCH_EVERY_S)
-            used, count = view_usage(self.view, VIEW_FILES_CAP)
-            if used - base > VIEW_GROWTH_CAP or count > VIEW_FILES_CAP:
-                # The container's PID 1 killed from here ends every process of its PID namespace
-                # at once (the engine's kill takes 0.2-0.4 s, long enough to write 200 MiB more);
-                # a host user other than root may not signal uid 10001: the engine's kill then.
-                if self._init_pid is not None:
-                    with contextlib.suppress(OSError):
-                        os.kill(self._init_pid, signal.SIGKILL)
-                with contextlib.suppress(Exception):
-                    self._container.kill()
-                return True
-        return False
 
     def _only_init_left(self) -> bool:
         """Asked of the engine, not of the container: is PID 1 the only live process?"""
@@ -288,14 +294,16 @@ class DockerShell:
         live = [row for row in top.get("Processes") or [] if "Z" not in row[1]]
         return [int(row[0]) for row in live] == [self._init_pid]
 
-    def _ensure(self, socket_dir: str | None = None) -> Any:
-        """The container, made when there is none, or anew when it must mount ``socket_dir``."""
-        if self._container is not None and socket_dir in (None, self._socket_dir):
+    def _ensure(self, socket_dir: str | None = None, room: int = 0) -> Any:
+        """The container, made (and its view seeded) when there is none, or anew when it must
+        mount ``socket_dir`` or its view has less than ``room`` bytes free."""
+        usage = self._usage
+        roomy = usage is None or usage.total - usage.used >= room
+        if self._container is not None and socket_dir in (None, self._socket_dir) and roomy:
             return self._container
         self._drop()
-        if not self._handed_over:
-            hand_over(self.view, OPTIMIZER_UID)
-            self._handed_over = True
+        packed = view_sync.pack(self.view)
+        size = packed.pages + VIEW_GROWTH_CAP + VIEW_HEADROOM
         kwargs = container_kwargs(self.cfg, self.run_id)
         kwargs["user"] = f"{OPTIMIZER_UID}:{OPTIMIZER_UID}"
         kwargs["labels"] = {
@@ -304,7 +312,13 @@ class DockerShell:
             f"{LABEL}.role": "optimizer-shell",
             **owner_labels(),
         }
-        kwargs["tmpfs"] = {"/tmp": f"size={max(64, self.cfg.out_mb)}m,mode=1777"}
+        inodes = max(VIEW_FILES_CAP, packed.entries) + 64
+        kwargs["tmpfs"] = {
+            "/tmp": f"size={max(64, self.cfg.out_mb)}m,mode=1777",
+            "/view": f"size={size},nr_inodes={inodes},uid={OPTIMIZER_UID},gid={OPTIMIZER_UID},mode=0700,exec",
+        }
+        # tmpfs pages are charged to the container's memory: its processes keep memory_mb.
+        kwargs["mem_limit"] = kwargs["memswap_limit"] = f"{self.cfg.memory_mb + -(-size >> 20)}m"
         kwargs["environment"] = {
             "HOME": "/view",
             "LANG": "C.UTF-8",
@@ -312,7 +326,7 @@ class DockerShell:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         kwargs["working_dir"] = "/view"
-        volumes = {str(self.view): {"bind": "/view", "mode": "rw"}}
+        volumes = {}
         if socket_dir is not None:  # the gateway, for an agent: its socket dir, read-only
             volumes[socket_dir] = {"bind": GATEWAY_DIR, "mode": "ro"}
             if (gid := _gateway_gid(socket_dir)) is not None:
@@ -325,12 +339,72 @@ class DockerShell:
             container.start()
             container.reload()
             self._init_pid = int(container.attrs["State"]["Pid"])
+            self._usage = self._seed(container, packed.data)
         except Exception:
             remove_container(container)
             raise
+        self._synced_size = packed.size
         self._container = container
         self._socket_dir = socket_dir
         return container
+
+    def _seed(self, container: Any, data: bytes) -> view_sync.TmpfsUsage:
+        """Unpack the host view's tar into the container's /view (``tar -x`` there, as its uid)."""
+        result = self._bounded(container, view_sync.TAR_IN, data, 4096, SYNC_WAIT_S)
+        usage = view_sync.TmpfsUsage.parse(bytes(result.get("output", b"")))
+        if result.get("code") != 0 or usage is None:
+            why = result.get("error") or bytes(result.get("stderr", b"")).decode("utf-8", "replace")
+            raise RuntimeError(f"could not copy the view in: {why.strip() or 'no answer'}")
+        return usage
+
+    def _copy_out(self) -> tuple[bool, str]:
+        """``_sync_back`` after a call, unless a process survived the runner's sweep: it may still
+        write, so the container is dropped and nothing of the call is kept (the note says so)."""
+        if self._only_init_left():
+            return self._sync_back()
+        self._drop()
+        return False, SURVIVORS_NOTE
+
+    def _sync_back(self) -> tuple[bool, str]:
+        """Copy the container's /view out in place of the host view's contents: (False, "") when
+        done; (True, note) when the call grew it past its caps; (False, note) when the copy
+        failed. Either way but the first the container is dropped and the host view kept."""
+        base = self._usage
+        if self._container is None or base is None:
+            return False, ""
+        max_bytes = self._synced_size + VIEW_GROWTH_CAP
+        cap = max_bytes + (VIEW_FILES_CAP + 64) * 3 * view_sync.untar.BLOCK + (1 << 20)
+
+        def outgrown(usage: view_sync.TmpfsUsage) -> bool:
+            return usage.used - base.used > VIEW_GROWTH_CAP or usage.inodes - 1 > VIEW_FILES_CAP
+
+        argv = view_sync.tar_out(base.used + VIEW_GROWTH_CAP, VIEW_FILES_CAP + 1, max_bytes)
+        result = self._bounded(self._container, argv, b"", cap, SYNC_WAIT_S)
+        out = result.get("output", b"")
+        line, _, _ = bytes(out[:200]).partition(b"\n")
+        usage = view_sync.TmpfsUsage.parse(line)
+        if usage is not None and (outgrown(usage) or len(out) > cap or result.get("code") == view_sync.OVER):
+            self._drop()
+            return True, ""
+        if result.get("code") not in (0, 1) or usage is None:  # tar's 1: a file changed as it read
+            why = result.get("error") or bytes(result.get("stderr", b"")).decode("utf-8", "replace")
+            self._drop()
+            return (
+                False,
+                f"[harnessopt: the view could not be copied out of the container: {why.strip()[:300]}]",
+            )
+        data = bytes(memoryview(out)[len(line) + 1 :])
+        del out, result
+        members = max(VIEW_FILES_CAP, base.inodes) + 64
+        done = view_sync.replace(self.view, data, max_bytes=max_bytes, max_members=members)
+        if done.stopped:
+            self._drop()
+            return (
+                done.over_cap,
+                "" if done.over_cap else f"[harnessopt: the view's copy out: {done.stopped}]",
+            )
+        self._usage, self._synced_size = usage, done.size
+        return False, ""
 
     def _drop(self) -> None:
         if self._container is not None:
@@ -338,40 +412,15 @@ class DockerShell:
             self._container = None
             self._socket_dir = None
             self._init_pid = None
+            self._usage = None
 
 
-def view_usage(root: Path, max_entries: int) -> tuple[int, int]:
-    """(bytes of disk, entries) below ``root``, read from the host through directory fds opened
-    with O_NOFOLLOW: a directory swapped for a link while it is read is skipped, never followed.
-    Stops counting past ``max_entries``."""
-    used, count = 0, 0
-    try:
-        stack = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)]
-    except OSError:
-        return 0, 0
-    while stack:
-        fd = stack.pop()
-        try:
-            with os.scandir(fd) as it:
-                for entry in it:
-                    count += 1
-                    if count > max_entries:
-                        break
-                    with contextlib.suppress(OSError):
-                        st = entry.stat(follow_symlinks=False)
-                        used += st.st_blocks * 512
-                        if stat.S_ISDIR(st.st_mode):
-                            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                            stack.append(os.open(entry.name, flags, dir_fd=fd))
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        if count > max_entries:
-            for left in stack:
-                os.close(left)
-            break
-    return used, count
+def _notes(text: str, outgrown: bool, note: str) -> str:
+    """What the host adds to a call's output after copying the view out (``_sync_back``)."""
+    if outgrown:
+        stopped = "" if "may grow by" in text else f"\n{STOPPED_NOTE}"
+        return f"{stopped}\n{DISCARDED_NOTE}\n"
+    return f"\n{note}\n{DISCARDED_NOTE}\n" if note else ""
 
 
 def _gateway_gid(socket_dir: str) -> int | None:
@@ -389,21 +438,5 @@ def require_private_parent(view: Path) -> None:
     if st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise ValueError(
             f"the optimizer's view {view} must be inside a directory only you can enter (mode 0700), "
-            "e.g. Path(tempfile.mkdtemp()) / 'view': the container may set any mode in the view"
+            "e.g. Path(tempfile.mkdtemp()) / 'view': the view's copies are made and swapped there"
         )
-
-
-def hand_over(view: Path, uid: int) -> None:
-    """Let ``uid`` (the container's) write the view: chown it when we are root; else open its
-    modes to all (only we can reach it: ``require_private_parent``). Links are left alone."""
-    root = os.geteuid() == 0
-    for dirpath, dirnames, filenames in os.walk(view):
-        paths = [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]
-        for p in paths:
-            if os.path.islink(p):
-                continue
-            if root:
-                os.lchown(p, uid, uid)
-            else:
-                mode = os.lstat(p).st_mode
-                os.chmod(p, (mode & 0o7777) | (0o777 if os.path.isdir(p) else 0o666))
