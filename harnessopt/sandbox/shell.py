@@ -7,8 +7,9 @@ call that may change it, the container's ``tar -c`` comes back and is unpacked b
 reader (regular files and directories, modes 0644/0755) in place of the host view's contents
 (``view_sync``). So the container mounts no host path (but, for an agent, the gateway's socket
 dir), and the host view is what the container held after the last complete call. A call that
-grew the view past ``VIEW_GROWTH_CAP`` (or ``VIEW_FILES_CAP`` entries), or whose view cannot be
-copied out, is stopped (code 125 and a note) and its changes are discarded with the container.
+grew the view past ``VIEW_GROWTH_CAP`` (or ``VIEW_FILES_CAP`` entries; holes count) is stopped
+(code 125 and a note); its changes, like those of a call whose view cannot be copied out or that
+left a process behind, are discarded with the container (a note says so).
 No network, read-only root, the rollout limits (the memory limit raised by the view's tmpfs,
 whose pages it is charged), no capabilities, no new privileges, and an unprivileged uid that is
 never the host's (``OPTIMIZER_UID``). The view must sit in a directory only the host user can
@@ -17,12 +18,11 @@ reach (mode 0700): the sync makes its fresh and old copies there.
 Each bash command is one ``exec`` of the in-image runner's ``shell`` mode: ``bash -c`` in its own
 session, every file capped by RLIMIT_FSIZE, the view's growth watched, output capped, the group
 killed on timeout, then every other process of the container killed. The host then checks from
-outside (``docker top``) that only PID 1 is left, and replaces the container otherwise (after
-copying the view out): no process survives between tool calls. Each editor operation is an ``exec`` of the runner's
-``edit`` mode, so the host never opens a path inside the view while the round runs. The host
-also bounds every wait and, should the runner not answer, removes the container (a new one is
-made for the next call; the view keeps the edits of the calls before). A CLI agent (the ``command`` optimizer) is one
-``exec`` of the runner's ``agent`` mode, with the job and the lease token on stdin; for it the
+outside (``docker top``) that only PID 1 is left, and replaces the container otherwise: no
+process survives between tool calls. Each editor operation is an ``exec`` of the runner's
+``edit`` mode. The host also bounds every wait and, should the runner not answer, removes the
+container (a new one is made for the next call; the view keeps the edits of the calls before).
+A CLI agent (the ``command`` optimizer) is one ``exec`` of the runner's ``agent`` mode, with the job and the lease token on stdin; for it the
 container also mounts the gateway's socket dir read-only and the runner bridges a loopback port
 to it (the network stays ``none``).
 """
@@ -325,7 +325,7 @@ class DockerShell:
             "TERM": "dumb",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        kwargs["working_dir"] = "/view"
+        # No working_dir: the engine would make /view 0755; each exec sets its cwd.
         volumes = {}
         if socket_dir is not None:  # the gateway, for an agent: its socket dir, read-only
             volumes[socket_dir] = {"bind": GATEWAY_DIR, "mode": "ro"}

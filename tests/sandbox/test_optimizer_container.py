@@ -19,7 +19,13 @@ import pytest
 from harnessopt.config import OptimizerConfig
 from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 from harnessopt.optimizer.view import build_view, copy_back
-from harnessopt.sandbox.shell import DockerShell
+from harnessopt.sandbox.shell import (
+    OPTIMIZER_UID,
+    VIEW_FILES_CAP,
+    VIEW_GROWTH_CAP,
+    VIEW_HEADROOM,
+    DockerShell,
+)
 from tests.fake_anthropic import FakeAnthropicServer
 
 pytestmark = pytest.mark.docker
@@ -236,3 +242,71 @@ def test_a_gigabyte_written_by_the_optimizer_is_stopped(shells, view, docker_cli
     )
     assert r.exit_code == 125 and "may grow by" in r.output, r.output
     assert _disk_used(view) - before < (256 << 20) + (200 << 20)
+
+
+# ------------------------------------------------------------------ the view's quota and its copy
+
+
+def test_the_view_is_a_tmpfs_quota_of_the_container_and_no_host_path_is_mounted(
+    shells, view, docker_client, small_cfg
+) -> None:
+    sh = _shell(shells, view, docker_client, small_cfg())
+    r = sh.run("stat -f -c '%T %b %S' /view; stat -c '%u %a' /view; cat skill/SKILL.md", 20)
+    fs_type, blocks, frsize, owner, mode = r.output.split()[:5]
+    assert (fs_type, owner, mode) == ("tmpfs", str(OPTIMIZER_UID), "700"), r.output
+    assert int(blocks) * int(frsize) <= _disk_used(view) + VIEW_GROWTH_CAP + VIEW_HEADROOM + (1 << 20)
+    assert "Add numbers." in r.output  # seeded from the host's view
+    (container,) = docker_client.containers.list(filters={"label": f"harnessopt.run={sh.run_id}"})
+    assert container.attrs["Mounts"] == [], container.attrs["Mounts"]  # not a bind, not a volume
+    assert "/view" in container.attrs["HostConfig"]["Tmpfs"]
+
+
+def test_only_files_and_directories_reach_the_host_view(shells, view, docker_client, small_cfg) -> None:
+    sh = _shell(shells, view, docker_client, small_cfg())
+    r = sh.run(
+        "cd skill && ln -s /etc etc && mkfifo pipe && ln SKILL.md hard.md && printf x > s.md && "
+        "chmod 4777 s.md && printf y > locked.md && chmod 000 locked.md && mkdir -m 777 open && "
+        "python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sock\")' && echo made",
+        20,
+    )
+    assert r.exit_code == 0 and "made" in r.output, r.output
+    skill = view / "skill"
+    assert sorted(p.name for p in skill.iterdir()) == ["SKILL.md", "hard.md", "locked.md", "open", "s.md"]
+    assert (skill / "hard.md").read_text() == (skill / "SKILL.md").read_text()
+    assert (skill / "locked.md").read_text() == "y"
+    modes = {p.name: stat.S_IMODE(p.lstat().st_mode) for p in skill.iterdir()}
+    assert modes == {"SKILL.md": 0o644, "hard.md": 0o644, "locked.md": 0o644, "open": 0o755, "s.md": 0o755}
+    assert {p.lstat().st_uid for p in view.rglob("*")} == {os.geteuid()}
+
+
+def test_an_outgrown_call_is_discarded_and_the_view_keeps_the_calls_before(
+    shells, view, docker_client, small_cfg
+) -> None:
+    sh = _shell(shells, view, docker_client, small_cfg())
+    assert sh.edit({"op": "write", "path": "skill/kept.md", "text": "kept"})["ok"] is True
+    # Holes take no room on the tmpfs but would be written out in full: they count.
+    r = sh.run("echo lost > skill/lost.md; for i in 1 2 3 4 5; do truncate -s 60M s$i.bin; done", 20)
+    assert r.exit_code == 125 and "may grow by" in r.output and "discarded" in r.output, r.output
+    assert (view / "skill" / "kept.md").read_text() == "kept"
+    assert not (view / "skill" / "lost.md").exists() and not list(view.glob("s*.bin"))
+    r = sh.run("ls skill; ls", 20)  # a new container, seeded from the host's view
+    assert "kept.md" in r.output and "lost.md" not in r.output and "s1.bin" not in r.output, r.output
+
+
+def test_the_view_may_hold_so_many_files(shells, view, docker_client, small_cfg) -> None:
+    sh = _shell(shells, view, docker_client, small_cfg())
+    r = sh.run(f"mkdir d && cd d && seq 1 {VIEW_FILES_CAP + 5} | xargs touch 2>&1 | tail -1", 60)
+    assert r.exit_code == 125 and "may grow by" in r.output, r.output
+    assert not (view / "d").exists()
+
+
+def test_each_command_may_grow_the_view_by_the_cap(shells, view, docker_client, small_cfg) -> None:
+    sh = _shell(shells, view, docker_client, small_cfg())
+    before = _disk_used(view)
+    write = "for i in {}; do dd if=/dev/zero of=f$i.bin bs=1M count=60 2>/dev/null || echo FAILED; done"
+    r = sh.run(write.format("1 2"), 60)
+    assert r.exit_code == 0 and "FAILED" not in r.output, r.output
+    # The container's tmpfs had room for the cap past the seeded view: it is made anew with room.
+    r = sh.run(write.format("3 4 5"), 60)
+    assert r.exit_code == 0 and "FAILED" not in r.output, r.output
+    assert _disk_used(view) - before >= 5 * (60 << 20)
