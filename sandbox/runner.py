@@ -934,13 +934,13 @@ def run_warm() -> int:
             __import__(name)
     try:
         job = read_job(JOB_FD)
-    except (OSError, ValueError) as e:
-        sys.stderr.write(f"harnessopt runner: bad job for the warm interpreter: {e}\n")
+        if job is None:
+            return 0
+        argv = [str(a) for a in job["argv"]]
+        env = {str(k): str(v) for k, v in job["env"].items()}
+    except (OSError, ValueError, LookupError, TypeError, AttributeError) as e:
+        sys.stderr.write(f"harnessopt runner: bad job for the warm interpreter: {e!r}\n")
         return 2
-    if job is None:
-        return 0
-    argv = [str(a) for a in job["argv"]]
-    env = {str(k): str(v) for k, v in job["env"].items()}
     try:
         if job.get("cwd"):
             os.chdir(job["cwd"])
@@ -951,11 +951,19 @@ def run_warm() -> int:
     code = warm_code(argv[0]) if same_start else None
     if code is None:
         cold_start(argv, env)
-    return run_main(code, argv, env)
+    try:
+        names = prepare_main(code, argv, env)
+    except Exception:  # nothing of the script has run yet: a real cold start instead
+        cold_start(argv, env)
+    return run_main(code, names)
 
 
-def run_main(code: Any, argv: list[str], env: dict[str, str]) -> int:
-    """Run ``code`` (compiled from ``argv[0]``) as ``__main__`` in this interpreter."""
+_KEEP: list = []  # the stub's own module, once __main__ is the script's
+
+
+def prepare_main(code: Any, argv: list[str], env: dict[str, str]) -> dict:
+    """Make this interpreter what a cold start of ``argv`` would be just before running
+    ``code``: environment, argv, sys.path[0], a fresh ``__main__``; returns its globals."""
     import builtins
     import importlib
     import types
@@ -965,15 +973,20 @@ def run_main(code: Any, argv: list[str], env: dict[str, str]) -> int:
     os.environ.update(env)
     sys.argv = list(argv)
     sys.orig_argv = [sys.orig_argv[0], *argv]
-    if not sys.flags.safe_path:  # what CPython's _PyPathConfig_ComputeSysPath0 puts first
+    if not getattr(sys.flags, "safe_path", False):  # what CPython's _PyPathConfig_ComputeSysPath0 puts first
         sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
     importlib.invalidate_caches()
     main = types.ModuleType("__main__")  # __name__, __doc__, __package__, __loader__, __spec__
     names = main.__dict__
     names.update(__annotations__={}, __builtins__=builtins, __file__=code.co_filename, __cached__=None)
     names["__loader__"] = SourceFileLoader("__main__", code.co_filename)
-    stub = sys.modules["__main__"]
+    _KEEP.append(sys.modules["__main__"])
     sys.modules["__main__"] = main
+    return names
+
+
+def run_main(code: Any, names: dict) -> int:
+    """Run ``code`` as ``__main__`` (its globals ``names``) in this interpreter."""
     failed: BaseException | None = None
     try:
         exec(code, names)
@@ -983,7 +996,6 @@ def run_main(code: Any, argv: list[str], env: dict[str, str]) -> int:
         failed = e
     if failed is not None:  # outside the except: the hook sees no exception being handled
         uncaught(failed, failed.__traceback__.tb_next if failed.__traceback__ else None)
-    del stub
     return 0
 
 

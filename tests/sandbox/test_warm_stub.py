@@ -311,3 +311,13 @@ def test_a_dead_stub_is_not_handed_the_job(work: Path) -> None:
     proc.wait()
     assert runner.hand_job((proc, w), ["run.py"], dict(STATIC_ENV)) is None
     assert proc.stdout is not None and proc.stdout.closed
+
+
+@pytest.mark.parametrize("line", [b"not json\n", b'{"argv": ["run.py"]}\n', b'{"argv": 3, "env": {}}\n'])
+def test_a_malformed_job_is_refused_in_one_line(work: Path, line: bytes) -> None:
+    proc, w = start_stub(work, STATIC_ENV)
+    os.write(w, line)
+    os.close(w)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (2, b"")
+    assert err.startswith(b"harnessopt runner: bad job for the warm interpreter: ") and err.count(b"\n") == 1
