@@ -178,6 +178,13 @@ def test_a_dead_warm_interpreter_gives_a_cold_start(
             time.sleep(0.1)
         assert b"runner.py warm" in ps.output
         warm.container.exec_run(["python3", "-c", kill_stub], user="65534:65534")
+        for _ in range(200):  # SIGKILL lands when the stub is next scheduled: wait until it is a zombie
+            ps = warm.container.exec_run(
+                ["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"], user="65534:65534"
+            )
+            if b"runner.py warm" not in ps.output:
+                break
+            time.sleep(0.05)
         return warm
 
     sandbox.pool.take = take_and_kill  # type: ignore[method-assign]
