@@ -83,7 +83,7 @@ class DockerShell:
 
     def __init__(self, view: Path, cfg: RolloutConfig, *, client: Any = None, output_cap: int = OUTPUT_CAP):
         self.view = Path(view).resolve()
-        require_private_parent(self.view)
+        view_sync.require_private_parent(self.view)
         self.cfg = cfg
         self.client = client or docker_client()
         self.output_cap = output_cap
@@ -430,13 +430,3 @@ def _gateway_gid(socket_dir: str) -> int | None:
     if gid is None:
         os.chmod(socket_dir, os.stat(socket_dir).st_mode & 0o7777 | 0o111)
     return gid
-
-
-def require_private_parent(view: Path) -> None:
-    """The view must sit in a directory that only the host user can enter (ValueError otherwise)."""
-    st = view.parent.stat()
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise ValueError(
-            f"the optimizer's view {view} must be inside a directory only you can enter (mode 0700), "
-            "e.g. Path(tempfile.mkdtemp()) / 'view': the view's copies are made and swapped there"
-        )

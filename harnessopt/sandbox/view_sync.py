@@ -120,3 +120,13 @@ def tar_out(max_used: int, max_entries: int, max_bytes: int) -> list[str]:
         "exec tar -C /view --format=gnu --hard-dereference -cf - ."
     )
     return ["sh", "-c", script]
+
+
+def require_private_parent(view: Path) -> None:
+    """The view must sit in a directory that only the host user can enter (ValueError otherwise)."""
+    st = view.parent.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise ValueError(
+            f"the optimizer's view {view} must be inside a directory only you can enter (mode 0700), "
+            "e.g. Path(tempfile.mkdtemp()) / 'view': the view's copies are made and swapped there"
+        )
