@@ -195,19 +195,21 @@ class Prestarted:
             self._err.close()
 
     def discard(self) -> None:
-        """Kill the child's session unused (its job pipe closed first); never raises."""
-        self._end()
+        """Kill the child's session unused (its job pipe closed first; no grace: no job ran); never
+        raises. After ``run`` it only releases what is left."""
+        self._end(term_grace_s=0.0)
         self._out.close()
         self._err.close()
 
-    def _end(self) -> None:
+    def _end(self, term_grace_s: float | None = None) -> None:
         if self._closed:
             return
         self._closed = True
         if self._job >= 0:
             os.close(self._job)
             self._job = -1
-        kill_session(self.proc.pid, self.term_grace_s, leader_alive=self.proc.returncode is None)
+        grace = self.term_grace_s if term_grace_s is None else term_grace_s
+        kill_session(self.proc.pid, grace, leader_alive=self.proc.returncode is None)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=KILL_GRACE_S)
 

@@ -163,7 +163,8 @@ class WarmPool:
         self._thread: threading.Thread | None = None
 
     def take(self, key: Key, spec: RunSpec) -> Slot | None:
-        """A slot made for ``key``, or None (the task starts cold); the pool now fills for ``key``."""
+        """A slot made for ``key``, or None (the task starts cold); the pool now fills for ``key``
+        (the slots of another key are discarded by the pool's thread)."""
         stale: list[Slot] = []
         slot = None
         with self._cond:
@@ -186,9 +187,8 @@ class WarmPool:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._fill, name="ho-warm-pool", daemon=True)
                 self._thread.start()
+            self._retired += stale  # killed and removed by the thread, off this task's path
             self._cond.notify_all()
-        for s in stale:
-            s.close()
         return slot
 
     def retire(self, slot: Slot) -> None:

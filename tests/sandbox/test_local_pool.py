@@ -68,7 +68,7 @@ def test_fills_from_the_second_task_of_a_key_and_a_new_key_discards_the_old_slot
         assert _until(lambda: len(pool.idle()) == 2)  # refilled
         old = pool.idle()
         assert pool.take(_key("b"), SPEC) is None  # another candidate: the old slots go
-        assert all(s in starts.closed and s.child.proc.returncode is not None for s in old)
+        assert _until(lambda: all(s in starts.closed and s.child.proc.returncode is not None for s in old))
         time.sleep(0.3)
         assert pool.idle() == []  # b asked for once: nothing made for it yet
         got.close()

@@ -187,6 +187,15 @@ def _gone(sids: list[int], within: float = 5.0) -> bool:
     return True
 
 
+def _removed(paths: list[Path], within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while any(p.exists() for p in paths):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_warm_runs_give_the_bytes_of_cold_runs(mode, candidate, gateway, tmp_path, small_cfg):
     skill, harness = candidate(BEHAVIOURS)
@@ -255,10 +264,7 @@ def test_nothing_of_a_task_reaches_the_next(mode, candidate, gateway, tmp_path, 
             assert out.error_class is None
             assert (tmp_path / f"left-{i}" / "answer.txt").read_text() == "['mark']"
             assert _gone([used.child.pid])  # the background sleep too
-            deadline = time.monotonic() + 5
-            while used.root.exists():  # removed by the pool's thread, off the task's path
-                assert time.monotonic() < deadline, "a used slot's dir was left"
-                time.sleep(0.02)
+            assert _removed([used.root]), "a used slot's dir was left"  # by the pool's thread
         assert sb._pool is not None and sb._pool.taken == 2
     finally:
         sb.close()
@@ -283,7 +289,9 @@ def test_another_candidate_discards_the_slots_and_close_leaves_nothing(
         out = sb.run(_spec(skill, harness, gateway.lease(), "x"), tmp_path / "second")
         assert out.error_class is None and (tmp_path / "second" / "answer.txt").read_text() == "second"
         assert sb._pool.taken == taken
-        assert _gone([s.child.pid for s in first]) and not any(s.root.exists() for s in first)
+        assert _gone([s.child.pid for s in first]) and _removed(
+            [s.root for s in first] + [s.out for s in first]
+        )
 
         sb.run(_spec(skill, harness, gateway.lease(), "x"), tmp_path / "again")
         _ready(sb, 2)
