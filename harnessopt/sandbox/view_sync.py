@@ -111,12 +111,13 @@ def replace(view: Path, data: bytes, *, max_bytes: int, max_members: int) -> unt
 def tar_out(max_used: int, max_entries: int, max_bytes: int) -> list[str]:
     """The container's side of copying the view out: its ``stat -f`` line, then, unless the view
     takes more than ``max_used`` bytes, holds more than ``max_entries`` entries or its files'
-    sizes (holes count) add up to more than ``max_bytes``, a tar of it (else exit ``OVER``).
+    sizes (holes count, and every name of a hard link: tar writes each in full) add up to more
+    than ``max_bytes``, a tar of it (else exit ``OVER``).
     Everything in /view belongs to the container's uid: ``u+rwX`` first lets tar read it all."""
     script = (
         f'chmod -R u+rwX /view 2>/dev/null; s=$({STATFS}) && echo "$s" && set -- $s || exit 2; '
         f"[ $((($2 - $3) * $1)) -le {max_used} ] && [ $(($4 - $5)) -le {max_entries} ] "
-        f"&& [ $(du -s -B1 --apparent-size /view | cut -f1) -le {max_bytes + (1 << 20)} ] || exit {OVER}; "
+        f"&& [ $(du -s -l -B1 --apparent-size /view | cut -f1) -le {max_bytes + (1 << 20)} ] || exit {OVER}; "
         "exec tar -C /view --format=gnu --hard-dereference -cf - ."
     )
     return ["sh", "-c", script]

@@ -291,6 +291,18 @@ def test_an_outgrown_call_is_discarded_and_the_view_keeps_the_calls_before(
     assert not (view / "skill" / "lost.md").exists() and not list(view.glob("s*.bin"))
     r = sh.run("ls skill; ls", 20)  # a new container, seeded from the host's view
     assert "kept.md" in r.output and "lost.md" not in r.output and "s1.bin" not in r.output, r.output
+    # Every name of a hard link would be written out in full too.
+    r = sh.run(
+        "dd if=/dev/zero of=a.bin bs=1M count=60 2>/dev/null; for i in 1 2 3 4; do ln a.bin l$i; done", 20
+    )
+    assert r.exit_code == 125 and "discarded" in r.output, r.output
+    assert sorted(p.name for p in view.iterdir()) == [
+        "OPTIMIZE.md",
+        "harness",
+        "history.md",
+        "skill",
+        "trajectories",
+    ]
 
 
 def test_the_view_may_hold_so_many_files(shells, view, docker_client, small_cfg) -> None:
