@@ -80,3 +80,30 @@ def test_the_docker_sandbox_gives_its_shell_and_installs_no_signal_handler(
         shell.close()
     finally:
         sandbox.close()
+
+
+def test_a_command_stopped_at_its_timeout_keeps_what_it_wrote(shell):
+    r = shell.run("echo early > early.txt; sleep 100", 1)
+    assert r.timed_out and r.exit_code is None
+    assert (shell.view / "early.txt").read_text() == "early\n"
+
+
+def test_the_view_goes_into_a_new_container_and_back_unchanged(shell, docker_client, small_cfg):
+    import os
+    import stat
+
+    r = shell.run(
+        "mkdir -p a/empty && printf '#!/bin/sh\\necho ran\\n' > a/run.sh && chmod +x a/run.sh && "
+        "./a/run.sh && touch \"$(printf 'n\\377m')\"",
+        10,
+    )
+    assert r.exit_code == 0 and "ran" in r.output, r.output
+    view = shell.view
+    assert (view / "a" / "empty").is_dir() and b"n\xffm" in os.listdir(bytes(view))
+    assert stat.S_IMODE((view / "a" / "run.sh").stat().st_mode) == 0o755
+    again = DockerShell(view, small_cfg(), client=docker_client)  # a new container, seeded from the host
+    try:
+        r = again.run("./a/run.sh && ls -d a/empty && ls | od -c | grep -c 377", 10)
+    finally:
+        again.close()
+    assert r.exit_code == 0 and r.output.split() == ["ran", "a/empty", "1"], r.output
