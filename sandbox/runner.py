@@ -15,7 +15,8 @@ host's pool) for its job: one JSON line on stdin, written by the host through th
 4. sends a meta frame (exit code) and a tar of /out (a tmpfs that vanishes with the container).
 
 Everything on the container's stdout is a frame written by the runner alone: one kind byte
-(``O`` harness stdout, ``E`` harness stderr, ``M`` meta JSON, ``T`` tar bytes), a 4-byte
+(``O`` harness stdout, ``E`` harness stderr, ``M`` meta JSON, ``T`` tar bytes, ``Z`` the end: an
+empty frame after the tar, so the host stops reading without waiting for the container's exit), a 4-byte
 big-endian length, the payload. The harness never holds the attach stream, so it cannot forge
 the end of its task or the archive; its output is payload inside ``O``/``E`` frames.
 
@@ -203,6 +204,7 @@ def send_out(exit_code: int | None, stopped: bool) -> None:
         for path, name in members:
             with contextlib.suppress(OSError):
                 tar.add(path, arcname=name, recursive=False)
+    send(b"Z")  # nothing follows: the host need not wait ~40 ms for the attach stream to close
 
 
 def wait_for_go() -> dict:

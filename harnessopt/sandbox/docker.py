@@ -36,7 +36,7 @@ __all__ = ["DockerSandbox", "DockerShell"]
 STOP_GRACE_S = 5.0  # after SIGUSR1, time for the runner to send /out before a hard kill
 FLOOD_FACTOR = 16  # stdout+stderr past this many times the cap counts as flooding: stop the task
 OUT_MAX_FILES = 10_000  # members of /out unpacked on the host; more is output_cap
-FRAME_HEADER = 5  # the runner's frames: kind byte (O, E, M, T), 4-byte big-endian length
+FRAME_HEADER = 5  # the runner's frames: kind byte (O, E, M, T, Z), 4-byte big-endian length
 FRAME_MAX = 1 << 20  # the runner sends at most 64 KiB per frame; anything bigger is not the runner
 
 
@@ -51,6 +51,7 @@ class _Stream:
     tar_overflow: bool = False
     flooded: bool = False
     broken: str | None = None  # the attach stream did not follow the runner's framing
+    ended: bool = False  # the runner's end frame came: all it sends has arrived
 
 
 class DockerSandbox:
@@ -159,7 +160,7 @@ class DockerSandbox:
                     continue
                 buf += data
                 if not self._take_frames(st, buf, tar_cap):
-                    break  # a broken stream or /out past its cap: stop reading, discard removes it
+                    break  # the end, a broken stream or /out past its cap: discard removes the container
                 if st.stdout.total + st.stderr.total > FLOOD_FACTOR * cap and not st.flooded:
                     st.flooded = True
                     stopper.stop(reason="flood")
@@ -175,13 +176,16 @@ class DockerSandbox:
         try:
             while len(buf) - at >= FRAME_HEADER:
                 kind, size = buf[at : at + 1], int.from_bytes(buf[at + 1 : at + FRAME_HEADER], "big")
-                if kind not in b"OEMT" or size > FRAME_MAX:
+                if kind not in b"OEMTZ" or size > FRAME_MAX:
                     st.broken = f"bad frame header {bytes(buf[at : at + FRAME_HEADER])!r}"
                     return False
                 if len(buf) - at - FRAME_HEADER < size:
                     break  # the rest of this frame has not arrived yet
                 payload = bytes(buf[at + FRAME_HEADER : at + FRAME_HEADER + size])
                 at += FRAME_HEADER + size
+                if kind == b"Z":  # the runner's last frame (an older runner just closes the stream)
+                    st.ended = True
+                    return False
                 if kind == b"O":
                     st.stdout.add(payload)
                 elif kind == b"E":
