@@ -15,7 +15,10 @@ phases of ceil(tasks / C) x latency: what a scheduler with a barrier between pha
 Where the rest goes, per task, from the runner's results: ``model`` is the time the gateway
 spent on the task's calls (its exchange records), ``harness`` the sandbox's wall time of the
 harness process (its start to its exit), ``outside`` what the runner spent on the task besides
-the harness (phase wall x C / tasks - harness: container or process start, slot, scoring, /out).
+the harness (phase wall x C / tasks - harness: container or process start, slot, scoring, /out),
+``engine`` the CPU seconds Docker's daemons and shims (dockerd, containerd, the shims, runc) used
+during the cell, per task: starting and removing a container per task, which competes with the
+tasks for the cores.
 """
 
 from __future__ import annotations
@@ -38,8 +41,31 @@ def _quiet(_message: str) -> None:
     return None
 
 
+ENGINE = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "runc", "docker-init")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def engine_cpu_s() -> float:
+    """CPU seconds used so far by the container engine's processes (Docker's daemons and shims)."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)
+            name = fields[0].split("(", 1)[1]
+            rest = fields[1].split()
+        except (OSError, IndexError):
+            continue
+        if name in ENGINE or name.startswith("containerd-shim"):
+            total += (
+                int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
+            )  # incl. waited-for children
+    return total / TICK
+
+
 def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
     tmp = roundbench.new_tmp("ho-bench-p2-")
+    engine0 = engine_cpu_s()
     try:
         with roundbench.bench_services(
             tmp, sandbox=mode, concurrency=c, n_train=n, n_val=n, latency_s=latency, template=template
@@ -60,6 +86,7 @@ def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
             phases = [rollout, smoke, validation]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    engine = engine_cpu_s() - engine0
     wall = sum(p.wall_s for p in phases)
     calls = sum(p.calls for p in phases)
     errors = [
@@ -75,7 +102,8 @@ def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
     note = f" ({failed} tasks failed; first: {errors[0]})" if failed else ""
     return (
         f"{mode:7} {c:>2} {n:>3} {calls:>5} {wall:>7.1f} {ideal:>6.1f} {wall / ideal:>6.2f} "
-        f"{wall / per_phase:>6.2f}   {model:>5.2f} {harness - model:>6.2f} {outside:>6.2f}{note}"
+        f"{wall / per_phase:>6.2f}   {model:>5.2f} {harness - model:>6.2f} {outside:>6.2f} "
+        f"{engine / tasks:>7.2f}{note}"
     )
 
 
@@ -92,11 +120,13 @@ def main() -> int:
     print(
         f"round_vs_ideal: template {a.template}, model latency {a.latency:g} s, {os.cpu_count()} cores; "
         f"per task: model = gateway time on its calls, harness-model = the harness's own time "
-        f"(interpreter, imports, gateway hop), outside = the runner's time around the harness"
+        f"(interpreter, imports, gateway hop), outside = the runner's time around the harness, "
+        f"engine = CPU s of the container engine's processes per task (the whole cell, pool fill and "
+        f"removal included; 0 in local mode)"
     )
     print(
         f"{'mode':7} {'C':>2} {'N':>3} {'calls':>5} {'wall s':>7} {'ideal':>6} {'ratio':>6} {'/phase':>6}   "
-        f"{'model':>5} {'h-m':>6} {'outside':>6}"
+        f"{'model':>5} {'h-m':>6} {'outside':>6} {'engine':>7}"
     )
     for mode in a.modes:
         for n in sizes:
