@@ -57,6 +57,7 @@ def observe():
         f.write(bytes(range(256)))
     os.symlink("answer.txt", os.path.join(OUT, "link"))
     os.symlink("/etc/hostname", os.path.join(OUT, "outside"))
+    os.symlink("/etc", os.path.join(OUT, "sub", "etc"))  # a directory outside: not walked into
     os.mkfifo(os.path.join(OUT, "fifo"))
     print("no newline at the end", end="")
 
@@ -222,7 +223,7 @@ def test_warm_runs_give_the_bytes_of_cold_runs(mode, candidate, gateway, tmp_pat
             if case == "traceback":
                 assert 'raise ValueError("boom " + ARGS.task)' in seen[0]["stderr"]
             if case == "observe":
-                assert "atexit ran" in seen[0]["stdout"] and len(seen[0]["files"]) == 6
+                assert "atexit ran" in seen[0]["stdout"] and len(seen[0]["files"]) == 7
     finally:
         cold.close()
         warm.close()
@@ -401,6 +402,7 @@ def test_an_out_dir_on_another_file_system_gets_the_same_files(candidate, gatewa
         assert warm._pool is not None and warm._pool.taken == 1
         assert seen[0] == seen[1], _differences(*seen)
         assert seen[1]["files"]["fifo"] == "fifo" and seen[1]["files"]["outside"] == ("link", "/etc/hostname")
+        assert seen[1]["files"]["sub/etc"] == ("link", "/etc") and len(seen[1]["files"]) == 7
     finally:
         cold.close()
         warm.close()
