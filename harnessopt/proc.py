@@ -241,10 +241,12 @@ def wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
 def _write_all(fd: int, data: bytes, deadline: float) -> bool:
     """Write ``data`` to the pipe ``fd`` by ``deadline``; False when the reader is gone or too slow."""
     os.set_blocking(fd, False)
+    poller = select.poll()  # not select(): a descriptor past 1023 is fine
+    poller.register(fd, select.POLLOUT)
     view = memoryview(data)
     while view:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([], [fd], [], left)[1]:
+        if left <= 0 or not poller.poll(math.ceil(left * 1000)):
             return False
         try:
             view = view[os.write(fd, view) :]
