@@ -105,6 +105,9 @@ def open_services(
                 peer_uids=getattr(sandbox, "gateway_uids", ()),  # the optimizer's container, say
             )
         )
+        prewarm = getattr(sandbox, "prewarm", None)  # docker: its pool starts containers meanwhile
+        if prewarm is not None and gateway.socket_path is not None and cfg.rollout.executor == "local":
+            prewarm(str(gateway.socket_path.parent))
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         store = RoundStore(state_dir, rollout_settings(cfg, root))

@@ -111,6 +111,11 @@ class DockerSandbox:
         finally:
             self.pool.discard(warm)
 
+    def prewarm(self, socket_dir: str | None) -> None:
+        """Start the pool's containers for the gateway at ``socket_dir`` while the run sets up:
+        the first tasks then find them started, as later ones do."""
+        self.pool.prewarm(socket_dir)
+
     def shell(self, view: Path) -> DockerShell:
         """The optimizer's bash in its own container: no network, only ``view`` mounted (at /view)."""
         return DockerShell(view, self.cfg, client=self.client)

@@ -209,8 +209,8 @@ class WarmPool:
         self._reaper = threading.Thread(target=self._reap, name="ho-reaper", daemon=True)
         self._reaper.start()
 
-    def take(self, socket_dir: str | None) -> Warm:
-        """A started container for ``socket_dir``: a warm one when ready, else made now."""
+    def prewarm(self, socket_dir: str | None) -> None:
+        """Start filling for ``socket_dir`` now, before the first task asks (``take`` does it too)."""
         with self._lock:
             if socket_dir != self.socket_dir:  # another gateway: the warm ones mount the wrong dir
                 self.socket_dir = socket_dir
@@ -222,6 +222,10 @@ class WarmPool:
                     t.start()
                     self._fillers.append(t)
                     self._want.release()
+
+    def take(self, socket_dir: str | None) -> Warm:
+        """A started container for ``socket_dir``: a warm one when ready, else made now."""
+        self.prewarm(socket_dir)
         while True:
             try:
                 warm = self._ready.get_nowait()
