@@ -184,7 +184,7 @@ class WarmPool:
                 else:
                     stale.append(candidate)
                     self._lost_one()
-            if self._thread is None:
+            if self._thread is None and (self._armed or stale):  # not for a sandbox of one task
                 self._thread = threading.Thread(target=self._fill, name="ho-warm-pool", daemon=True)
                 self._thread.start()
             self._retired += stale  # killed and removed by the thread, off this task's path
