@@ -149,6 +149,7 @@ def task_command(cfg: RolloutConfig) -> list[str]:
 
 REFILL_DELAY_S = 0.4  # after a take, before the pool starts the container replacing it
 REMOVE_WAIT_S = 10.0  # how long a removal waits for another removal of the same container
+CLOSE_WAIT_S = 30.0  # how long close() waits for a container start under way
 
 
 @dataclass
@@ -249,6 +250,8 @@ class WarmPool:
         self._closed.set()
         for _ in self._fillers:
             self._want.release()
+        for t in self._fillers:  # a start under way ends first (its container is then removed)
+            t.join(timeout=CLOSE_WAIT_S)
         with self._lock:
             self._drain()
         # Containers still running a task (Ctrl-C, a crash): removing them ends their tasks now,
