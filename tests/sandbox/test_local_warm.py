@@ -188,6 +188,19 @@ def _gone(sids: list[int], within: float = 5.0) -> bool:
     return True
 
 
+def _runner() -> Any:
+    """sandbox/runner.py as a module (the stub the local sandbox runs), for its constants."""
+    import importlib.util
+
+    from harnessopt.sandbox.local import RUNNER
+
+    spec = importlib.util.spec_from_file_location("ho_runner_for_test", RUNNER)
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    return runner
+
+
 def _removed(paths: list[Path], within: float = 5.0) -> bool:
     deadline = time.monotonic() + within
     while any(p.exists() for p in paths):
@@ -343,7 +356,8 @@ def test_warm_off_starts_nothing_ahead(candidate, gateway, tmp_path, small_cfg):
 @pytest.mark.parametrize("mode", MODES)
 def test_a_warm_run_skips_the_interpreter_start_and_imports(mode, candidate, gateway, tmp_path, small_cfg):
     """What a harness can tell apart (docs/sandbox.md): modules the stub imported ahead."""
-    skill, harness = candidate("answer('ssl' in sys.modules)\n")
+    ahead = next(m for m in _runner().WARM_IMPORTS if m in ("http.client", "urllib.parse", "difflib"))
+    skill, harness = candidate(f"answer({ahead!r} in sys.modules)\n")
     sb = LocalSandbox(small_cfg(), isolation_mode=mode)
     try:
         _warmed(sb, _spec(skill, harness, gateway.lease(), "x"), tmp_path)
@@ -363,15 +377,9 @@ def test_a_warm_run_skips_the_interpreter_start_and_imports(mode, candidate, gat
 def test_slots_start_with_every_variable_the_stub_compares():
     """local_pool.static_env keeps all that runner.py's startup_env compares (else every job with
     such a variable would be started cold by the stub), and nothing secret."""
-    import importlib.util
-
-    from harnessopt.sandbox.local import RUNNER
     from harnessopt.sandbox.local_pool import static_env
 
-    spec = importlib.util.spec_from_file_location("ho_runner_for_test", RUNNER)
-    assert spec is not None and spec.loader is not None
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = _runner()
     names = ["PATH", "HOME", "LANG", "LANGUAGE", "TZ", "GLIBC_TUNABLES", "TMPDIR", "PYTHONPATH", "LC_ALL"]
     names += ["LD_PRELOAD", "MALLOC_ARENA_MAX", "OPENSSL_CONF", "SSL_CERT_FILE", "HO_FLAG_X", "USER"]
     env = {n: "v" for n in [*names, "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HARNESSOPT_TARGET_MODEL"]}
