@@ -13,7 +13,8 @@ candidate's arrival to its rejection:
                         reruns the crashed ones, takes the incumbent's side from the run the
                         loop made while the optimizer worked (loop.probe_jobs), and rejects
 
-Prints each one's time and its share of the full validation's time (target <= 10%).
+Prints each one's time and its share of the full validation's time (target <= 10%). ``--pool N``
+sets the Docker warm pool's size instead of ``docker.warm_pool_size``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--latency", type=float, default=2.0)
+    ap.add_argument("--pool", type=int, help="Docker's warm pool size (default: warm_pool_size)")
     a = ap.parse_args()
+    if a.pool is not None:
+        from harnessopt.sandbox import docker
+
+        docker.warm_pool_size = lambda _c: a.pool  # type: ignore[assignment]
     tmp = roundbench.new_tmp("ho-bench-p3-")
     try:
         with roundbench.bench_services(
@@ -67,7 +73,8 @@ def main() -> int:
             full = roundbench.timed_phase("validation", svc, inc, val, 1)
             assert all(r.error_class is None for r in full.results), [r.notes for r in full.results][:3]
             print(
-                f"broken_candidate: {a.sandbox} sandbox, concurrency {a.concurrency}, model latency "
+                f"broken_candidate: {a.sandbox} sandbox, concurrency {a.concurrency}, pool "
+                f"{a.pool if a.pool is not None else 'default'}, model latency "
                 f"{a.latency:g} s; full validation of {len(val)} tasks: {full.wall_s:.1f} s ({full.calls} calls)"
             )
             rc = loop.RoundContext(k=1, scratch=tmp / "scratch", incumbent=inc, parent="bench", val=list(val))

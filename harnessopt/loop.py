@@ -345,8 +345,12 @@ def smoke(
     if not tasks:
         return [], None
     say(f"round {rc.k}: smoke test of the candidate on {len(tasks)} val tasks")
-    svc.runner.prefetch(cand, validation_jobs(svc, rc, tasks)[: svc.cfg.rollout.concurrency], rc.k)
-    results = svc.runner.run(cand, tasks, rc.k)
+    ahead = _SmokeAhead(svc, rc, cand, validation_jobs(svc, rc, tasks)[: svc.cfg.rollout.concurrency])
+    svc.runner.observers.append(ahead)
+    try:
+        results = svc.runner.run(cand, tasks, rc.k)
+    finally:
+        svc.runner.observers.remove(ahead)
     crashed = [t for t in tasks if any(r.crashed for r in results if r.task_id == t.id)]
     again: tuple[Outcomes, Outcomes] = ({}, {})
     if crashed:  # a flake must not reject: the same tasks once more, on both sides
@@ -373,6 +377,28 @@ def smoke(
     return results, (
         f"smoke test: {len(v.reproduced)}/{len(tasks)} crashed twice where the incumbent did not: {named}"
     )
+
+
+class _SmokeAhead:
+    """Runs the smoke test starts ahead as its results come (a ``RunObserver``): a crashed task's
+    rerun at once, and validation's first runs once a task ran clean, in the slots the smoke test
+    leaves free. A candidate that crashes everywhere starts no validation run."""
+
+    def __init__(self, svc: Services, rc: RoundContext, cand: Candidate, first: list[tuple[Task, int]]):
+        self.svc, self.rc, self.cand, self.first = svc, rc, cand, first
+        self.by_id = {t.id: t for t in rc.val}
+
+    def started(self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int]) -> None:
+        return None
+
+    def finished(self, label: str, result: TaskResult, done: int, total: int) -> None:
+        if label != self.cand.label or result.epoch != 0:
+            return
+        if result.crashed:
+            self.svc.runner.prefetch(self.cand, [(self.by_id[result.task_id], SMOKE_RERUN_EPOCH)], self.rc.k)
+        elif self.first:
+            self.svc.runner.prefetch(self.cand, self.first, self.rc.k)
+            self.first = []
 
 
 def incumbent_reruns(

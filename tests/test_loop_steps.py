@@ -33,6 +33,7 @@ class ScriptedRunner:
         self.attempts: dict[tuple[str, str], int] = {}
         self.prefetched: list[list[tuple[str, str, int]]] = []  # each prefetch() call's jobs
         self.dropped = 0
+        self.observers: list[Any] = []  # told of each batch and result, as Runner.run tells them
 
     def prefetch(self, cand: Candidate, jobs: Sequence[tuple[Task, int]], round_no: int) -> None:
         """Runs started ahead only save time: the scripted outcomes come when ``run`` asks."""
@@ -46,6 +47,8 @@ class ScriptedRunner:
         self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
     ) -> list[TaskResult]:
         self.batches.append((cand.label, [t.id for t in tasks], list(epochs)))
+        for o in list(self.observers):
+            o.started(cand.label, tasks, round_no, epochs)
         out = []
         for e in epochs:
             for t in tasks:
@@ -53,6 +56,8 @@ class ScriptedRunner:
                 self.attempts[(cand.label, t.id)] = n + 1
                 score, crashed = self.script(cand.label, t.id, n)
                 out.append(_result(t, round_no, e, score, crashed))
+                for o in list(self.observers):
+                    o.finished(cand.label, out[-1], len(out), len(tasks) * len(epochs))
         return out
 
 
@@ -123,7 +128,10 @@ def test_the_probe_made_ahead_settles_a_broken_candidate_without_another_incumbe
     runner, crash = _smoke(tmp_path, lambda side, t, n: (1.0, side == "candidate"), probe=True)
     assert crash is not None and "5/5 crashed twice" in crash
     assert [b[0] for b in runner.batches] == ["candidate", "candidate"]  # smoke, its reruns
-    assert runner.dropped == 1  # validation's runs started ahead are dropped with the candidate
+    # each crash's rerun was started as it came; no validation run was started for it
+    ahead = [job for call in runner.prefetched for job in call]
+    assert all(e == loop.SMOKE_RERUN_EPOCH for _label, _t, e in ahead) and len(ahead) == 5
+    assert runner.dropped == 1  # whatever was started ahead goes with the candidate
 
 
 def test_a_probe_that_crashed_leaves_the_incumbent_reruns_to_be_made(tmp_path: Path) -> None:

@@ -40,6 +40,14 @@ FRAME_HEADER = 5  # the runner's frames: kind byte (O, E, M, T, Z), 4-byte big-e
 FRAME_MAX = 1 << 20  # the runner sends at most 64 KiB per frame; anything bigger is not the runner
 
 
+def warm_pool_size(concurrency: int) -> int:
+    """Containers the pool keeps started: ``2 * concurrency + 2``. Tasks that crash at once come in
+    bursts (a smoke test's runs, then each crash's rerun): with only ``concurrency`` ready, the
+    burst waits for container starts (benchmarks/broken_candidate.py --pool compares sizes). An
+    idle one holds a runner and a warm interpreter."""
+    return 2 * concurrency + 2
+
+
 @dataclass
 class _Stream:
     """What came back on one task's attach stream."""
@@ -69,7 +77,7 @@ class DockerSandbox:
         self.description = f"docker ({cfg.image}), a fresh container per task, no network"
         self.run_id = run_id or secrets.token_hex(6)
         self.copies = PreparedCopies(_copy_readable, skip=("__pycache__", ".git"), group=CONTAINER_GID)
-        size = cfg.concurrency if warm is None else warm
+        size = warm_pool_size(cfg.concurrency) if warm is None else warm
         self.pool = WarmPool(client, cfg, self.run_id, size, {str(self.copies.root): CANDIDATES_DIR})
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:

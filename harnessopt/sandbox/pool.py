@@ -301,7 +301,7 @@ class WarmPool:
             # A container's start costs the engine ~0.3 s of CPU: made just after a take, it competes
             # with the start of the task just handed out; a moment later, with tasks waiting on
             # the model (round_vs_ideal, docker C=4: 1.23 against 1.27 of the ideal).
-            if self._closed.wait(REFILL_DELAY_S):
+            if self._ready.qsize() and self._closed.wait(REFILL_DELAY_S):  # none ready: no delay
                 return
             try:
                 warm = self.make(self.socket_dir)

@@ -19,7 +19,7 @@ def _ours(docker_client: Any, sb: DockerSandbox) -> list[Any]:
 def test_prewarm_starts_the_pool_before_any_task_and_the_first_task_takes_a_started_one(
     docker_client, small_cfg, candidate, gateway, spec_for, tmp_path
 ) -> None:
-    sb = DockerSandbox(small_cfg(concurrency=2), docker_client)
+    sb = DockerSandbox(small_cfg(concurrency=2), docker_client, warm=2)
     try:
         socket_dir = str(gateway.lease().socket_path.parent)
         sb.prewarm(socket_dir)
