@@ -103,7 +103,7 @@ def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
     return (
         f"{mode:7} {c:>2} {n:>3} {calls:>5} {wall:>7.1f} {ideal:>6.1f} {wall / ideal:>6.2f} "
         f"{wall / per_phase:>6.2f}   {model:>5.2f} {harness - model:>6.2f} {outside:>6.2f} "
-        f"{engine / tasks:>7.2f}{note}"
+        f"{engine / tasks if mode == 'docker' else float('nan'):>7.2f}{note}"
     )
 
 
@@ -122,7 +122,7 @@ def main() -> int:
         f"per task: model = gateway time on its calls, harness-model = the harness's own time "
         f"(interpreter, imports, gateway hop), outside = the runner's time around the harness, "
         f"engine = CPU s of the container engine's processes per task (the whole cell, pool fill and "
-        f"removal included; 0 in local mode)"
+        f"removal included; nan in local mode)"
     )
     print(
         f"{'mode':7} {'C':>2} {'N':>3} {'calls':>5} {'wall s':>7} {'ideal':>6} {'ratio':>6} {'/phase':>6}   "
