@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harnessopt.proc import Prestarted
+from tests.proc_support import live_in_session
 
 # Reads its job on fd 3 and runs it as Python code; reports its open descriptors first.
 CHILD = (
@@ -19,23 +20,9 @@ CHILD = (
 )
 
 
-def _session(sid: int) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_bytes()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(b")") + 2 :].split()
-            if fields[0] not in (b"Z", b"X") and int(fields[3]) == sid:
-                found.append(int(entry.name))
-    return found
-
-
 def _gone(sid: int, within: float = 3.0) -> bool:
     deadline = time.monotonic() + within
-    while _session(sid):
+    while live_in_session(sid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
@@ -76,7 +63,7 @@ def test_discard_closes_the_pipe_and_kills_the_session() -> None:
         cap=1000,
         env={"PATH": "/usr/bin:/bin"},
     )
-    assert _session(child.pid) == [child.pid]
+    assert live_in_session(child.pid) == [child.pid]
     child.discard()
     child.discard()  # idempotent
     assert child.proc.returncode is not None and _gone(child.pid)

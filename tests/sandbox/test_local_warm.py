@@ -21,6 +21,7 @@ import pytest
 from harnessopt.protocols import RunOutput, RunSpec
 from harnessopt.sandbox import isolation
 from harnessopt.sandbox.local import LocalSandbox
+from tests.proc_support import live_in_session
 
 MODES = [
     pytest.param(m, marks=pytest.mark.skipif(not isolation.available(m), reason=f"{m} cannot run here"))
@@ -164,24 +165,9 @@ def _warmed(sb: LocalSandbox, spec: RunSpec, tmp_path: Path) -> None:
     _ready(sb)
 
 
-def _session(sid: int) -> list[int]:
-    """Live processes in session ``sid``."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_bytes()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(b")") + 2 :].split()
-            if fields[0] not in (b"Z", b"X") and int(fields[3]) == sid:
-                found.append(int(entry.name))
-    return found
-
-
 def _gone(sids: list[int], within: float = 5.0) -> bool:
     deadline = time.monotonic() + within
-    while any(_session(s) for s in sids):
+    while any(live_in_session(s) for s in sids):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -295,7 +281,7 @@ def test_another_candidate_discards_the_slots_and_close_leaves_nothing(
         _ready(sb, 2)
         assert sb._pool is not None
         first = sb._pool.idle()
-        assert len(first) == 2 and all(s.root.is_dir() and _session(s.child.pid) for s in first)
+        assert len(first) == 2 and all(s.root.is_dir() and live_in_session(s.child.pid) for s in first)
 
         # The candidate changed in place: its slots are not used, the task sees the new harness.
         candidate("answer('second')\n")
