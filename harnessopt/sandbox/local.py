@@ -178,7 +178,9 @@ class LocalSandbox:
                 hide=key.hide,
                 cwd=root,
                 grace_s=TERM_GRACE_S,
-                readonly=ro,
+                # bwrap's private /tmp or a hidden workspace may cover the runner (a checkout in
+                # /tmp, a venv in the workspace): bound read-only where it is, it stays visible
+                readonly=[*ro, (RUNNER, RUNNER)],
             )
             child = Prestarted(
                 argv,

@@ -360,6 +360,34 @@ def test_a_warm_run_skips_the_interpreter_start_and_imports(mode, candidate, gat
         sb.close()
 
 
+def test_a_runner_under_tmp_is_reached_under_bwrap(candidate, gateway, tmp_path, small_cfg, monkeypatch):
+    """bwrap gives each task a private /tmp: a harnessopt checked out under /tmp (a CI clone) has
+    its runner.py there, bound read-only where it is, so its warm runs still happen."""
+    import shutil
+    import tempfile
+
+    from harnessopt.sandbox import local
+
+    if not isolation.available("bwrap"):
+        pytest.skip("bwrap is not installed")
+    where = Path(tempfile.mkdtemp(prefix="ho-runner-in-tmp-"))
+    try:
+        shutil.copy(local.RUNNER, where / "runner.py")
+        monkeypatch.setattr(local, "RUNNER", where / "runner.py")
+        ahead = next(m for m in _runner().WARM_IMPORTS if m in ("http.client", "urllib.parse", "difflib"))
+        skill, harness = candidate(f"answer({ahead!r} in sys.modules)\n")
+        sb = LocalSandbox(small_cfg(), isolation_mode="bwrap")
+        try:
+            _warmed(sb, _spec(skill, harness, gateway.lease(), "x"), tmp_path)
+            out = sb.run(_spec(skill, harness, gateway.lease(), "x"), tmp_path / "warm")
+            assert out.error_class is None, out
+            assert (tmp_path / "warm" / "answer.txt").read_text() == "True"  # the stub ran it
+        finally:
+            sb.close()
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def test_slots_start_with_every_variable_the_stub_compares():
     """local_pool.static_env keeps all that runner.py's startup_env compares (else every job with
     such a variable would be started cold by the stub), and nothing secret."""
