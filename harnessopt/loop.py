@@ -371,7 +371,7 @@ def smoke(
     )
     if not v.reject:
         return results, None
-    ws.journal.write(rc.k, "prefetch_dropped", runs=svc.runner.drop_prefetched())
+    ws.journal.write(rc.k, "prefetch_dropped", runs=len(svc.runner.drop_prefetched()))
     kinds = {r.task_id: r.error_class for r in results if r.crashed}
     named = ", ".join(f"{t} ({kinds.get(t)})" for t in v.reproduced[:5])
     return results, (
@@ -455,7 +455,7 @@ def validate(
     for i in range(0, len(rest), chunk):
         if futile and futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
             say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
-            ws.journal.write(rc.k, "prefetch_dropped", runs=svc.runner.drop_prefetched())
+            ws.journal.write(rc.k, "prefetch_dropped", runs=len(svc.runner.drop_prefetched()))
             break
         used += len(rest[i : i + chunk]) * epochs
         svc.runner.prefetch(cand, plan[used : used + conc], rc.k)
@@ -554,11 +554,22 @@ def confirm_accepted(
     return rec
 
 
+def count_unclaimed(svc: Services, rc: RoundContext, t: Trail) -> None:
+    """Runs started ahead that no step asked for (the probe of a round that ended before its smoke
+    test) were spent all the same: the round's counts take them, by their own phase."""
+    by_id = {task.id: task for task in [*rc.val, *rc.held_out]}
+    for label, r in svc.runner.drop_prefetched():
+        if (task := by_id.get(r.task_id)) is not None:
+            t.runs.started(label, [task], rc.k, [r.epoch])
+            t.runs.finished(label, r, 1, 1)
+
+
 def record(
     ws: Workspace, svc: Services, rc: RoundContext, t: Trail, ending: Ending, say: Announce
 ) -> RoundResult:
     """Accept: one atomic commit on main + tags. Otherwise: the candidate on a ref, main untouched."""
     status, reason = ending[0], visible(ending[1], 2000)
+    count_unclaimed(svc, rc, t)
     m = manifest(svc, rc, t, status, reason)
     ws.journal.write(rc.k, "record", status=status, reason=reason)
     overlay = (t.candidate or rc.incumbent).root  # skill/, harness/ and this round's trajectories/

@@ -184,7 +184,7 @@ def _round(
     """``incumbent_epochs``: runs of each val task of the incumbent this round (0 when cached)."""
     epochs, smoke = cfg.gate.epochs, min(cfg.gate.smoke, n_val)
     runs: float = min(cfg.rollout.batch_size, n_train) + n_val * incumbent_epochs
-    runs += rates["reach_smoke"] * (smoke + rates.get("probe_runs", 1.0 if smoke else 0.0))
+    runs += rates["reach_smoke"] * smoke + rates.get("probe_runs", 1.0 if smoke else 0.0)
     runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
     runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
     return _priced(cfg, rates, runs)
@@ -239,7 +239,7 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
         "reruns_per_val_task": reruns,
         "confirm_runs": confirm,
         "reach_smoke": 1.0,
-        "probe_runs": 1.0 if cfg.gate.smoke else 0.0,  # loop.probe_jobs: the incumbent's, made ahead
+        "probe_runs": 1.0 if cfg.gate.smoke else 0.0,  # loop.probe_jobs: one a round that proposes
         "reach_validation": 1.0,
         "seconds_per_run": min(PRIORS["seconds_per_run"], cfg.rollout.timeout_s),
         "seconds_per_optimizer_call": PRIORS["seconds_per_optimizer_call"],
@@ -291,8 +291,7 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
         "optimizer_usd_per_call": sum(u.cost_usd or 0.0 for u in optimizer if u) / max(o_calls, 1),
         "reruns_per_val_task": reruns / len(validated) / n_val if validated else 0.0,
         "reach_smoke": len(smoked) / len(history),
-        "probe_runs": sum(m.phases["probe"].runs for m in smoked if "probe" in m.phases)
-        / max(len(smoked), 1),
+        "probe_runs": sum(m.phases["probe"].runs for m in history if "probe" in m.phases) / len(history),
         "reach_validation": len(validated) / len(history),
         "seconds_per_run": max(wall - opt_wall, 0.0) * cfg.rollout.concurrency / target_runs,
         "seconds_per_optimizer_call": PRIORS["seconds_per_optimizer_call"],

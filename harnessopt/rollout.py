@@ -77,7 +77,8 @@ class Runner:
         self.scratch = scratch
         self.progress = progress
         self.observers: list[RunObserver] = []  # progress display, per-round counts, the STOP file
-        self._ahead: dict[tuple[str, str, int, int], Future[TaskResult]] = {}  # prefetch()ed runs
+        # prefetch()ed runs: (root, task, epoch, round) -> (the candidate's label, the run)
+        self._ahead: dict[tuple[str, str, int, int], tuple[str, Future[TaskResult]]] = {}
         self._ahead_lock = threading.Lock()
 
     def run(
@@ -114,23 +115,28 @@ class Runner:
             key = (str(cand.root), task.id, epoch, round_no)
             with self._ahead_lock:
                 if key not in self._ahead:
-                    self._ahead[key] = self._submit(cand, task, round_no, epoch, via, ahead=True)
+                    self._ahead[key] = (
+                        cand.label,
+                        self._submit(cand, task, round_no, epoch, via, ahead=True),
+                    )
 
-    def drop_prefetched(self, wait: bool = True) -> int:
+    def drop_prefetched(self, wait: bool = True) -> list[tuple[str, TaskResult]]:
         """Forget the runs started ahead and never asked for: queued ones never start; running ones
-        are waited for unless not ``wait`` (Ctrl-C: the sandbox's close ends them). Returns how
-        many of them ran and were discarded."""
+        are waited for unless not ``wait`` (Ctrl-C: the sandbox's close ends them). Returns the
+        (candidate label, result) of those that ran: spent, for the round's counts."""
         with self._ahead_lock:
             ahead, self._ahead = self._ahead, {}
-        running = [fut for fut in ahead.values() if not fut.cancel()]
-        return sum(fut.exception() is None for fut in running) if wait else len(running)
+        ran = [(label, fut) for label, fut in ahead.values() if not fut.cancel()]
+        if not wait:
+            ran = [(label, fut) for label, fut in ran if fut.done()]
+        return [(label, fut.result()) for label, fut in ran if fut.exception() is None]
 
     def _claim(
         self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall
     ) -> Future[TaskResult]:
         """The run started ahead for this job (hurried if still queued), or a new one."""
         with self._ahead_lock:
-            fut = self._ahead.pop((str(cand.root), task.id, epoch, round_no), None)
+            _label, fut = self._ahead.pop((str(cand.root), task.id, epoch, round_no), ("", None))
         if fut is not None and not fut.cancelled():
             self.executor.hurry(fut)
             return fut

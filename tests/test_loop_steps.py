@@ -39,9 +39,9 @@ class ScriptedRunner:
         """Runs started ahead only save time: the scripted outcomes come when ``run`` asks."""
         self.prefetched.append([(cand.label, t.id, e) for t, e in jobs])
 
-    def drop_prefetched(self, wait: bool = True) -> int:
+    def drop_prefetched(self, wait: bool = True) -> list[tuple[str, TaskResult]]:
         self.dropped += 1
-        return 0
+        return []
 
     def run(
         self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)

@@ -239,8 +239,10 @@ def test_a_harness_that_does_not_import_is_rejected_before_any_task_runs(tmp_pat
     (one,) = ledger.past_rounds(repo)
     m = one.manifest
     assert one.status == "rejected" and "fails to import" in m.reason and "no_such_module_for_ho" in m.reason
-    assert set(m.phases) == {"rollout"}  # no smoke, no validation, no incumbent run
-    assert _target_calls(m) == m.train_tasks == m.phases["rollout"].runs  # the train rollout's calls only
+    # no smoke, no validation, no incumbent val run; the incumbent's smoke rerun made ahead while
+    # the optimizer worked (the probe, loop.probe_jobs) was spent all the same, and is counted
+    assert set(m.phases) == {"rollout", "probe"} and m.phases["probe"].runs == 1
+    assert _target_calls(m) == m.train_tasks + 1 == m.phases["rollout"].runs + 1
     assert "no_such_module_for_ho" not in (ws / "harness" / "run.py").read_text()
 
 
