@@ -300,7 +300,7 @@ class WarmPool:
                 continue
             # A container's start costs the engine ~0.3 s of CPU: made just after a take, it competes
             # with the start of the task just handed out; a moment later, with tasks waiting on
-            # the model (round_vs_ideal, docker C=4: 1.23 against 1.27 of the ideal).
+            # the model (tried with benchmarks/round_vs_ideal.py; the setting has no flag there).
             if self._ready.qsize() and self._closed.wait(REFILL_DELAY_S):  # none ready: no delay
                 return
             try:
