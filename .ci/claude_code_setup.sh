@@ -21,8 +21,8 @@ fi
 echo "claude_code_setup: $(claude --version)"
 
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" - <<'PY'
-from harnessopt.sandbox.image import docker_client, image_status, variant_tag
-from harnessopt.sandbox.variants import build_image_with, image_has
+from harnessopt.sandbox.image.build import docker_client, image_status, variant_tag
+from harnessopt.sandbox.image.variants import build_image_with, image_has
 
 tag = variant_tag(["claude-code"])
 client = docker_client()

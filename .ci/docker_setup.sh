@@ -31,7 +31,7 @@ fi
 
 bash sandbox/make_base_image.sh harnessopt-base:bookworm
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" - <<'PY'
-from harnessopt.sandbox.image import DEFAULT_TAG, build_image, docker_client, image_status
+from harnessopt.sandbox.image.build import DEFAULT_TAG, build_image, docker_client, image_status
 
 status = image_status(docker_client(), DEFAULT_TAG)
 if status == "ok":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from harnessopt import stats
+from harnessopt.gate import stats
 from harnessopt.protocols import ConfirmFn, GateDecision, Outcomes
 
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import roundbench  # noqa: F401  (puts the repository on sys.path)
 
-from harnessopt import loop
-from harnessopt.candidate_check import import_check, static_check
-from harnessopt.rollout import Candidate, outcomes
+from harnessopt.rollout.runner import Candidate, outcomes
+from harnessopt.round import steps as loop
+from harnessopt.round.checks import import_check, static_check
 
 CRASH_AT_IMPORT = "import harnessopt_no_such_module  # the optimizer's typo\n"
 CRASH_EVERY_TASK = 'if __name__ == "__main__":\n    raise SystemExit("broken on purpose")\n'
@@ -60,7 +60,7 @@ def main() -> int:
     ap.add_argument("--pool", type=int, help="Docker's warm pool size (default: warm_pool_size)")
     a = ap.parse_args()
     if a.pool is not None:
-        from harnessopt.sandbox import docker
+        from harnessopt.sandbox.docker import sandbox as docker
 
         docker.warm_pool_size = lambda _c: a.pool  # type: ignore[assignment]
     tmp = roundbench.new_tmp("ho-bench-p3-")

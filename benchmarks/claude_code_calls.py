@@ -1,6 +1,6 @@
 """What one task of Claude Code asks of the model: calls, side calls, input tokens, max_tokens.
 
-Runs the real ``claude`` CLI on this host against the fake Messages API (tests/fake_anthropic.py)
+Runs the real ``claude`` CLI on this host against the fake Messages API (tests/support/fake_anthropic.py)
 for one task that answers in one model turn, twice: as ``claude -p`` with its default tools, and
 as the claude-code template runs it (seven tools, the prompt on stdin). Per call it prints
 whether it had tools (a call without tools is a side call, e.g. a title), the input tokens as the
@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harnessopt.messages_http import estimate_input_tokens  # noqa: E402
-from tests.claude_code_support import CliScript, text  # noqa: E402
-from tests.fake_anthropic import FakeAnthropicServer  # noqa: E402
+from harnessopt.gateway.http import estimate_input_tokens
+from tests.support.claude_code import CliScript, text  # noqa: E402
+from tests.support.fake_anthropic import FakeAnthropicServer  # noqa: E402
 
 PROMPT = "What is the capital of France? Reply with the city only."
 TEMPLATE_TOOLS = "Bash,Read,Edit,Write,Glob,Grep,Skill"

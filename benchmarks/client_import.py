@@ -16,7 +16,7 @@ container start is not counted.
 Then, on this host, the best of N fresh ``python -m harnessopt`` runs of ``run WS --dry-run``
 (run's start-up: config, workspace, ledger, projection) and ``log WS`` on a new demo workspace,
 and ``run --dry-run`` again with ``import anthropic`` first: what its start-up cost while
-``harnessopt.services`` imported the SDK at module import.
+``harnessopt.round.services`` imported the SDK at module import.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ def best_of(argv: list[str], n: int) -> float:
 def startup(n: int) -> None:
     """harnessopt run --dry-run / log on a fresh demo workspace, and run with the SDK imported first."""
     sys.path.insert(0, str(ROOT))
-    from harnessopt.demo import DEMO_DATA, demo_config
-    from harnessopt.workspace import init_workspace
+    from harnessopt.commands.demo import DEMO_DATA, demo_config
+    from harnessopt.workspace.core import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="ho-bench-startup-"))
     try:

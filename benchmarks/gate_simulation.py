@@ -40,12 +40,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.baselines import FixedDeadBand, MeanImproved  # noqa: E402
-from harnessopt.bank import IncumbentBank  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
-from harnessopt.gate import PairedGate  # noqa: E402
-from harnessopt.noisefloor import measure  # noqa: E402
+from harnessopt.gate.bank import IncumbentBank
+from harnessopt.gate.noise_floor import measure
+from harnessopt.gate.policy import PairedGate
+from harnessopt.gate.verdicts import smoke_verdict
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
-from harnessopt.verdicts import smoke_verdict  # noqa: E402
 
 POPULATION = 1000
 MID_SHARE = 0.3  # tasks with a latent pass probability between ~0.2 and ~0.8 (Beta(2, 2))
@@ -85,7 +85,9 @@ class Policy:
     confirm: bool = False  # the gate's reruns (flip confirmation, second look)
     detail: str = ""  # what its outcomes must carry besides the score: "soft" or "tokens"
     futility: bool = False  # validation stops early for futility (PairedGate.futile)
-    inc_epochs: int = 0  # gate.incumbent_epochs: the incumbent's banked runs (harnessopt.bank), 0: epochs
+    inc_epochs: int = (
+        0  # gate.incumbent_epochs: the incumbent's banked runs (harnessopt.gate.bank), 0: epochs
+    )
 
 
 def _paired(**cfg: object) -> Callable[[], GatePolicy]:

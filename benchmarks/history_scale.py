@@ -29,13 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harnessopt import ledger, vcs  # noqa: E402
-from harnessopt.demo import DEMO_DATA, demo_config  # noqa: E402
-from harnessopt.ledger import OptimizerRecord, PhaseStats, RoleUsage, RoundManifest  # noqa: E402
-from harnessopt.ledger_index import INDEX_FILE  # noqa: E402
+from harnessopt.commands.demo import DEMO_DATA, demo_config
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+from harnessopt.ledger.index import INDEX_FILE
+from harnessopt.ledger.store import OptimizerRecord, PhaseStats, RoleUsage, RoundManifest
 from harnessopt.protocols import Exchange, TaskResult  # noqa: E402
-from harnessopt.trajectory import write_trajectories  # noqa: E402
-from harnessopt.workspace import Workspace, init_workspace  # noqa: E402
+from harnessopt.rollout.trajectory import write_trajectories
+from harnessopt.workspace.core import Workspace, init_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = tuple(
@@ -270,7 +271,7 @@ def main() -> int:
         subprocess.run(["git", "-C", str(ws), "gc", "-q"], check=True)
         git_after = _du(ws / ".git")
         print(
-            f"history_scale: {a.rounds} rounds recorded through harnessopt.ledger in {built:.1f} s "
+            f"history_scale: {a.rounds} rounds recorded through harnessopt.ledger.store in {built:.1f} s "
             f"(IDEALIZED: synthetic runs and manifests, no rollout or model call)"
         )
         rows = [

@@ -164,8 +164,8 @@ def run_task(run_py: Path, work: Path, gw: Any, task: dict[str, Any], epoch: int
 def measure(base_url: str, n_tasks: int, epochs: int, work: Path) -> list[dict[str, Any]]:
     """Every task ``epochs`` times through a gateway whose target upstream is ``base_url``."""
     from harnessopt.config import BudgetConfig
-    from harnessopt.gateway import Gateway
-    from harnessopt.models import OpenAIModel
+    from harnessopt.gateway.models import OpenAIModel
+    from harnessopt.gateway.server import Gateway
 
     run_py = write_harness(work)
     tasks = [

@@ -39,8 +39,8 @@ import roundbench
 
 from harnessopt.config import RolloutConfig
 from harnessopt.protocols import GatewayLease, RunSpec
-from harnessopt.sandbox import isolation
-from harnessopt.sandbox.local import LocalSandbox
+from harnessopt.sandbox.local import isolation
+from harnessopt.sandbox.local.sandbox import LocalSandbox
 
 TEMPLATE = roundbench.ROOT / "workspace_templates" / "chat" / "run.py"
 

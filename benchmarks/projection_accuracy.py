@@ -17,8 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harnessopt import ledger
-from harnessopt.workspace import Workspace
+from harnessopt.ledger import store as ledger
+from harnessopt.workspace.core import Workspace
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ import time
 
 import roundbench
 
-from harnessopt.ray_executor import RayExecutor, import_ray
+from harnessopt.rollout.ray.executor import RayExecutor, import_ray
 
 
 def batch(svc, cand, tasks, round_no: int) -> tuple[float, int, int]:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-STEP = {  # the journal entry -> what ran since the previous entry (harnessopt/loop.py)
+STEP = {  # the journal entry -> what ran since the previous entry (harnessopt/round/steps.py)
     "start": "round start: the incumbent's private copy",
     "rollout": "rollout: the train batch (sandbox, harness, scorer)",
     "propose": "trajectory files and the optimizer's view",

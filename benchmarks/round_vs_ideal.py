@@ -32,7 +32,7 @@ import time
 
 import roundbench
 
-from harnessopt import loop
+from harnessopt.round import steps as loop
 
 SMOKE = 5  # gate.smoke's default
 

@@ -24,12 +24,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harnessopt.demo import DEMO_DATA  # noqa: E402
+from harnessopt.commands.demo import DEMO_DATA  # noqa: E402
 from harnessopt.protocols import TaskResult  # noqa: E402
-from harnessopt.rollout import Candidate  # noqa: E402
-from harnessopt.services import Services, open_services  # noqa: E402
-from harnessopt.workspace import EDITABLE_PATHS, Workspace, init_workspace  # noqa: E402
-from tests.fake_anthropic import FakeAnthropicServer  # noqa: E402
+from harnessopt.rollout.runner import Candidate  # noqa: E402
+from harnessopt.round.services import Services, open_services  # noqa: E402
+from harnessopt.workspace.core import EDITABLE_PATHS, Workspace, init_workspace  # noqa: E402
+from tests.support.fake_anthropic import FakeAnthropicServer  # noqa: E402
 
 CAPITALS = ["Canberra", "Ottawa", "Paris", "Berlin", "Tokyo", "Lima", "Cairo", "Oslo", "Rome", "Quito"]
 

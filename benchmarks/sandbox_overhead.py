@@ -36,9 +36,9 @@ from typing import Any
 
 from harnessopt.config import RolloutConfig
 from harnessopt.protocols import GatewayLease, RunSpec
-from harnessopt.sandbox.docker import DockerSandbox
-from harnessopt.sandbox.image import docker_client
-from harnessopt.sandbox.pool import container_kwargs
+from harnessopt.sandbox.docker.pool import container_kwargs
+from harnessopt.sandbox.docker.sandbox import DockerSandbox
+from harnessopt.sandbox.image.build import docker_client
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_templates" / "chat" / "run.py"
 

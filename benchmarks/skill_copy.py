@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harnessopt.config import RolloutConfig  # noqa: E402
 from harnessopt.protocols import GatewayLease, RunSpec  # noqa: E402
-from harnessopt.sandbox import docker as docker_mod  # noqa: E402
-from harnessopt.sandbox import isolation  # noqa: E402
-from harnessopt.sandbox.docker import DockerSandbox  # noqa: E402
-from harnessopt.sandbox.image import docker_client  # noqa: E402
-from harnessopt.sandbox.local import LocalSandbox  # noqa: E402
+from harnessopt.sandbox.docker import sandbox as docker_mod
+from harnessopt.sandbox.docker.sandbox import DockerSandbox
+from harnessopt.sandbox.image.build import docker_client
+from harnessopt.sandbox.local import isolation
+from harnessopt.sandbox.local.sandbox import LocalSandbox
 
 NOOP = (
     "import argparse, os\n"

@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harnessopt.config import RolloutConfig  # noqa: E402
-from harnessopt.sandbox.image import docker_client  # noqa: E402
-from harnessopt.sandbox.shell import DockerShell  # noqa: E402
+from harnessopt.sandbox.docker.shell import DockerShell
+from harnessopt.sandbox.image.build import docker_client
 
 
 def _make_view(root: Path, mb: float) -> Path:

@@ -18,9 +18,10 @@ from typing import Any
 
 from rich.console import Console
 
-from harnessopt import __version__, hardening, interrupts
+from harnessopt import __version__
 from harnessopt.errors import HarnessoptError, UserError
-from harnessopt.lock import workspace_lock
+from harnessopt.ledger.lock import workspace_lock
+from harnessopt.util import hardening, interrupts
 
 EXIT_ROUND_FAILED = 3  # a run whose rounds failed (infrastructure, budget): not bad input (2)
 
@@ -227,8 +228,8 @@ def _overrides(a: argparse.Namespace, flags: dict[str, str]) -> dict[str, Any]:
 
 
 def cmd_init(a: argparse.Namespace) -> int:
-    from harnessopt import noisefloor
-    from harnessopt.workspace import Workspace, init_workspace
+    from harnessopt.gate import noise_floor as noisefloor
+    from harnessopt.workspace.core import Workspace, init_workspace
 
     init_workspace(a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, announce=say)
     ws = Workspace.open(a.ws)
@@ -239,18 +240,18 @@ def cmd_init(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from harnessopt import loop
-    from harnessopt.progress import progress_for
-    from harnessopt.stop import REASON as STOPPED
-    from harnessopt.workspace import Workspace
+    from harnessopt.reporting.progress import progress_for
+    from harnessopt.round import steps as loop
+    from harnessopt.round.stop import REASON as STOPPED
+    from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws, _overrides(a, RUN_FLAGS))
-    from harnessopt.sandbox.pool import concurrency_warning
+    from harnessopt.sandbox.docker.pool import concurrency_warning
 
     if warning := concurrency_warning(ws.cfg.rollout.concurrency):  # one line, at run start
         say(warning)
     if a.dry_run:  # no lock, no model call, nothing written
-        from harnessopt.projection import project
+        from harnessopt.reporting.projection import project
 
         for line in project(ws, a.rounds).table():
             say(line)
@@ -281,7 +282,7 @@ def _mlflow(ws: Any, uri: str | None) -> Iterator[Callable[[Any], None] | None]:
     if uri is None:
         yield None
         return
-    from harnessopt.mlflow_log import MlflowRun
+    from harnessopt.reporting.mlflow import MlflowRun
 
     with MlflowRun(ws, uri or None, say) as run:
         yield run.log_round
@@ -290,7 +291,7 @@ def _mlflow(ws: Any, uri: str | None) -> Iterator[Callable[[Any], None] | None]:
 def _round0_decider(yes: bool) -> Callable[[Any], tuple[str, str] | None]:
     """How ``run`` gets a decision on a round-0 proposal: --yes approves, a terminal asks, else
     none (the run stops and says the next command)."""
-    from harnessopt.round0 import describe
+    from harnessopt.round.round0 import describe
 
     def decide(st: Any) -> tuple[str, str] | None:
         if yes:
@@ -314,8 +315,8 @@ def _round0_decider(yes: bool) -> Callable[[Any], tuple[str, str] | None]:
 
 def cmd_decide(a: argparse.Namespace) -> int:
     """``approve`` / ``reject``: a person's decision on the round-0 proposal, recorded on main."""
-    from harnessopt.proposals import record_decision
-    from harnessopt.workspace import Workspace
+    from harnessopt.ledger.round0 import record_decision
+    from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)
     approve = a.command == "approve"
@@ -330,8 +331,8 @@ def cmd_decide(a: argparse.Namespace) -> int:
 
 
 def cmd_log(a: argparse.Namespace) -> int:
-    from harnessopt.report import log_rows, print_log
-    from harnessopt.workspace import Workspace
+    from harnessopt.reporting.log import log_rows, print_log
+    from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)
     if a.json:
@@ -342,16 +343,16 @@ def cmd_log(a: argparse.Namespace) -> int:
 
 
 def cmd_diff(a: argparse.Namespace) -> int:
-    from harnessopt.report import round_diff
-    from harnessopt.workspace import Workspace
+    from harnessopt.reporting.log import round_diff
+    from harnessopt.workspace.core import Workspace
 
     print(round_diff(Workspace.open(a.ws), a.round), end="")
     return 0
 
 
 def cmd_rollback(a: argparse.Namespace) -> int:
-    from harnessopt.report import rollback
-    from harnessopt.workspace import Workspace
+    from harnessopt.reporting.log import rollback
+    from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)
     with workspace_lock(ws.root, "rollback", say):
@@ -360,8 +361,8 @@ def cmd_rollback(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from harnessopt.html_report import write_report
-    from harnessopt.workspace import Workspace
+    from harnessopt.reporting.html import write_report
+    from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)
     path = write_report(ws, a.out)
@@ -370,8 +371,8 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_status(a: argparse.Namespace) -> int:
-    from harnessopt.report import status_lines
-    from harnessopt.workspace import Workspace
+    from harnessopt.reporting.log import status_lines
+    from harnessopt.workspace.core import Workspace
 
     for line in status_lines(Workspace.open(a.ws)):
         say(line)
@@ -391,8 +392,8 @@ def _measuring(
 ) -> int:
     """audit, ablate and replay: the workspace under the rollout flags (and ``flags``), its lock,
     live progress (on stderr with --json), ``run(ws, progress)``, and its report as JSON when asked."""
-    from harnessopt.progress import progress_for
-    from harnessopt.workspace import Workspace
+    from harnessopt.reporting.progress import progress_for
+    from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws, _overrides(a, {**flags, **ROLLOUT_FLAGS}))
     with workspace_lock(ws.root, name, say_err), progress_for(err_console if a.json else console) as p:
@@ -403,7 +404,7 @@ def _measuring(
 
 
 def cmd_audit(a: argparse.Namespace) -> int:
-    from harnessopt.audit import run_audit
+    from harnessopt.commands.audit import run_audit
 
     return _measuring(
         a, "audit", lambda ws, p: run_audit(ws, epochs=a.epochs, force=a.force, say=p.say, progress=p)
@@ -411,7 +412,7 @@ def cmd_audit(a: argparse.Namespace) -> int:
 
 
 def cmd_ablate(a: argparse.Namespace) -> int:
-    from harnessopt.ablate import run_ablation
+    from harnessopt.commands.ablate import run_ablation
 
     return _measuring(
         a, "ablate", lambda ws, p: run_ablation(ws, a.flag, on=a.on, off=a.off, say=p.say, progress=p)
@@ -419,24 +420,24 @@ def cmd_ablate(a: argparse.Namespace) -> int:
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
-    from harnessopt.replay import run_replay
+    from harnessopt.commands.replay import run_replay
 
     return _measuring(a, "replay", lambda ws, p: run_replay(ws, say=p.say, progress=p), target="model.target")
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    from harnessopt.demo import run_demo
+    from harnessopt.commands.demo import run_demo
 
     return run_demo(a.dir, sandbox=a.sandbox, say=say, console=console)
 
 
 def cmd_sandbox(a: argparse.Namespace) -> int:
-    from harnessopt.sandbox import image
+    from harnessopt.sandbox.image import build as image
 
     if a.action == "build":
         tag = a.tag or image.variant_tag(a.with_)
         if a.with_:
-            from harnessopt.sandbox.variants import build_image_with
+            from harnessopt.sandbox.image.variants import build_image_with
 
             build_image_with(a.base, tag, a.with_, announce=say)
         else:

@@ -40,12 +40,12 @@ PARTS: dict[str, dict[str, str]] = {
         "manual": "harnessopt.optimizer:manual_optimizer",
     },
     "model": {
-        "anthropic": "harnessopt.models:anthropic_model",
-        "openai": "harnessopt.models:openai_model",
-        "scripted": "harnessopt.models:scripted_model",
+        "anthropic": "harnessopt.gateway.models:anthropic_model",
+        "openai": "harnessopt.gateway.models:openai_model",
+        "scripted": "harnessopt.gateway.models:scripted_model",
     },
     "gate": {
-        "paired": "harnessopt.gate:PairedGate",
+        "paired": "harnessopt.gate.policy:PairedGate",
     },
 }
 

@@ -20,7 +20,7 @@ def _unavailable(why: str) -> None:
 def docker_client() -> Any:
     """A live docker-py client with the sandbox image built; skip locally, FAIL in CI, if absent."""
     from harnessopt.errors import UserError
-    from harnessopt.sandbox.image import build_image, docker_client, image_status
+    from harnessopt.sandbox.image.build import build_image, docker_client, image_status
 
     try:
         client = docker_client(timeout=60)

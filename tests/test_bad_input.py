@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_support import cli, git, write_example
-from tests.test_cli_errors import assert_user_error, snapshot
+from tests.support.cli import cli, git, write_example
+from tests.support.cli_errors import assert_user_error, snapshot
 
 RUN = ("--sandbox", "local", "--unsafe-host-optimizer")
 ENV = {"ANTHROPIC_API_KEY": "x"}

@@ -4,7 +4,7 @@ As the target: the ``claude-code`` template in the image variant (``sandbox buil
 claude-code``), the skill installed as a project skill, the stream-json transcript turned into
 the trajectory, and the skill check. As the optimizer: ``--optimizer claude-code`` through the
 real CLI, the agent in the optimizer's container editing the view. The upstream is the real
-``AnthropicModel`` pointed at ``tests/fake_anthropic.py``, which refuses beta-only body fields
+``AnthropicModel`` pointed at ``tests/support/fake_anthropic.py``, which refuses beta-only body fields
 whose ``anthropic-beta`` header did not arrive, so these tests fail if the gateway drops what
 the CLI's features depend on (its beta header, ``?beta=true``).
 """
@@ -21,17 +21,17 @@ from typing import Any
 import pytest
 import yaml
 
-from harnessopt import ledger
 from harnessopt.config import Config, ModelConfig, RolloutConfig
-from harnessopt.gateway import Gateway
-from harnessopt.messages_http import api_key_of, estimate_input_tokens
-from harnessopt.models.anthropic_api import AnthropicModel
+from harnessopt.gateway.http import api_key_of, estimate_input_tokens
+from harnessopt.gateway.models.anthropic_api import AnthropicModel
+from harnessopt.gateway.server import Gateway
+from harnessopt.ledger import store as ledger
 from harnessopt.protocols import RunSpec
-from harnessopt.sandbox.docker import DockerSandbox
-from harnessopt.workspace import Workspace, templates_dir
-from tests.claude_code_support import CliScript, claude_code_image, text, tool_use
-from tests.cli_support import REAL_KEY, cli, git, write_example
-from tests.fake_anthropic import FakeAnthropicServer
+from harnessopt.sandbox.docker.sandbox import DockerSandbox
+from harnessopt.workspace.core import Workspace, templates_dir
+from tests.support.claude_code import CliScript, claude_code_image, text, tool_use
+from tests.support.cli import REAL_KEY, cli, git, write_example
+from tests.support.fake_anthropic import FakeAnthropicServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.claude_code]
 

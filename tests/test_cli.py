@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harnessopt import ledger
-from harnessopt.models.scripted import ScriptedModel
-from harnessopt.workspace import Workspace
-from tests.cli_support import (
+from harnessopt.gateway.models.scripted import ScriptedModel
+from harnessopt.ledger import store as ledger
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import (
     REAL_KEY,
     ROUND1_EDIT,
     ROUND2_EDIT,
@@ -23,7 +23,7 @@ from tests.cli_support import (
     upstream_script,
     write_example,
 )
-from tests.fake_anthropic import FakeAnthropicServer
+from tests.support.fake_anthropic import FakeAnthropicServer
 
 
 @pytest.fixture
@@ -129,12 +129,12 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     assert report["n"] == 4 and report["gain"] == 1.0 and report["claimed_val_gain"] == 1.0
     again = cli("audit", ws, "--sandbox", "local", env=env)
     assert again.returncode == 2 and "--force" in again.stderr
-    assert git(ws, "for-each-ref", "refs/harnessopt/audit/")
+    assert git(ws, "for-each-ref", "refs/harnessopt/commands/audit/")
 
 
 def test_a_refused_api_key_stops_the_run_at_once(tmp_path: Path) -> None:
     """A 401 from upstream (a revoked key): one line that says so, exit 3, no second round."""
-    from tests.models.counting_upstream import CountingUpstream, api_error
+    from tests.support.counting_upstream import CountingUpstream, api_error
 
     with CountingUpstream([api_error(401, "authentication_error", "invalid x-api-key")]) as up:
         env = {"ANTHROPIC_BASE_URL": up.base_url, "ANTHROPIC_API_KEY": REAL_KEY}

@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.cli_support import cli, git, write_example
-
-
-def assert_user_error(r: subprocess.CompletedProcess, *needles: str) -> None:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr + r.stdout
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+from tests.support.cli import cli, git, write_example
+from tests.support.cli_errors import assert_user_error, snapshot
 
 
 @pytest.fixture
@@ -154,7 +141,7 @@ def test_docker_requested_but_unreachable(ws: Path) -> None:
 
 def test_harness_mode_needs_confirmation(ws: Path) -> None:
     """Since issue 11 the confirmation is a person's decision on the round-0 proposal (the run
-    itself is tests/test_round0.py): nothing to approve yet, and a rejection needs a reason."""
+    itself is tests/round/test_round0.py): nothing to approve yet, and a rejection needs a reason."""
     text = (ws / "harnessopt.yaml").read_text().replace("mode: skill", "mode: harness")
     (ws / "harnessopt.yaml").write_text(text)
     git(ws, "commit", "-qam", "harness mode")

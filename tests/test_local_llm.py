@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 from benchmarks.local_llm import ALIAS, HARNESS_MAX_TOKENS, QUESTIONS, SKILL, LocalLLM, gguf_path
-from harnessopt import ledger
 from harnessopt.config import BudgetConfig
-from harnessopt.gateway import Gateway
-from harnessopt.models import OpenAIModel
-from tests.cli_support import cli, git
+from harnessopt.gateway.models import OpenAIModel
+from harnessopt.gateway.server import Gateway
+from harnessopt.ledger import store as ledger
+from tests.support.cli import cli, git
 
 pytestmark = pytest.mark.llm
 

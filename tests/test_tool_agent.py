@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from harnessopt import flags
 from harnessopt.config import BudgetConfig, Config, RolloutConfig
-from harnessopt.gateway import Gateway
-from harnessopt.models import ScriptedModel
+from harnessopt.gateway.models import ScriptedModel
+from harnessopt.gateway.server import Gateway
 from harnessopt.protocols import Task
-from harnessopt.rollout import Candidate, Runner
+from harnessopt.rollout.runner import Candidate, Runner
+from harnessopt.rollout.trajectory import render
 from harnessopt.sandbox import make_sandbox
-from harnessopt.trajectory import render
-from tests.test_templates import TEMPLATES, make_skill
+from harnessopt.workspace import flags
+from tests.support.templates import TEMPLATES, make_skill
 
 SCRIPT = {
     "rules": [
@@ -109,7 +109,7 @@ def test_tool_agent_runs_its_tools_and_the_trajectory_records_every_call(
     assert "python3 skill/scripts/lookup.py France" in text and "answer-draft.txt" in text
 
 
-SDK_VARIANT = Path(__file__).resolve().parent / "tool_agent_sdk.py"
+SDK_VARIANT = Path(__file__).resolve().parent / "support" / "tool_agent_sdk.py"
 MULTI_TURN = {
     "rules": [
         {"turn": 1, "tool_use": [{"name": "read_file", "input": {"path": "skill/references/capitals.md"}}]},
@@ -137,7 +137,7 @@ def _run_both(tmp_path: Path, env: dict[str, str], requests: list[dict]) -> dict
     import subprocess
     import sys
 
-    from tests.test_templates import TEMPLATES
+    from tests.support.templates import TEMPLATES
 
     seen = {}
     for name, script in (("stdlib", TEMPLATES / "tool-agent" / "run.py"), ("sdk", SDK_VARIANT)):
@@ -173,7 +173,7 @@ def _run_both(tmp_path: Path, env: dict[str, str], requests: list[dict]) -> dict
 def test_tool_agent_on_the_standard_library_matches_the_sdk_variant_on_the_messages_api(tmp_path: Path):
     """Four turns of tool_use / tool_result (two calls in one turn, a failing command) on a local
     Messages endpoint: the same requests (body and key, version headers), answer and events."""
-    from tests.fake_anthropic import FakeAnthropicServer
+    from tests.support.fake_anthropic import FakeAnthropicServer
 
     with FakeAnthropicServer(ScriptedModel.from_dict(MULTI_TURN)) as fake:
         env = {
@@ -207,7 +207,7 @@ def test_tool_agent_on_the_standard_library_matches_the_sdk_variant_on_the_messa
 def test_tool_agent_on_the_standard_library_matches_the_sdk_variant_on_the_chat_api(tmp_path: Path):
     """Three turns on a local Chat Completions endpoint, one call with arguments that are not
     JSON: the same requests (body, Bearer key), answer and events."""
-    from tests.fake_openai import FakeOpenAIServer, completion, function_call
+    from tests.support.fake_openai import FakeOpenAIServer, completion, function_call
 
     def reply(request: dict) -> dict:
         turn = sum(m["role"] == "assistant" for m in request["body"]["messages"]) + 1
@@ -246,7 +246,7 @@ def test_tool_agent_on_the_standard_library_matches_the_sdk_variant_on_the_chat_
 def test_tool_agent_retries_and_fails_like_the_sdk_variant(tmp_path: Path):
     """A 529 then an answer: one retry; a 401 ends the run (exit 1) after one request, the skill
     link removed, on both variants."""
-    from tests.test_templates import StatusServer
+    from tests.support.templates import StatusServer
 
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
     done = {
@@ -286,7 +286,7 @@ def _run_both_one(tmp: Path, name: str, env: dict[str, str]) -> tuple:
     import subprocess
     import sys
 
-    from tests.test_templates import TEMPLATES
+    from tests.support.templates import TEMPLATES
 
     script = TEMPLATES / "tool-agent" / "run.py" if name == "stdlib" else SDK_VARIANT
     skill = make_skill(tmp)

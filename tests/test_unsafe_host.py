@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnessopt.models.scripted import ScriptedModel
-from tests.cli_support import REAL_KEY, cli, git, upstream_script, write_example
-from tests.fake_anthropic import FakeAnthropicServer
+from harnessopt.gateway.models.scripted import ScriptedModel
+from tests.support.cli import REAL_KEY, cli, git, upstream_script, write_example
+from tests.support.fake_anthropic import FakeAnthropicServer
 
 
 def test_the_local_sandbox_needs_the_flag_for_the_optimizer_and_then_warns(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def make_optimizer(
     decides ``check_placement``.
     """
     from harnessopt import registry
-    from harnessopt.sandbox.local import LocalShell
+    from harnessopt.sandbox.local.sandbox import LocalShell
 
     check_placement(
         cfg, on_host=shell_factory is None if shell_on_host is None else shell_on_host, announce=announce

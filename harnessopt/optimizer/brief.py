@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harnessopt.config import OptimizerConfig
-from harnessopt.ledger import Round
+from harnessopt.ledger.store import Round
 
 _SUMMARY_CAP = 1500  # characters of an earlier round's summary kept in history.md
 

@@ -52,7 +52,7 @@ class CommandOptimizer:
         if not argv:
             raise UserError("optimizer.command is empty; set it to an agent's argv, e.g. [codex, exec]")
         if shell_factory is None:
-            from harnessopt.sandbox.local import LocalShell
+            from harnessopt.sandbox.local.sandbox import LocalShell
 
             shell_factory = LocalShell
         self.argv = list(argv)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.protocols import Shell
-from harnessopt.textutil import elide
+from harnessopt.util.text import elide
 
 BASH_TOOL = {"type": "bash_20250124", "name": "bash"}
 EDITOR_TOOL = {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}
@@ -79,7 +79,7 @@ class EditorTool:
     ):
         self.root = Path(root).resolve()  # the host's own path of the view, resolved once
         if shell is None:
-            from harnessopt.sandbox.local import LocalShell
+            from harnessopt.sandbox.local.sandbox import LocalShell
 
             shell = LocalShell(self.root)
         self.shell = shell

@@ -26,7 +26,7 @@ import pathspec
 
 from harnessopt.config import ALWAYS_READ_ONLY
 from harnessopt.errors import UserError
-from harnessopt.textutil import FrontMatterError, parse_front_matter
+from harnessopt.util.text import FrontMatterError, parse_front_matter
 
 # Directories of the workspace the optimizer reads. Everything else stays hidden.
 VIEW_DIRS = ("skill", "harness", "trajectories")

@@ -23,7 +23,7 @@ def make_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sand
 
 def local_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
     """``local``: a subprocess per task (weaker isolation; asked for explicitly, so it warns anyway)."""
-    from harnessopt.sandbox.local import LocalSandbox
+    from harnessopt.sandbox.local.sandbox import LocalSandbox
 
     sandbox = LocalSandbox(cfg, announce=announce)
     announce(f"sandbox: local, as asked; its isolation is weaker: {sandbox.exposure}")
@@ -40,7 +40,7 @@ def docker_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sa
 
 def auto_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sandbox:
     """``auto``: Docker when the engine answers and ``cfg.image`` exists, else ``local`` with a warning."""
-    from harnessopt.sandbox.local import LocalSandbox
+    from harnessopt.sandbox.local.sandbox import LocalSandbox
 
     client, why_not = _docker_with_image(cfg.image)
     if client is not None:
@@ -53,7 +53,7 @@ def auto_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sand
 
 
 def _docker(cfg: RolloutConfig, client: Any, stale: str, announce: Callable[[str], None]) -> Sandbox:
-    from harnessopt.sandbox.docker import DockerSandbox
+    from harnessopt.sandbox.docker.sandbox import DockerSandbox
 
     if stale:  # stale image: usable, but say so
         announce(stale)
@@ -62,7 +62,7 @@ def _docker(cfg: RolloutConfig, client: Any, stale: str, announce: Callable[[str
 
 def _docker_with_image(image: str) -> tuple[Any | None, str]:
     """(client, "") when Docker answers and the image exists, else (None, the reason)."""
-    from harnessopt.sandbox.image import docker_client, image_status
+    from harnessopt.sandbox.image.build import docker_client, image_status
 
     try:
         client = docker_client(timeout=30)

@@ -15,8 +15,8 @@ from harnessopt.config import OptimizerConfig
 from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 from harnessopt.optimizer.view import build_view, copy_back
 from harnessopt.protocols import ModelError
-from harnessopt.sandbox.local import LocalShell
-from tests.fake_anthropic import FakeAnthropicServer
+from harnessopt.sandbox.local.sandbox import LocalShell
+from tests.support.fake_anthropic import FakeAnthropicServer
 
 _ids = itertools.count(1)
 

@@ -11,7 +11,7 @@ import pytest
 
 from harnessopt.config import OptimizerConfig
 from harnessopt.errors import UserError
-from harnessopt.ledger import Round, RoundManifest
+from harnessopt.ledger.store import Round, RoundManifest
 from harnessopt.optimizer import make_optimizer, render_brief, render_history
 from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 from harnessopt.optimizer.command import CommandOptimizer

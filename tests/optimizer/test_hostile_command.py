@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from harnessopt.commands.demo import DEMO_DATA
 from harnessopt.config import Config, GateConfig, ModelConfig, OptimizerConfig, RolloutConfig
-from harnessopt.demo import DEMO_DATA
-from harnessopt.workspace import init_workspace
+from harnessopt.workspace.core import init_workspace
 
 pytestmark = pytest.mark.docker
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harnessopt import vcs
-from harnessopt.loop import static_check
+from harnessopt.ledger import vcs
 from harnessopt.optimizer.view import build_view, copy_back
-from harnessopt.trajectory import write_trajectories
-from tests.test_trajectory import make_result
+from harnessopt.rollout.trajectory import write_trajectories
+from harnessopt.round.steps import static_check
+from tests.support.results import make_result
 
 SKILL = "---\nname: demo\ndescription: A demo skill. Use it for demos.\n---\nBody\n"
 

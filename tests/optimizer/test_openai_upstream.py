@@ -9,13 +9,13 @@ from typing import Any
 import anthropic
 
 from harnessopt.config import BudgetConfig, OptimizerConfig
-from harnessopt.gateway import Gateway
-from harnessopt.models import OpenAIModel, ScriptedModel
+from harnessopt.gateway.models import OpenAIModel, ScriptedModel
+from harnessopt.gateway.server import Gateway
+from harnessopt.gateway.translate import BASH_SCHEMA, EDITOR_SCHEMA
 from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 from harnessopt.optimizer.view import build_view
-from harnessopt.sandbox.local import LocalShell
-from harnessopt.translate import BASH_SCHEMA, EDITOR_SCHEMA
-from tests.fake_openai import FakeOpenAIServer, completion, function_call
+from harnessopt.sandbox.local.sandbox import LocalShell
+from tests.support.fake_openai import FakeOpenAIServer, completion, function_call
 
 EDIT = {
     "command": "str_replace",

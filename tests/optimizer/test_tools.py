@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harnessopt.optimizer.tools import BashTool, EditorTool, cap_output
-from harnessopt.sandbox.local import LocalShell
+from harnessopt.sandbox.local.sandbox import LocalShell
 
 
 @pytest.fixture

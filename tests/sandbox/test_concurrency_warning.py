@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harnessopt.sandbox.pool import concurrency_warning
+from harnessopt.sandbox.docker.pool import concurrency_warning
 
 
 def test_warns_past_two_tasks_per_core() -> None:
@@ -17,7 +17,7 @@ def test_warns_past_two_tasks_per_core() -> None:
 
 
 def test_run_start_says_it_once(tmp_path: Path) -> None:
-    from tests.test_loop import make_ws
+    from tests.support.workspace import make_ws
 
     ws = make_ws(tmp_path)
     argv = [sys.executable, "-m", "harnessopt", "run", str(ws), "--dry-run", "--concurrency", "64"]

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from harnessopt.config import BudgetConfig
-from harnessopt.gateway import Gateway
-from harnessopt.models import ScriptedModel
-from harnessopt.sandbox.shell import OPTIMIZER_UID, DockerShell
+from harnessopt.gateway.models import ScriptedModel
+from harnessopt.gateway.server import Gateway
+from harnessopt.sandbox.docker.shell import OPTIMIZER_UID, DockerShell
 
 pytestmark = pytest.mark.docker
 
@@ -125,7 +125,7 @@ def test_claude_code_without_the_cli_in_the_image_stops_before_any_round(docker_
     from harnessopt.config import OptimizerConfig
     from harnessopt.errors import UserError
     from harnessopt.optimizer import make_optimizer
-    from harnessopt.sandbox.docker import DockerSandbox
+    from harnessopt.sandbox.docker.sandbox import DockerSandbox
 
     sandbox = DockerSandbox(small_cfg(), docker_client, warm=0)  # the plain image: no claude in it
     try:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from harnessopt.sandbox import isolation
-from harnessopt.sandbox.docker import DockerSandbox
-from harnessopt.sandbox.local import LocalSandbox
+from harnessopt.sandbox.docker.sandbox import DockerSandbox
+from harnessopt.sandbox.local import isolation
+from harnessopt.sandbox.local.sandbox import LocalSandbox
 
 INSPECT = """
     import hashlib, stat

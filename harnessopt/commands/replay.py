@@ -1,0 +1,125 @@
+"""``harnessopt replay WS --target MODEL``: do the accepted rounds still help on another model?
+
+The check to run after a model upgrade. Every accepted round on main's history, oldest first, is
+validated again for the target model: the round's commit against its parent on the val tasks the
+gate sees, judged by the run's gate as in a round (``audit.paired_decision``: flips rerun, the same
+dead zone). Each state is measured once (round k's commit is round k+1's parent) and its val
+outcomes go to the val cache under that model, so a later ``run --target MODEL`` starts from them.
+Each round's verdict is "still helps" (the gate accepts), "hurts" (below minus the dead zone) or
+"no measurable difference"; the report is kept on ``refs/harnessopt/commands/replay/<model>-<head>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from harnessopt.commands.audit import export_states, measuring, paired_decision, verdict_word
+from harnessopt.errors import UserError
+from harnessopt.gate.verdicts import split_val
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+from harnessopt.protocols import Outcomes
+from harnessopt.reporting.progress import RunProgress
+from harnessopt.rollout.val_cache import ValCache
+from harnessopt.round.services import Services
+from harnessopt.workspace.core import Workspace
+
+REPLAY_REF = "refs/harnessopt/commands/replay/{target}-{head}"
+
+
+def run_replay(
+    ws: Workspace, *, say: Callable[[str], None], progress: RunProgress | None = None
+) -> dict[str, Any]:
+    """Re-validate main's accepted rounds, in order, for ``ws.cfg.model.target`` (module docstring)."""
+    head = vcs.head_sha(ws.repo)
+    rounds = sorted(ledger.accepted_along(ws.repo, head), key=lambda r: r.round)
+    if not rounds:
+        raise UserError("no accepted round on main yet: nothing to replay; run rounds until one is accepted")
+    target = ws.cfg.model.target
+    val, _held_out = split_val(ws.tasks("val"), ws.cfg.gate)
+    say(
+        f"replay: {len(rounds)} accepted round(s) on {target}, {len(val)} val tasks x {ws.cfg.gate.epochs} epoch(s)"
+    )
+    results: list[dict[str, Any]] = []
+    with measuring(ws, ws.cfg, say, progress) as svc:
+        measured: dict[str, Outcomes] = {}
+        for r in rounds:
+            parent = str(r.manifest.parent or ws.repo.commit(r.commit).parents[0].hexsha)
+            cands = export_states(
+                ws, svc, f"replay-{r.round}", {"parent": parent, f"round-{r.round}": r.commit}
+            )
+            base_out = measured.get(parent) or _cached(svc, ws, parent)
+            cand_out = _cached(svc, ws, r.commit)
+            d, cand_out, base_out = paired_decision(
+                svc, cands[f"round-{r.round}"], cands["parent"], val, base_out=base_out, cand_out=cand_out
+            )
+            for sha, got in ((parent, base_out), (r.commit, cand_out)):
+                measured.setdefault(sha, got)
+                cache = ValCache(svc.state_dir)
+                cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox), measured[sha])
+            word = verdict_word(d)
+            row = {
+                "round": r.round,
+                "commit": r.commit,
+                "title": r.manifest.title,
+                "verdict": "still helps" if word == "helps" else word,
+                "delta": d.delta,
+                "dead_zone": d.dead_zone,
+                "n": d.n,
+                "fixed": d.fixed,
+                "broken": d.broken,
+                "claimed_delta": r.manifest.delta,
+                "gate_reason": d.reason,
+            }
+            results.append(row)
+            say(round_line(row))
+        usage = svc.usage_of_round(0)
+    report = {
+        "target": target,
+        "head": head,
+        "rounds": results,
+        "tokens": usage.tokens,
+        "cost_usd": usage.cost_usd,
+    }
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", target).strip("._") or "model"
+    ref = REPLAY_REF.format(target=safe, head=head[:12])
+    text = ledger.message(f"harnessopt replay of {len(results)} round(s) on {target}", "", report)
+    vcs.set_ref(
+        ws.repo, ref, ws.repo.git.commit_tree(ws.repo.commit(head).tree.hexsha, "-p", head, "-m", text)
+    )
+    ws.journal.write(
+        0, "replay", target=target, ref=ref, verdicts={str(x["round"]): x["verdict"] for x in results}
+    )
+    say(summary_line(report))
+    return report
+
+
+def _cached(svc: Services, ws: Workspace, sha: str) -> Outcomes | None:
+    """A state's val outcomes under this model, when a run or a replay measured them already."""
+    if svc.cfg.gate.rerun_incumbent:
+        return None
+    cache = ValCache(svc.state_dir)
+    return cache.get(cache.key(ws.repo, sha, svc.cfg, svc.sandbox))
+
+
+def round_line(row: dict[str, Any]) -> str:
+    was = f"; was {row['claimed_delta']:+.3f} when accepted" if row["claimed_delta"] is not None else ""
+    return (
+        f"replay round {row['round']} ({row['commit'][:10]}): {row['verdict']}: {row['delta']:+.3f} vs dead zone "
+        f"{row['dead_zone']:.3f} (n={row['n']}, fixed {len(row['fixed'])}, broken {len(row['broken'])}){was}"
+    )
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    rows = report["rounds"]
+
+    def named(verdict: str) -> str:
+        ks = [str(x["round"]) for x in rows if x["verdict"] == verdict]
+        return f"{len(ks)}" + (f" (round {', '.join(ks)})" if ks else "")
+
+    return (
+        f"replay on {report['target']}: of {len(rows)} accepted round(s), {named('still helps')} still help, "
+        f"{named('no measurable difference')} no measurable difference, {named('hurts')} hurt"
+    )

@@ -1,0 +1,145 @@
+"""Any OpenAI-compatible Chat Completions endpoint as a ``Model`` (OpenAI, vLLM, Ollama, llama.cpp).
+
+The gateway hands this model a Messages API body; it is translated to a chat request
+(``translate.messages_request_to_chat``), sent through the official ``openai`` SDK's low-level
+``post`` (a raw-response cast, so fields the SDK does not know survive), and the chat completion
+is translated back to a Messages API response. As with the ``anthropic`` model, the SDK is the
+one place that retries (408, 409, 429, 5xx, connection failures, read timeouts; ``retry-after``
+honoured; ``x-should-retry: false`` respected) and what it gave up on is raised as a
+``ModelError`` with ``retryable=False``.
+
+``max_tokens`` goes upstream as ``max_completion_tokens`` to the official API (its reasoning
+models refuse ``max_tokens``) and as ``max_tokens`` to any other endpoint (what compatible
+servers read). A response without ``usage`` is counted with the ceil(chars / 4) estimate.
+
+Only this object ever holds the real key; it is never part of an error message or repr.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from harnessopt.errors import UserError
+from harnessopt.gateway.http import estimate_input_tokens, estimate_tokens, text_of
+from harnessopt.gateway.models.anthropic_api import _STATUS_TYPES, _attempts, _root_cause
+from harnessopt.gateway.translate import chat_response_to_messages, messages_request_to_chat
+from harnessopt.protocols import Forward, ModelError
+
+if TYPE_CHECKING:
+    import openai
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+CHAT_PATH = "/chat/completions"  # relative to the base URL, which ends in /v1
+DEFAULT_MAX_RETRIES = 4
+
+
+class OpenAIModel:
+    """Forwards Messages API calls, translated, to a Chat Completions endpoint."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        api_key: str | None,
+        base_url: str | None = None,
+        *,
+        key_name: str = "OPENAI_API_KEY",
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = 600.0,
+    ):
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        if not api_key:
+            raise UserError(
+                f"set {key_name} in the environment to call the openai upstream at {self.base_url} "
+                "(a local server that needs no key accepts any value), or use another model.provider"
+            )
+        try:
+            import openai  # deferred, like the anthropic SDK: only runs that call a model pay the import
+        except ImportError:
+            raise UserError(
+                "model provider 'openai' needs the openai SDK: pip install 'harnessopt[openai]'"
+            ) from None
+
+        self.key_name = key_name
+        self.max_retries = max_retries
+        self.timeout_s = timeout_s
+        self.token_field = "max_completion_tokens" if self.base_url == DEFAULT_BASE_URL else "max_tokens"
+        self._secret = api_key
+        self._client = openai.OpenAI(
+            api_key=api_key, base_url=self.base_url, max_retries=max_retries, timeout=timeout_s
+        )
+
+    def __repr__(self) -> str:  # never show the key in logs or tracebacks
+        return f"OpenAIModel(base_url={self.base_url!r}, max_retries={self.max_retries})"
+
+    def check(self, request: dict[str, Any]) -> None:
+        """ModelError 400 naming the field when ``request`` has no Chat Completions equivalent.
+
+        The gateway asks before it forwards, so such a request is refused and not counted as a call.
+        """
+        messages_request_to_chat(request, token_field=self.token_field)
+
+    def create(self, request: dict[str, Any], role: str, *, forward: Forward | None = None) -> dict[str, Any]:
+        """Translate, POST to /chat/completions, translate back; raise ModelError on an API error.
+
+        ``forward`` (Anthropic beta headers) has no meaning for this upstream and is ignored.
+        """
+        import openai
+
+        body = messages_request_to_chat(
+            {k: v for k, v in request.items() if k != "stream"}, token_field=self.token_field
+        )
+        try:
+            response = self._client.post(CHAT_PATH, body=body, cast_to=openai.APIResponse[object])
+            raw = response.read()
+        except openai.APIStatusError as e:
+            raise self._status_error(e) from None
+        except openai.APITimeoutError as e:
+            why = f"upstream did not answer within {self.timeout_s:g}s{_attempts(e.request)}"
+            raise ModelError(504, "timeout_error", why) from None
+        except openai.APIConnectionError as e:
+            why = f"connection to {self.base_url} failed: {_root_cause(e)}{_attempts(e.request)}"
+            raise ModelError(502, "api_error", self._redact(why)) from None
+        data = self._parse(raw)
+        message = chat_response_to_messages(data, str(request.get("model") or ""))
+        if not isinstance(data.get("usage"), dict):  # a server that reports no usage: estimate it
+            out = sum(estimate_tokens(text_of([b])) for b in message["content"])
+            message["usage"] = {"input_tokens": estimate_input_tokens(request), "output_tokens": out}
+        return message
+
+    def _parse(self, raw: bytes) -> dict[str, Any]:
+        # Not retried: a 200 means upstream did the work and billed it; asking again pays twice.
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            snippet = raw[:120].decode(errors="replace")
+            raise ModelError(
+                502, "api_error", self._redact(f"upstream returned a non-JSON body: {snippet!r}")
+            ) from None
+        if not isinstance(data, dict):
+            raise ModelError(502, "api_error", "upstream returned a non-object JSON body")
+        return data
+
+    def _status_error(self, e: openai.APIStatusError) -> ModelError:
+        """The error response the SDK gave up on, with its status and the canonical error type."""
+        status = e.status_code
+        error_type = _STATUS_TYPES.get(status, "api_error")
+        body = e.body
+        if isinstance(body, dict):
+            message = str(body.get("message") or "")
+        elif isinstance(body, str):
+            message = body[:500]
+        else:
+            message = ""
+        message = message or f"HTTP {status}"
+        tries = _attempts(e.response.request)
+        if status == 401:
+            text = f"upstream refused the API key ({message}); check {self.key_name}{tries}"
+        else:
+            text = f"upstream: {message}{tries}"
+        return ModelError(status, error_type, self._redact(text))
+
+    def _redact(self, text: str) -> str:
+        """``text`` without the API key (an upstream or proxy may echo it back)."""
+        return text.replace(self._secret, "[redacted]") if len(self._secret) >= 8 else text

@@ -1,0 +1,451 @@
+"""The host-side model gateway: the only way a harness or the optimizer reaches a model.
+
+Every sandboxed run gets a *lease*: a fresh random token that the harness uses as its API key
+(``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``) against the gateway's URL or Unix socket
+(``ANTHROPIC_BASE_URL``; ``OPENAI_BASE_URL`` is it plus ``/v1``). Harnesses may speak the
+Messages API or the Chat Completions API; a chat request is translated to a Messages body
+(``translate``), which is what the policy, the budget and the transcript see. The
+gateway checks the token on the request's headers, before reading its body; checks what the
+lease may ask for (``gateway_policy``: its role's model, ``max_tokens``, no server tools);
+reserves the most the call can cost against the run's budget; forwards the body to the
+upstream ``Model`` of the lease's role (which alone holds the real key); settles the reservation to the real
+usage; records the exchange under that token; and counts calls, tokens and list-price cost per
+(role, round). ``release(token)`` hands back the recorded exchanges, which are the run's
+transcript whatever the harness itself logs. A call whose reservation does not fit the budget
+is refused with a 429 that tells the SDK not to retry and the user which setting to raise, so
+no budget is exceeded at any concurrency.
+
+Who may connect at all (peer uids, the socket's group), how many connections are served and
+how long a client may take to send a request: ``http_guard``, configured by ``gateway:``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harnessopt.config import BudgetConfig, Config, GatewayConfig
+from harnessopt.errors import UserError
+from harnessopt.gateway.chat_wire import CHAT_PATH
+from harnessopt.gateway.guard import Admission, ServerLimits, unused_gid
+from harnessopt.gateway.http import (
+    COUNT_TOKENS_PATH,
+    ApiCall,
+    MessagesServer,
+    api_key_of,
+    estimate_input_tokens,
+)
+from harnessopt.gateway.policy import PRICES, LeasePolicy, cost_bound, cost_of, input_bound, price_of
+from harnessopt.gateway.translate import chat_request_to_messages, messages_response_to_chat
+from harnessopt.protocols import Exchange, Forward, GatewayLease, Model, ModelError, Usage
+
+__all__ = ["PRICES", "SOCKET_NAME", "Gateway", "price_of"]
+
+SOCKET_NAME = "gateway.sock"
+_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+_BAD_TOKEN = "invalid or expired harnessopt gateway token"
+
+
+@dataclass
+class _Lease:
+    role: str
+    round_no: int
+    task_id: str | None
+    exchanges: list[Exchange] = field(default_factory=list)
+    active: int = 0  # calls admitted and not finished
+
+
+class Gateway:
+    """A Messages and Chat Completions API server on loopback TCP (and a Unix socket in ``socket_dir``).
+
+    Thread safe: model calls of different leases run concurrently; bookkeeping is locked.
+    ``policy`` says what each role may ask for (default: any model, the budget's ``max_tokens``
+    caps, no server tools); ``settings`` bound connections, time, body sizes and peers.
+    ``Gateway.from_config`` builds both from a run's config.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        budget: BudgetConfig,
+        *,
+        socket_dir: Path | None = None,
+        policy: LeasePolicy | None = None,
+        settings: GatewayConfig | None = None,
+        models: Mapping[str, Model] | None = None,
+        peer_uids: Iterable[int] = (),
+    ):
+        self.model = model  # every role's upstream, unless ``models`` names another for the role
+        self.models: dict[str, Model] = dict(models or {})
+        self.budget = budget
+        settings = settings or GatewayConfig()
+        self.policy = policy or LeasePolicy.build(budget, settings)
+        socket_path = Path(socket_dir) / SOCKET_NAME if socket_dir is not None else None
+        if socket_path is not None and len(str(socket_path)) > _MAX_SOCKET_PATH:
+            raise UserError(
+                f"gateway socket path {socket_path} is too long for a Unix socket; use a shorter directory"
+            )
+        uids = frozenset({0, os.getuid(), *settings.container_uids, *peer_uids})
+        limits = ServerLimits(
+            max_connections=settings.max_connections,
+            io_timeout_s=settings.io_timeout_s,
+            tcp_uids=uids,
+            unix_uids=uids,
+            socket_gid=_socket_group(settings) if socket_path is not None else None,
+        )
+        self._server = MessagesServer(self._handle, socket_path=socket_path, admit=self._admit, limits=limits)
+        self._lock = threading.Lock()
+        self._leases: dict[str, _Lease] = {}
+        self._usage: dict[tuple[str, int], Usage] = defaultdict(Usage)
+        self._held = Usage()  # reservations of the calls in flight
+        self._last_refusal: str | None = None
+        self.refusals = 0  # calls refused for the budget: runs that made them say nothing about a candidate
+        self.notes: list[str] = []
+
+    @classmethod
+    def from_config(
+        cls,
+        model: Model,
+        cfg: Config,
+        *,
+        socket_dir: Path | None = None,
+        optimizer_model: Model | None = None,
+        peer_uids: Iterable[int] = (),
+    ) -> Gateway:
+        """The gateway of a run: ``cfg``'s budget, per-role models and limits, gateway settings.
+
+        ``model`` is the target's upstream; ``optimizer_model`` the optimizer's (default: the same).
+        ``peer_uids``: uids the sandbox's containers run as, besides ``gateway.container_uids``.
+        """
+        return cls(
+            model,
+            cfg.budget,
+            socket_dir=socket_dir,
+            policy=LeasePolicy.from_config(cfg),
+            settings=cfg.gateway,
+            models={"optimizer": optimizer_model} if optimizer_model is not None else None,
+            peer_uids=peer_uids,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Gateway:
+        try:
+            self._server.start()
+        except PermissionError as e:
+            gid = self._server.limits.socket_gid
+            raise UserError(
+                f"cannot give the gateway socket's directory to group {gid} ({e.strerror}); "
+                "set gateway.socket_gid to a group you belong to, or leave it unset"
+            ) from e
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> Gateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT``; valid after ``start()``."""
+        return self._server.base_url
+
+    @property
+    def socket_path(self) -> Path | None:
+        """The Unix socket (0660, group ``socket_gid``, in a 0750 dir) when a ``socket_dir`` was given."""
+        return self._server.socket_path
+
+    @property
+    def socket_gid(self) -> int | None:
+        """The group reserved for the run that owns the socket and its dir (task containers get it)."""
+        return self._server.limits.socket_gid
+
+    @property
+    def stats(self) -> Any:
+        """``http_guard.ServerStats``: bytes read from clients, connections refused or timed out."""
+        return self._server.stats
+
+    # ------------------------------------------------------------------ leases
+
+    def lease(self, role: str, round_no: int, task_id: str | None = None) -> GatewayLease:
+        """A fresh token whose calls are counted for (role, round) and recorded until released."""
+        token = "ho-" + secrets.token_urlsafe(24)
+        with self._lock:
+            self._leases[token] = _Lease(role, round_no, task_id)
+        return GatewayLease(token=token, base_url=self.base_url, socket_path=self.socket_path)
+
+    def release(self, token: str) -> list[Exchange]:
+        """Forget the token (later calls with it get 401) and return its exchanges in order."""
+        with self._lock:
+            lease = self._leases.pop(token, None)
+        return lease.exchanges if lease else []
+
+    def release_round(self, role: str, round_no: int) -> int:
+        """Forget every lease of (role, round), e.g. the optimizer's at the end of its round.
+
+        Returns how many were released; their exchanges are dropped (the usage stays counted).
+        """
+        with self._lock:
+            tokens = [
+                t for t, lease in self._leases.items() if (lease.role, lease.round_no) == (role, round_no)
+            ]
+            for token in tokens:
+                del self._leases[token]
+        return len(tokens)
+
+    # ------------------------------------------------------------------ accounting
+
+    def usage(self) -> dict[tuple[str, int], Usage]:
+        """Usage per (role, round), a snapshot."""
+        with self._lock:
+            return {
+                k: Usage(v.calls, v.input_tokens, v.output_tokens, v.cost_usd) for k, v in self._usage.items()
+            }
+
+    def total(self) -> Usage:
+        """Usage of the whole run so far."""
+        out = Usage()
+        for u in self.usage().values():
+            out.add(u)
+        return out
+
+    def held(self) -> Usage:
+        """What the calls in flight have reserved (calls, token and cost bounds)."""
+        with self._lock:
+            return Usage(
+                self._held.calls, self._held.input_tokens, self._held.output_tokens, self._held.cost_usd
+            )
+
+    key_refused: str | None = None
+    """Set when an upstream answered 401: the run stops at once (``loop.run``)."""
+
+    def exhausted(self) -> str | None:
+        """Why the budget refuses further calls (the message callers get), or None.
+
+        A budget is spent when a limit is reached, or once a call was refused because what it
+        could cost did not fit what remains (later calls of its kind would not fit either).
+        """
+        with self._lock:
+            return self._budget_problem(None) or self._last_refusal
+
+    def reservation(self, role: str, body: dict[str, Any], raw: bytes) -> Usage:
+        """What a call reserves: 1 call, its input bound, its ``max_tokens``, their list price.
+
+        ``raw`` is the request body as sent; a ``role`` policy refusal raises ModelError 400.
+        """
+        max_out = self.policy.check(role, body)
+        inp = input_bound(body, len(raw))
+        caches = b"cache_control" in raw
+        price = cost_bound(str(body.get("model")), inp, max_out, caches, self.policy.prices)
+        return Usage(1, inp, max_out, price)
+
+    def _budget_problem(self, need: Usage | None) -> str | None:
+        """With ``need`` None: whether a limit is reached; else whether ``need`` does not fit."""
+        total = Usage()
+        for u in self._usage.values():
+            total.add(u)
+        b, held = self.budget, self._held
+        if b.max_calls is not None and total.calls >= b.max_calls:
+            return _budget_message(f"{total.calls} of {b.max_calls} model calls", "max_calls")
+        tokens = total.input_tokens + total.output_tokens
+        if b.max_tokens is not None and tokens >= b.max_tokens:
+            return _budget_message(f"{tokens} of {b.max_tokens} tokens", "max_tokens")
+        if b.max_cost is not None and total.cost_usd >= b.max_cost:
+            return _budget_message(f"${total.cost_usd:.4f} of ${b.max_cost:.2f}", "max_cost")
+        if need is None:
+            return None
+        if b.max_calls is not None and total.calls + held.calls + need.calls > b.max_calls:
+            spent = f"{total.calls} of {b.max_calls} model calls used and {held.calls} in flight"
+            return _budget_message(spent, "max_calls")
+        held_tokens = held.input_tokens + held.output_tokens
+        need_tokens = need.input_tokens + need.output_tokens
+        if b.max_tokens is not None and tokens + held_tokens + need_tokens > b.max_tokens:
+            left = b.max_tokens - tokens - held_tokens
+            return _reserve_message(
+                f"{need_tokens} tokens", f"{max(left, 0)} tokens", "max_tokens", b.max_tokens
+            )
+        if b.max_cost is not None and total.cost_usd + held.cost_usd + need.cost_usd > b.max_cost:
+            left_usd = b.max_cost - total.cost_usd - held.cost_usd
+            return _reserve_message(
+                f"${need.cost_usd:.4f}", f"${max(left_usd, 0):.4f}", "max_cost", b.max_cost
+            )
+        return None
+
+    # ------------------------------------------------------------------ serving
+
+    def _admit(self, path: str, headers: dict[str, str]) -> Admission:
+        """Before any body byte is read: a live token, and a free slot of its lease."""
+        with self._lock:
+            lease = self._leases.get(api_key_of(headers) or "")
+            if lease is None:
+                raise ModelError(401, "authentication_error", _BAD_TOKEN)
+            limit = self.policy.max_calls_per_lease
+            if lease.active >= limit:
+                raise ModelError(
+                    429,
+                    "rate_limit_error",
+                    f"this lease already has {limit} calls in flight (gateway.max_calls_per_lease); "
+                    "wait for one to finish",
+                    retryable=True,
+                )
+            lease.active += 1
+        return Admission(self.policy.of(lease.role).max_body, lease, lambda: self._leave(lease))
+
+    def _leave(self, lease: _Lease) -> None:
+        with self._lock:
+            lease.active -= 1
+
+    def _handle(self, call: ApiCall) -> dict[str, Any]:
+        lease = call.context
+        if not isinstance(lease, _Lease):  # only admitted calls reach here
+            raise ModelError(401, "authentication_error", _BAD_TOKEN)
+        if call.path == COUNT_TOKENS_PATH:
+            return {"input_tokens": estimate_input_tokens(call.body)}
+        if call.path == CHAT_PATH:  # one canonical form inside: the Messages API's
+            try:
+                canonical = replace(call, body=chat_request_to_messages(call.body))
+            except ModelError as e:
+                self._record(lease, call, None, e.message, time.time(), 0.0, None)
+                raise
+            return messages_response_to_chat(self._forward(lease, canonical))
+        return self._forward(lease, call)
+
+    def _forward(self, lease: _Lease, call: ApiCall) -> dict[str, Any]:
+        """Policy, reservation, the role's upstream, settlement and the transcript of one call."""
+        started = time.time()
+        model = self.models.get(lease.role, self.model)
+        try:
+            hold = self._reserve(lease, call)
+            check = getattr(model, "check", None)  # what the upstream cannot take: refused, not a call
+            if check is not None:
+                try:
+                    check(call.body)
+                except ModelError:
+                    self._release(hold)
+                    raise
+        except ModelError as e:
+            self._record(lease, call, None, e.message, started, 0.0, None)
+            raise
+        t0 = time.monotonic()
+        forward = Forward.of(call.headers, call.query)  # beta features; never the client's key
+        try:
+            response = model.create(call.body, lease.role, forward=forward)
+        except ModelError as e:
+            self._record(lease, call, None, f"{e.status} {e.error_type}: {e.message}", started, t0, hold)
+            if e.status == 401:  # upstream refused the real key: no later call can succeed
+                self.key_refused = (
+                    f"the API key was refused by the {lease.role}'s upstream ({e.message[:200]})"
+                )
+            raise
+        except Exception as e:
+            self._record(lease, call, None, f"{type(e).__name__}: {e}", started, t0, hold)
+            raise
+        self._record(lease, call, response, None, started, t0, hold)
+        return response
+
+    def _reserve(self, lease: _Lease, call: ApiCall) -> Usage:
+        """Check the lease's policy and hold the call's worst case; 429 when it does not fit."""
+        need = self.reservation(lease.role, call.body, call.raw)
+        with self._lock:
+            problem = self._budget_problem(need)
+            if problem is not None:
+                self.refusals += 1
+                self._last_refusal = problem
+            else:
+                self._held.add(need)
+        if problem is not None:
+            raise ModelError(429, "rate_limit_error", problem, retryable=False)
+        return need
+
+    def _record(
+        self,
+        lease: _Lease,
+        call: ApiCall,
+        response: dict[str, Any] | None,
+        error: str | None,
+        started: float,
+        t0: float,
+        hold: Usage | None,
+    ) -> None:
+        """Log the exchange; for a forwarded call (``hold``), swap its reservation for its usage."""
+        wall = time.monotonic() - t0 if t0 else 0.0
+        usage = (response or {}).get("usage") or {}
+        tokens_in = int(usage.get("input_tokens") or 0)
+        tokens_in += int(usage.get("cache_creation_input_tokens") or 0) + int(
+            usage.get("cache_read_input_tokens") or 0
+        )
+        tokens_out = int(usage.get("output_tokens") or 0)
+        exchange = Exchange(call.body, response, error, started, wall, tokens_in, tokens_out, call.streamed)
+        model_name = str((response or {}).get("model") or call.body.get("model") or "")
+        cost = self._cost(model_name, usage) if response is not None else 0.0
+        over = hold is not None and (tokens_in > hold.input_tokens or tokens_out > hold.output_tokens)
+        with self._lock:
+            lease.exchanges.append(exchange)
+            if hold is not None:  # a refused call reached no model: it is not a call
+                self._unhold(hold)
+                self._usage[(lease.role, lease.round_no)].add(Usage(1, tokens_in, tokens_out, cost))
+            if over:
+                self._note(
+                    f"a {model_name} call used more tokens than its reservation (budgets may be passed)"
+                )
+
+    def _release(self, hold: Usage) -> None:
+        with self._lock:
+            self._unhold(hold)
+
+    def _unhold(self, hold: Usage) -> None:
+        """Give back a reservation (caller holds the lock)."""
+        self._held.calls -= hold.calls
+        self._held.input_tokens -= hold.input_tokens
+        self._held.output_tokens -= hold.output_tokens
+        self._held.cost_usd -= hold.cost_usd
+        if self._held.calls == 0:
+            self._held = Usage()  # no float dust left over from the cost sums
+
+    def _cost(self, model_name: str, usage: dict[str, Any]) -> float:
+        cost = cost_of(model_name, usage, self.policy.prices)
+        if cost is None:
+            with self._lock:
+                self._note(f"no list price for model {model_name!r}: its cost is counted as $0")
+            return 0.0
+        return cost
+
+    def _note(self, note: str) -> None:
+        """Add a note once (caller holds the lock)."""
+        if note not in self.notes:
+            self.notes.append(note)
+
+
+def _socket_group(settings: GatewayConfig) -> int:
+    """The group the socket dir is given to: the configured one, a fresh one as root, else ours."""
+    if settings.socket_gid is not None:
+        return settings.socket_gid
+    if os.geteuid() == 0:
+        return unused_gid()  # never root's group: containers get this group as a supplementary one
+    return os.getgid()
+
+
+def _budget_message(spent: str, setting: str) -> str:
+    return (
+        f"harnessopt budget spent: {spent} used (budget.{setting}); "
+        f"raise budget.{setting} in harnessopt.yaml or pass --{setting.replace('_', '-')} to allow more"
+    )
+
+
+def _reserve_message(need: str, left: str, setting: str, limit: float) -> str:
+    return (
+        f"harnessopt budget: this call may use up to {need} (its max_tokens plus its input) but only "
+        f"{left} of budget.{setting}={limit} remain; raise budget.{setting} in harnessopt.yaml or pass "
+        f"--{setting.replace('_', '-')} to allow more, or ask for a smaller max_tokens"
+    )

@@ -1,0 +1,75 @@
+"""One command that changes a workspace at a time (``run``, ``rollback``, ``audit``).
+
+An exclusive ``flock`` on ``.harnessopt/lock``, held by an open file descriptor for as long as the
+command runs. The kernel drops it when the process dies, however it dies, so a lock is never
+stale in the sense of blocking; the file's text (pid, host, command) only names the holder, and
+a text left by a dead process is reported when the next command takes the lock over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from harnessopt.errors import UserError
+from harnessopt.ledger.journal import STATE_DIR
+
+LOCK_NAME = "lock"
+
+
+@contextlib.contextmanager
+def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iterator[None]:
+    """Hold the workspace's lock for the block; a UserError naming the holder when it is taken."""
+    path = Path(root) / STATE_DIR / LOCK_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            raise UserError(
+                f"{root} is in use by 'harnessopt {holder.get('command', '?')}' (pid {holder.get('pid', '?')} "
+                f"on {holder.get('host', '?')}); wait for it to finish or stop it, then try again"
+            ) from None
+        earlier = _read(fd)
+        if earlier.get("pid") and not _alive(earlier):
+            say(
+                f"note: took over the lock of 'harnessopt {earlier.get('command', '?')}' "
+                f"(pid {earlier['pid']}), which is no longer running"
+            )
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # a clean exit leaves no name behind
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _read(fd: int) -> dict[str, object]:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _alive(holder: dict[str, object]) -> bool:
+    if holder.get("host") != socket.gethostname():
+        return True  # another machine's process: cannot tell, assume it lives
+    try:
+        os.kill(int(str(holder["pid"])), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,185 @@
+"""The round-0 proposal and a person's decision on it, recorded in git (docs/optimizer.md, "Round 0").
+
+Both are commits on ``main`` (they change no skill or harness file, so main stays the incumbent):
+
+* the proposal commit adds ``proposals/round-0.md`` and the seed harness's train trajectories it
+  was written from; ``refs/harnessopt/proposal/round-0`` points at the latest one;
+* the decision commit adds ``proposals/round-0.decision.md`` (decision, who, when, reason);
+  ``refs/harnessopt/decision/round-0`` points at the latest one.
+
+Their messages end with the ledger's manifest line (``ledger.message``: ``round: 0``,
+``status: proposal | approved | rejected``). A decision applies to the proposal it names; a new
+diagnosis after a rejection is a new proposal commit, and every earlier proposal and decision
+stays in main's history. Nothing is force-moved: main advances by compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import getpass
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import git
+
+from harnessopt.errors import UserError
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+
+PROPOSAL_PATH = "proposals/round-0.md"
+DECISION_PATH = "proposals/round-0.decision.md"
+PROPOSAL_REF = "refs/harnessopt/proposal/round-0"
+DECISION_REF = "refs/harnessopt/decision/round-0"
+Decision = Literal["pending", "approved", "rejected"]
+
+
+@dataclass(frozen=True)
+class Round0:
+    """The latest round-0 proposal and what was decided about it."""
+
+    commit: str  # the proposal commit
+    text: str  # proposals/round-0.md as committed
+    status: Decision
+    reason: str = ""
+    by: str = ""
+    decision_commit: str | None = None
+
+
+def state(repo: git.Repo) -> Round0 | None:
+    """The latest proposal and its decision; None when no round 0 was ever written."""
+    if not vcs.ref_exists(repo, PROPOSAL_REF):
+        return None
+    commit = repo.commit(PROPOSAL_REF)
+    text = _blob(commit, PROPOSAL_PATH)
+    if vcs.ref_exists(repo, DECISION_REF):
+        d = repo.commit(DECISION_REF)
+        data = ledger.manifest_data(str(d.message))
+        if data.get("proposal") == commit.hexsha and data.get("status") in ("approved", "rejected"):
+            return Round0(
+                commit.hexsha,
+                text,
+                data["status"],
+                str(data.get("reason", "")),
+                str(data.get("by", "")),
+                d.hexsha,
+            )
+    return Round0(commit.hexsha, text, "pending")
+
+
+def rejected(repo: git.Repo) -> list[tuple[str, str]]:
+    """Every rejected proposal on main's history, oldest first: (its text, the reason given)."""
+    out = []
+    for c in repo.iter_commits("HEAD", paths=DECISION_PATH):
+        data = ledger.manifest_data(str(c.message))
+        if data.get("status") == "rejected" and data.get("proposal"):
+            try:
+                text = _blob(repo.commit(str(data["proposal"])), PROPOSAL_PATH)
+            except (ValueError, git.BadName):
+                continue
+            out.append((text, str(data.get("reason", ""))))
+    return list(reversed(out))
+
+
+def plan_to_implement(repo: git.Repo) -> str | None:
+    """The approved proposal while no round accepted after its approval has implemented it yet."""
+    st = state(repo)
+    if st is None or st.status != "approved" or st.decision_commit is None:
+        return None
+    for r in ledger.accepted_along(repo, vcs.head_sha(repo)):
+        if vcs.is_ancestor(repo, st.decision_commit, r.commit):
+            return None
+    return st.text
+
+
+def record_proposal(repo: git.Repo, text: str, trajectories: Path, data: dict[str, Any]) -> str:
+    """Commit the proposal (and the train ``trajectories`` directory it read) on main."""
+    parent = vcs.head_sha(repo)
+    with tempfile.TemporaryDirectory(prefix="ho-proposal-") as tmp:
+        overlay = Path(tmp)
+        (overlay / "proposals").mkdir()
+        (overlay / PROPOSAL_PATH).write_text(text, encoding="utf-8")
+        shutil.copytree(trajectories, overlay / "trajectories")
+        title = _title(text)
+        body = f"Decide with: harnessopt approve WS | harnessopt reject WS --reason '...'\n\n{title}"
+        msg = ledger.message(f"harnessopt round 0: proposal: {title[:60]}", body, data)
+        sha = vcs.build_commit(repo, parent, overlay, ["proposals", "trajectories"], msg)
+    vcs.advance_main(repo, sha, parent)
+    vcs.set_ref(repo, PROPOSAL_REF, sha)
+    return sha
+
+
+def record_decision(repo: git.Repo, approve: bool, reason: str, by: str | None = None) -> Round0:
+    """A person's decision on the pending proposal, as a commit on main; the new state."""
+    st = state(repo)
+    if st is None:
+        raise UserError("there is no round-0 proposal to decide on; `harnessopt run WS` writes one")
+    if st.status != "pending":
+        raise UserError(
+            f"the round-0 proposal ({st.commit[:10]}) was already {st.status}; "
+            "`harnessopt run WS` continues from there"
+        )
+    if vcs.dirty_paths(repo):
+        raise UserError(
+            f"{repo.working_dir} has uncommitted changes; commit or stash them, then decide again"
+        )
+    status: Decision = "approved" if approve else "rejected"
+    reason = " ".join(reason.split())
+    if not approve and not reason:
+        raise UserError("a rejection needs a reason: harnessopt reject WS --reason '...'")
+    who = by or _who()
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record = f"decision: {status}\nby: {who}\nat: {when}\nproposal: {st.commit}\nreason: {reason or '-'}\n"
+    parent = vcs.head_sha(repo)
+    data = {"version": ledger.MANIFEST_VERSION, "round": 0, "status": status, "proposal": st.commit}
+    data.update(reason=reason, by=who, at=when)
+    with tempfile.TemporaryDirectory(prefix="ho-decision-") as tmp:
+        overlay = Path(tmp)
+        vcs.export(repo, parent, ["proposals"], overlay)
+        (overlay / "proposals").mkdir(exist_ok=True)
+        (overlay / DECISION_PATH).write_text(record, encoding="utf-8")
+        subject = f"harnessopt round 0: proposal {status}" + (f": {reason[:60]}" if reason else "")
+        sha = vcs.build_commit(repo, parent, overlay, ["proposals"], ledger.message(subject, record, data))
+    vcs.advance_main(repo, sha, parent)
+    vcs.set_ref(repo, DECISION_REF, sha)
+    return Round0(st.commit, st.text, status, reason, who, sha)
+
+
+def round0_commits(repo: git.Repo) -> set[str]:
+    """The latest proposal and decision commits."""
+    return {repo.commit(ref).hexsha for ref in (PROPOSAL_REF, DECISION_REF) if vcs.ref_exists(repo, ref)}
+
+
+def status_lines(repo: git.Repo, root: Path) -> list[str]:
+    """``harnessopt status``: where round 0 stands (nothing when no proposal was written)."""
+    st = state(repo)
+    if st is None:
+        return []
+    line = f"round 0: proposal {st.commit[:10]} {st.status}" + (f" ({st.reason})" if st.reason else "")
+    if st.status == "pending":
+        return [line, f"decide: harnessopt approve {root}   |   harnessopt reject {root} --reason '...'"]
+    return [line]
+
+
+def _blob(commit: git.Commit, path: str) -> str:
+    try:
+        return bytes(commit.tree[path].data_stream.read()).decode("utf-8", "replace")
+    except KeyError:
+        return ""
+
+
+def _title(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.lstrip("# ").strip()[:200]
+    return "round-0 proposal"
+
+
+def _who() -> str:
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except (OSError, KeyError):
+        return "unknown"

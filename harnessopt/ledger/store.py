@@ -1,0 +1,397 @@
+"""The round ledger: the one reader and writer of the record of rounds.
+
+Git is the source of truth (DESIGN.md "Workspace layout"): every round is a commit whose message
+ends with a machine-readable manifest line. Accepted rounds are tagged ``ho/round-K`` on ``main``;
+rejected, no-op and failed rounds live on ``refs/harnessopt/<status>/round-K``. This module owns
+the manifest's type (``RoundManifest``, versioned, tolerant of keys written by other versions),
+writing a round, reading rounds back, ``best()``, ``next_round()`` and ``recover()``. Nothing
+else indexes a manifest by string keys.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import git
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harnessopt.errors import UserError
+from harnessopt.ledger import vcs
+from harnessopt.ledger.index import CommitIndex
+from harnessopt.ledger.journal import Journal
+from harnessopt.util import interrupts
+from harnessopt.util.text import visible
+
+MANIFEST_PREFIX = "harnessopt-manifest: "
+MANIFEST_VERSION = 2
+ROUND_TAG = "ho/round-{k}"
+BEST_TAG = "ho/best"
+RECORD_REF = "refs/harnessopt/{status}/round-{k}"
+
+Status = Literal["initial", "accepted", "rejected", "noop", "failed"]
+RecordStatus = Literal["rejected", "noop", "failed"]
+RECORD_STATUSES: tuple[RecordStatus, ...] = ("rejected", "noop", "failed")
+StoppedBy = Literal["done", "turn_budget", "token_budget", "wall_clock", "error"]
+_ROUND_RE = re.compile(r"round-(\d+)$")
+
+Announce = Callable[[str], None]
+
+
+class _Tolerant(BaseModel):
+    """Reading an older (or newer) commit must not fail on a key this version does not know."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class RoleUsage(_Tolerant):
+    calls: int = 0
+    input: int = 0
+    output: int = 0
+    cost_usd: float | None = None
+    """Dollars at list price of this role's calls (None in rounds recorded before it was kept)."""
+
+
+class PhaseStats(_Tolerant):
+    """What the target's runs of one phase of a round did, counted when the round is recorded
+    (``taxonomy``): phases are rollout, incumbent, smoke, validation, reruns."""
+
+    runs: int = 0
+    passed: int = 0
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    wall_s: float = 0.0
+    failures: dict[str, int] = Field(default_factory=dict)
+    """Failed runs per failure class (docs/report.md)."""
+    turns: list[int] = Field(default_factory=list)
+    """Model calls of each run, sorted."""
+    looping: int = 0
+    """Runs in which the model repeated one identical tool call three times or more."""
+
+
+class OptimizerRecord(_Tolerant):
+    """What the optimizer spent in a round, and where its transcript is."""
+
+    turns: int = 0
+    stopped_by: StoppedBy = "done"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    transcript: str | None = None
+    view_skipped: list[str] = Field(default_factory=list)
+
+
+class RoundManifest(_Tolerant):
+    """The machine-readable part of a round's commit message."""
+
+    version: int = MANIFEST_VERSION
+    round: int
+    status: Status
+    reason: str = ""
+    summary: str = ""
+    parent: str | None = None
+    val_score: float | None = None
+    incumbent_score: float | None = None
+    delta: float | None = None
+    dead_zone: float | None = None
+    n: int | None = None
+    fixed: list[str] = Field(default_factory=list)
+    broken: list[str] = Field(default_factory=list)
+    gate: dict[str, Any] = Field(default_factory=dict)
+    train_passed: int | None = None
+    train_tasks: int | None = None
+    changed: list[str] = Field(default_factory=list)
+    violations: list[str] = Field(default_factory=list)
+    optimizer: OptimizerRecord | None = None
+    tokens: dict[str, RoleUsage] = Field(default_factory=dict)
+    cost_usd: float | None = None
+    notes: list[str] = Field(default_factory=list)
+    """Facts the run found worth telling (e.g. a model without a price counted at $0)."""
+    phases: dict[str, PhaseStats] = Field(default_factory=dict)
+    """The target's runs of this round per phase, with their failure taxonomy."""
+    repeats: dict[str, list[int]] = Field(default_factory=dict)
+    """Val task -> [groups of identical reruns seen this round, groups whose runs disagreed]."""
+    wall_s: float | None = None
+    """Seconds the round took, start to record."""
+    noise_floor: dict[str, Any] | None = None
+    """The A/A test of the incumbent, in the round that measured it (round 1, or after a change)."""
+    confirmation: dict[str, Any] | None = None
+    """An accepted candidate on runs that did not select it (gain, interval, confirmed)."""
+    checks: dict[str, Any] = Field(default_factory=dict)
+    """What the candidate checks found (``leakage``: findings and the action taken)."""
+
+    @property
+    def title(self) -> str:
+        return self.summary.splitlines()[0] if self.summary else ""
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round as git remembers it: its commit, the ref that keeps it, its manifest."""
+
+    round: int
+    status: Status
+    commit: str
+    ref: str
+    manifest: RoundManifest
+    subject: str
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def message(subject: str, body: str, data: BaseModel | dict[str, Any]) -> str:
+    """A commit message: subject, body, and the manifest as the last line."""
+    payload = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
+    text = visible(" ".join(subject.split()))  # one line, no escape sequence for `git log` to print
+    if body.strip():
+        text += "\n\n" + visible(body.strip())
+    return f"{text}\n\n{MANIFEST_PREFIX}{json.dumps(payload, sort_keys=True)}\n"
+
+
+def manifest_data(text: str) -> dict[str, Any]:
+    """The raw manifest object of a commit message ({} when there is none or it is unreadable)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(MANIFEST_PREFIX):
+            try:
+                data = json.loads(line[len(MANIFEST_PREFIX) :])
+            except json.JSONDecodeError:
+                return {}
+            return data if isinstance(data, dict) else {}
+    return {}
+
+
+def _manifest_of(k: int, status: Status, data: dict[str, Any]) -> RoundManifest:
+    data.setdefault("round", k)
+    data.setdefault("status", status)
+    if k == 0:
+        data["status"] = "initial"
+    try:
+        return RoundManifest.model_validate(data)
+    except ValidationError:  # hand-edited or foreign: the ref still says what the round was
+        return RoundManifest(round=k, status=status)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def rounds(repo: git.Repo) -> list[Round]:
+    """Every recorded round, round 0 (the initial state) included, sorted by number.
+
+    The refs are listed from git on every call (one ``git for-each-ref``); the commit messages
+    come from the index in ``.harnessopt/`` (``ledger_index``), keyed by commit sha, and only the
+    commits it does not hold yet are read from git. A commit's message never changes, so an entry
+    cannot go stale; a moved, new or deleted ref is seen in the listing (docs/workspace.md)."""
+    refs = _round_refs(repo)
+    index = CommitIndex.load(repo)
+    index.fill(repo, {sha for _, _, _, sha in refs}, manifest_data)
+    found = [_round_of(k, status, sha, ref, *index.commits[sha]) for k, status, ref, sha in refs]
+    return sorted(found, key=lambda r: r.round)
+
+
+def rounds_from_git(repo: git.Repo) -> list[Round]:
+    """``rounds`` read from git alone, commit by commit (no index): what the index must equal."""
+    found: dict[int, Round] = {}
+    for t in repo.tags:
+        m = _ROUND_RE.search(t.name)
+        if t.name.startswith("ho/round-") and m:
+            k = int(m.group(1))
+            found[k] = _round(k, "initial" if k == 0 else "accepted", t.commit, t.path)
+    for status in RECORD_STATUSES:
+        for ref in _refs_under(repo, f"refs/harnessopt/{status}/"):
+            m = _ROUND_RE.search(ref)
+            if m and int(m.group(1)) not in found:
+                found[int(m.group(1))] = _round(int(m.group(1)), status, repo.commit(ref), ref)
+    return [found[k] for k in sorted(found)]
+
+
+def _round_refs(repo: git.Repo) -> list[tuple[int, Status, str, str]]:
+    """(round, status, ref, commit sha) of every round ref; an accepted tag wins over a record ref."""
+    out = repo.git.for_each_ref(
+        "--format=%(refname) %(objectname) %(*objectname)", "refs/tags/ho/", "refs/harnessopt/"
+    )
+    tags: dict[int, tuple[int, Status, str, str]] = {}
+    records: dict[int, tuple[int, Status, str, str]] = {}
+    for line in out.splitlines():
+        ref, sha, *peeled = line.split(" ")
+        sha = peeled[0] if peeled and peeled[0] else sha  # an annotated tag: the commit it points at
+        m = _ROUND_RE.search(ref)
+        if not m:
+            continue
+        k = int(m.group(1))
+        if ref.startswith("refs/tags/ho/round-"):
+            tags[k] = (k, "initial" if k == 0 else "accepted", ref, sha)
+        for status in RECORD_STATUSES:  # two records of one round: rejected, then noop, then failed
+            if ref.startswith(f"refs/harnessopt/{status}/") and (
+                k not in records or _RECORD_RANK[status] < _RECORD_RANK[records[k][1]]
+            ):
+                records[k] = (k, status, ref, sha)
+    return list({**records, **tags}.values())
+
+
+_RECORD_RANK: dict[str, int] = {status: i for i, status in enumerate(RECORD_STATUSES)}
+
+
+def _round(k: int, status: Status, commit: git.Commit, ref: str) -> Round:
+    text = str(commit.message)
+    return _round_of(k, status, commit.hexsha, ref, text.splitlines()[0] if text else "", manifest_data(text))
+
+
+def _round_of(k: int, status: Status, sha: str, ref: str, subject: str, data: dict[str, Any]) -> Round:
+    manifest = _manifest_of(k, status, dict(data))
+    return Round(k, manifest.status, sha, ref, manifest, subject)
+
+
+def _refs_under(repo: git.Repo, prefix: str) -> list[str]:
+    out = repo.git.for_each_ref("--format=%(refname)", prefix)
+    return [line for line in out.splitlines() if line]
+
+
+def past_rounds(repo: git.Repo) -> list[Round]:
+    """Rounds 1.. (round 0 is the initial state, not a round)."""
+    return [r for r in rounds(repo) if r.round > 0]
+
+
+def next_round(repo: git.Repo) -> int:
+    return max((r.round for r in rounds(repo)), default=0) + 1
+
+
+def find(repo: git.Repo, k: int) -> Round:
+    recorded = rounds(repo)
+    for r in recorded:
+        if r.round == k:
+            return r
+    known = ", ".join(str(r.round) for r in recorded)
+    raise UserError(f"round {k} is not recorded in {repo.working_dir}; recorded rounds: {known}")
+
+
+def best(repo: git.Repo) -> Round:
+    """The round ``ho/best`` points at (round 0 until a round is accepted)."""
+    sha = repo.commit(BEST_TAG).hexsha
+    for r in rounds(repo):
+        if r.commit == sha:
+            return r
+    return _round(-1, "accepted", repo.commit(sha), BEST_TAG)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def record_other(repo: git.Repo, parent: str, overlay: Path, paths: list[str], m: RoundManifest) -> str:
+    """A rejected, no-op or failed round: its commit on ``refs/harnessopt/<status>/round-K``."""
+    sha = vcs.build_commit(repo, parent, overlay, paths, _round_message(m))
+    vcs.set_ref(repo, RECORD_REF.format(status=m.status, k=m.round), sha)
+    if not vcs.dirty_paths(repo):  # never wipe edits a user made mid-run; start_round reports them
+        vcs.reset_hard(repo)
+    return sha
+
+
+def record_accepted(
+    repo: git.Repo,
+    journal: Journal,
+    parent: str,
+    overlay: Path,
+    paths: list[str],
+    m: RoundManifest,
+    *,
+    new_best: bool,
+) -> str:
+    """An accepted round: one commit, tagged, then ``main`` moved by one compare-and-swap.
+
+    The round's tag is set before ``main`` moves, so at every point a SIGKILL can land ``main`` is
+    either the parent or a tagged round; ``recover`` finishes the rest from the journal's
+    ``applying`` line (the swap, the checkout, ``ho/best``)."""
+    sha = vcs.build_commit(repo, parent, overlay, paths, _round_message(m))
+    with interrupts.deferred():
+        journal.write(m.round, "applying", commit=sha, parent=parent, new_best=new_best)
+        vcs.tag(repo, ROUND_TAG.format(k=m.round), sha, move=True)
+        vcs.advance_main(repo, sha, parent)
+        if new_best:
+            vcs.tag(repo, BEST_TAG, sha, move=True)
+    return sha
+
+
+def _round_message(m: RoundManifest) -> str:
+    title = m.title[:72] if m.summary else m.reason[:72]
+    return message(f"harnessopt round {m.round}: {m.status}: {title}", f"{m.reason}\n\n{m.summary}", m)
+
+
+def is_new_best(repo: git.Repo, m: RoundManifest) -> bool:
+    """Does an accepted round with manifest ``m`` beat ``ho/best`` on val? Never when runs that did
+    not select it failed to confirm its gain (``confirmation``)."""
+    if m.confirmation is not None and not m.confirmation.get("confirmed", False):
+        return False
+    current = best(repo)
+    if current.commit == m.parent:
+        return True
+    score = current.manifest.val_score
+    return score is None or (m.val_score or 0.0) > score
+
+
+def initial_message(skill_name: str, n_tasks: int) -> str:
+    data = {
+        "version": MANIFEST_VERSION,
+        "round": 0,
+        "status": "initial",
+        "skill": skill_name,
+        "tasks": n_tasks,
+    }
+    return message("harnessopt round 0: initial workspace", "", data)
+
+
+def tag_initial(repo: git.Repo) -> None:
+    sha = vcs.head_sha(repo)
+    vcs.tag(repo, ROUND_TAG.format(k=0), sha)
+    vcs.tag(repo, BEST_TAG, sha)
+
+
+def rollback_message(k: int, to_commit: str) -> str:
+    return message(
+        f"harnessopt rollback to round {k}", "", {"status": "rollback", "to_round": k, "to_commit": to_commit}
+    )
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def recover(repo: git.Repo, journal: Journal, say: Announce) -> None:
+    """Before a run: finish our own interrupted apply, or refuse a workspace with a user's edits."""
+    last = journal.last() or {}
+    head = vcs.head_sha(repo)
+    if last.get("phase") == "applying" and last.get("commit") != head and last.get("parent") == head:
+        vcs.advance_main(repo, str(last["commit"]), head)  # the kill came before the swap: finish it
+        head = str(last["commit"])
+    if last.get("phase") == "applying" and last.get("commit") == head:
+        vcs.reset_hard(repo)  # main moved, the checkout may not have finished
+        k = int(last["round"])
+        vcs.tag(repo, ROUND_TAG.format(k=k), head, move=True)
+        if last.get("new_best"):
+            vcs.tag(repo, BEST_TAG, head, move=True)
+        journal.write(k, "recorded", status="accepted", commit=head, recovered=True)
+        say(f"round {k} had been accepted when the last run stopped; its checkout is now complete")
+    dirty = vcs.dirty_paths(repo)
+    if dirty:
+        more = f" and {len(dirty) - 1} more" if len(dirty) > 1 else ""
+        raise UserError(
+            f"{repo.working_dir} has uncommitted changes ({dirty[0]}{more}); commit or stash them, then run again"
+        )
+
+
+def accepted_along(repo: git.Repo, tip: str) -> Iterator[Round]:
+    """Accepted rounds (1..) in the history of ``tip``."""
+    for r in past_rounds(repo):
+        if r.status == "accepted" and vcs.is_ancestor(repo, r.commit, tip):
+            yield r
+
+
+def audits(repo: git.Repo) -> list[dict[str, Any]]:
+    """Every recorded audit (``refs/harnessopt/commands/audit/*``): its report, oldest first, with its ref."""
+    found = []
+    for ref in _refs_under(repo, "refs/harnessopt/commands/audit/"):
+        commit = repo.commit(ref)
+        found.append((commit.committed_date, {**manifest_data(str(commit.message)), "ref": ref}))
+    return [data for _, data in sorted(found, key=lambda x: x[0])]

@@ -1,0 +1,243 @@
+"""Are accepted edits used? Skill rules and harness flags against the trajectories that followed.
+
+Rules. A *rule* is a line an accepted round added to a file under ``skill/`` (blank lines, front
+matter fences and lines under ``MIN_RULE_CHARS`` characters are not rules). For each later round
+whose incumbent still descends from that acceptance, its train trajectories (kept in the round's
+commit) are read and split into what the model *received* (system prompt, user messages, tool
+results) and what it *produced* (its replies, its tool calls, the answer). A trajectory
+``saw`` the rule when the rule's line appears in what the model received (whitespace and case
+ignored): the model had it in context (with progressive disclosure, only when it opened the
+file). It ``showed`` the rule when the rule's key terms appear in what the model produced: every
+code span of the rule (text in backticks) if it has any, else at least two of its key words
+(words of five letters or more, stop words removed; all of them when it has fewer than two).
+A text match cannot see a rule obeyed by *not* doing something; read it as a hint.
+
+Flags. A harness reports the flags it read in any of its events, as a ``flags_read`` object
+(``{"event": "request", ..., "flags_read": {"stream": "1"}}``; the chat template does, with
+``null`` for a flag it looked for and did not find); a trajectory used flag NAME when it reported
+a value for it. Configured flags that no trajectory reported are listed with zero use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import git
+
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+from harnessopt.workspace import flags
+
+MIN_RULE_CHARS = 12
+KEY_WORD_CHARS = 5
+MAX_KEY_WORDS = 6
+STOP_WORDS = frozenset(
+    [
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "always",
+        "answer",
+        "before",
+        "being",
+        "below",
+        "between",
+        "could",
+        "every",
+        "first",
+        "never",
+        "other",
+        "should",
+        "their",
+        "there",
+        "these",
+        "those",
+        "through",
+        "under",
+        "until",
+        "using",
+        "where",
+        "which",
+        "while",
+        "would",
+        "your",
+        "yours",
+        "itself",
+        "other",
+        "whose",
+        "without",
+        "within",
+    ]
+)
+_CODE = re.compile(r"`([^`]+)`")
+_WORD = re.compile(r"[a-z][a-z0-9_-]+")
+
+
+@dataclass
+class RuleUse:
+    """One accepted rule and how often the trajectories after it saw and showed it."""
+
+    round: int
+    path: str
+    text: str
+    trajectories: int = 0
+    saw: int = 0
+    showed: int = 0
+
+
+@dataclass
+class FlagUse:
+    name: str
+    trajectories: int = 0
+    used: int = 0
+    values: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A trajectory file split into what the model received and what it produced."""
+
+    round: int
+    received: str
+    produced: str
+    flags: dict[str, Any]
+
+
+def key_terms(rule: str) -> tuple[list[str], list[str]]:
+    """(code spans, key words) of a rule, lower-cased."""
+    spans = [s.strip().lower() for s in _CODE.findall(rule) if s.strip()]
+    words = [w for w in _WORD.findall(_CODE.sub(" ", rule).lower()) if len(w) >= KEY_WORD_CHARS]
+    words = [w for w in dict.fromkeys(words) if w not in STOP_WORDS][:MAX_KEY_WORDS]
+    return spans, words
+
+
+def shows(rule: str, produced: str) -> bool:
+    """Does the model's output show the rule (module docstring)?"""
+    spans, words = key_terms(rule)
+    text = produced.lower()
+    if spans:
+        return all(s in text for s in spans)
+    if not words:
+        return False
+    return sum(w in text for w in words) >= min(2, len(words))
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def split_trajectory(round_no: int, text: str) -> Trajectory:
+    """Walk the Markdown trajectory (docs/trajectories.md) by its headings."""
+    received: list[str] = []
+    produced: list[str] = []
+    flags: dict[str, Any] = {}
+    target: list[str] | None = None
+    events = False
+    fence = ""  # the open code fence: headings inside it are the model's or the skill's text
+    for line in text.splitlines():
+        if fence:
+            if line.strip() == fence:
+                fence = ""
+            elif target is not None:
+                target.append(line)
+            continue
+        level = len(line) - len(line.lstrip("#"))
+        if line.startswith("```"):
+            fence = "`" * (len(line) - len(line.lstrip("`")))
+        elif level and line[level : level + 1] == " ":
+            target, events = _section(level, line[level:].strip().lower(), target, events, received, produced)
+        elif events and line.startswith("- {"):
+            flags.update(_flags_of(line[2:]))
+        elif target is not None:
+            target.append(line)
+    return Trajectory(round_no, "\n".join(received), "\n".join(produced), flags)
+
+
+def _section(
+    level: int, head: str, target: list[str] | None, events: bool, received: list[str], produced: list[str]
+) -> tuple[list[str] | None, bool]:
+    """Where the lines under a heading go: (received, produced or nowhere, in harness events?)."""
+    if level == 1:
+        return (produced if head == "answer" else None), head == "harness events"
+    if level == 2:
+        return None, events
+    if (
+        head.startswith("system")
+        or head.startswith("user")
+        or (head.startswith("message") and "(user)" in head)
+    ):
+        return received, events
+    if head.startswith(("assistant", "response")) or "(assistant)" in head:
+        return produced, events
+    return target, events
+
+
+def _flags_of(raw: str) -> dict[str, Any]:
+    try:
+        event = json.loads(raw)
+    except json.JSONDecodeError:
+        return {}
+    return flags.read_in([event]) if isinstance(event, dict) else {}
+
+
+def added_rules(repo: git.Repo, parent: str, commit: str) -> list[tuple[str, str]]:
+    """(path, line) of every rule an accepted round added under skill/."""
+    out = repo.git.diff("--unified=0", "--no-color", parent, commit, "--", "skill")
+    rules, path = [], ""
+    for line in out.splitlines():
+        if line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else ""
+        elif line.startswith("+") and path:
+            text = line[1:].strip().lstrip("-*#> ").strip()
+            if len(text) >= MIN_RULE_CHARS and text != "---":
+                rules.append((path, text))
+    return rules
+
+
+def trajectories_at(repo: git.Repo, round_no: int, commit: str) -> Iterator[Trajectory]:
+    try:
+        tree = repo.commit(commit).tree / "trajectories"
+    except KeyError:
+        return
+    for blob in tree.traverse():
+        if isinstance(blob, git.Blob) and str(blob.path).endswith(".md"):
+            text = blob.data_stream.read().decode("utf-8", errors="replace")
+            yield split_trajectory(round_no, text)
+
+
+def adoption(repo: git.Repo, configured_flags: dict[str, str]) -> dict[str, list[Any]]:
+    """Rules of accepted rounds and flags, each with how often later trajectories used them."""
+    past = ledger.past_rounds(repo)
+    accepted = [r for r in past if r.status == "accepted" and r.manifest.parent]
+    rules = [
+        RuleUse(r.round, path, text)
+        for r in accepted
+        for path, text in added_rules(repo, str(r.manifest.parent), r.commit)
+    ]
+    flags = {name.lower(): FlagUse(name.lower()) for name in configured_flags}
+    for later in past:
+        trajectories = list(trajectories_at(repo, later.round, later.commit))
+        for t in trajectories:
+            for name, value in t.flags.items():
+                use = flags.setdefault(name, FlagUse(name))
+                if value is not None:
+                    use.used += 1
+                    use.values[str(value)] = use.values.get(str(value), 0) + 1
+        for f in flags.values():
+            f.trajectories += len(trajectories)
+        parent = later.manifest.parent
+        for rule in rules:
+            source = next(r for r in accepted if r.round == rule.round)
+            if later.round <= rule.round or not parent or not vcs.is_ancestor(repo, source.commit, parent):
+                continue
+            for t in trajectories:
+                rule.trajectories += 1
+                rule.saw += _norm(rule.text) in _norm(t.received)
+                rule.showed += shows(rule.text, t.produced)
+    return {"rules": rules, "flags": sorted(flags.values(), key=lambda f: f.name)}

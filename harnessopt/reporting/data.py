@@ -1,0 +1,147 @@
+"""Everything ``harnessopt report`` shows, gathered from git (through the ledger) as plain data.
+
+Kept apart from the rendering (``html_report``) so that tests, ``log --json`` readers and MLflow
+read the same numbers the plots draw.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict
+from typing import Any
+
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger.store import Round
+from harnessopt.reporting.adoption import adoption
+from harnessopt.reporting.log import projected_vs_spent, round_diff
+from harnessopt.rollout.taxonomy import FAILURE_CLASSES, describe, merged
+from harnessopt.workspace import flags
+from harnessopt.workspace.core import Workspace
+
+OUTCOMES = ("improved", "regressed", "no change", "not measured")
+CELLS = ("fixed", "broken", "unchanged")
+FLAKY_MIN_GROUPS = 1  # a task shows in the flaky table once one group of identical reruns disagreed
+
+
+def proposal_outcome(r: Round) -> str:
+    """improved: accepted; regressed: Δ below minus the dead zone; no change: a no-op or Δ inside
+    the zone; not measured: the round ended before the gate (failed, smoke, static check)."""
+    m = r.manifest
+    if r.status == "accepted":
+        return "improved"
+    if r.status == "noop":
+        return "no change"
+    if m.delta is None or m.dead_zone is None:
+        return "not measured"
+    return "regressed" if m.delta < -m.dead_zone else "no change"
+
+
+def round_row(r: Round) -> dict[str, Any]:
+    m = r.manifest
+    train = [m.phases[p] for p in ("rollout",) if p in m.phases]
+    val = [m.phases[p] for p in ("smoke", "validation", "reruns") if p in m.phases]
+    return {
+        "round": r.round,
+        "status": r.status,
+        "outcome": proposal_outcome(r),
+        "val_score": m.val_score,
+        "incumbent_score": m.incumbent_score,
+        "delta": m.delta,
+        "dead_zone": m.dead_zone,
+        "fixed": m.fixed,
+        "broken": m.broken,
+        "train_pass_rate": m.train_passed / m.train_tasks
+        if m.train_tasks and m.train_passed is not None
+        else None,
+        "cost_usd": m.cost_usd,
+        "tokens": {role: u.input + u.output for role, u in m.tokens.items()},
+        "calls": {role: u.calls for role, u in m.tokens.items()},
+        "role_cost_usd": {role: u.cost_usd for role, u in m.tokens.items()},
+        "violations": m.violations,
+        "summary": m.title,
+        "reason": m.reason,
+        "wall_s": m.wall_s,
+        "taxonomy": {
+            "train": describe(merged(train)) if train else None,
+            "val": describe(merged(val)) if val else None,
+        },
+    }
+
+
+def task_matrix(ws: Workspace, rounds: list[Round]) -> dict[str, Any]:
+    """Val task x gated round: fixed, broken or unchanged (rounds that reached the gate only)."""
+    gated = [r for r in rounds if r.manifest.n]
+    tasks = sorted(
+        {t.id for t in ws.tasks("val")} | {t for r in gated for t in r.manifest.fixed + r.manifest.broken}
+    )
+    cells: dict[str, dict[int, str]] = {t: {} for t in tasks}
+    for r in gated:
+        fixed, broken = set(r.manifest.fixed), set(r.manifest.broken)
+        for t in tasks:
+            cells[t][r.round] = "fixed" if t in fixed else "broken" if t in broken else "unchanged"
+    return {"tasks": tasks, "rounds": [r.round for r in gated], "cells": cells}
+
+
+def flaky_tasks(rounds: list[Round]) -> list[dict[str, Any]]:
+    """Per val task: groups of identical reruns seen, how many disagreed, and that rate."""
+    groups: Counter[str] = Counter()
+    mixed: Counter[str] = Counter()
+    for r in rounds:
+        for task, (seen, disagreed) in r.manifest.repeats.items():
+            groups[task] += seen
+            mixed[task] += disagreed
+    rows = [
+        {"task": t, "groups": groups[t], "flipped": mixed[t], "rate": mixed[t] / groups[t]}
+        for t in groups
+        if mixed[t] >= FLAKY_MIN_GROUPS
+    ]
+    return sorted(rows, key=lambda x: (-x["rate"], -x["flipped"], x["task"]))
+
+
+def taxonomy_table(rounds: list[Round]) -> dict[str, Any]:
+    """Failure classes per round (all phases of the target together), shares of runs and of failures."""
+    out = []
+    for r in rounds:
+        if not r.manifest.phases:
+            continue
+        d = describe(merged(list(r.manifest.phases.values())))
+        out.append({"round": r.round, **d})
+    return {"classes": list(FAILURE_CLASSES), "rounds": out}
+
+
+def report_data(ws: Workspace) -> dict[str, Any]:
+    """The whole report as JSON-ready data."""
+    rounds = ledger.past_rounds(ws.repo)
+    rows = [round_row(r) for r in rounds]
+    outcomes = Counter(row["outcome"] for row in rows)
+    registered = flags.lenient_defaults(ws.root / "harness")  # listed even when no run read them
+    uses = adoption(ws.repo, {**registered, **ws.cfg.flags})
+    accepted = [r.round for r in rounds if r.status == "accepted"]
+    return {
+        "workspace": str(ws.root),
+        "config": {
+            "mode": ws.cfg.mode,
+            "template": ws.cfg.template,
+            "target": ws.cfg.model.target,
+            "optimizer": f"{ws.cfg.optimizer.backend}:{ws.cfg.optimizer.model}",
+            "batch_size": ws.cfg.rollout.batch_size,
+            "epochs": ws.cfg.gate.epochs,
+        },
+        "rounds": rows,
+        "outcomes": {k: outcomes.get(k, 0) for k in OUTCOMES},
+        "matrix": task_matrix(ws, rounds),
+        "taxonomy": taxonomy_table(rounds),
+        "flaky": flaky_tasks(rounds),
+        "audits": [_audit(a) for a in ledger.audits(ws.repo)],
+        "diffs": {k: round_diff(ws, k) for k in accepted},
+        "adoption": {
+            "rules": [asdict(u) for u in uses["rules"]],
+            "flags": [asdict(u) for u in uses["flags"]],
+        },
+        "spend": projected_vs_spent(ws),
+    }
+
+
+def _audit(data: dict[str, Any]) -> dict[str, Any]:
+    keys = ("gain", "interval", "n", "claimed_val_gain", "best", "ref", "forced")
+    return {k: data.get(k) for k in keys}

@@ -1,0 +1,401 @@
+"""``harnessopt report WS [--out DIR]``: one self-contained HTML file plus its plots as PNG files.
+
+The plots (matplotlib, the optional extra ``harnessopt[report]``) are written beside the page
+and embedded in it as data URIs, so the HTML alone can be mailed or attached; the page has no
+script and loads nothing from the network. The numbers come from ``report_data``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harnessopt.errors import UserError
+from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.reporting.data import CELLS, OUTCOMES, report_data
+from harnessopt.workspace.core import Workspace
+
+COLORS = {"fixed": "#2e7d32", "broken": "#c62828", "unchanged": "#cfd8dc", "absent": "#ffffff"}
+ROLE_COLORS = {"target": "#1565c0", "optimizer": "#ef6c00"}
+OUTCOME_COLORS = {
+    "improved": "#2e7d32",
+    "regressed": "#c62828",
+    "no change": "#90a4ae",
+    "not measured": "#ffb300",
+}
+INSTALL_HINT = "harnessopt report draws its plots with matplotlib: pip install 'harnessopt[report]'"
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_report(ws: Workspace, out: Path | None = None) -> Path:
+    """Write ``report.html`` and its PNG plots to ``out`` (default ``WS/.harnessopt/report``)."""
+    plt = _pyplot()
+    out = Path(out) if out else ws.root / STATE_DIR / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    data = report_data(ws)
+    plots: dict[str, Path] = {}
+    for name, draw in PLOTS.items():
+        fig = draw(plt, data)
+        if fig is None:
+            continue
+        path = out / f"{name}.png"
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        plots[name] = path
+    page = out / "report.html"
+    page.write_text(render_html(data, plots), encoding="utf-8")
+    return page
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _empty(fig: Any, ax: Any, text: str) -> Any:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    return fig
+
+
+def plot_scores(plt: Any, data: dict[str, Any]) -> Any:
+    """Candidate and incumbent val score per round, the dead zone above the incumbent shaded."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    rows = [r for r in data["rounds"] if r["val_score"] is not None]
+    if not rows:
+        return _empty(fig, ax, "no round reached the gate yet")
+    ks = [r["round"] for r in rows]
+    inc = [r["incumbent_score"] for r in rows]
+    zone = [r["incumbent_score"] + r["dead_zone"] for r in rows]
+    ax.fill_between(ks, inc, zone, step="mid", alpha=0.25, color="#90a4ae", label="dead zone")
+    ax.plot(ks, inc, "s-", color="#455a64", label="incumbent")
+    for status, marker, color in (("accepted", "o", "#2e7d32"), ("rejected", "x", "#c62828")):
+        pts = [(r["round"], r["val_score"]) for r in rows if r["status"] == status]
+        if pts:
+            ax.scatter(
+                *zip(*pts, strict=True), marker=marker, color=color, zorder=3, label=f"candidate ({status})"
+            )
+    ax.set_xlabel("round")
+    ax.set_ylabel("val score")
+    ax.set_xticks(ks)
+    ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+def plot_matrix(plt: Any, data: dict[str, Any]) -> Any:
+    """Val task x round: fixed, broken or unchanged."""
+    m = data["matrix"]
+    fig, ax = plt.subplots(
+        figsize=(max(4.0, 1.0 + 0.5 * len(m["rounds"])), max(2.5, 0.22 * len(m["tasks"]) + 1))
+    )
+    if not m["rounds"] or not m["tasks"]:
+        return _empty(fig, ax, "no round reached the gate yet")
+    from matplotlib.colors import ListedColormap
+
+    index = {c: i for i, c in enumerate(CELLS)}
+    grid = [[index[m["cells"][t].get(k, "unchanged")] for k in m["rounds"]] for t in m["tasks"]]
+    ax.imshow(
+        grid, aspect="auto", cmap=ListedColormap([COLORS[c] for c in CELLS]), vmin=0, vmax=len(CELLS) - 1
+    )
+    ax.set_xticks(range(len(m["rounds"])), [str(k) for k in m["rounds"]])
+    ax.set_yticks(range(len(m["tasks"])), m["tasks"], fontsize=7)
+    ax.set_xlabel("round")
+    from matplotlib.patches import Patch
+
+    ax.legend(
+        handles=[Patch(color=COLORS[c], label=c) for c in CELLS],
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+    )
+    return fig
+
+
+def plot_cost(plt: Any, data: dict[str, Any]) -> Any:
+    """Tokens per round and role (bars) and dollars per round and role (lines)."""
+    rows = data["rounds"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 4.5), sharex=True)
+    if not rows:
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(7, 2))
+        return _empty(fig, ax, "no rounds yet")
+    ks = [r["round"] for r in rows]
+    below = [0] * len(rows)
+    for role, color in ROLE_COLORS.items():
+        vals = [r["tokens"].get(role, 0) for r in rows]
+        top.bar(ks, vals, bottom=below, color=color, label=role)
+        below = [a + b for a, b in zip(below, vals, strict=True)]
+        bottom.plot(ks, [r["role_cost_usd"].get(role) or 0.0 for r in rows], "o-", color=color, label=role)
+    top.set_ylabel("tokens")
+    top.legend(fontsize=8)
+    bottom.set_ylabel("US dollars")
+    bottom.set_xlabel("round")
+    bottom.set_xticks(ks)
+    return fig
+
+
+def plot_outcomes(plt: Any, data: dict[str, Any]) -> Any:
+    """Share of proposals that improved, regressed, changed nothing, or were not measured."""
+    counts = data["outcomes"]
+    total = sum(counts.values())
+    fig, ax = plt.subplots(figsize=(6, 2.2))
+    if not total:
+        return _empty(fig, ax, "no proposals yet")
+    left = 0.0
+    for name in OUTCOMES:
+        share = counts[name] / total
+        if share:
+            ax.barh([0], [share], left=left, color=OUTCOME_COLORS[name], label=f"{name} ({counts[name]})")
+            left += share
+    ax.set_xlim(0, 1)
+    ax.set_yticks([])
+    ax.set_xlabel("share of proposals")
+    ax.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    return fig
+
+
+def plot_audit(plt: Any, data: dict[str, Any]) -> Any:
+    """The val-claimed gain beside the audit's held-out gain (with its 95% interval)."""
+    audits = [a for a in data["audits"] if a.get("gain") is not None]
+    if not audits:
+        return None
+    a = audits[-1]
+    lo, hi = a.get("interval") or (a["gain"], a["gain"])
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    ax.bar([0, 1], [a.get("claimed_val_gain") or 0.0, a["gain"]], color=["#90a4ae", "#1565c0"])
+    ax.errorbar([1], [a["gain"]], yerr=[[a["gain"] - lo], [hi - a["gain"]]], color="black", capsize=6)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks([0, 1], ["claimed on val", "held-out (test)"])
+    ax.set_ylabel("gain over round 0")
+    return fig
+
+
+def plot_taxonomy(plt: Any, data: dict[str, Any]) -> Any:
+    """Failure classes per round as a share of all runs (a stack up to the failure rate)."""
+    rows = data["taxonomy"]["rounds"]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    if not rows:
+        return _empty(fig, ax, "no runs counted yet")
+    ks = [r["round"] for r in rows]
+    below = [0.0] * len(rows)
+    cmap = plt.get_cmap("tab10")
+    for i, kind in enumerate(data["taxonomy"]["classes"]):
+        vals = [r["shares"].get(kind, {}).get("of_runs", 0.0) for r in rows]
+        if any(vals):
+            ax.bar(ks, vals, bottom=below, color=cmap(i), label=kind)
+            below = [a + b for a, b in zip(below, vals, strict=True)]
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("round")
+    ax.set_ylabel("share of all target runs")
+    ax.set_xticks(ks)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return fig
+
+
+PLOTS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
+    "scores": plot_scores,
+    "matrix": plot_matrix,
+    "cost": plot_cost,
+    "outcomes": plot_outcomes,
+    "audit": plot_audit,
+    "taxonomy": plot_taxonomy,
+}
+
+
+# --------------------------------------------------------------------------- page
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: .5em 0; width: 100%; }
+td, th { padding: 2px 8px; border-bottom: 1px solid #eee; vertical-align: top; }
+td.n { white-space: nowrap; } td:last-child { min-width: 14em; } table { font-size: 13px; }
+th { text-align: left; background: #fafafa; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; display: block; margin: .5em 0; } pre { background: #f6f8fa; padding: .8em; overflow-x: auto; }
+.accepted { color: #2e7d32; } .rejected { color: #c62828; } .noop { color: #f9a825; } .failed { color: #6a1b9a; }
+.muted { color: #777; }
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _num(x: Any, fmt: str = ".3f") -> str:
+    return "" if x is None else format(x, fmt)
+
+
+def _table(head: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    numeric = numeric or set()
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _img(plots: dict[str, Path], name: str, alt: str) -> str:
+    if name not in plots:
+        return ""
+    data = base64.b64encode(plots[name].read_bytes()).decode("ascii")
+    return f'<img id="plot-{name}" alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+
+
+def render_html(data: dict[str, Any], plots: dict[str, Path]) -> str:
+    """The page: rounds, plots, failure taxonomy, flaky tasks, adoption, accepted diffs."""
+    cfg = data["config"]
+    parts = [
+        f"<h1>harnessopt report: {_e(data['workspace'])}</h1>",
+        f'<p class="muted">mode {_e(cfg["mode"])}, template {_e(cfg["template"])}, target {_e(cfg["target"])}, '
+        f"optimizer {_e(cfg['optimizer'])}, batch {_e(cfg['batch_size'])}, epochs {_e(cfg['epochs'])}</p>",
+    ]
+    parts += [f"<p>{_e(line)}</p>" for line in data["spend"]]
+    parts += ["<h2>Rounds</h2>", _rounds_table(data["rounds"])]
+    parts += [
+        "<h2>Val score per round</h2>",
+        _img(plots, "scores", "candidate and incumbent val score per round"),
+    ]
+    parts += [
+        "<h2>Tasks fixed and broken</h2>",
+        _img(plots, "matrix", "val task by round: fixed, broken, unchanged"),
+    ]
+    parts += ["<h2>Tokens and dollars</h2>", _img(plots, "cost", "tokens and dollars per round and role")]
+    parts += ["<h2>What the proposals did</h2>", _img(plots, "outcomes", "share of proposals by outcome")]
+    if "audit" in plots:
+        parts += [
+            "<h2>Claimed on val against held out</h2>",
+            _img(plots, "audit", "val-claimed and held-out gain"),
+        ]
+    parts += [
+        "<h2>Failure taxonomy</h2>",
+        _img(plots, "taxonomy", "failure classes per round"),
+        _taxonomy(data),
+    ]
+    parts += ["<h2>Flaky val tasks</h2>", _flaky(data["flaky"])]
+    parts += ["<h2>Are accepted edits used?</h2>", _adoption(data["adoption"])]
+    parts += ["<h2>Accepted changes</h2>"]
+    parts += [f"<h3>round {_e(k)}</h3><pre>{_e(d)}</pre>" for k, d in data["diffs"].items()] or [
+        '<p class="muted">no accepted round yet</p>'
+    ]
+    body = "\n".join(p for p in parts if p)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>harnessopt report</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
+
+
+def _rounds_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return '<p class="muted">no rounds yet</p>'
+    head = [
+        "#",
+        "status",
+        "val",
+        "incumbent",
+        "Δ",
+        "dead zone",
+        "fixed/broken",
+        "train pass",
+        "cost",
+        "discarded",
+        "summary / reason",
+    ]
+    body = []
+    for r in rows:
+        rate = r["train_pass_rate"]
+        body.append(
+            [
+                _e(r["round"]),
+                f'<span class="{_e(r["status"])}">{_e(r["status"])}</span>',
+                _num(r["val_score"]),
+                _num(r["incumbent_score"]),
+                _num(r["delta"], "+.3f"),
+                _num(r["dead_zone"]),
+                f"+{len(r['fixed'])}/-{len(r['broken'])}" if r["delta"] is not None else "",
+                "" if rate is None else f"{rate:.0%}",
+                "" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}",
+                _e(", ".join(r["violations"])),
+                f'{_e(r["summary"])}<br><span class="muted">{_e(r["reason"])}</span>',
+            ]
+        )
+    return _table(head, body, numeric={0, 2, 3, 4, 5, 7, 8})
+
+
+def _taxonomy(data: dict[str, Any]) -> str:
+    rows = data["taxonomy"]["rounds"]
+    if not rows:
+        return '<p class="muted">no runs counted yet</p>'
+    classes = [c for c in data["taxonomy"]["classes"] if any(c in r["failures"] for r in rows)]
+    head = ["round", "runs", "failed", *classes, "turns (mean / max)", "looping runs"]
+    body = []
+    for r in rows:
+        failed = sum(r["failures"].values())
+        cells = [
+            f"{r['failures'][c]} ({r['shares'][c]['of_failures']:.0%} of failures, {r['shares'][c]['of_runs']:.0%} of runs)"
+            if c in r["failures"]
+            else ""
+            for c in classes
+        ]
+        turns = f"{r['turns_mean']:.1f} / {r['turns_max']}" if r["turns_mean"] is not None else ""
+        body.append([_e(r["round"]), _e(r["runs"]), _e(failed), *cells, turns, _e(r["looping"])])
+    return _table(head, body, numeric={0, 1, 2})
+
+
+def _flaky(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return '<p class="muted">no val task disagreed with itself across identical reruns (epochs, the gate\'s reruns)</p>'
+    body = [[_e(r["task"]), _e(r["groups"]), _e(r["flipped"]), f"{r['rate']:.0%}"] for r in rows]
+    return _table(["val task", "rerun groups", "disagreed", "flip rate"], body, numeric={1, 2, 3})
+
+
+def _adoption(uses: dict[str, Any]) -> str:
+    out = []
+    if uses["rules"]:
+        body = [
+            [
+                _e(u["round"]),
+                _e(u["path"]),
+                _e(u["text"]),
+                _e(u["trajectories"]),
+                _share(u["saw"], u["trajectories"]),
+                _share(u["showed"], u["trajectories"]),
+            ]
+            for u in uses["rules"]
+        ]
+        out.append(
+            _table(
+                ["round", "file", "rule", "later trajectories", "saw it", "showed it"],
+                body,
+                numeric={3, 4, 5},
+            )
+        )
+    else:
+        out.append('<p class="muted">no rule added by an accepted round yet</p>')
+    if uses["flags"]:
+        body = [
+            [_e(f["name"]), _e(f["trajectories"]), _share(f["used"], f["trajectories"]), _e(f["values"])]
+            for f in uses["flags"]
+        ]
+        out.append(_table(["flag", "trajectories", "read by the harness", "values"], body, numeric={1, 2}))
+    out.append(
+        '<p class="muted">How a rule counts as seen or shown: docs/report.md. An edit nobody uses is a candidate for removal.</p>'
+    )
+    return "\n".join(out)
+
+
+def _share(n: int, total: int) -> str:
+    return f"{n} ({n / total:.0%})" if total else "-"

@@ -1,0 +1,226 @@
+"""What users read: ``log``, ``status``, ``diff`` and ``rollback`` (all from git, the source of truth)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from harnessopt.errors import UserError
+from harnessopt.ledger import round0 as proposals
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+from harnessopt.reporting.gate_evidence import confirmation_note
+from harnessopt.reporting.gate_evidence import status_lines as gate_status_lines
+from harnessopt.util.text import visible as _visible
+from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
+
+
+def log_rows(ws: Workspace) -> list[dict[str, Any]]:
+    """One row per round (round 0, the initial state, is not a round)."""
+    rows = []
+    for r in ledger.past_rounds(ws.repo):
+        m = r.manifest
+        rows.append(
+            {
+                "round": r.round,
+                "status": r.status,
+                "val_score": m.val_score,
+                "incumbent_score": m.incumbent_score,
+                "delta": m.delta,
+                "dead_zone": m.dead_zone,
+                "n": m.n,
+                "fixed": m.fixed,
+                "broken": m.broken,
+                "commit": r.commit,
+                "ref": r.ref,
+                "summary": m.title,
+                "reason": m.reason,
+                "changed": m.changed,
+                "violations": m.violations,
+                "tokens": {role: u.model_dump() for role, u in m.tokens.items()},
+                "cost_usd": m.cost_usd,
+                "notes": m.notes,
+                "checks": m.checks,
+                "confirmation": m.confirmation,
+                "noise_floor": m.noise_floor,
+                "train_passed": m.train_passed,
+                "train_tasks": m.train_tasks,
+                "failures": {p: dict(s.failures) for p, s in m.phases.items() if s.failures},
+                "wall_s": m.wall_s,
+            }
+        )
+    return rows
+
+
+def print_log(ws: Workspace, console: Console) -> None:
+    """The rounds as a table that fits 100 columns: scores, fixed/broken, the train pass rate,
+    dollars, writes discarded outside the whitelist, and the summary with the gate's reason."""
+    rows = log_rows(ws)
+    if not rows:
+        console.print(f"no rounds yet; start with: harnessopt run {ws.root}")
+        return
+    table = Table(
+        title=f"harnessopt rounds in {ws.root}", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    for col in ("#", "status", "val", "Δ", "zone", "+fix/-brk", "train", "cost", "viol"):
+        table.add_column(col, no_wrap=True, justify="left" if col == "status" else "right")
+    table.add_column("summary / reason", ratio=1, min_width=30)
+    for r in rows:
+        train = f"{r['train_passed']}/{r['train_tasks']}" if r["train_tasks"] else ""
+        table.add_row(
+            str(r["round"]),
+            _status_style(r["status"]),
+            _fmt(r["val_score"]),
+            _fmt(r["delta"], sign=True),
+            _fmt(r["dead_zone"]),
+            f"+{len(r['fixed'])}/-{len(r['broken'])}" if r["n"] else "",
+            train,
+            f"${r['cost_usd']:.2f}" if r["cost_usd"] is not None else "",
+            f"[red]{len(r['violations'])}[/red]" if r["violations"] else "0",
+            f"{visible(r['summary'])}\n[dim]{visible(_with_confirmation(r))}[/dim]",
+        )
+    if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
+        console = Console(width=LOG_WIDTH, highlight=False, file=console.file)
+    console.print(table)
+
+
+LOG_WIDTH = 100
+
+
+def visible(text: str) -> str:
+    """Untrusted text (a summary, a reason) safe for rich markup and a terminal."""
+    return escape(_visible(text))
+
+
+def _with_confirmation(row: dict[str, Any]) -> str:
+    note = confirmation_note(row.get("confirmation"))
+    reason = f"{row['reason']}; {note}" if note else str(row["reason"])
+    leak = (row.get("checks") or {}).get("leakage") or {}
+    if leak.get("action") == "warn" and leak.get("tasks"):  # checks.leakage: warn let it through
+        reason += f"; leakage warning: copies task(s) {', '.join(leak['tasks'][:5])}"
+    return reason
+
+
+def _status_style(status: str) -> str:
+    color = {"accepted": "green", "rejected": "red", "noop": "yellow", "failed": "magenta"}.get(
+        status, "white"
+    )
+    return f"[{color}]{status}[/{color}]"
+
+
+def _fmt(x: Any, sign: bool = False) -> str:
+    if x is None:
+        return ""
+    return f"{x:+.3f}" if sign else f"{x:.3f}"
+
+
+def round_diff(ws: Workspace, k: int) -> str:
+    """The change a round proposed (accepted or not), as a git diff of skill/ and harness/."""
+    r = ledger.find(ws.repo, k)
+    if k == 0:
+        raise UserError("round 0 is the initial state and has no diff; pick a round >= 1")
+    parent = r.manifest.parent or ws.repo.commit(r.commit).parents[0].hexsha
+    header = f"# round {k}: {r.status} ({r.ref} {r.commit[:10]})\n# {r.manifest.reason}\n"
+    if r.manifest.violations:  # what the optimizer wrote outside the whitelist never reached the candidate
+        header += (
+            f"# discarded {len(r.manifest.violations)} write(s) outside the whitelist (not in this diff):\n"
+        )
+        header += "".join(f"#   {path}\n" for path in r.manifest.violations)
+    body = vcs.diff(ws.repo, parent, r.commit, EDITABLE_PATHS)
+    return header + (body if body.strip() else "# (no change to skill/ or harness/)\n")
+
+
+def rollback(ws: Workspace, k: int) -> str:
+    """Restore skill/ and harness/ as of accepted round k in a new commit; history is kept."""
+    r = ledger.find(ws.repo, k)
+    if r.status not in ("accepted", "initial"):
+        accepted = [str(x.round) for x in ledger.rounds(ws.repo) if x.status in ("accepted", "initial")]
+        raise UserError(
+            f"round {k} was {r.status}; it never was on main. Roll back to an accepted round: {', '.join(accepted)}"
+        )
+    if vcs.dirty_paths(ws.repo):
+        raise UserError(f"{ws.root} has uncommitted changes; commit or stash them before a rollback")
+    repo = ws.repo
+    repo.git.rm("-r", "-q", "--ignore-unmatch", "--", *EDITABLE_PATHS)
+    repo.git.checkout(r.commit, "--", *EDITABLE_PATHS)
+    if not repo.git.status("--porcelain"):
+        return f"skill/ and harness/ already are as of round {k}; nothing to commit"
+    repo.git.commit("-q", "-m", ledger.rollback_message(k, r.commit))
+    ws.journal.write(k, "rollback", commit=vcs.head_sha(repo))
+    return f"restored skill/ and harness/ as of round {k} in commit {vcs.head_sha(repo)[:10]}"
+
+
+def status_lines(ws: Workspace) -> list[str]:
+    records = ledger.rounds(ws.repo)
+    rounds = [r for r in records if r.round > 0]
+    counts: dict[str, int] = {}
+    for r in rounds:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    head = vcs.head_sha(ws.repo)
+    best = ledger.best(ws.repo)
+    at = next((r for r in records if r.commit == head), None)
+    lines = [
+        f"workspace: {ws.root} (mode {ws.cfg.mode}, template {ws.cfg.template}, "
+        f"model {ws.cfg.model.provider}:{ws.cfg.model.target})",
+        f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
+        f"incumbent: {head[:10]}" + (f" = round {at.round}" if at else _not_a_round(ws, head)),
+        f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
+        f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
+    ]
+    lines += gate_status_lines(ws)
+    cost = sum(r.manifest.cost_usd or 0.0 for r in rounds)
+    lines.append(f"model cost recorded: ${cost:.4f}")
+    lines += projected_vs_spent(ws)
+    notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
+    lines += [f"note: {n}" for n in notes]
+    entries, torn = ws.journal.read()
+    recorded = {r.round for r in rounds}
+    unrecorded: dict[int, float] = {}  # spend of rounds that were interrupted before their record
+    for e in entries:
+        if e.get("phase") == "spend" and e.get("round") not in recorded:
+            unrecorded[int(e["round"])] = unrecorded.get(int(e["round"]), 0.0) + float(e.get("cost_usd") or 0)
+    for k, usd in sorted(unrecorded.items()):
+        lines.append(f"interrupted round {k} spent ${usd:.4f} (not in any recorded round)")
+    last = entries[-1] if entries else None
+    if torn:
+        lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")
+    if last and last.get("phase") not in ("recorded", "rollback", "run_end"):
+        lines.append(
+            f"last run stopped in round {last.get('round')} at phase '{last.get('phase')}' (nothing applied)"
+        )
+    dirty = vcs.dirty_paths(ws.repo)
+    if dirty:
+        lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
+    lines += proposals.status_lines(ws.repo, ws.root)
+    lines.append(f"next: harnessopt run {ws.root}   |   harnessopt log {ws.root}")
+    return lines
+
+
+def _not_a_round(ws: Workspace, head: str) -> str:
+    if head in proposals.round0_commits(ws.repo):
+        return " (the round-0 proposal or its decision; skill and harness unchanged by it)"
+    return " (a rollback or manual commit)"
+
+
+def projected_vs_spent(ws: Workspace) -> list[str]:
+    """The last run's projection (journal ``run_start``) beside what its rounds spent."""
+    entries = ws.journal.entries()
+    starts = [i for i, e in enumerate(entries) if e.get("phase") == "run_start" and e.get("projected")]
+    if not starts:
+        return []
+    p = entries[starts[-1]]["projected"]
+    done = {int(e["round"]) for e in entries[starts[-1] :] if e.get("phase") == "recorded"}
+    spent = [r.manifest for r in ledger.past_rounds(ws.repo) if r.round in done]
+    calls = sum(u.calls for m in spent for u in m.tokens.values())
+    tokens = sum(u.input + u.output for m in spent for u in m.tokens.values())
+    cost = sum(m.cost_usd or 0.0 for m in spent)
+    off = f" ({(calls - p['calls']) / p['calls']:+.0%} calls)" if p.get("calls") else ""
+    return [
+        f"last run projected: {p.get('calls', 0)} calls, {p.get('tokens', 0)} tokens, "
+        f"${p.get('cost_usd', 0.0):.4f} for {p.get('rounds', 0)} round(s) (from {p.get('basis', '?')})",
+        f"last run spent:     {calls} calls, {tokens} tokens, ${cost:.4f} in {len(spent)} round(s){off}",
+    ]

@@ -1,0 +1,161 @@
+"""``harnessopt run WS --mlflow [URI]``: the run as an MLflow run, one step per round.
+
+Params: the run's config, flattened (``rollout.batch_size``, ``gate.epochs``, ...). Metrics per
+round (step = round number): val score, incumbent score, Δ, dead zone, fixed, broken, train pass
+rate, tokens (per role and total), dollars, discarded writes, accepted (1/0). Artifacts: each
+round's diff (``diffs/round-K.diff``) and, at the end, the HTML report with its plots (``report/``,
+when matplotlib is installed; else its data as ``report/report.json``). Without a URI the runs go
+to a local store in the workspace: ``WS/.harnessopt/mlflow.db`` (SQLite; MLflow 3 no longer writes
+its plain-file store) with artifacts in ``WS/.harnessopt/mlartifacts``; ``mlflow ui
+--backend-store-uri sqlite:///WS/.harnessopt/mlflow.db`` shows them. MLflow is the optional extra
+``harnessopt[mlflow]``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harnessopt.errors import UserError
+from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.ledger.store import RoundManifest
+from harnessopt.reporting.log import round_diff
+from harnessopt.round.steps import RoundResult
+from harnessopt.workspace.core import Workspace
+
+EXPERIMENT = "harnessopt"
+INSTALL_HINT = "--mlflow needs MLflow: pip install 'harnessopt[mlflow]' (or run without --mlflow)"
+
+
+def default_uri(ws: Workspace) -> str:
+    return f"sqlite:///{(ws.root / STATE_DIR / 'mlflow.db').resolve()}"
+
+
+def artifact_location(ws: Workspace) -> str:
+    return (ws.root / STATE_DIR / "mlartifacts").resolve().as_uri()
+
+
+def flat_params(data: Any, prefix: str = "") -> dict[str, str]:
+    """A nested config as MLflow params: dotted keys, values as text."""
+    if isinstance(data, dict):
+        out: dict[str, str] = {}
+        for k, v in data.items():
+            out.update(flat_params(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): json.dumps(data) if isinstance(data, list | dict) else str(data)}
+
+
+def round_metrics(m: RoundManifest) -> dict[str, float]:
+    """The numbers of one round MLflow keeps (missing ones, e.g. Δ of a no-op round, left out)."""
+    values: dict[str, float | None] = {
+        "val_score": m.val_score,
+        "incumbent_score": m.incumbent_score,
+        "delta": m.delta,
+        "dead_zone": m.dead_zone,
+        "fixed": len(m.fixed) if m.n else None,
+        "broken": len(m.broken) if m.n else None,
+        "train_pass_rate": m.train_passed / m.train_tasks
+        if m.train_tasks and m.train_passed is not None
+        else None,
+        "cost_usd": m.cost_usd,
+        "tokens": sum(u.input + u.output for u in m.tokens.values()),
+        "calls": sum(u.calls for u in m.tokens.values()),
+        "violations": len(m.violations),
+        "accepted": 1.0 if m.status == "accepted" else 0.0,
+    }
+    for role, u in m.tokens.items():
+        values[f"tokens_{role}"] = u.input + u.output
+    return {k: float(v) for k, v in values.items() if v is not None}
+
+
+class MlflowRun:
+    """One MLflow run for one ``harnessopt run`` (a context manager; ``log_round`` per round)."""
+
+    def __init__(self, ws: Workspace, uri: str | None, say: Callable[[str], None]):
+        self.ws = ws
+        self.uri = uri or default_uri(ws)
+        self.say = say
+        self.run_id = ""
+        self._warned = False
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise UserError(INSTALL_HINT) from None
+        self._client_class = MlflowClient
+
+    def __enter__(self) -> MlflowRun:
+        try:
+            self.client = self._client_class(tracking_uri=self.uri)
+            exp = self.client.get_experiment_by_name(EXPERIMENT)
+            local = self.uri == default_uri(self.ws)  # artifacts beside the store, not in the cwd
+            exp_id = (
+                exp.experiment_id
+                if exp
+                else self.client.create_experiment(
+                    EXPERIMENT, artifact_location=artifact_location(self.ws) if local else None
+                )
+            )
+            run = self.client.create_run(
+                exp_id, run_name=self.ws.root.name, tags={"workspace": str(self.ws.root)}
+            )
+        except Exception as e:  # an unreachable server: say so before any model call is made
+            raise UserError(
+                f"MLflow at {self.uri} did not answer ({type(e).__name__}: {e}); fix --mlflow URI"
+            ) from e
+        self.run_id = run.info.run_id
+        from mlflow.entities import Param
+
+        params = flat_params(self.ws.cfg.model_dump(mode="json"))
+        self.client.log_batch(self.run_id, params=[Param(k, v[:6000]) for k, v in sorted(params.items())])
+        self.say(f"mlflow: run {self.run_id} in experiment '{EXPERIMENT}' at {self.uri}")
+        return self
+
+    def log_round(self, result: RoundResult) -> None:
+        """Log a recorded round: its metrics at step = round number, its diff as an artifact."""
+        try:
+            from mlflow.entities import Metric
+
+            ts = _now_ms()
+            metrics = [Metric(k, v, ts, result.round) for k, v in round_metrics(result.manifest).items()]
+            self.client.log_batch(self.run_id, metrics=metrics)
+            self.client.log_text(
+                self.run_id, round_diff(self.ws, result.round), f"diffs/round-{result.round}.diff"
+            )
+        except Exception as e:  # logging must never end a run that is spending money
+            self._warn(e)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        status = "FINISHED" if exc_type is None else "KILLED" if exc_type is KeyboardInterrupt else "FAILED"
+        try:
+            self._log_report()
+        except Exception as e:
+            self._warn(e)
+        self.client.set_terminated(self.run_id, status)
+
+    def _log_report(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="ho-mlflow-") as tmp:
+            out = Path(tmp) / "report"
+            try:
+                from harnessopt.reporting.html import write_report
+
+                write_report(self.ws, out)
+            except UserError:  # no matplotlib: the report's data still goes along
+                from harnessopt.reporting.data import report_data
+
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "report.json").write_text(json.dumps(report_data(self.ws), indent=2, default=str))
+            self.client.log_artifacts(self.run_id, str(out), "report")
+
+    def _warn(self, e: Exception) -> None:
+        if not self._warned:
+            self.say(f"mlflow: logging failed ({type(e).__name__}: {e}); the run goes on without it")
+            self._warned = True
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)

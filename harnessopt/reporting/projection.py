@@ -1,0 +1,300 @@
+"""What a run will spend before it spends it: model calls, tokens, dollars and wall time.
+
+Per round, the task runs follow from the config: the train batch, the incumbent on val (only when
+its scores are not cached, or every round with ``gate.rerun_incumbent``; twice when no noise
+floor was measured yet under this environment: the A/A test), the incumbent's smoke rerun made
+ahead (the *probe*), the smoke test, the rest of val times ``gate.epochs``, the gate's reruns (flips, the second look) and the confirmation of an
+accepted round (``gate.confirm``, both sides again). What the config cannot say is measured on
+the workspace's earlier rounds (the last ``HISTORY`` that kept per-phase counts): model calls per
+task run, tokens per call, optimizer calls per round, the gate's reruns, the share of rounds that
+reach the smoke test and the validation, dollars per call and seconds per run. Before any round
+is measured, documented priors stand in (``PRIORS``); the projection says which it used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harnessopt.config import Config
+from harnessopt.gate.noise_floor import NoiseFloorStore
+from harnessopt.gate.verdicts import split_val
+from harnessopt.gateway.server import price_of
+from harnessopt.ledger import round0 as proposals
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.ledger.store import RoundManifest
+from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
+from harnessopt.workspace.core import Workspace
+
+HISTORY = 10
+PRIORS: dict[str, float] = {
+    "target_calls_per_run": 1.0,  # the chat template's one request; agents measure theirs in round 1
+    "agent_calls_per_run": 5.0,  # any other template before its first round is measured
+    "optimizer_turn_share": 0.5,  # of optimizer.max_turns used per round
+    "flip_share": 0.25,  # of val tasks whose outcome flips and that the gate reruns on both sides
+    "promising_share": 0.2,  # of validated rounds whose first look is promising: the second look
+    "accept_share": 0.3,  # of validated rounds accepted, then confirmed (gate.confirm)
+    "target_output_per_call": 300.0,
+    "optimizer_input_per_call": 8000.0,
+    "optimizer_output_per_call": 400.0,
+    "seconds_per_run": 15.0,  # one task run, before concurrency
+    "seconds_per_optimizer_call": 20.0,
+}
+
+
+@dataclass
+class RoundCost:
+    """One projected round."""
+
+    target_runs: float = 0.0
+    target_calls: float = 0.0
+    optimizer_calls: float = 0.0
+    tokens: float = 0.0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def calls(self) -> float:
+        return self.target_calls + self.optimizer_calls
+
+
+@dataclass
+class Projection:
+    """The rounds of a run as projected, and what the projection rests on."""
+
+    rounds: list[RoundCost]
+    basis: str  # "config priors" or "N measured round(s)"
+    rates: dict[str, float] = field(default_factory=dict)
+    budget: dict[str, float] = field(default_factory=dict)  # the run's limits that are set
+    round0: RoundCost | None = None  # harness/joint mode before an approved proposal: the diagnosis
+
+    def total(self) -> RoundCost:
+        out = RoundCost()
+        for r in ([self.round0] if self.round0 else []) + self.rounds:
+            for name in ("target_runs", "target_calls", "optimizer_calls", "tokens", "cost_usd", "wall_s"):
+                setattr(out, name, getattr(out, name) + getattr(r, name))
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """What the journal keeps at run start (``status`` compares it with what was spent)."""
+        t = self.total()
+        return {
+            "rounds": len(self.rounds),
+            "calls": round(t.calls),
+            "target_calls": round(t.target_calls),
+            "optimizer_calls": round(t.optimizer_calls),
+            "tokens": round(t.tokens),
+            "cost_usd": round(t.cost_usd, 4),
+            "wall_s": round(t.wall_s),
+            "basis": self.basis,
+        }
+
+    def line(self) -> str:
+        """The one line a run prints before it spends anything."""
+        t = self.total()
+        n = len(self.rounds)
+        return (
+            f"projection for {n} round(s): ~{t.calls:,.0f} model calls ({t.target_calls:,.0f} target, "
+            f"{t.optimizer_calls:,.0f} optimizer), ~{_tokens(t.tokens)} tokens, ~${t.cost_usd:,.2f}, "
+            f"~{_duration(t.wall_s)} (from {self.basis}){self.budget_note()}"
+            + ("; round 0 (the diagnosis) first, the rounds only once it is approved" if self.round0 else "")
+        )
+
+    def budget_note(self) -> str:
+        """Where the run's budget would end it before its last round, if it would."""
+        spent = {"max_calls": 0.0, "max_tokens": 0.0, "max_cost": 0.0}
+        for k, r in enumerate(self.rounds, start=1):
+            spent = {"max_calls": spent["max_calls"] + r.calls, "max_tokens": spent["max_tokens"] + r.tokens,
+                     "max_cost": spent["max_cost"] + r.cost_usd}  # fmt: skip
+            over = [name for name, limit in self.budget.items() if spent[name] > limit]
+            if over:
+                return f"; budget.{over[0]} would stop it in round +{k}"
+        return ""
+
+    def table(self) -> list[str]:
+        """``run --dry-run``: one line per round, the total, and the rates used."""
+        lines = [f"{'round':>5}  {'task runs':>9}  {'calls':>7}  {'tokens':>8}  {'dollars':>8}  {'wall':>8}"]
+        if self.round0:
+            lines.append(_row("0", self.round0))
+        for i, r in enumerate(self.rounds, start=1):
+            lines.append(_row(f"+{i}", r))
+        lines.append(_row("total", self.total()))
+        lines.append(f"basis: {self.basis}")
+        lines.append("rates: " + ", ".join(f"{k} {v:.3g}" for k, v in self.rates.items()))
+        return lines
+
+
+def _row(label: str, r: RoundCost) -> str:
+    return (
+        f"{label:>5}  {r.target_runs:>9.0f}  {r.calls:>7.0f}  {_tokens(r.tokens):>8}  "
+        f"{'$' + format(r.cost_usd, ',.2f'):>8}  {_duration(r.wall_s):>8}"
+    )
+
+
+def _tokens(n: float) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n:.0f}"
+
+
+def _duration(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 60:.0f}min" if s >= 120 else f"{s:.0f}s"
+
+
+def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection:
+    """Project the next ``rounds`` rounds of ``ws`` under ``cfg`` (default: the workspace's)."""
+    cfg = cfg or ws.cfg
+    history = [r.manifest for r in ledger.past_rounds(ws.repo) if r.manifest.phases][-HISTORY:]
+    n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
+    cached, floor = _measured_state(ws, cfg)
+    rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
+    per_round = []
+    for i in range(rounds):
+        incumbent = cfg.gate.rerun_incumbent or (i == 0 and not cached)
+        g, aa = cfg.gate, i == 0 and not floor  # the A/A test runs it again unless the bank has it
+        banked = g.incumbent_epochs or g.epochs
+        measured = banked + (g.epochs if aa and banked < 2 * g.epochs else 0) if incumbent else 0
+        per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured))
+    basis = f"{len(history)} measured round(s)" if history else "config priors (no measured round yet)"
+    limits = {
+        "max_calls": cfg.budget.max_calls,
+        "max_tokens": cfg.budget.max_tokens,
+        "max_cost": cfg.budget.max_cost,
+    }
+    r0 = _round0(cfg, rates, n_train) if _round0_pending(ws, cfg) else None
+    return Projection(per_round, basis, rates, {k: float(v) for k, v in limits.items() if v is not None}, r0)
+
+
+def _round0_pending(ws: Workspace, cfg: Config) -> bool:
+    """Harness and joint mode diagnose first while no proposal is approved (``round0``)."""
+    if cfg.mode not in ("harness", "joint"):
+        return False
+    st = proposals.state(ws.repo)
+    return st is None or st.status == "rejected"
+
+
+def _round0(cfg: Config, rates: dict[str, float], n_train: int) -> RoundCost:
+    """Round 0: every train task with the seed harness, then one diagnosis agent's calls."""
+    return _priced(cfg, rates, n_train)
+
+
+def _round(
+    cfg: Config, rates: dict[str, float], n_train: int, n_val: int, *, incumbent_epochs: int
+) -> RoundCost:
+    """``incumbent_epochs``: runs of each val task of the incumbent this round (0 when cached)."""
+    epochs, smoke = cfg.gate.epochs, min(cfg.gate.smoke, n_val)
+    runs: float = min(cfg.rollout.batch_size, n_train) + n_val * incumbent_epochs
+    runs += rates["reach_smoke"] * smoke + rates.get("probe_runs", 1.0 if smoke else 0.0)
+    runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
+    runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
+    return _priced(cfg, rates, runs)
+
+
+def _priced(cfg: Config, rates: dict[str, float], runs: float) -> RoundCost:
+    """A round of ``runs`` task runs and one optimizer's calls, in calls, tokens, dollars and time."""
+    r = RoundCost(target_runs=runs)
+    r.target_calls = runs * rates["target_calls_per_run"]
+    r.optimizer_calls = rates["optimizer_calls"]
+    r.tokens = (
+        r.target_calls * rates["target_tokens_per_call"]
+        + r.optimizer_calls * rates["optimizer_tokens_per_call"]
+    )
+    r.cost_usd = (
+        r.target_calls * rates["target_usd_per_call"] + r.optimizer_calls * rates["optimizer_usd_per_call"]
+    )
+    r.wall_s = (
+        runs * rates["seconds_per_run"] / cfg.rollout.concurrency
+        + r.optimizer_calls * rates["seconds_per_optimizer_call"]
+    )
+    return r
+
+
+def _measured_state(ws: Workspace, cfg: Config) -> tuple[bool, bool]:
+    """(are the incumbent's val outcomes cached, is a noise floor stored for this environment, else
+    the first measurement runs twice); the key parts (the sandbox's image id) are worked out once."""
+    state = ws.root / STATE_DIR
+    parts = key_parts(ws.repo, vcs.head_sha(ws.repo), cfg)
+    cached = ValCache(state).get(digest(parts)) is not None
+    return cached, NoiseFloorStore(state).get(environment_key(parts)) is not None
+
+
+def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
+    """Rates before any round was measured: PRIORS, the config, and the sizes of skill and tasks."""
+    skill = (ws.root / "skill" / "SKILL.md").read_text(encoding="utf-8", errors="replace")
+    inputs = [str(t.input) for t in ws.tasks("train")] or [""]
+    target_in = (len(skill) + sum(map(len, inputs)) / len(inputs)) / 4 + 50  # ~4 characters a token
+    target_out = min(PRIORS["target_output_per_call"], cfg.budget.target_max_output_tokens)
+    per_run = PRIORS["target_calls_per_run" if cfg.template == "chat" else "agent_calls_per_run"]
+    opt_calls = cfg.optimizer.max_turns * PRIORS["optimizer_turn_share"]
+    opt_in, opt_out = PRIORS["optimizer_input_per_call"], PRIORS["optimizer_output_per_call"]
+    val, held = split_val(ws.tasks("val"), cfg.gate)
+    reruns, confirm = _prior_reruns(cfg, len(val), len(held))
+    return {
+        "target_calls_per_run": per_run,
+        "target_tokens_per_call": target_in + target_out,
+        "target_usd_per_call": _usd(cfg.model.target, target_in, target_out),
+        "optimizer_calls": opt_calls,
+        "optimizer_tokens_per_call": opt_in + opt_out,
+        "optimizer_usd_per_call": _usd(cfg.optimizer.model, opt_in, opt_out),
+        "reruns_per_val_task": reruns,
+        "confirm_runs": confirm,
+        "reach_smoke": 1.0,
+        "probe_runs": 1.0 if cfg.gate.smoke else 0.0,  # loop.probe_jobs: one a round that proposes
+        "reach_validation": 1.0,
+        "seconds_per_run": min(PRIORS["seconds_per_run"], cfg.rollout.timeout_s),
+        "seconds_per_optimizer_call": PRIORS["seconds_per_optimizer_call"],
+    }
+
+
+def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
+    """Before any round is measured: (reruns per val task: the flips rerun on both sides and the
+    second look, ``gate.second_look`` runs of every task on both sides (the incumbent's drawn from
+    its banked runs while they last: ``gate.incumbent_epochs``); the runs confirming an accepted
+    round on both sides, on val or on the held-out tasks)."""
+    g = cfg.gate
+    banked = (g.incumbent_epochs or g.epochs) - g.epochs
+    sides = 1 if banked >= g.epochs + g.second_look else 2  # the bank covers the incumbent's reruns
+    per = (
+        sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look) if g.confirm_flips else 0.0
+    )
+    confirm_tasks = {"val": n_val, "holdout": n_held}.get(g.confirm, 0)
+    return per, PRIORS["accept_share"] * 2 * g.epochs * confirm_tasks
+
+
+def _usd(model: str, tokens_in: float, tokens_out: float) -> float:
+    price = price_of(model)
+    return (tokens_in * price[0] + tokens_out * price[1]) / 1e6 if price else 0.0
+
+
+def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float]:
+    """Rates measured on earlier rounds (each with per-phase counts)."""
+    runs = sum(s.runs for m in history for s in m.phases.values())
+    calls = sum(s.calls for m in history for s in m.phases.values())
+    target = [m.tokens.get("target") for m in history]
+    optimizer = [m.tokens.get("optimizer") for m in history]
+    t_calls = sum(u.calls for u in target if u) or 1
+    o_calls = sum(u.calls for u in optimizer if u)
+    proposed = [m for m in history if m.optimizer is not None] or history
+    smoked = [m for m in history if "smoke" in m.phases or "validation" in m.phases]
+    validated = [m for m in history if "validation" in m.phases]
+    n_val = max((m.n or 0 for m in validated), default=0) or 1
+    reruns = sum(m.phases["reruns"].runs for m in validated if "reruns" in m.phases)
+    target_runs = max(runs, 1)
+    wall = sum(m.wall_s or 0.0 for m in history)
+    opt_wall = PRIORS["seconds_per_optimizer_call"] * o_calls
+    return {
+        "target_calls_per_run": calls / target_runs,
+        "target_tokens_per_call": sum(u.input + u.output for u in target if u) / t_calls,
+        "target_usd_per_call": sum(u.cost_usd or 0.0 for u in target if u) / t_calls,
+        "optimizer_calls": o_calls / len(proposed),
+        "optimizer_tokens_per_call": sum(u.input + u.output for u in optimizer if u) / max(o_calls, 1),
+        "optimizer_usd_per_call": sum(u.cost_usd or 0.0 for u in optimizer if u) / max(o_calls, 1),
+        "reruns_per_val_task": reruns / len(validated) / n_val if validated else 0.0,
+        "reach_smoke": len(smoked) / len(history),
+        "probe_runs": sum(m.phases["probe"].runs for m in history if "probe" in m.phases) / len(history),
+        "reach_validation": len(validated) / len(history),
+        "seconds_per_run": max(wall - opt_wall, 0.0) * cfg.rollout.concurrency / target_runs,
+        "seconds_per_optimizer_call": PRIORS["seconds_per_optimizer_call"],
+    }

@@ -1,0 +1,153 @@
+"""Nothing paid twice: what a round finished is kept on disk until the round is recorded.
+
+Two things survive a crash, a SIGKILL or Ctrl-C of ``harnessopt run``, under
+``.harnessopt/rollout/run_cache/round-K/`` (git-ignored):
+
+* every finished rollout (its trajectory, answer, score and usage), keyed by the candidate's
+  content, the task (id and content), the epoch and the settings that change a rollout; a rerun
+  of the same round reuses each one instead of calling the model again;
+* the optimizer's proposal and the candidate it produced, keyed by the incumbent commit: a rerun
+  of the same round does not pay the optimizer again.
+
+Keys are per round on purpose: a later round's rerun of a task (the gate's flip confirmation)
+must be a fresh sample, never a replay of an earlier round's. ``clear(k)`` runs once round k
+is recorded in git, the source of truth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+
+from harnessopt.config import Config
+from harnessopt.protocols import Exchange, Proposal, Task, TaskResult
+
+RESUME_DIR = "resume"
+
+
+def content_id(root: Path, parts: tuple[str, ...] = ("skill", "harness")) -> str:
+    """sha256 over the names, bytes and executable bits of every file below ``root/parts``."""
+    h = hashlib.sha256()
+    for part in parts:
+        base = root / part
+        for path in sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink()):
+            rel = path.relative_to(root).as_posix()
+            if "__pycache__" in path.parts:
+                continue
+            h.update(rel.encode() + b"\0")
+            h.update(b"x" if path.stat().st_mode & stat.S_IXUSR else b"-")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def rollout_settings(cfg: Config, root: Path) -> str:
+    """Everything besides the candidate and the task that changes a rollout or its score."""
+    scorer = root / "scorer.py"
+    parts = {
+        "model": cfg.model.model_dump(mode="json"),
+        # where and how many at once do not change a run: a rerun on another executor reuses it
+        "rollout": cfg.rollout.model_dump(mode="json", exclude={"executor", "concurrency"}),
+        "flags": cfg.flags,
+        "template": cfg.template,
+        "feedback": cfg.optimizer.feedback,
+        "scorer": hashlib.sha256(scorer.read_bytes()).hexdigest() if scorer.is_file() else None,
+    }
+    return json.dumps(parts, sort_keys=True)
+
+
+def task_id_of(task: Task) -> str:
+    data = json.dumps([task.id, task.input, task.answer, task.split], sort_keys=True, default=str)
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+class RoundStore:
+    """Finished rollouts and the optimizer's candidate of round k, on disk as they happen."""
+
+    def __init__(self, state_dir: Path, settings: str):
+        self.root = Path(state_dir) / RESUME_DIR
+        self.settings = hashlib.sha256(settings.encode()).hexdigest()[:16]
+        self._ids: dict[Path, str] = {}
+        self._lock = threading.Lock()
+        self.reused = 0
+
+    # ------------------------------------------------------------------ rollouts
+
+    def candidate_id(self, root: Path) -> str:
+        with self._lock:
+            if root not in self._ids:
+                self._ids[root] = content_id(root)
+            return self._ids[root]
+
+    def _rollout_path(self, round_no: int, root: Path, task: Task, epoch: int) -> Path:
+        cand = self.candidate_id(root)[:24]
+        name = f"{task_id_of(task)}.{epoch}.json"
+        return self.root / f"round-{round_no}" / "rollouts" / self.settings / cand / name
+
+    def get(self, round_no: int, root: Path, task: Task, epoch: int) -> TaskResult | None:
+        path = self._rollout_path(round_no, root, task, epoch)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            data["exchanges"] = [Exchange(**x) for x in data.get("exchanges", [])]
+            result = TaskResult(**data)
+        except (OSError, ValueError, TypeError):
+            return None  # absent, torn by a crash, or written by another version: run it again
+        with self._lock:
+            self.reused += 1
+        return result
+
+    def put(self, round_no: int, root: Path, task: Task, epoch: int, result: TaskResult) -> None:
+        path = self._rollout_path(round_no, root, task, epoch)
+        _write_atomic(path, json.dumps(dataclasses.asdict(result), default=str))
+
+    # ------------------------------------------------------------------ the optimizer's candidate
+
+    def _proposal_dir(self, round_no: int, parent: str) -> Path:
+        return self.root / f"round-{round_no}" / f"candidate-{parent[:16]}"
+
+    def save_candidate(
+        self, round_no: int, parent: str, proposal: Proposal, copied: dict[str, Any], cand_root: Path
+    ) -> None:
+        """Keep the proposal and the candidate tree; written last is ``done``, so a torn save is none."""
+        d = self._proposal_dir(round_no, parent)
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        for part in ("skill", "harness"):
+            if (cand_root / part).exists():
+                shutil.copytree(cand_root / part, d / "tree" / part, symlinks=True)
+        info = {"proposal": dataclasses.asdict(proposal), "copied": copied}
+        _write_atomic(d / "proposal.json", json.dumps(info, default=str))
+        _write_atomic(d / "done", "")
+
+    def load_candidate(self, round_no: int, parent: str) -> tuple[Proposal, dict[str, Any], Path] | None:
+        """(proposal, copy-back result, candidate tree) saved by an interrupted run of this round."""
+        d = self._proposal_dir(round_no, parent)
+        if not (d / "done").exists():
+            return None
+        try:
+            info = json.loads((d / "proposal.json").read_text(encoding="utf-8"))
+            p = info["proposal"]
+            if p.get("transcript_path"):
+                p["transcript_path"] = Path(p["transcript_path"])
+            return Proposal(**p), dict(info["copied"]), d / "tree"
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def clear(self, round_no: int) -> None:
+        shutil.rmtree(self.root / f"round-{round_no}", ignore_errors=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)

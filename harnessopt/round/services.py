@@ -1,0 +1,147 @@
+"""Wiring: the gateway, sandbox, runner, optimizer and gate one run uses, started and stopped together."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harnessopt.config import Config
+from harnessopt.gate.policy import make_gate
+from harnessopt.gateway.models import model_for, optimizer_model_for
+from harnessopt.gateway.server import Gateway
+from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.optimizer import make_optimizer
+from harnessopt.protocols import GatePolicy, Optimizer, Proposal, Sandbox
+from harnessopt.rollout.run_cache import RoundStore, rollout_settings
+from harnessopt.rollout.runner import Runner, make_executor
+from harnessopt.sandbox import make_sandbox
+from harnessopt.util.hardening import drop_secrets_from_environ
+from harnessopt.workspace.scorer_proc import ScorerProcess
+
+if TYPE_CHECKING:
+    import anthropic
+
+Announce = Callable[[str], None]
+
+
+@dataclass
+class Services:
+    """Everything a round needs, built once per ``harnessopt run``."""
+
+    cfg: Config
+    gateway: Gateway
+    sandbox: Sandbox
+    runner: Runner
+    optimizer: Optimizer | None
+    gate: GatePolicy
+    scratch: Path
+    state_dir: Path
+    store: RoundStore
+
+    def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
+        assert self.optimizer is not None, "services were opened without an optimizer"
+        return self.optimizer.propose(view, brief, round_no)
+
+    def usage_of_round(self, k: int) -> RoundUsage:
+        """Calls and tokens per role, and dollars, that round ``k`` spent so far."""
+        tokens: dict[str, dict[str, int]] = {}
+        cost = 0.0
+        for (role, round_no), u in self.gateway.usage().items():
+            if round_no == k:
+                tokens[role] = {"calls": u.calls, "input": u.input_tokens, "output": u.output_tokens}
+                cost += u.cost_usd
+        return RoundUsage(tokens, round(cost, 6))
+
+
+@dataclass(frozen=True)
+class RoundUsage:
+    tokens: dict[str, dict[str, int]]  # role -> {"calls", "input", "output"}
+    cost_usd: float
+
+
+@contextmanager
+def open_services(
+    root: Path,
+    cfg: Config,
+    say: Announce,
+    *,
+    progress: Any = None,
+    with_optimizer: bool = True,
+    keep_rollouts: bool = True,
+) -> Iterator[Services]:
+    """Build and start the parts; everything started is stopped again, also on Ctrl-C or a crash."""
+    state_dir = root / STATE_DIR
+    model = model_for(cfg.model, root)
+    # The optimizer's upstream (the target's unless optimizer.provider/base_url/api_key_env say otherwise).
+    calls_model = with_optimizer and cfg.optimizer.backend != "manual"
+    optimizer_model = optimizer_model_for(cfg, root, model) if calls_model else None
+    # The models hold the keys now: no child started from here on may inherit them by accident.
+    drop_secrets_from_environ()
+    for name in {cfg.model.api_key_env, cfg.optimizer.api_key_env} - {None}:
+        os.environ.pop(str(name), None)
+    with ExitStack() as stack:
+        # In its own processes, with a deadline and a memory limit; a broken import stops here.
+        r = cfg.rollout
+        scorer = ScorerProcess(root / "scorer.py", timeout_s=r.scorer_timeout_s, memory_mb=r.scorer_memory_mb)
+        stack.callback(scorer.close)
+        sandbox = make_sandbox(cfg.rollout, announce=say)
+        if description := getattr(sandbox, "description", ""):  # a weak sandbox warned already
+            say(f"sandbox: {description}")
+        stack.callback(sandbox.close)
+        socket_dir = Path(tempfile.mkdtemp(prefix="ho-gw-"))  # short path: Unix sockets cap it at 108 bytes
+        stack.callback(shutil.rmtree, socket_dir, True)
+        gateway = stack.enter_context(
+            Gateway.from_config(
+                model,
+                cfg,
+                socket_dir=socket_dir,
+                optimizer_model=optimizer_model,
+                peer_uids=getattr(sandbox, "gateway_uids", ()),  # the optimizer's container, say
+            )
+        )
+        prewarm = getattr(sandbox, "prewarm", None)  # docker: its pool starts containers meanwhile
+        if prewarm is not None and gateway.socket_path is not None and cfg.rollout.executor == "local":
+            prewarm(str(gateway.socket_path.parent))
+        scratch = state_dir / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        store = RoundStore(state_dir, rollout_settings(cfg, root))
+        executor = make_executor(cfg, sandbox, gateway.base_url)  # ray: joins the cluster here
+        stack.callback(executor.close)
+        runner = Runner(
+            cfg,
+            sandbox,
+            gateway,
+            scorer,
+            scratch,
+            progress=progress,
+            store=store if keep_rollouts else None,
+            executor=executor,
+        )
+
+        def client_factory(round_no: int) -> anthropic.Anthropic:
+            import anthropic  # deferred: the SDK's import is most of `run`'s start-up (docs/performance.md)
+
+            lease = gateway.lease("optimizer", round_no, None)
+            return anthropic.Anthropic(base_url=lease.base_url, api_key=lease.token, max_retries=2)
+
+        optimizer = (
+            make_optimizer(
+                cfg.optimizer,
+                client_factory=client_factory,
+                shell_factory=sandbox.shell,  # the optimizer's bash is isolated like the tasks
+                announce=say,
+                transcript_dir=state_dir / "optimizer",
+                lease_factory=lambda k: gateway.lease("optimizer", k, None),
+                shell_on_host=not getattr(sandbox, "shell_isolated", False),  # then it needs unsafe_host
+            )
+            if with_optimizer
+            else None
+        )
+        gate = make_gate(cfg.gate)
+        yield Services(cfg, gateway, sandbox, runner, optimizer, gate, scratch, state_dir, store)

@@ -1,0 +1,230 @@
+"""Build the task image (``harnessopt sandbox build``) and remove leftover containers.
+
+The build context is assembled in a temporary directory: ``sandbox/Dockerfile`` and
+``sandbox/runner.py`` from the repository, plus ``site/``, a copy of the host's *installed*
+``anthropic`` distribution and its runtime dependencies (file lists from their ``RECORD``). We copy
+installed trees rather than download wheels so that the build needs no package registry at all,
+and the image runs exactly the SDK version the host was tested with (host and image are both
+CPython 3.11 on glibc, so compiled extensions such as ``pydantic_core`` and ``jiter`` load).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harnessopt.errors import UserError
+
+DEFAULT_TAG = "harnessopt-sandbox:latest"
+OFFLINE_BASE = "harnessopt-base:bookworm"
+FALLBACK_BASE = "python:3.11-slim"
+LABEL = "harnessopt"
+RUNNER_LABEL = "org.harnessopt.runner"
+SDKS_LABEL = "org.harnessopt.sdks"
+SDKS = ("anthropic", "openai")  # the model SDKs copied into the image when installed on the host
+
+
+def sandbox_source_dir() -> Path:
+    """``sandbox/`` (Dockerfile, runner.py, make_base_image.sh): the checkout's, or the wheel's copy."""
+    here = Path(__file__).resolve().parent  # harnessopt/sandbox/image
+    checkout = here.parents[2] / "sandbox"
+    return checkout if (checkout / "Dockerfile").is_file() else here / "context"
+
+
+def runner_digest() -> str:
+    """Short hash of runner.py, stored as an image label to notice a stale image."""
+    return hashlib.sha256((sandbox_source_dir() / "runner.py").read_bytes()).hexdigest()[:16]
+
+
+def docker_client(timeout: float = 120.0) -> Any:
+    """A docker-py client that answered a ping, or UserError saying how to start the engine."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as e:
+        raise UserError(
+            "Docker is not reachable: start it (e.g. `dockerd &` or `systemctl start docker`) "
+            f"or use --sandbox local ({type(e).__name__})"
+        ) from e
+    return client
+
+
+def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[str], None] = print) -> str:
+    """Build the sandbox image FROM ``base`` and tag it; returns the image id.
+
+    ``base=None`` uses the offline Debian base (``sandbox/make_base_image.sh``) when it exists,
+    else ``python:3.11-slim`` (which must already be present or pullable). A variant with more
+    inside (``claude-code``) is ``variants.build_image_with``.
+    """
+    return build_task_image(docker_client(timeout=900), base, tag, announce)
+
+
+def build_task_image(client: Any, base: str | None, tag: str | None, announce: Callable[[str], None]) -> str:
+    """``sandbox/Dockerfile`` FROM ``base`` (None: the offline base, else the fallback), tagged
+    ``tag`` (None: untagged); returns the image id."""
+    import docker
+
+    src = sandbox_source_dir()
+    if not (src / "Dockerfile").is_file():
+        raise UserError(f"{src}/Dockerfile is missing: build the image from a harnessopt source checkout")
+    if base is None:
+        base = OFFLINE_BASE if _image_exists(client, OFFLINE_BASE) else FALLBACK_BASE
+    if not _image_exists(client, base):
+        raise UserError(
+            f"base image {base} is not present and cannot be pulled here: "
+            f"run `sandbox/make_base_image.sh {OFFLINE_BASE}` (offline, debootstrap) first"
+        )
+    with tempfile.TemporaryDirectory(prefix="ho-build-") as tmp:
+        ctx = Path(tmp)
+        shutil.copy2(src / "Dockerfile", ctx / "Dockerfile")
+        shutil.copy2(src / "runner.py", ctx / "runner.py")
+        sdks = [sdk.partition("==")[0] for sdk in installed_sdks()]
+        dists = list(dict.fromkeys(d for sdk in sdks for d in copy_installed(sdk, ctx / "site")))
+        announce(f"building {tag or 'the task image'} from {base} with {', '.join(dists)}")
+        try:
+            image, _logs = client.images.build(
+                path=str(ctx),
+                tag=tag,
+                buildargs={"BASE": base},
+                labels={RUNNER_LABEL: runner_digest(), SDKS_LABEL: ",".join(installed_sdks())},
+                rm=True,
+                forcerm=True,
+                network_mode="none",
+            )
+        except docker.errors.BuildError as e:
+            tail = "".join(str(x.get("stream", x.get("error", ""))) for x in e.build_log)[-800:]
+            raise UserError(f"building {tag} failed: {e.msg}; build log tail: {tail.strip()}") from e
+    announce(f"built {tag or 'the task image'} ({image.short_id})")
+    return str(image.id)
+
+
+def variant_tag(with_: Sequence[str]) -> str:
+    """The default tag of a variant: ``harnessopt-sandbox:claude-code`` for ``--with claude-code``."""
+    return f"{DEFAULT_TAG.partition(':')[0]}:{'-'.join(sorted(set(with_)))}" if with_ else DEFAULT_TAG
+
+
+def image_status(client: Any, tag: str) -> str:
+    """'missing', 'stale' (built from another runner.py) or 'ok'."""
+    import docker
+
+    try:
+        image = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return "missing"
+    labels = image.labels or {}
+    if labels.get(SDKS_LABEL, "anthropic") != ",".join(installed_sdks()):
+        return "stale"  # the host's SDKs changed (e.g. openai installed): the image has others
+    return "ok" if labels.get(RUNNER_LABEL) == runner_digest() else "stale"
+
+
+def installed_sdks() -> list[str]:
+    """``name==version`` of each of SDKS installed on this host (anthropic always is)."""
+    found = []
+    for name in SDKS:
+        try:
+            found.append(f"{name}=={md.version(name)}")
+        except md.PackageNotFoundError:
+            continue
+    return found
+
+
+def owner_labels() -> dict[str, str]:
+    """Which process on which host made a container: ``cleanup`` spares the ones of live runs."""
+    return {f"{LABEL}.pid": str(os.getpid()), f"{LABEL}.host": socket.gethostname()}
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    host, pid = labels.get(f"{LABEL}.host"), labels.get(f"{LABEL}.pid", "")
+    if host != socket.gethostname() or not pid.isdigit():
+        return host is not None and host != socket.gethostname()  # another machine's: cannot tell, spare it
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cleanup_containers(label: str = LABEL) -> int:
+    """Force-remove the containers carrying ``label`` whose run is no longer alive (leftovers of a
+    killed run); containers of live runs on this host, or of other hosts, are spared. The count."""
+    client = docker_client()
+    removed = 0
+    for c in client.containers.list(all=True, filters={"label": label}):
+        if owner_alive(dict(c.labels or {})):
+            continue
+        try:
+            c.remove(force=True)
+            removed += 1
+        except Exception:  # already gone (removed by a concurrent run): nothing to do
+            pass
+    return removed
+
+
+def copy_installed(root: str, dest: Path) -> list[str]:
+    """Copy the installed files of distribution ``root`` and its runtime dependencies into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    names = []
+    for dist in _closure(root):
+        names.append(f"{dist.metadata['Name']}=={dist.version}")
+        base = Path(str(dist.locate_file(""))).resolve()
+        for rel in dist.files or []:
+            parts = Path(str(rel)).parts
+            if ".." in parts or "__pycache__" in parts or str(rel).endswith(".pyc"):
+                continue  # console scripts outside site-packages; caches are rebuilt in the image
+            src = base / rel
+            if src.is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / rel)
+    return names
+
+
+def _closure(root: str) -> list[md.Distribution]:
+    seen: dict[str, md.Distribution] = {}
+    stack = [root]
+    while stack:
+        name = stack.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError as e:
+            raise UserError(f"{name} is not installed on this host; `pip install {root}` first") from e
+        seen[key] = dist
+        stack.extend(_runtime_requirements(dist))
+    return list(seen.values())
+
+
+def _runtime_requirements(dist: md.Distribution) -> list[str]:
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # no packaging: keep requirements without markers, skip the conditional ones
+        return [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or [] if ";" not in r]
+    out = []
+    for raw in dist.requires or []:
+        req = Requirement(raw)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            out.append(req.name)
+    return out
+
+
+def _image_exists(client: Any, name: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(name)
+        return True
+    except docker.errors.ImageNotFound:
+        return False

@@ -1,0 +1,173 @@
+"""Creating and opening a workspace (layout in DESIGN.md, fixed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import git
+
+from harnessopt.config import CONFIG_NAME, Config, apply_overrides, dump_config, load_config
+from harnessopt.errors import UserError
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+from harnessopt.ledger.journal import STATE_DIR, Journal
+from harnessopt.protocols import Task
+from harnessopt.workspace.skillspec import read_skill
+from harnessopt.workspace.tasks import (
+    assign_splits,
+    check_splits,
+    load_tasks,
+    parse_ratio,
+    read_split,
+    write_splits,
+)
+
+EDITABLE_PATHS = ("skill", "harness")
+RECORD_PATHS = ("skill", "harness", "trajectories", "best_skill.md")
+GITIGNORE = f"{STATE_DIR}/\n__pycache__/\n*.pyc\n"
+
+
+def templates_dir() -> Path:
+    """The harness templates: the repo's workspace_templates/, or the copy inside an installed wheel."""
+    package = Path(__file__).resolve().parents[1]  # harnessopt/
+    for candidate in (package.parent / "workspace_templates", package / "workspace_templates"):
+        if candidate.is_dir():
+            return candidate
+    raise UserError("harness templates not found: reinstall harnessopt (pip install -e .)")
+
+
+def known_templates() -> list[str]:
+    return sorted(p.name for p in templates_dir().iterdir() if (p / "run.py").is_file())
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """An opened workspace: its root, the run's one validated config, git repo and journal.
+
+    ``cfg`` is harnessopt.yaml with the command line's overrides applied once, at ``open``; it is
+    never replaced afterwards.
+    """
+
+    root: Path
+    cfg: Config
+    repo: git.Repo
+    journal: Journal
+
+    @classmethod
+    def open(cls, path: Path, overrides: Mapping[str, Any] | None = None) -> Workspace:
+        root = Path(path).resolve()
+        if not root.is_dir():
+            raise UserError(f"{path} does not exist; create a workspace with 'harnessopt init {path} ...'")
+        if not (root / CONFIG_NAME).is_file() or not (root / ".git").exists():
+            raise UserError(
+                f"{path} is not a harnessopt workspace (no {CONFIG_NAME} or .git); "
+                f"create one with 'harnessopt init'"
+            )
+        try:
+            repo = vcs.open_repo(root)
+            repo.git.rev_parse("ho/round-0")
+        except (git.InvalidGitRepositoryError, git.GitCommandError):
+            raise UserError(f"{path} is not a harnessopt workspace (no ho/round-0 tag)") from None
+        try:
+            head = vcs.head_sha(repo)
+        except ValueError:
+            raise UserError(
+                f"{path} has no commit on its branch; restore main (git reflog shows it)"
+            ) from None
+        if not vcs.is_ancestor(repo, "ho/round-0", head):
+            raise UserError(
+                f"{path}: main ({head[:10]}) does not descend from ho/round-0 (history rewritten, or main "
+                "moved to a foreign commit); put main back on a harnessopt commit, e.g. "
+                f"git -C {path} reset --hard ho/best"
+            )
+        cfg = load_config(root)
+        if overrides:
+            cfg = apply_overrides(cfg, overrides)
+        return cls(root, cfg, repo, Journal(root))
+
+    def tasks(self, split: str) -> list[Task]:
+        return read_split(self.root / "tasks", split)
+
+
+def init_workspace(
+    ws: Path,
+    skill_dir: Path,
+    tasks_file: Path,
+    *,
+    template: str = "chat",
+    ratio: str = "2:1:7",
+    seed: int = 0,
+    config: Config | None = None,
+    extra_files: dict[str, Path] | None = None,
+    announce: Callable[[str], None] = print,
+) -> Path:
+    """Validate every input first, build the workspace beside ``ws``, then move it into place.
+
+    A failure at any point leaves ``ws`` as it was (absent or empty).
+    """
+    ws = Path(ws)
+    if ws.exists() and (not ws.is_dir() or any(ws.iterdir())):
+        raise UserError(f"{ws} exists and is not empty; choose a new directory for the workspace")
+    info = read_skill(Path(skill_dir))
+    if template not in known_templates():
+        raise UserError(f"unknown template {template!r}; known templates: {', '.join(known_templates())}")
+    tasks = assign_splits(load_tasks(Path(tasks_file)), parse_ratio(ratio), seed)
+    check_splits(tasks)
+    cfg = config or Config(template=template)
+    cfg = cfg.model_copy(update={"template": template})
+
+    parent = ws.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{ws.name}.init-", dir=parent))
+    try:
+        _populate(staging, Path(skill_dir), template, tasks, cfg, extra_files or {})
+        _first_commit(staging, info.name, len(tasks))
+        if ws.exists():
+            ws.rmdir()
+        os.rename(staging, ws)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    counts = {s: sum(t.split == s for t in tasks) for s in ("train", "val", "test")}
+    announce(
+        f"workspace {ws}: skill '{info.name}', template {template}, "
+        f"{counts['train']} train / {counts['val']} val / {counts['test']} test tasks; tagged ho/round-0"
+    )
+    return ws
+
+
+def _populate(
+    root: Path, skill_dir: Path, template: str, tasks: list[Task], cfg: Config, extra: dict[str, Path]
+) -> None:
+    shutil.copytree(skill_dir, root / "skill", symlinks=False, ignore=shutil.ignore_patterns(".git"))
+    tpl = templates_dir() / template
+    shutil.copytree(tpl, root / "harness", ignore=shutil.ignore_patterns("__pycache__", "template.yaml"))
+    write_splits(tasks, root / "tasks")
+    shutil.copy2(templates_dir() / "scorer.py", root / "scorer.py")
+    (root / "trajectories").mkdir()
+    (root / "trajectories" / ".gitkeep").write_text("")
+    shutil.copy2(root / "skill" / "SKILL.md", root / "best_skill.md")
+    (root / CONFIG_NAME).write_text(_config_header() + dump_config(cfg))
+    (root / ".gitignore").write_text(GITIGNORE)
+    for name, src in extra.items():
+        shutil.copy2(src, root / name)
+
+
+def _config_header() -> str:
+    return (
+        "# harnessopt workspace config; every key is documented in docs/workspace.md.\n"
+        "# CLI flags of 'harnessopt run' override these values for one run.\n"
+    )
+
+
+def _first_commit(root: Path, skill_name: str, n_tasks: int) -> None:
+    repo = vcs.init_repo(root)
+    repo.git.add("-A")
+    repo.git.commit("-q", "-m", ledger.initial_message(skill_name, n_tasks))
+    ledger.tag_initial(repo)

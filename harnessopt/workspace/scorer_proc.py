@@ -1,0 +1,194 @@
+"""The workspace scorer in its own processes: a crash, a leak or a hang costs one task's score.
+
+``ScorerProcess(path)`` starts children of ``python -m harnessopt.workspace.scorer_proc PATH`` that import
+``scorer.py`` once and then score one request a line (JSON on stdin, JSON on stdout). The host
+holds a deadline per call and an address-space limit per child: a scorer that hangs is killed
+at the deadline, one that segfaults, exhausts its memory or calls ``os._exit`` just dies, and in
+every case that task scores 0 with the reason recorded (``ScoreResult.error``); the next call gets
+a fresh child. What the scorer returned is checked on the host (``scoring.interpret``), never
+trusted as it comes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from harnessopt.errors import UserError
+from harnessopt.workspace.scoring import ScoreResult, failed, interpret
+
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class _Child:
+    def __init__(self, path: Path, memory_mb: int):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        limit = memory_mb * 1024 * 1024
+
+        def limits() -> None:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harnessopt.workspace.scorer_proc", str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=limits,
+        )
+        self.buf = b""
+        self.eof = False  # its stdout closed: it died (or closed it), as opposed to too slow
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message, default=str).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def receive(self, timeout_s: float) -> dict[str, Any] | None:
+        """One reply, or None at the deadline or when the child died (EOF)."""
+        out: IO[bytes] | None = self.proc.stdout
+        assert out is not None
+        deadline = time.monotonic() + timeout_s
+        with selectors.DefaultSelector() as sel:
+            sel.register(out, selectors.EVENT_READ)
+            while b"\n" not in self.buf:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    return None
+                chunk = os.read(out.fileno(), 65536)
+                if not chunk or len(self.buf) > MAX_REPLY_BYTES:
+                    self.eof = True
+                    return None
+                self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        data = json.loads(line)
+        return data if isinstance(data, dict) else None
+
+    def why_dead(self) -> str:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=1)
+        code = self.proc.returncode
+        if code is None:
+            return "sent no reply"
+        if code < 0:
+            return f"was killed by signal {-code} (a crash, or its memory limit)"
+        return f"exited with code {code}"
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(Exception):
+                stream.close()  # type: ignore[union-attr]
+
+
+class ScorerProcess:
+    """Scores answers with ``scorer.py`` in child processes; thread-safe; ``close()`` ends them."""
+
+    def __init__(self, path: Path, *, timeout_s: float, memory_mb: int = 2048, start_timeout_s: float = 60):
+        self.path = Path(path)
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self._idle: list[_Child] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        first = _Child(self.path, memory_mb)  # import it once now: a broken scorer stops the run here
+        hello = first.receive(start_timeout_s)
+        if hello is None or "ready" not in hello:
+            first.kill()
+            why = (hello or {}).get("error") or f"its process {first.why_dead()}"
+            raise UserError(f"scorer {self.path} failed to load: {why}; fix scorer.py")
+        self._idle.append(first)
+
+    def score(self, task: dict[str, Any], answer: str, out_dir: Path) -> ScoreResult:
+        child = self._take()
+        try:
+            child.send({"task": task, "answer": answer, "out_dir": str(out_dir)})
+            reply = child.receive(self.timeout_s)
+        except (OSError, ValueError):
+            reply = None
+        if reply is None:
+            if not child.eof:
+                child.kill()
+                return failed(f"scorer did not return within {self.timeout_s:g} s")
+            why = child.why_dead()
+            child.kill()
+            return failed(f"scorer process {why}")
+        self._give_back(child)
+        if "error" in reply:
+            return failed(f"scorer raised {reply['error']}")
+        try:
+            return interpret(reply.get("raw"))
+        except ValueError as e:
+            return failed(str(e))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for child in idle:
+            child.kill()
+
+    def _take(self) -> _Child:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        child = _Child(self.path, self.memory_mb)
+        hello = child.receive(60)
+        if hello is None or "ready" not in hello:
+            return child  # the call fails and reports why; the scorer loaded once already
+        return child
+
+    def _give_back(self, child: _Child) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(child)
+                return
+        child.kill()
+
+
+def _child_main(path: str) -> int:
+    """In the child: import the scorer once, then one JSON request a line until stdin closes."""
+    from harnessopt.workspace.scoring import describe, load_scorer
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # a scorer's print() must not corrupt the protocol
+    try:
+        fn = load_scorer(Path(path))
+    except UserError as e:
+        out.write(json.dumps({"error": str(e)}) + "\n")
+        out.flush()
+        return 2
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            raw = fn(req["task"], req["answer"], Path(req["out_dir"]))
+            reply: dict[str, Any] = {"raw": raw}
+        except (Exception, SystemExit) as e:
+            reply = {"error": describe(e, path)}
+        out.write(json.dumps(reply, default=lambda v: f"<{type(v).__name__}>") + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1]))

@@ -1,0 +1,50 @@
+"""`harnessopt demo` as a newcomer runs it: offline, scripted, accept + reject + accept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harnessopt.sandbox.image.build import owner_alive
+from tests.support.cli import cli, git
+
+
+def _check_demo(tmp_path: Path, sandbox: str) -> Path:
+    target = tmp_path / "demo"
+    r = cli("demo", target, "--sandbox", sandbox, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "SCRIPTED" in r.stdout and "no real model is called" in r.stdout
+    assert "where to look next" in r.stdout
+    assert ("sandbox: docker" in r.stdout) == (sandbox == "docker")
+    rows = json.loads(cli("log", target, "--json").stdout)
+    assert [row["status"] for row in rows] == ["accepted", "rejected", "accepted"]
+    assert rows[1]["violations"] == ["harness/NOTES.txt"]  # discarded: skill mode allows skill/** only
+    assert not (target / "harness" / "NOTES.txt").exists()
+    assert (
+        git(target, "rev-parse", "HEAD")
+        == git(target, "rev-parse", "ho/round-3")
+        == git(target, "rev-parse", "ho/best")
+    )
+    assert "not its largest city" in (target / "best_skill.md").read_text()
+    assert git(target, "status", "--porcelain") == ""
+    return target
+
+
+def test_demo_local(tmp_path: Path) -> None:
+    target = _check_demo(tmp_path, "local")
+    again = cli("demo", target, "--sandbox", "local")
+    assert again.returncode == 2 and "not empty" in again.stderr
+
+
+@pytest.mark.docker
+def test_demo_docker(tmp_path: Path, docker_client: Any) -> None:
+    def ours() -> set[str]:  # containers whose owning run has ended (other live runs may share the engine)
+        listed = docker_client.containers.list(all=True, filters={"label": "harnessopt"})
+        return {c.id for c in listed if not owner_alive(dict(c.labels or {}))}
+
+    before = ours()
+    _check_demo(tmp_path, "docker")
+    assert ours() - before == set()

@@ -1,0 +1,218 @@
+"""What a lease may ask for (issue 8, item 7) and budgets reserved at admission (issue 10, item 2)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import anthropic
+import pytest
+
+from harnessopt.config import BudgetConfig, Config, GatewayConfig, ModelConfig, OptimizerConfig
+from harnessopt.gateway.models import ScriptedModel
+from harnessopt.gateway.server import Gateway
+from harnessopt.protocols import Forward, Usage
+
+try:
+    import httpx
+except ImportError:  # anthropic 2.x ships its HTTP client as httpx2
+    import httpx2 as httpx  # type: ignore[no-redef]
+
+TARGET = "claude-haiku-4-5"
+OPTIMIZER = "claude-opus-4-1"
+SCRIPT = {"rules": [{"last_user": "capital", "reply": "Paris"}], "default": "ok"}
+
+
+def run_config(**model: Any) -> Config:
+    return Config(
+        model=ModelConfig(provider="scripted", target=TARGET, **model),
+        optimizer=OptimizerConfig(model=OPTIMIZER),
+    )
+
+
+def post(gw: Gateway, token: str, body: dict[str, Any]) -> httpx.Response:
+    with httpx.Client(base_url=gw.base_url) as http:
+        return http.post("/v1/messages", json=body, headers={"x-api-key": token})
+
+
+def body(model: str = TARGET, max_tokens: int = 16, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": "capital?"}],
+        **extra,
+    }
+
+
+def refusal(r: httpx.Response) -> str:
+    assert r.status_code == 400 and r.headers["x-should-retry"] == "false", r.text
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    return str(r.json()["error"]["message"])
+
+
+def test_each_role_may_call_its_own_model_only():
+    with Gateway.from_config(ScriptedModel.from_dict(SCRIPT), run_config()) as gw:
+        target = gw.lease("target", 1, "t1").token
+        optimizer = gw.lease("optimizer", 1).token
+        assert post(gw, target, body(TARGET)).status_code == 200
+        assert post(gw, target, body(TARGET + "-20251001")).status_code == 200  # a dated snapshot
+        message = refusal(post(gw, target, body(OPTIMIZER)))
+        assert message.startswith("model:") and repr(TARGET) in message and "model.target" in message
+        assert "optimizer.model" in refusal(post(gw, optimizer, body(TARGET)))
+        assert post(gw, optimizer, body(OPTIMIZER)).status_code == 200
+        assert refusal(post(gw, target, body(TARGET + "-evil"))).startswith("model:")
+        # The SDK sees a final 400 and does not retry it.
+        client = anthropic.Anthropic(base_url=gw.base_url, api_key=target, max_retries=2)
+        with pytest.raises(anthropic.BadRequestError):
+            client.messages.create(
+                model=OPTIMIZER, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+        exchanges = gw.release(target)
+        assert (
+            len(exchanges) == 5 and exchanges[-1].response is None and "model:" in (exchanges[-1].error or "")
+        )
+        assert gw.usage()[("target", 1)].calls == 2  # refused calls reached no model
+
+
+def test_max_tokens_is_capped_per_role():
+    cfg = run_config()
+    cfg.budget = BudgetConfig(target_max_output_tokens=8192, optimizer_max_output_tokens=32000)
+    with Gateway.from_config(ScriptedModel.from_dict(SCRIPT), cfg) as gw:
+        target = gw.lease("target", 1, "t1").token
+        optimizer = gw.lease("optimizer", 1).token
+        assert post(gw, target, body(max_tokens=8192)).status_code == 200
+        message = refusal(post(gw, target, body(max_tokens=8193)))
+        assert message.startswith("max_tokens:") and "budget.target_max_output_tokens" in message
+        assert post(gw, optimizer, body(OPTIMIZER, 32000)).status_code == 200
+        assert "budget.optimizer_max_output_tokens" in refusal(post(gw, optimizer, body(OPTIMIZER, 64000)))
+        assert refusal(post(gw, target, {"model": TARGET, "messages": []})).startswith("max_tokens:")
+
+
+SERVER_TOOLS = [
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
+    (
+        {"tools": [{"name": "calc", "input_schema": {}}, {"type": "web_fetch_20250910", "name": "f"}]},
+        "tools[1].type",
+    ),
+    ({"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}, "tools[0].type"),
+    ({"mcp_servers": [{"type": "url", "url": "https://example.invalid/mcp", "name": "x"}]}, "mcp_servers"),
+]
+URL_IMAGE = {"type": "image", "source": {"type": "url", "url": "https://example.invalid/?leak=answer"}}
+
+
+@pytest.mark.parametrize(("extra", "field"), SERVER_TOOLS)
+def test_server_tools_are_refused_naming_the_field(extra: dict[str, Any], field: str):
+    with Gateway.from_config(ScriptedModel.from_dict(SCRIPT), run_config()) as gw:
+        token = gw.lease("target", 1, "t1").token
+        message = refusal(post(gw, token, body(**extra)))
+        assert message.startswith(field + ":") and "model.allow_server_tools" in message
+        assert gw.total().calls == 0
+
+
+def test_client_tools_pass_and_url_sources_are_refused():
+    tools = [
+        {"name": "calc", "input_schema": {"type": "object"}},
+        {"type": "custom", "name": "c2", "input_schema": {"type": "object"}},
+        {"type": "bash_20250124", "name": "bash"},
+        {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+    ]
+    with Gateway.from_config(ScriptedModel.from_dict(SCRIPT), run_config()) as gw:
+        token = gw.lease("target", 1, "t1").token
+        assert post(gw, token, body(tools=tools)).status_code == 200
+        image = {"role": "user", "content": [{"type": "text", "text": "see"}, URL_IMAGE]}
+        message = refusal(post(gw, token, {**body(), "messages": [image]}))
+        assert message.startswith("messages[0].content[1].source.type:")
+        nested = {"type": "tool_result", "tool_use_id": "t", "content": [URL_IMAGE]}
+        message = refusal(post(gw, token, {**body(), "messages": [{"role": "user", "content": [nested]}]}))
+        assert message.startswith("messages[0].content[0].content[0].source.type:")
+
+
+def test_server_tools_pass_when_the_config_allows_them():
+    with Gateway.from_config(ScriptedModel.from_dict(SCRIPT), run_config(allow_server_tools=True)) as gw:
+        token = gw.lease("target", 1, "t1").token
+        for extra, _field in SERVER_TOOLS:
+            assert post(gw, token, body(**extra)).status_code == 200
+
+
+class PricedUpstream:
+    """A slow upstream that bills each call its estimated input and its full max_tokens."""
+
+    name = "priced"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def create(self, request: dict[str, Any], role: str, *, forward: Forward | None = None) -> dict[str, Any]:
+        with self.lock:
+            self.calls += 1
+        time.sleep(0.3)
+        chars = sum(len(m["content"]) for m in request["messages"])
+        usage = {"input_tokens": math.ceil(chars / 4), "output_tokens": request["max_tokens"]}
+        content = [{"type": "text", "text": "x"}]
+        return {"id": "msg_1", "type": "message", "role": "assistant", "model": request["model"],
+                "content": content, "stop_reason": "max_tokens", "stop_sequence": None, "usage": usage}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "budget", [BudgetConfig(max_cost=1.0), BudgetConfig(max_tokens=100_000)], ids=["cost", "tokens"]
+)
+def test_forty_concurrent_calls_never_exceed_the_budget(budget: BudgetConfig):
+    upstream = PricedUpstream()
+    with Gateway(upstream, budget) as gw:
+        outcomes: list[str] = []
+        start = threading.Barrier(40)
+
+        def harness() -> None:
+            lease = gw.lease("target", 1, "t")
+            client = anthropic.Anthropic(
+                base_url=lease.base_url, api_key=lease.token, max_retries=0, timeout=30
+            )
+            start.wait()
+            try:
+                client.messages.create(
+                    model="claude-sonnet-4-6",
+                    max_tokens=4000,
+                    messages=[{"role": "user", "content": "x" * 8000}],
+                )
+                outcomes.append("ok")
+            except anthropic.RateLimitError as e:
+                assert e.response.headers["x-should-retry"] == "false"
+                outcomes.append("refused")
+
+        threads = [threading.Thread(target=harness) for _ in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        total, held = gw.total(), gw.held()
+    assert len(outcomes) == 40 and outcomes.count("ok") == upstream.calls == total.calls
+    assert total.calls >= 5  # the reservation is a bound, not a wall
+    if budget.max_cost is not None:
+        assert total.cost_usd <= budget.max_cost
+    if budget.max_tokens is not None:
+        assert total.input_tokens + total.output_tokens <= budget.max_tokens
+    assert held == Usage()  # every reservation was settled
+    assert gw.refusals == outcomes.count("refused") > 0 and "budget" in (gw.exhausted() or "")
+
+
+def test_optimizer_leases_are_released_with_their_round():
+    with Gateway(ScriptedModel.from_dict(SCRIPT), BudgetConfig()) as gw:
+        a, b = gw.lease("optimizer", 3).token, gw.lease("optimizer", 3).token
+        later, task = gw.lease("optimizer", 4).token, gw.lease("target", 3, "t1").token
+        assert post(gw, a, body()).status_code == 200
+        assert gw.release_round("optimizer", 3) == 2
+        assert post(gw, a, body()).status_code == 401 and post(gw, b, body()).status_code == 401
+        assert post(gw, later, body()).status_code == 200 and post(gw, task, body()).status_code == 200
+        assert gw.usage()[("optimizer", 3)].calls == 1  # what was spent stays counted
+        assert gw.release_round("optimizer", 3) == 0
+
+
+def test_gateway_settings_come_from_the_config():
+    cfg = run_config()
+    cfg.gateway = GatewayConfig(target_body_mb=1, max_calls_per_lease=3)
+    gw = Gateway.from_config(ScriptedModel.from_dict(SCRIPT), cfg)
+    assert gw.policy.of("target").max_body == 1024 * 1024 and gw.policy.max_calls_per_lease == 3
+    assert gw.policy.of("optimizer").model == OPTIMIZER and gw.policy.of("target").model == TARGET

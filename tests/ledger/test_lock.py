@@ -1,0 +1,69 @@
+"""One command that changes a workspace at a time; a dead holder's lock is taken over."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harnessopt.errors import UserError
+from harnessopt.ledger.lock import workspace_lock
+from tests.support.cli import cli
+from tests.support.workspace import make_ws
+
+
+def test_second_holder_is_refused_and_named(tmp_path: Path) -> None:
+    said: list[str] = []
+    with (
+        workspace_lock(tmp_path, "run", said.append),
+        pytest.raises(UserError, match=r"in use by 'harnessopt run' \(pid \d+"),
+        workspace_lock(tmp_path, "audit", said.append),
+    ):
+        pass
+    with workspace_lock(tmp_path, "audit", said.append):  # released on exit
+        pass
+    assert said == []
+
+
+def test_a_dead_holder_is_taken_over_with_a_message(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from harnessopt.ledger.lock import workspace_lock\n"
+         f"with workspace_lock(__import__('pathlib').Path({str(tmp_path)!r}), 'run', print):\n"
+         "    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with pytest.raises(UserError, match=f"pid {holder.pid}"), workspace_lock(tmp_path, "rollback", print):
+        pass
+    holder.kill()
+    holder.wait()
+    said: list[str] = []
+    with workspace_lock(tmp_path, "rollback", said.append):
+        pass
+    assert len(said) == 1 and f"pid {holder.pid}" in said[0] and "no longer running" in said[0]
+
+
+def test_a_second_run_on_a_busy_workspace_is_refused_by_the_cli(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 30, "wall_s": 60})
+    first = subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--sandbox", "local"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        lock = ws / ".harnessopt" / "lock"
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        holder = json.loads(lock.read_text())
+        assert holder["pid"] == first.pid and holder["command"] == "run"
+        second = cli("run", ws, "--sandbox", "local")
+        assert second.returncode == 2 and f"pid {first.pid}" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+        assert cli("rollback", ws, "0").returncode == 2
+    finally:
+        first.kill()
+        first.wait()

@@ -1,0 +1,80 @@
+"""Git integrity of a round's record: the commit holds exactly what was evaluated (attack class 9)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+
+
+def _repo(tmp_path: Path):
+    ws = tmp_path / "ws"
+    (ws / "skill").mkdir(parents=True)
+    (ws / "skill" / "SKILL.md").write_text("v0\n")
+    (ws / "skill" / "notes.md").write_text("notes\n")
+    repo = vcs.init_repo(ws)
+    repo.git.add("-A")
+    repo.git.commit("-q", "-m", ledger.initial_message("x", 1))
+    return ws, repo
+
+
+def _overlay(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "overlay"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_a_nested_repository_is_never_committed_as_a_gitlink(tmp_path: Path) -> None:
+    ws, repo = _repo(tmp_path)
+    overlay = _overlay(tmp_path, {"skill/SKILL.md": "v1\n", "skill/sub/f.md": "x\n"})
+    subprocess.run(["git", "init", "-q", str(overlay / "skill" / "sub")], check=True)
+    subprocess.run(["git", "-C", str(overlay / "skill" / "sub"), "add", "f.md"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(overlay / "skill" / "sub"),
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "x",
+        ],
+        check=True,
+    )
+    with pytest.raises(vcs.RecordMismatch, match="commit"):
+        vcs.build_commit(repo, vcs.head_sha(repo), overlay, ["skill"], "round 1\n")
+
+
+def test_an_in_tree_gitignore_cannot_hide_evaluated_files(tmp_path: Path) -> None:
+    ws, repo = _repo(tmp_path)
+    overlay = _overlay(
+        tmp_path, {"skill/SKILL.md": "v1\n", "skill/notes.md": "notes\n", "skill/.gitignore": "*.md\n"}
+    )
+    sha = vcs.build_commit(repo, vcs.head_sha(repo), overlay, ["skill"], "round 1\n")
+    assert repo.git.show(f"{sha}:skill/SKILL.md") == "v1"
+    assert vcs.tree_differences(repo, sha, overlay, ["skill"]) == []
+
+
+def test_export_ignores_git_attributes(tmp_path: Path) -> None:
+    """export-ignore / export-subst in .gitattributes must not change what the audit runs."""
+    ws, repo = _repo(tmp_path)
+    (ws / "skill" / ".gitattributes").write_text("SKILL.md export-ignore\nnotes.md export-subst\n")
+    (ws / "skill" / "notes.md").write_text("commit $Format:%H$\n")
+    (ws / "skill" / "run.sh").write_text("#!/bin/sh\n")
+    (ws / "skill" / "run.sh").chmod(0o755)
+    repo.git.add("-A")
+    repo.git.commit("-qm", "attrs")
+    dest = tmp_path / "exported"
+    vcs.export(repo, "HEAD", ["skill"], dest)
+    assert (dest / "skill" / "SKILL.md").read_text() == "v0\n"
+    assert (dest / "skill" / "notes.md").read_text() == "commit $Format:%H$\n"
+    assert (dest / "skill" / "run.sh").stat().st_mode & 0o777 == 0o755

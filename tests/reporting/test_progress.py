@@ -1,0 +1,98 @@
+"""Live progress: plain lines with an ETA off a terminal, rich bars on one, the optimizer's turns."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from harnessopt.ledger.store import RoleUsage, RoundManifest
+from harnessopt.protocols import Task, TaskResult, Usage
+from harnessopt.reporting.progress import (
+    LiveProgress,
+    RunProgress,
+    TranscriptWatcher,
+    progress_for,
+    round_lines,
+)
+
+
+def _result(task: Task, passed: bool) -> TaskResult:
+    return TaskResult(
+        task.id, task.split, 1, 0, float(passed), passed, None, "", "", 0, None, 0.1, 100, 20, 1
+    )
+
+
+def _drive(p: RunProgress, n: int = 8) -> None:
+    tasks = [Task(f"t{i}", "q", "a", "val") for i in range(n)]
+    p.bind(lambda: Usage(3, 1200, 300, 0.0123))
+    p.started("candidate", tasks, 1, [0])
+    for i, t in enumerate(tasks, 1):
+        p.finished("candidate", _result(t, i % 2 == 0), i, n)
+    p.unbind()
+
+
+def test_plain_progress_prints_quarters_with_pass_rate_tokens_dollars() -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, width=200)
+    with progress_for(console, smoke=5) as p:
+        assert type(p) is RunProgress  # not a terminal: plain lines
+        _drive(p)
+    lines = [re.sub(r"ETA \d+s", "ETA <s>", line) for line in buf.getvalue().splitlines()]
+    assert lines == [
+        f"round 1 smoke: {d}/8 tasks, pass 50%, {k} tokens, run: 1.5k tokens, $0.01"
+        + (", ETA <s>" if d < 8 else "")
+        for d, k in ((2, 240), (4, 480), (6, 720), (8, 960))
+    ]
+
+
+def test_live_progress_draws_bars_on_a_terminal() -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, force_terminal=True)
+    with progress_for(console) as p:
+        assert isinstance(p, LiveProgress)
+        _drive(p)
+        p.say("a line above the bars")
+        (task,) = p.bars.tasks
+        assert (task.completed, task.total, task.description) == (8, 8, "round 1 validation")
+        assert "pass 50%" in task.fields["stats"] and "$0.01" in task.fields["stats"]
+    assert "a line above the bars" in buf.getvalue()
+
+
+def test_optimizer_turns_are_printed_as_the_transcript_grows(tmp_path: Path) -> None:
+    said: list[str] = []
+    watcher = TranscriptWatcher(tmp_path, said.append)
+    watcher.start()
+    path = tmp_path / "optimizer-round-3.jsonl"
+    events = [
+        {"event": "start", "user": "..."},
+        {"event": "response", "turn": 1, "content": [{"type": "tool_use", "name": "bash", "input": {"command": "grep -c 'passed: false' trajectories/*.md"}}]},
+        {"event": "response", "turn": 2, "content": [{"type": "tool_use", "name": "str_replace_based_edit_tool", "input": {"command": "view", "path": "skill/SKILL.md"}}]},
+    ]  # fmt: skip
+    with path.open("w") as f:
+        for e in events:
+            f.write(json.dumps(e) + "\n")
+            f.flush()
+            time.sleep(0.6)
+        f.write('{"event": "response", "turn": 3')  # a line still being written is not read yet
+    watcher.stop()
+    assert said == [
+        "round 3 optimizer turn 1: bash: grep -c 'passed: false' trajectories/*.md",
+        "round 3 optimizer turn 2: str_replace_based_edit_tool: view skill/SKILL.md",
+    ]
+
+
+def test_round_line_and_discarded_writes() -> None:
+    m = RoundManifest(
+        round=2, status="rejected", reason="rejected: +0.000 inside dead zone", val_score=0.5, delta=0.0,
+        dead_zone=0.226, n=14, fixed=[], broken=["x"], cost_usd=0.0123, violations=["scorer.py"],
+        tokens={"target": RoleUsage(calls=22, input=1000, output=40), "optimizer": RoleUsage(calls=4, input=3000, output=100)},
+    )  # fmt: skip
+    assert round_lines(m) == [
+        "round 2 rejected | val 0.500 (Δ +0.000 vs dead zone 0.226) | fixed 0 / broken 1 | 26 calls, 4.1k tokens, $0.0123",
+        "round 2: discarded 1 write(s) outside the whitelist: scorer.py",
+    ]

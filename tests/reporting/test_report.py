@@ -1,0 +1,151 @@
+"""The demo run seen afterwards: projection against reality, the taxonomy and per-phase counts in
+the manifests, `log` in 100 columns, `diff` naming discarded writes, `audit` progress, the report's
+data, the HTML report and its plots, and the page in a real headless Chromium."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from harnessopt.errors import UserError
+from harnessopt.ledger import store as ledger
+from harnessopt.reporting.data import report_data
+from harnessopt.reporting.log import print_log
+from harnessopt.workspace.core import Workspace
+from tests.support.browser import Page, chromium
+from tests.support.cli import cli
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("report") / "demo"
+    r = cli("demo", target, "--sandbox", "local", timeout=1500)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "round 2: discarded 1 write(s) outside the whitelist: harness/NOTES.txt" in r.stdout
+    return target
+
+
+def test_demo_projection_is_within_ten_percent_of_the_calls_made(demo: Path) -> None:
+    ws = Workspace.open(demo)
+    (start,) = [e for e in ws.journal.entries() if e["phase"] == "run_start"]
+    made = sum(u.calls for r in ledger.past_rounds(ws.repo) for u in r.manifest.tokens.values())
+    projected = start["projected"]["calls"]
+    assert abs(projected - made) <= 0.10 * made, (projected, made)
+    status = cli("status", demo).stdout
+    assert (
+        f"last run spent:     {made} calls" in status and f"last run projected: {projected} calls" in status
+    )
+
+
+def test_manifests_count_phases_and_the_failure_taxonomy(demo: Path) -> None:
+    r1, r2, r3 = ledger.past_rounds(Workspace.open(demo).repo)
+    runs = {p: s.runs for p, s in r1.manifest.phases.items()}
+    # round 1: 8 train, the incumbent on 14 val twice (the A/A noise floor), its smoke rerun of the
+    # first smoke task made while the optimizer worked (the probe), smoke 5 + 9, the 7 fixed tasks
+    # rerun on both sides (14) and the accept confirmed on all 14 val tasks on both sides (28)
+    assert runs == {"rollout": 8, "incumbent": 28, "probe": 1, "smoke": 5, "validation": 9, "reruns": 42}
+    assert "incumbent" not in r2.manifest.phases  # cached from round 1's candidate
+    rollout = r1.manifest.phases["rollout"]
+    assert rollout.passed == 0 and rollout.failures == {"wrong answer": 8} and rollout.turns == [1] * 8
+    assert sum(s.calls for s in r1.manifest.phases.values()) == r1.manifest.tokens["target"].calls
+    assert r1.manifest.repeats["egypt"] == [2, 0]  # rerun on both sides, the same each time
+    assert r2.manifest.violations == ["harness/NOTES.txt"] and r3.manifest.wall_s
+    assert r1.manifest.tokens["target"].cost_usd == 0.0  # the scripted model has no price
+
+
+def test_log_fits_100_columns_and_diff_names_discarded_writes(demo: Path) -> None:
+    buf = io.StringIO()
+    print_log(Workspace.open(demo), Console(file=buf, width=100))
+    lines = buf.getvalue().splitlines()
+    assert max(map(len, lines)) <= 100
+    header = next(line for line in lines if "status" in line)
+    for col in ("val", "Δ", "zone", "+fix/-brk", "train", "cost", "viol", "summary / reason"):
+        assert col in header
+    row2 = next(line for line in lines if line.lstrip().startswith("2 "))
+    assert "5/8" in row2 and "$0.00" in row2 and " 1 " in row2  # train pass, cost, one discarded write
+    piped = cli("log", demo)  # not a terminal: still 100 columns
+    assert max(map(len, piped.stdout.splitlines())) <= 100 and "Name the seat of government" in piped.stdout
+    d2 = cli("diff", demo, "2").stdout
+    assert "# discarded 1 write(s) outside the whitelist" in d2 and "#   harness/NOTES.txt" in d2
+
+
+def test_audit_shows_progress(demo: Path) -> None:
+    r = cli("audit", demo, "--sandbox", "local", timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert (
+        "audit: 10/10 tasks" in r.stdout and "audit: 20/20 tasks" in r.stdout and "held-out gain" in r.stdout
+    )
+
+
+def test_report_data_of_the_demo(demo: Path) -> None:
+    data = report_data(Workspace.open(demo))
+    assert data["outcomes"] == {"improved": 2, "regressed": 0, "no change": 1, "not measured": 0}
+    m = data["matrix"]
+    assert m["rounds"] == [1, 2, 3] and len(m["tasks"]) == 14
+    assert m["cells"]["egypt"] == {1: "fixed", 2: "unchanged", 3: "unchanged"}
+    assert m["cells"]["brazil"][3] == "fixed"
+    assert [row["train_pass_rate"] for row in data["rounds"]] == [0.0, 5 / 8, 5 / 8]
+    # round 1's failed runs: 8 train, 2 x 14 incumbent (A/A), the incumbent's probe, 3 smoke + 4
+    # validation, and 28 reruns: the incumbent's 7 flip reruns, then the confirmation's 14 incumbent
+    # and 7 candidate runs
+    assert data["taxonomy"]["rounds"][0]["failures"] == {"wrong answer": 72}
+    assert data["flaky"] == []  # the scripted model answers the same every time
+    (audit,) = data["audits"]
+    assert audit["claimed_val_gain"] == 1.0 and audit["gain"] is not None
+    rule1 = next(u for u in data["adoption"]["rules"] if u["round"] == 1)
+    assert "only the city name" in rule1["text"]
+    assert rule1["trajectories"] == 16 and rule1["saw"] == 16  # rounds 2 and 3 had it in their prompt
+    (flag,) = data["adoption"]["flags"]
+    assert flag["name"] == "stream" and flag["used"] == 0  # the chat template looked for it, never set
+    assert "+Reply with only the city name" in data["diffs"][1]
+
+
+def test_report_without_matplotlib_says_what_to_install(demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harnessopt.reporting.html import write_report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(UserError, match=r"pip install 'harnessopt\[report\]'"):
+        write_report(Workspace.open(demo), demo / "nowhere")
+
+
+def test_report_html_and_plots(demo: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the report is the optional extra harnessopt[report]")
+    r = cli("report", demo, "--out", tmp_path / "rep")
+    assert r.returncode == 0, r.stderr
+    pngs = {p.name for p in (tmp_path / "rep").glob("*.png")}
+    assert pngs == {f"{n}.png" for n in ("scores", "matrix", "cost", "outcomes", "audit", "taxonomy")}
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 6 and "<script" not in page and "http" not in page
+    assert "harness/NOTES.txt" in page and "Flaky val tasks" in page
+
+
+@pytest.mark.browser
+def test_report_in_headless_chromium(demo: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the report is the optional extra harnessopt[report]")
+    if not chromium():  # CI installs it (.ci/browser_setup.sh): a missing browser fails there
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(
+            "no chromium on PATH; run .ci/browser_setup.sh"
+        )
+    assert cli("report", demo, "--out", tmp_path).returncode == 0
+    page = Page()
+    try:
+        page.open((tmp_path / "report.html").as_uri())
+        images = page.evaluate(
+            "JSON.stringify([...document.images].map(i => [i.id, i.complete, i.naturalWidth, i.naturalHeight]))"
+        )
+        title = page.evaluate("document.querySelector('h1').textContent")
+        rows = page.evaluate("document.querySelectorAll('table')[0].tBodies[0].rows.length")
+        errors = list(page.errors)
+    finally:
+        page.close()
+    sizes = {name: (done, w, h) for name, done, w, h in json.loads(images)}
+    assert set(sizes) == {f"plot-{n}" for n in ("scores", "matrix", "cost", "outcomes", "audit", "taxonomy")}
+    assert all(done and w > 100 and h > 100 for done, w, h in sizes.values()), sizes
+    assert "harnessopt report" in title and rows == 3
+    assert errors == []

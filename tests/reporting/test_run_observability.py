@@ -1,0 +1,135 @@
+"""A fake-server run seen from outside: dry run, projection against the calls made, status,
+progress lines, and the run logged to a real local MLflow store read back through MLflow's client."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harnessopt.config import OptimizerConfig
+from harnessopt.gateway.models.scripted import ScriptedModel
+from tests.support.cli import REAL_KEY, cli, git, write_example
+from tests.support.fake_anthropic import FakeAnthropicServer
+
+SAY = r"Say the word: (?P<w>\w+)"
+# The optimizer's tools run on this host with the local sandbox: say so where that must be said.
+HOST = ["-c", "optimizer.unsafe_host=true"] if "unsafe_host" in OptimizerConfig.model_fields else []
+
+
+def steady_script() -> dict[str, Any]:
+    """Every round alike: the optimizer adds a line that changes nothing (rejected inside the dead
+    zone, no flip to rerun); the target answers the words starting a-f right and the others wrong."""
+    first = r"# Round \d+:"
+    return {
+        "rules": [
+            {"first_user": first, "turn": 1, "tool_use": [{"name": "bash", "input": {"command": "printf '\\nBe kind.\\n' >> skill/SKILL.md"}}]},
+            {"first_user": first, "turn": 2, "reply": "Add a kind line\n\nNo shared pattern."},
+            {"last_user": r"Say the word: (?P<w>[a-f]\w*)", "reply": "{w}"},
+            {"last_user": SAY, "reply": "I cannot say {w}."},
+        ],
+        "default": "?",
+    }  # fmt: skip
+
+
+@pytest.fixture
+def run_env(tmp_path: Path):
+    with FakeAnthropicServer(ScriptedModel.from_dict(steady_script())) as fake:
+        env = {"ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": REAL_KEY}
+        skill, tasks = write_example(tmp_path)
+        ws = tmp_path / "ws"
+        assert cli("init", ws, "--skill", skill, "--tasks", tasks, env=env).returncode == 0
+        cfg = yaml.safe_load((ws / "harnessopt.yaml").read_text())
+        cfg["model"]["target"] = "claude-haiku-4-5"  # a model with a list price: dollars are counted
+        cfg["optimizer"]["model"] = "claude-sonnet-4-5"
+        (ws / "harnessopt.yaml").write_text(yaml.safe_dump(cfg))
+        git(ws, "commit", "-qam", "priced models")
+        yield ws, env, fake
+
+
+def _calls(ws: Path) -> list[int]:
+    rows = json.loads(cli("log", ws, "--json").stdout)
+    return [sum(u["calls"] for u in row["tokens"].values()) for row in rows]
+
+
+def _projected(ws: Path) -> list[dict[str, Any]]:
+    journal = (ws / ".harnessopt" / "journal.jsonl").read_text().splitlines()
+    return [e["projected"] for e in map(json.loads, journal) if e.get("phase") == "run_start"]
+
+
+def test_dry_run_projection_against_the_calls_made_and_mlflow(run_env) -> None:
+    ws, env, fake = run_env
+    head = git(ws, "rev-parse", "HEAD")
+    dry = cli(
+        "run", ws, "--rounds", "2", "--sandbox", "local", *HOST, "--batch-size", "4", "--dry-run", env=env
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert "total" in dry.stdout and "config priors" in dry.stdout and "nothing was run" in dry.stdout
+    assert fake.requests == [] and git(ws, "rev-parse", "HEAD") == head  # no model call, no change
+    assert git(ws, "status", "--porcelain") == "" and not (ws / ".harnessopt" / "journal.jsonl").exists()
+
+    first = cli("run", ws, "--rounds", "1", "--sandbox", "local", *HOST, "--batch-size", "4", env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "projection for 1 round(s)" in first.stdout
+    assert "round 1 rejected | val 0.625 (Δ +0.000" in first.stdout
+    # Not a terminal: plain progress lines with counts, pass rate, tokens and dollars.
+    assert "round 1 rollout: 4/4 tasks, pass 50%" in first.stdout and "round 1 validation:" in first.stdout
+
+    second = cli(
+        "run", ws, "--rounds", "2", "--sandbox", "local", *HOST, "--batch-size", "4", "--mlflow", env=env
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    projected = _projected(ws)[-1]
+    made = sum(_calls(ws)[1:])
+    assert projected["basis"] == "1 measured round(s)" and projected["rounds"] == 2
+    print(f"fake-server run: projected {projected['calls']} calls, made {made}")  # quoted in docs/report.md
+    assert abs(projected["calls"] - made) <= 0.10 * made, (projected, made)
+    status = cli("status", ws).stdout
+    assert f"last run spent:     {made} calls" in status and "last run projected" in status
+
+    _check_mlflow(ws, second.stdout)
+
+
+def _check_mlflow(ws: Path, out: str) -> None:
+    mlflow = pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{(ws / '.harnessopt' / 'mlflow.db').resolve()}")
+    (run,) = client.search_runs([client.get_experiment_by_name("harnessopt").experiment_id])
+    assert f"mlflow: run {run.info.run_id}" in out and run.info.status == "FINISHED"
+    assert (
+        run.data.params["rollout.batch_size"] == "4" and run.data.params["model.target"] == "claude-haiku-4-5"
+    )
+    history = client.get_metric_history(run.info.run_id, "val_score")
+    assert [(m.step, m.value) for m in history] == [(2, 0.625), (3, 0.625)]
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "accepted")] == [0.0, 0.0]
+    assert client.get_metric_history(run.info.run_id, "cost_usd")[0].value > 0
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "diffs")}
+    assert artifacts == {"diffs/round-2.diff", "diffs/round-3.diff"}
+    diff = Path(
+        mlflow.artifacts.download_artifacts(
+            run_id=run.info.run_id, artifact_path="diffs/round-2.diff", tracking_uri=client.tracking_uri
+        )
+    )
+    assert "+Be kind." in diff.read_text()
+    report = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
+    assert "report/report.html" in report or "report/report.json" in report
+
+
+def test_mlflow_missing_server_is_one_line_before_any_call(run_env) -> None:
+    ws, env, fake = run_env
+    pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    r = cli(
+        "run",
+        ws,
+        "--sandbox",
+        "local",
+        "--mlflow",
+        "http://127.0.0.1:9",
+        env={**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
+    )
+    assert r.returncode == 2 and "MLflow at http://127.0.0.1:9 did not answer" in r.stderr
+    assert "Traceback" not in r.stderr and fake.requests == []

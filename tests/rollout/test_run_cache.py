@@ -1,0 +1,77 @@
+"""Nothing paid twice: a run killed mid-round, run again, reuses what it had finished."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harnessopt.ledger import store as ledger
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import git
+from tests.support.workspace import make_ws
+
+
+def _run(ws: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _phases(ws: Path) -> list[dict]:
+    path = ws / ".harnessopt" / "journal.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def test_sigkill_in_validation_then_rerun_calls_no_finished_task_again(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    head = git(ws, "rev-parse", "HEAD")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    kept = ws / ".harnessopt" / "resume" / "round-1" / "rollouts"
+    deadline = time.monotonic() + 400
+    while not any(e["phase"] == "smoke" for e in _phases(ws)) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before its smoke test"
+        time.sleep(0.05)
+    smoked = len(list(kept.rglob("*.json")))
+    while len(list(kept.rglob("*.json"))) < smoked + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # two validation tasks finished: kill in the middle of validation
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = len(list(kept.rglob("*.json")))
+    assert finished >= smoked + 2 and git(ws, "rev-parse", "HEAD") == head  # nothing applied
+    incumbent_runs = next(e["n"] for e in _phases(ws) if e["phase"] == "incumbent_val")
+
+    again = _run(ws)
+    assert again.returncode == 0, again.stderr
+    assert "reusing the optimizer's proposal" in again.stdout
+    (rnd,) = ledger.past_rounds(Workspace.open(ws).repo)
+    m = rnd.manifest
+    assert "optimizer" not in m.tokens  # the optimizer was not paid again
+    reused = int(again.stdout.split("reused ")[1].split()[0])
+    # Round 1 measures the incumbent twice (the A/A noise floor); the rerun takes both passes from
+    # the val cache, and every other finished run (train, smoke, validation) from the kept store.
+    assert reused == finished - 2 * incumbent_runs
+    assert not (ws / ".harnessopt" / "resume" / "round-1").exists()  # cleared once recorded
+
+
+def test_kept_rollouts_survive_a_change_of_executor_or_concurrency_but_not_of_a_limit(tmp_path: Path) -> None:
+    from harnessopt.config import Config
+    from harnessopt.rollout.run_cache import rollout_settings
+
+    cfg = Config.model_validate({})
+    base = rollout_settings(cfg, tmp_path)
+    moved = cfg.model_copy(
+        update={"rollout": cfg.rollout.model_copy(update={"executor": "ray", "concurrency": 9})}
+    )
+    assert rollout_settings(moved, tmp_path) == base  # where and how many at once change no run
+    tighter = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"timeout_s": 5.0})})
+    assert rollout_settings(tighter, tmp_path) != base

@@ -1,0 +1,65 @@
+"""SIGKILL at each phase of a round, then run again: the run completes, main never holds an
+unvalidated change, git is consistent, and no journal line written before the kill is lost."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harnessopt.ledger import store as ledger
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import git
+from tests.support.workspace import make_ws
+
+RUN = ["--rounds", "1", "--sandbox", "local", "--unsafe-host-optimizer"]
+
+
+def _journal(ws: Path) -> list[str]:
+    path = ws / ".harnessopt" / "journal.jsonl"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.parametrize("phase", ["start", "propose", "check", "smoke", "gate", "applying"])
+def test_sigkill_at_each_phase_then_rerun(tmp_path: Path, phase: str) -> None:
+    ws = make_ws(tmp_path)
+    base = git(ws, "rev-parse", "HEAD")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), *RUN],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(json.loads(x).get("phase") == phase for x in _journal(ws) if x.strip()):
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = _journal(ws)
+    assert any(phase in line for line in before), f"phase {phase} was not reached"
+    # Whatever the kill interrupted, main is the base or a validated, tagged round.
+    head = git(ws, "rev-parse", "HEAD")
+    assert head == base or head == git(ws, "rev-parse", "ho/round-1")
+
+    again = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), *RUN],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert again.returncode in (0, 3), (again.stdout, again.stderr)
+    assert "Traceback" not in again.stderr
+    after = _journal(ws)
+    assert after[: len(before)] == before or after[: len(before) - 1] == before[:-1]  # a torn last line
+    repo = Workspace.open(ws).repo
+    rounds = ledger.past_rounds(repo)
+    assert rounds and rounds[-1].status in ("accepted", "rejected", "noop", "failed")
+    for r in rounds:  # an accepted round is on main and tagged; nothing else ever is
+        on_main = subprocess.run(["git", "-C", str(ws), "merge-base", "--is-ancestor", r.commit, "HEAD"])
+        assert (on_main.returncode == 0) == (r.status == "accepted"), r
+    assert git(ws, "status", "--porcelain") == ""
+    fsck = subprocess.run(["git", "-C", str(ws), "fsck", "--strict"], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stderr

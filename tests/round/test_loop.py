@@ -1,0 +1,237 @@
+"""The loop under interruption and recovery: main never holds a half-applied round."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harnessopt.errors import UserError
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
+from harnessopt.protocols import Task
+from harnessopt.round import steps as loop
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import git
+from tests.support.workspace import make_ws
+
+
+def _start_run(ws: Path, *args: str) -> subprocess.Popen:
+    """`harnessopt run WS ARGS` in the background, to be interrupted."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _journal_entry(ws: Path, phase: str) -> dict:
+    lines = (ws / ".harnessopt" / "journal.jsonl").read_text().splitlines()
+    return next(e for e in map(json.loads, lines) if e.get("phase") == phase)
+
+
+def _wait_for_phase(ws: Path, phase: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    journal = ws / ".harnessopt" / "journal.jsonl"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended early: {proc.communicate()}")
+        if journal.exists() and any(
+            json.loads(x).get("phase") == phase for x in journal.read_text().splitlines()
+        ):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"phase {phase} not reached")
+
+
+@pytest.mark.parametrize("phase", ["propose", "smoke"])
+def test_ctrl_c_mid_round_leaves_main_untouched(tmp_path: Path, phase: str) -> None:
+    _interrupt_mid_round(tmp_path, phase, "local")
+
+
+@pytest.mark.docker
+def test_ctrl_c_while_containers_run_leaves_none_behind(tmp_path: Path, docker_client: Any) -> None:
+    pid = _interrupt_mid_round(tmp_path, "smoke", "docker")
+    assert docker_client.containers.list(all=True, filters={"label": f"harnessopt.pid={pid}"}) == []
+
+
+def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> int:
+    # manual optimizer: waits for a person, so the run is reliably inside the round when interrupted
+    ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
+    head = git(ws, "rev-parse", "HEAD")
+    proc = _start_run(ws, "--rounds", "1", "--sandbox", sandbox)
+    try:
+        _wait_for_phase(ws, "propose", proc)
+        view = Path(_journal_entry(ws, "propose")["view"])
+        assert ws.resolve() not in view.resolve().parents  # no tasks/ or scorer.py up the view's tree
+        skill = view / "skill" / "SKILL.md"
+        skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
+        if phase == "smoke":
+            _wait_for_phase(ws, "check", proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err
+    assert git(ws, "rev-parse", "HEAD") == head
+    assert git(ws, "status", "--porcelain") == ""
+    assert git(ws, "tag", "--list", "ho/round-*") == "ho/round-0"
+    assert "Reply with only the city name" not in (ws / "skill" / "SKILL.md").read_text()
+    assert not Path(_journal_entry(ws, "propose")["view"]).exists()  # the view is not left in /tmp
+    # Nothing was recorded, so the next run starts round 1 again; what it spent is still shown.
+    assert ledger.next_round(Workspace.open(ws).repo) == 1
+    status = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "status", str(ws)], capture_output=True, text=True
+    )
+    assert "interrupted round 1 spent $" in status.stdout, status.stdout
+    return proc.pid
+
+
+def _round_one_commit(tmp_path: Path) -> tuple[Path, Workspace, str, str]:
+    """A workspace and a round-1 commit (one more line in SKILL.md) not yet on main: (path, ws, parent, sha)."""
+    ws_path = make_ws(tmp_path)
+    ws = Workspace.open(ws_path)
+    parent = vcs.head_sha(ws.repo)
+    overlay = tmp_path / "overlay"
+    (overlay / "skill").mkdir(parents=True)
+    (overlay / "skill" / "SKILL.md").write_text((ws_path / "skill" / "SKILL.md").read_text() + "\nnew line\n")
+    sha = vcs.build_commit(ws.repo, parent, overlay, ["skill"], "round 1\n")
+    return ws_path, ws, parent, sha
+
+
+def test_recover_finishes_an_interrupted_checkout(tmp_path: Path) -> None:
+    ws_path, ws, parent, sha = _round_one_commit(tmp_path)
+    ws.journal.write(1, "applying", commit=sha)
+    ws.repo.git.update_ref("refs/heads/main", sha, parent)  # the crash came after update-ref, before checkout
+    assert vcs.dirty_paths(ws.repo)
+    said: list[str] = []
+    ledger.recover(ws.repo, ws.journal, said.append)
+    assert not vcs.dirty_paths(ws.repo)
+    assert (ws_path / "skill" / "SKILL.md").read_text().endswith("new line\n")
+    assert ws.repo.commit("ho/round-1").hexsha == sha and said
+
+
+def test_recover_refuses_a_users_uncommitted_edit(tmp_path: Path) -> None:
+    ws_path = make_ws(tmp_path)
+    (ws_path / "skill" / "notes.md").write_text("mine")
+    with pytest.raises(UserError, match="commit or stash"):
+        opened = Workspace.open(ws_path)
+        ledger.recover(opened.repo, opened.journal, print)
+    assert (ws_path / "skill" / "notes.md").read_text() == "mine"
+
+
+def test_train_batches_rotate_through_the_split() -> None:
+    train = [Task(id=f"t{i}", input=str(i), answer=i, split="train") for i in range(10)]
+    seen = [t.id for k in (1, 2, 3, 4, 5) for t in loop.train_batch(train, k, 4)]
+    assert set(seen) == {t.id for t in train}
+    assert loop.train_batch(train, 1, 4) == loop.train_batch(train, 1, 4)
+    assert len(loop.train_batch(train, 7, 50)) == 10
+
+
+def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    head = git(ws, "rev-parse", "HEAD")
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "3", "--max-calls", "3"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 3, r.stderr  # a run whose rounds failed is not a success
+    assert "budget" in r.stdout and "stopping after round 1" in r.stdout
+    assert "round(s) 1 failed" in r.stderr
+    records = ledger.rounds(Workspace.open(ws).repo)
+    assert [(x.round, x.status) for x in records] == [(0, "initial"), (1, "failed")]
+    assert "max_calls" in records[1].manifest.reason
+    assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("sandbox", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: str, request) -> None:
+    if sandbox == "docker":
+        request.getfixturevalue("docker_client")  # skips locally / fails in CI without an engine
+    ws = make_ws(tmp_path, rollout={"timeout_s": 300})
+    run_py = ws / "harness" / "run.py"
+    marker = f"ho-slow-{uuid.uuid4().hex}"  # this test's processes only: other runs may share the machine
+    run_py.write_text(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])\n"
+        + run_py.read_text()
+    )
+    git(ws, "commit", "-qam", "a slow harness")
+    proc = _start_run(ws, "--sandbox", sandbox)
+    try:
+        _wait_for_phase(ws, "start", proc)
+        time.sleep(2)  # the first tasks are running (sleeping) now
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert stopped_in < 20, stopped_in
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
+    if sandbox == "docker":
+        client = request.getfixturevalue("docker_client")
+        assert client.containers.list(all=True, filters={"label": f"harnessopt.pid={proc.pid}"}) == []
+
+
+def test_a_harness_that_crashes_everywhere_fails_the_round_before_any_optimizer_call(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    (ws / "harness" / "run.py").write_text(
+        "import sys\nprint(\"the 'claude' CLI is not on PATH\", file=sys.stderr)\nsys.exit(3)\n"
+    )
+    git(ws, "commit", "-qam", "a harness whose CLI is missing")
+    head = git(ws, "rev-parse", "HEAD")
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "2", "--sandbox", "local"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "the 'claude' CLI is not on PATH" in r.stdout and "Traceback" not in r.stderr
+    (only,) = ledger.past_rounds(Workspace.open(ws).repo)  # the run stopped after round 1
+    assert only.status == "failed" and "8/8 train runs" in only.manifest.reason
+    assert "optimizer" not in only.manifest.tokens and only.manifest.optimizer is None
+    assert git(ws, "rev-parse", "HEAD") == head
+
+
+def test_max_hours_ends_the_run_at_a_phase_boundary(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path)
+    head = git(ws, "rev-parse", "HEAD")
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "3", "--sandbox", "local"]
+        + ["--max-hours", "0.00001", "-c", "optimizer.unsafe_host=true"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    (only,) = ledger.past_rounds(Workspace.open(ws).repo)
+    assert only.status == "failed" and "budget.max_hours" in only.manifest.reason
+    assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
+
+
+def test_recover_finishes_an_apply_killed_between_the_tag_and_the_swap(tmp_path: Path) -> None:
+    ws_path, ws, parent, sha = _round_one_commit(tmp_path)
+    ws.journal.write(1, "applying", commit=sha, parent=parent, new_best=True)
+    vcs.tag(ws.repo, "ho/round-1", sha)  # record_accepted tags first; the kill came before main moved
+    assert vcs.head_sha(ws.repo) == parent
+    ledger.recover(ws.repo, ws.journal, lambda _m: None)
+    assert vcs.head_sha(ws.repo) == sha and not vcs.dirty_paths(ws.repo)
+    assert ws.repo.commit("ho/best").hexsha == sha
+    assert (ws_path / "skill" / "SKILL.md").read_text().endswith("new line\n")
+    ledger.recover(ws.repo, ws.journal, lambda _m: None)  # nothing left to finish: a no-op
+    assert vcs.head_sha(ws.repo) == sha

@@ -1,0 +1,264 @@
+"""Harness and joint mode end to end: round 0 (proposal, approve, reject), the approved plan
+implemented through smoke and validation, writes outside the whitelist discarded, and a candidate
+harness that does not import rejected before any task runs.
+
+Real CLI, real git, the local sandbox, the scripted model (offline): the diagnosis agent and the
+optimizer are the built-in anthropic backend driven by rules prepended to the demo's script.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harnessopt.commands.demo import DEMO_DATA
+from harnessopt.ledger import round0 as proposals
+from harnessopt.ledger import store as ledger
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import git
+from tests.support.workspace import make_ws
+
+PLAN_MARK = "PLAN-extract-the-city"
+PROPOSAL_MD = f"""# Extract the city from a chatty reply ({PLAN_MARK})
+
+## Failure taxonomy
+
+- wrong answer: every train task; the reply is a sentence, the scorer wants the city.
+
+## Review
+
+### Tool inventory
+No tools; none needed.
+
+### Prompt context
+The skill asks for explanations.
+
+### Loop strategy
+One call; no retry.
+
+### Shape of generated code
+Not applicable.
+
+### State and memory
+None kept between tasks.
+
+## Decisions
+
+1. Control flow: after the call, extract the city from "... is CITY." in harness/run.py.
+2. Tools: no change.
+3. Memory: no change.
+"""
+REJECTED_REASON = "too risky without a feature flag"
+
+
+def _rules(import_error: bool = False) -> list[dict[str, Any]]:
+    """The diagnosis (round 0) and round 1 of the optimizer, before the demo's own rules."""
+    r0 = "# Round 0: diagnose"
+    round1: list[dict[str, Any]] = [
+        {
+            "role": "optimizer",
+            "first_user": f"(?s)# Round 1:.*{PLAN_MARK}",  # only when the approved plan is in the brief
+            "turn": 1,
+            "tool_use": [
+                {
+                    "name": "str_replace_based_edit_tool",
+                    "input": {
+                        "command": "str_replace",
+                        "path": "harness/run.py",
+                        "old_str": '    (args.out / "answer.txt").write_text(answer)',
+                        "new_str": (
+                            "    import re\n\n"
+                            '    found = re.search(r" is ([A-Z][^.]*)\\.", answer)\n'
+                            "    answer = found.group(1) if found else answer\n"
+                            '    (args.out / "answer.txt").write_text(answer)'
+                        ),
+                    },
+                }
+            ],
+        },
+        {
+            "role": "optimizer",
+            "first_user": f"(?s)# Round 1:.*{PLAN_MARK}",
+            "turn": 2,
+            "tool_use": [
+                {
+                    "name": "bash",
+                    "input": {
+                        "command": "echo '# widened' >> skill/SKILL.md; echo 'def score(*a): return 1.0' > scorer.py; "
+                        "mkdir -p tasks && echo x > tasks/val.jsonl; echo 'mode: skill' > harnessopt.yaml"
+                        + (
+                            "; sed -i '1i import no_such_module_for_ho' harness/run.py"
+                            if import_error
+                            else ""
+                        )
+                    },
+                }
+            ],
+        },
+        {
+            "role": "optimizer",
+            "first_user": f"(?s)# Round 1:.*{PLAN_MARK}",
+            "turn": 3,
+            "reply": "Extract the city from the reply\n\nImplements decision 1 of the approved plan.",
+        },
+    ]
+    return [
+        {"role": "optimizer", "first_user": r0, "turn": 1, "tool_use": [{"name": "bash", "input": {"command": "grep -c 'passed: false' trajectories/*.md"}}]},
+        {
+            "role": "optimizer",
+            "first_user": f"(?s){r0}.*rejected because: {REJECTED_REASON}",
+            "turn": 2,
+            "tool_use": [{"name": "str_replace_based_edit_tool", "input": {"command": "create", "path": "proposals/round-0.md", "file_text": "# A second, smaller proposal\n\n## Decisions\n\n1. none\n"}}],
+        },
+        {
+            "role": "optimizer",
+            "first_user": r0,
+            "turn": 2,
+            "tool_use": [
+                {"name": "str_replace_based_edit_tool", "input": {"command": "create", "path": "proposals/round-0.md", "file_text": PROPOSAL_MD}},
+                {"name": "bash", "input": {"command": "echo 'tampered' >> harness/run.py"}},  # discarded: round 0 edits nothing
+            ],
+        },
+        {"role": "optimizer", "first_user": r0, "turn": 3, "reply": "Extract the city from a chatty reply\n\nSee proposals/round-0.md."},
+        *round1,
+    ]  # fmt: skip
+
+
+def make_harness_ws(tmp_path: Path, mode: str = "harness", **script: Any) -> Path:
+    data = yaml.safe_load((DEMO_DATA / "model.yaml").read_text())
+    data["rules"] = _rules(**script) + data["rules"]
+    model = tmp_path / "model.yaml"
+    model.write_text(yaml.safe_dump(data, sort_keys=False))
+    return make_ws(
+        tmp_path,
+        model=model,
+        mode=mode,
+        rollout={"batch_size": 4},  # round 0 still runs all train tasks
+        gate={"confirm": "none"},  # fewer runs on a shared machine
+    )
+
+
+def ho(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harnessopt", *map(str, args)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
+
+
+def _target_calls(m: ledger.RoundManifest) -> int:
+    return m.tokens["target"].calls if "target" in m.tokens else 0
+
+
+def test_round0_proposal_then_approve_then_the_plan_is_implemented_through_the_gate(tmp_path: Path) -> None:
+    ws = make_harness_ws(tmp_path)
+    seed_harness = (ws / "harness" / "run.py").read_text()
+    r = ho("run", ws, "--rounds", "2")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert f"harnessopt approve {ws}" in r.stdout and "no round runs" in r.stdout
+    repo = Workspace.open(ws).repo
+    st = proposals.state(repo)
+    assert st is not None and st.status == "pending"
+    text = (ws / "proposals" / "round-0.md").read_text()
+    assert text == st.text and PLAN_MARK in text
+    n_train = len(Workspace.open(ws).tasks("train"))
+    assert f"- wrong answer: {n_train} (" in text and "australia" in text  # counted, with task ids
+    assert "does not cover" not in text  # the five aspects and the decisions are there
+    assert git(ws, "rev-parse", "HEAD") == st.commit == git(ws, "rev-parse", proposals.PROPOSAL_REF)
+    data = ledger.manifest_data(git(ws, "log", "-1", "--format=%B"))
+    assert data["status"] == "proposal" and data["train_tasks"] == n_train
+    assert len(list((ws / "trajectories").glob("*.md"))) == n_train  # the full train rollout it read
+    assert (ws / "harness" / "run.py").read_text() == seed_harness  # round 0 edits nothing
+    assert ledger.past_rounds(repo) == []
+    assert data["violations"] == ["harness/run.py"]  # the diagnosis's own edit, discarded
+
+    r = ho("approve", ws)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    st = proposals.state(repo)
+    assert st is not None and st.status == "approved" and proposals.plan_to_implement(repo) == st.text
+    assert "decision: approved" in (ws / "proposals" / "round-0.decision.md").read_text()
+    assert ho("approve", ws).returncode == 2  # decided once
+
+    r = ho("run", ws, "--rounds", "1")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    (one,) = ledger.past_rounds(Workspace.open(ws).repo)
+    m = one.manifest
+    assert one.status == "accepted", m.reason
+    assert m.changed == ["harness/run.py"]
+    assert {"harnessopt.yaml", "scorer.py", "skill/SKILL.md", "tasks/val.jsonl"} <= set(m.violations)
+    assert m.phases["smoke"].runs > 0 and m.phases["validation"].runs > 0  # gated like any round
+    assert "re.search" in (ws / "harness" / "run.py").read_text()
+    assert proposals.plan_to_implement(Workspace.open(ws).repo) is None  # implemented
+    log = json.loads(ho("log", ws, "--json").stdout)
+    assert {"scorer.py", "tasks/val.jsonl"} <= set(log[-1]["violations"])
+
+
+def test_reject_records_the_reason_and_the_next_run_diagnoses_again(tmp_path: Path) -> None:
+    ws = make_harness_ws(tmp_path, mode="joint")
+    assert ho("run", ws).returncode == 0
+    assert ho("reject", ws).returncode == 2  # a reason is required
+    r = ho("reject", ws, "--reason", REJECTED_REASON)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    repo = Workspace.open(ws).repo
+    st = proposals.state(repo)
+    assert st is not None and st.status == "rejected" and st.reason == REJECTED_REASON
+    assert proposals.plan_to_implement(repo) is None
+    decision = ledger.manifest_data(git(ws, "log", "-1", "--format=%B", proposals.DECISION_REF))
+    assert decision["status"] == "rejected" and decision["reason"] == REJECTED_REASON
+    first = st.commit
+
+    r = ho("run", ws, "--rounds", "1")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "was rejected" in r.stdout and "no round runs" in r.stdout
+    repo = Workspace.open(ws).repo
+    again = proposals.state(repo)
+    assert again is not None and again.status == "pending" and again.commit != first
+    assert "A second, smaller proposal" in again.text  # the diagnosis read why the first was rejected
+    assert ledger.past_rounds(repo) == []  # the rejected plan was never implemented
+    assert [reason for _, reason in proposals.rejected(repo)] == [REJECTED_REASON]
+    assert vcs_is_ancestor(ws, first, "HEAD")  # the rejected proposal stays in main's history
+
+
+def vcs_is_ancestor(ws: Path, a: str, b: str) -> bool:
+    return subprocess.run(["git", "-C", str(ws), "merge-base", "--is-ancestor", a, b]).returncode == 0
+
+
+def test_a_harness_that_does_not_import_is_rejected_before_any_task_runs(tmp_path: Path) -> None:
+    ws = make_harness_ws(tmp_path, import_error=True)
+    r = ho("run", ws, "--rounds", "1", "--yes")  # --yes approves the proposal in a script
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    repo = Workspace.open(ws).repo
+    st = proposals.state(repo)
+    assert st is not None and st.status == "approved" and st.by == "--yes"
+    (one,) = ledger.past_rounds(repo)
+    m = one.manifest
+    assert one.status == "rejected" and "fails to import" in m.reason and "no_such_module_for_ho" in m.reason
+    # no smoke, no validation, no incumbent val run; the incumbent's smoke rerun made ahead while
+    # the optimizer worked (the probe, loop.probe_jobs) was spent all the same, and is counted
+    assert set(m.phases) == {"rollout", "probe"} and m.phases["probe"].runs == 1
+    assert _target_calls(m) == m.train_tasks + 1 == m.phases["rollout"].runs + 1
+    assert "no_such_module_for_ho" not in (ws / "harness" / "run.py").read_text()
+
+
+def test_run_on_a_terminal_asks_and_yes_approves(monkeypatch: Any) -> None:
+    from harnessopt import cli
+
+    st = proposals.Round0("a" * 40, "# Round 0 proposal: x\n\n## Decisions\n", "pending")
+    assert cli._round0_decider(True)(st) == ("approve", "--yes")
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    assert cli._round0_decider(False)(st) is None  # a script without --yes: the run stops and says why
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    answers = iter(["n", "the loop change is too broad"])
+    monkeypatch.setattr("builtins.input", lambda _prompt: next(answers))
+    assert cli._round0_decider(False)(st) == ("reject", "the loop change is too broad")
+    monkeypatch.setattr("builtins.input", lambda _prompt: "l")
+    assert cli._round0_decider(False)(st) is None
+    monkeypatch.setattr("builtins.input", lambda _prompt: "y")
+    assert cli._round0_decider(False)(st) == ("approve", "prompt")

@@ -1,0 +1,40 @@
+"""The Docker warm pool's start: containers started before the first task asks (real Docker)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from harnessopt.sandbox.docker.sandbox import DockerSandbox
+
+pytestmark = pytest.mark.docker
+
+
+def _ours(docker_client: Any, sb: DockerSandbox) -> list[Any]:
+    return docker_client.containers.list(all=True, filters={"label": f"harnessopt.run={sb.run_id}"})
+
+
+def test_prewarm_starts_the_pool_before_any_task_and_the_first_task_takes_a_started_one(
+    docker_client, small_cfg, candidate, gateway, spec_for, tmp_path
+) -> None:
+    sb = DockerSandbox(small_cfg(concurrency=2), docker_client, warm=2)
+    try:
+        socket_dir = str(gateway.lease().socket_path.parent)
+        sb.prewarm(socket_dir)
+        deadline = time.monotonic() + 60
+        while sb.pool._ready.qsize() < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sb.pool._ready.qsize() == 2 and len(_ours(docker_client, sb)) == 2  # no task asked yet
+        ready = {w.container.id for w in list(sb.pool._ready.queue)}
+        skill, harness = candidate("answer('ok')\n")
+        taken: list[str] = []
+        real_take = sb.pool.take
+        sb.pool.take = lambda sd: (w := real_take(sd), taken.append(w.container.id))[0]  # type: ignore[method-assign]
+        out = sb.run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+        assert out.error_class is None and (tmp_path / "out" / "answer.txt").read_text() == "ok"
+        assert taken and taken[0] in ready  # started before the task came
+    finally:
+        sb.close()
+    assert _ours(docker_client, sb) == []

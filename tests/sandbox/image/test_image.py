@@ -1,0 +1,62 @@
+"""`harnessopt sandbox build` and `harnessopt sandbox cleanup` through the CLI, on real Docker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from typing import Any
+
+import pytest
+
+from harnessopt.sandbox.docker.pool import LABEL
+from tests.support.cli import cli
+
+pytestmark = pytest.mark.docker
+
+
+def test_cleanup_removes_leftover_containers_by_label(docker_client: Any) -> None:
+    leftover = docker_client.containers.create(
+        "harnessopt-sandbox:latest", ["sleep", "600"], labels={LABEL: "1", f"{LABEL}.run": "test-leftover"}
+    )
+    r = cli("sandbox", "cleanup")
+    assert r.returncode == 0, r.stderr
+    assert "removed" in r.stdout
+    assert docker_client.containers.list(all=True, filters={"id": leftover.id}) == []
+
+
+def test_cleanup_spares_the_containers_of_live_runs(docker_client: Any) -> None:
+    """`sandbox cleanup` on a shared engine: only runs that are no longer alive lose their containers."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    made = {}
+    for name, pid in (("live", os.getpid()), ("dead", dead.pid)):
+        labels = {LABEL: "1", f"{LABEL}.run": f"test-{name}", f"{LABEL}.pid": str(pid)}
+        labels[f"{LABEL}.host"] = socket.gethostname()
+        made[name] = docker_client.containers.create(
+            "harnessopt-sandbox:latest", ["sleep", "600"], labels=labels
+        )
+    try:
+        assert cli("sandbox", "cleanup").returncode == 0
+        assert docker_client.containers.list(all=True, filters={"id": made["dead"].id}) == []
+        assert docker_client.containers.list(all=True, filters={"id": made["live"].id}) != []
+    finally:
+        made["live"].remove(force=True)
+
+
+def test_build_tags_an_image_that_runs_the_sdk(docker_client: Any) -> None:
+    tag = "harnessopt-sandbox:cli-test"
+    try:
+        r = cli("sandbox", "build", "--tag", tag, timeout=900)
+        assert r.returncode == 0, r.stderr
+        out = docker_client.containers.run(
+            tag, ["python3", "-c", "import anthropic; print('sdk', anthropic.__version__)"], remove=True
+        )
+        assert out.decode().startswith("sdk ")
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+def test_build_with_a_missing_base_is_one_line(docker_client: Any) -> None:
+    r = cli("sandbox", "build", "--base", "no-such-base:never", "--tag", "harnessopt-sandbox:never")
+    assert r.returncode == 2 and "make_base_image.sh" in r.stderr and "Traceback" not in r.stderr

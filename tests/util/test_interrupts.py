@@ -1,0 +1,133 @@
+"""Ctrl-C is never lost: a KeyboardInterrupt swallowed by a finalizer is raised at the next check."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import weakref
+from pathlib import Path
+
+import pytest
+
+from harnessopt.util import interrupts
+
+
+@pytest.fixture(autouse=True)
+def restore_sigint():
+    term = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, term)
+    interrupts._interrupted.clear()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow, on purpose
+def test_a_ctrl_c_swallowed_by_a_finalizer_is_raised_at_the_next_check() -> None:
+    hook = sys.unraisablehook
+    interrupts.install()
+    interrupts.check()  # nothing pending
+
+    class Holder:
+        pass
+
+    obj = Holder()
+    # The signal handler's KeyboardInterrupt lands inside the finalizer, where Python prints and drops it.
+    weakref.finalize(obj, os.kill, os.getpid(), signal.SIGINT)
+    try:
+        del obj
+        gc.collect()
+        for _ in range(1000):  # give the handler its bytecode boundary
+            pass
+    except KeyboardInterrupt:
+        pass  # delivered outside the finalizer this time: the flag must be set all the same
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.check()
+    sys.unraisablehook = hook
+
+
+def _finalizer_raises(exc: BaseException) -> None:
+    class Holder:
+        pass
+
+    def raiser() -> None:
+        raise exc
+
+    obj = Holder()
+    weakref.finalize(obj, raiser)
+    del obj
+    gc.collect()
+
+
+def test_the_dropped_interrupt_prints_no_traceback_but_other_errors_still_print(capfd) -> None:
+    hook = sys.unraisablehook
+    interrupts.install()
+    try:
+        interrupts._interrupted.set()
+        _finalizer_raises(KeyboardInterrupt())
+        assert capfd.readouterr().err == ""
+        _finalizer_raises(ValueError("real bug"))
+        assert "real bug" in capfd.readouterr().err
+    finally:
+        sys.unraisablehook = hook
+
+
+def test_deferred_holds_the_interrupt_until_the_block_ends() -> None:
+    interrupts.install()
+    done = []
+    with pytest.raises(KeyboardInterrupt), interrupts.deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        done.append("block finished")
+    assert done == ["block finished"]
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.check()
+
+
+def test_exit_callbacks_run_once_newest_first_and_one_failing_does_not_stop_the_others() -> None:
+    ran: list[str] = []
+
+    def first() -> None:
+        ran.append("first")
+
+    def broken() -> None:
+        raise RuntimeError("cleanup failed")
+
+    interrupts.on_exit(first)
+    interrupts.on_exit(broken)
+    interrupts.on_exit(first)  # registered already: no second run
+    interrupts.run_exit_callbacks()
+    interrupts.run_exit_callbacks()
+    assert ran == ["first"]
+
+
+def test_sigterm_exits_through_the_exit_callbacks(tmp_path: Path) -> None:
+    # A run killed with SIGTERM (systemd, `kill`, a CI timeout) still removes what it started.
+    marker = tmp_path / "cleaned"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from harnessopt import interrupts
+        interrupts.install()
+        interrupts.on_exit(lambda: open({str(marker)!r}, "w").write("yes"))
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    assert time.monotonic() - t0 < 10
+    assert marker.read_text() == "yes"
+
+
+def test_install_leaves_a_sigterm_handler_someone_else_set() -> None:
+    def mine(_signum, _frame) -> None:
+        pass
+
+    signal.signal(signal.SIGTERM, mine)
+    interrupts.install()
+    assert signal.getsignal(signal.SIGTERM) is mine
