@@ -9,9 +9,9 @@ candidate's arrival to its rejection:
 
   empty SKILL.md        candidate_check.static_check (the host, nothing runs)
   harness import fails  static_check, then candidate_check.import_check in the sandbox
-  every task crashes    static_check and import_check pass; loop.smoke runs the smoke tasks,
+  every task crashes    static_check and import_check pass; evaluate.smoke runs the smoke tasks,
                         reruns the crashed ones, takes the incumbent's side from the run the
-                        loop made while the optimizer worked (loop.probe_jobs), and rejects
+                        loop made while the optimizer worked (evaluate.probe_jobs), and rejects
 
 Prints each one's time and its share of the full validation's time (target <= 10%). ``--pool N``
 sets the Docker warm pool's size instead of ``docker.warm_pool_size``.
@@ -28,7 +28,7 @@ from pathlib import Path
 import roundbench  # noqa: F401  (puts the repository on sys.path)
 
 from harnessopt.rollout.runner import Candidate, outcomes
-from harnessopt.round import steps as loop
+from harnessopt.round import context, evaluate
 from harnessopt.round.checks import import_check, static_check
 
 CRASH_AT_IMPORT = "import harnessopt_no_such_module  # the optimizer's typo\n"
@@ -77,11 +77,13 @@ def main() -> int:
                 f"{a.pool if a.pool is not None else 'default'}, model latency "
                 f"{a.latency:g} s; full validation of {len(val)} tasks: {full.wall_s:.1f} s ({full.calls} calls)"
             )
-            rc = loop.RoundContext(k=1, scratch=tmp / "scratch", incumbent=inc, parent="bench", val=list(val))
+            rc = context.RoundContext(
+                k=1, scratch=tmp / "scratch", incumbent=inc, parent="bench", val=list(val)
+            )
             inc_out = outcomes(full.results)
             # The incumbent's rerun of the first smoke task, which the loop makes while the
-            # optimizer works (loop.probe_jobs): made here before the candidate arrives, untimed.
-            made = loop.probe(svc, rc)
+            # optimizer works (evaluate.probe_jobs): made here before the candidate arrives, untimed.
+            made = evaluate.probe(svc, rc)
             for kind in ("empty SKILL.md", "harness import fails", "every task crashes"):
                 cand = broken(inc, tmp / kind.replace(" ", "-"), kind)
                 t0 = time.perf_counter()
@@ -90,7 +92,7 @@ def main() -> int:
                 if why is None:
                     why, stage = import_check(svc.sandbox, cand.root, ws.cfg), "import check"
                 if why is None:
-                    _, why = loop.smoke(ws, svc, rc, cand, inc_out, lambda _m: None, made)
+                    _, why = evaluate.smoke(ws, svc, rc, cand, inc_out, lambda _m: None, made)
                     stage = "smoke test"
                 cost = time.perf_counter() - t0
                 verdict = f"rejected by the {stage}" if why else "NOT rejected"

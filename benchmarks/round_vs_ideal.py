@@ -6,7 +6,7 @@ For each sandbox mode, concurrency C in {1, 4, 8} and N in {20, 40} (``--quick``
 a fresh workspace of the template with N train and N val tasks, its target a model answering
 every call after --latency seconds (benchmarks/roundbench.py), then the round's three phases:
 rollout of the N train tasks through harnessopt's Runner, then the round's own steps: the smoke
-test (``loop.smoke``, 5 val tasks) and the validation of the other N - 5 (``loop.validate``),
+test (``evaluate.smoke``, 5 val tasks) and the validation of the other N - 5 (``evaluate.validate``),
 whose first runs start in the slots the smoke test leaves free. The incumbent's rerun the loop
 makes while the optimizer works (one run a round) is not part of these phases. Prints wall time /
 (calls x latency / C), the issue's ideal, and wall time / the phase-by-phase ideal (sum over
@@ -32,7 +32,7 @@ import time
 
 import roundbench
 
-from harnessopt.round import steps as loop
+from harnessopt.round import context, evaluate
 
 SMOKE = 5  # gate.smoke's default
 
@@ -73,15 +73,15 @@ def one_cell(mode: str, c: int, n: int, latency: float, template: str) -> str:
             inc = roundbench.candidate_copy(ws, tmp / "incumbent")
             cand = roundbench.candidate_copy(ws, tmp / "candidate", "candidate")
             val = sorted(ws.tasks("val"), key=lambda t: t.id)
-            rc = loop.RoundContext(k=1, scratch=tmp / "scratch", incumbent=inc, parent="bench", val=val)
+            rc = context.RoundContext(k=1, scratch=tmp / "scratch", incumbent=inc, parent="bench", val=val)
             time.sleep(1.0)  # the warm pool fills, as it does while a round's optimizer works
             rollout = roundbench.timed_phase("rollout", svc, inc, ws.tasks("train"), 1)
             time.sleep(1.0)  # the optimizer's turn: the pool refills
-            # The round's own steps (loop.smoke, loop.validate); no incumbent outcomes, so no
+            # The round's own steps (evaluate.smoke, evaluate.validate); no incumbent outcomes, so no
             # crash is checked against it and validation never stops for futility.
-            smoke = roundbench.timed("smoke", lambda: loop.smoke(ws, svc, rc, cand, {}, _quiet)[0])
+            smoke = roundbench.timed("smoke", lambda: evaluate.smoke(ws, svc, rc, cand, {}, _quiet)[0])
             validation = roundbench.timed(
-                "validation", lambda: loop.validate(ws, svc, rc, cand, smoke.results, {}, _quiet)[SMOKE:]
+                "validation", lambda: evaluate.validate(ws, svc, rc, cand, smoke.results, {}, _quiet)[SMOKE:]
             )
             phases = [rollout, smoke, validation]
     finally:

@@ -241,7 +241,7 @@ def cmd_init(a: argparse.Namespace) -> int:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from harnessopt.reporting.progress import progress_for
-    from harnessopt.round import steps as loop
+    from harnessopt.round import driver
     from harnessopt.round.stop import REASON as STOPPED
     from harnessopt.workspace.core import Workspace
 
@@ -262,7 +262,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         _mlflow(ws, a.mlflow) as on_round,
         progress_for(console, smoke=ws.cfg.gate.smoke) as progress,
     ):
-        results = loop.run(
+        results = driver.run(
             ws, a.rounds, progress.say, progress=progress, on_round=on_round, decide=_round0_decider(a.yes)
         )
     for r in results:

@@ -17,7 +17,7 @@ from harnessopt.config import Config, GateConfig, ModelConfig, OptimizerConfig, 
 from harnessopt.errors import HarnessoptError
 from harnessopt.reporting.log import print_log
 from harnessopt.reporting.progress import progress_for
-from harnessopt.round import steps as loop
+from harnessopt.round import driver
 from harnessopt.workspace.core import Workspace, init_workspace
 
 DEMO_DATA = Path(__file__).resolve().parents[1] / "data" / "demo"
@@ -58,7 +58,7 @@ def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None], console:
     # so a later `harnessopt run` on this workspace asks for the flag itself.
     ws = Workspace.open(target, {"optimizer.unsafe_host": True})
     with progress_for(console, smoke=ws.cfg.gate.smoke) as progress:  # bars on a terminal, lines elsewhere
-        results = loop.run(ws, DEMO_ROUNDS, progress.say, progress=progress)
+        results = driver.run(ws, DEMO_ROUNDS, progress.say, progress=progress)
     print_log(ws, console)
     statuses = [r.status for r in results]
     say(SCRIPTED_NOTICE.format(script=f"{target}/scripted_model.yaml"))

@@ -23,7 +23,7 @@ from harnessopt.errors import UserError
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.ledger.store import RoundManifest
 from harnessopt.reporting.log import round_diff
-from harnessopt.round.steps import RoundResult
+from harnessopt.round.context import RoundResult
 from harnessopt.workspace.core import Workspace
 
 EXPERIMENT = "harnessopt"

@@ -9,7 +9,7 @@ from pathlib import Path
 from harnessopt.ledger import vcs
 from harnessopt.optimizer.view import build_view, copy_back
 from harnessopt.rollout.trajectory import write_trajectories
-from harnessopt.round.steps import static_check
+from harnessopt.round.checks import static_check
 from tests.support.results import make_result
 
 SKILL = "---\nname: demo\ndescription: A demo skill. Use it for demos.\n---\nBody\n"

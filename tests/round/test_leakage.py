@@ -11,7 +11,7 @@ from typing import Any
 from harnessopt.config import ChecksConfig
 from harnessopt.ledger import store as ledger
 from harnessopt.protocols import Task
-from harnessopt.round import steps as loop
+from harnessopt.round import driver
 from harnessopt.round.leakage import check_candidate, screen
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git
@@ -111,7 +111,7 @@ def test_a_round_that_copies_a_gold_answer_is_rejected_before_any_val_run(tmp_pa
     ws = leaky_workspace(tmp_path, leak)
     head = git(ws, "rev-parse", "HEAD")
     said: list[str] = []
-    [result] = loop.run(Workspace.open(ws), 1, said.append)
+    [result] = driver.run(Workspace.open(ws), 1, said.append)
     assert result.status == "rejected" and result.reason.startswith("leakage:"), result.reason
     assert "harbour-motto" in result.reason and "gold answer" in result.reason
     rec = ledger.find(Workspace.open(ws).repo, 1)

@@ -17,7 +17,7 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.protocols import Task
-from harnessopt.round import steps as loop
+from harnessopt.round import steps
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git
 from tests.support.workspace import make_ws
@@ -132,10 +132,10 @@ def test_recover_refuses_a_users_uncommitted_edit(tmp_path: Path) -> None:
 
 def test_train_batches_rotate_through_the_split() -> None:
     train = [Task(id=f"t{i}", input=str(i), answer=i, split="train") for i in range(10)]
-    seen = [t.id for k in (1, 2, 3, 4, 5) for t in loop.train_batch(train, k, 4)]
+    seen = [t.id for k in (1, 2, 3, 4, 5) for t in steps.train_batch(train, k, 4)]
     assert set(seen) == {t.id for t in train}
-    assert loop.train_batch(train, 1, 4) == loop.train_batch(train, 1, 4)
-    assert len(loop.train_batch(train, 7, 50)) == 10
+    assert steps.train_batch(train, 1, 4) == steps.train_batch(train, 1, 4)
+    assert len(steps.train_batch(train, 7, 50)) == 10
 
 
 def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from harnessopt.gate.policy import PairedGate
 from harnessopt.ledger import store as ledger
 from harnessopt.protocols import Outcome, Task, TaskResult
 from harnessopt.rollout.runner import Candidate
-from harnessopt.round import steps as loop
+from harnessopt.round import context, evaluate
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git
 from tests.support.workspace import make_ws
@@ -70,7 +70,7 @@ def _result(t: Task, k: int, epoch: int, score: float, crashed: bool) -> TaskRes
     )  # fmt: skip
 
 
-def _setup(tmp_path: Path, script: Script, **gate: Any) -> tuple[Workspace, Any, loop.RoundContext]:
+def _setup(tmp_path: Path, script: Script, **gate: Any) -> tuple[Workspace, Any, context.RoundContext]:
     ws = Workspace.open(make_ws(tmp_path, gate=gate) if gate else make_ws(tmp_path))
     runner = ScriptedRunner(script)
     svc = SimpleNamespace(
@@ -81,7 +81,7 @@ def _setup(tmp_path: Path, script: Script, **gate: Any) -> tuple[Workspace, Any,
         gate=PairedGate(ws.cfg.gate),
     )
     inc = Candidate(ws.root, "incumbent", "HEAD")
-    rc = loop.RoundContext(1, tmp_path / "scratch", inc, "HEAD", ws.tasks("val"))
+    rc = context.RoundContext(1, tmp_path / "scratch", inc, "HEAD", ws.tasks("val"))
     return ws, svc, rc
 
 
@@ -94,9 +94,9 @@ def _smoke(
     ws, svc, rc = _setup(tmp_path, script)
     first = sorted(t.id for t in rc.val)
     inc = {t: [Outcome(score=0.0 if t in inc_crashed else 1.0, crashed=t in inc_crashed)] for t in first}
-    made = loop.probe(svc, rc) if probe else []  # as _steps makes it, while the optimizer works
+    made = evaluate.probe(svc, rc) if probe else []  # as _steps makes it, while the optimizer works
     svc.runner.batches.clear()
-    results, crash = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None, made)
+    results, crash = evaluate.smoke(ws, svc, rc, CAND, inc, lambda _m: None, made)
     assert [r.task_id for r in results] == first[:5]  # the first runs are the ones validation keeps
     return svc.runner, crash
 
@@ -106,18 +106,18 @@ def test_a_flaky_crash_is_rerun_and_does_not_reject(tmp_path: Path) -> None:
     flaky = sorted(t.id for t in Workspace.open(make_ws(tmp_path / "a")).tasks("val"))[1]
     runner, crash = _smoke(tmp_path, lambda side, t, n: (1.0, side == "candidate" and t == flaky and n == 0))
     assert crash is None
-    reruns = [b for b in runner.batches if b[2] == [loop.SMOKE_RERUN_EPOCH]]
-    assert reruns == [("candidate", [flaky], [loop.SMOKE_RERUN_EPOCH])]
+    reruns = [b for b in runner.batches if b[2] == [evaluate.SMOKE_RERUN_EPOCH]]
+    assert reruns == [("candidate", [flaky], [evaluate.SMOKE_RERUN_EPOCH])]
 
 
 def test_a_reproduced_crash_is_rerun_on_the_incumbent(tmp_path: Path) -> None:
     ids = sorted(t.id for t in Workspace.open(make_ws(tmp_path / "a")).tasks("val"))
     runner, crash = _smoke(tmp_path, lambda side, t, n: (1.0, side == "candidate" and t == ids[2]))
     assert crash is not None and "1/5 crashed twice" in crash
-    reruns = [b for b in runner.batches if b[2] == [loop.SMOKE_RERUN_EPOCH]]
+    reruns = [b for b in runner.batches if b[2] == [evaluate.SMOKE_RERUN_EPOCH]]
     assert reruns == [
-        ("candidate", [ids[2]], [loop.SMOKE_RERUN_EPOCH]),
-        ("incumbent", [ids[2]], [loop.SMOKE_RERUN_EPOCH]),
+        ("candidate", [ids[2]], [evaluate.SMOKE_RERUN_EPOCH]),
+        ("incumbent", [ids[2]], [evaluate.SMOKE_RERUN_EPOCH]),
     ]
 
 
@@ -131,7 +131,7 @@ def test_the_probe_made_ahead_settles_a_broken_candidate_without_another_incumbe
     assert [b[0] for b in runner.batches] == ["candidate", "candidate"]  # smoke, its reruns
     # each crash's rerun was started as it came; no validation run was started for it
     ahead = [job for call in runner.prefetched for job in call]
-    assert all(e == loop.SMOKE_RERUN_EPOCH for _label, _t, e in ahead) and len(ahead) == 5
+    assert all(e == evaluate.SMOKE_RERUN_EPOCH for _label, _t, e in ahead) and len(ahead) == 5
     assert runner.dropped == 1  # whatever was started ahead goes with the candidate
 
 
@@ -141,14 +141,14 @@ def test_a_probe_that_crashed_leaves_the_incumbent_reruns_to_be_made(tmp_path: P
     script = lambda side, t, n: (1.0, side == "candidate" or (t == ids[0] and n >= 0 and side == "incumbent"))  # noqa: E731
     runner, crash = _smoke(tmp_path, script, probe=True)
     assert crash is not None and "4/5 crashed twice" in crash
-    assert ("incumbent", ids[1:5], [loop.SMOKE_RERUN_EPOCH]) in runner.batches
+    assert ("incumbent", ids[1:5], [evaluate.SMOKE_RERUN_EPOCH]) in runner.batches
 
 
 def test_validation_runs_start_ahead_at_most_concurrency_at_a_time(tmp_path: Path) -> None:
     ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(side == "candidate"), False))
     inc = {t.id: [Outcome(score=0.0)] for t in rc.val}
-    smoked, _ = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
-    loop.validate(ws, svc, rc, CAND, smoked, inc, lambda _m: None)
+    smoked, _ = evaluate.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+    evaluate.validate(ws, svc, rc, CAND, smoked, inc, lambda _m: None)
     conc = ws.cfg.rollout.concurrency
     started_ahead = [job for call in svc.runner.prefetched for job in call]
     assert all(0 < len(call) <= conc for call in svc.runner.prefetched[:-1])
@@ -185,9 +185,9 @@ def test_a_crash_the_incumbent_has_too_does_not_reject(tmp_path: Path) -> None:
 def test_a_crash_on_a_task_the_incumbent_has_no_outcome_for_is_checked(tmp_path: Path) -> None:
     """Before, a task missing from the incumbent's outcomes let any crash through (all([]) is True)."""
     ws, svc, rc = _setup(tmp_path, lambda side, t, n: (1.0, side == "candidate"))
-    results, crash = loop.smoke(ws, svc, rc, CAND, {}, lambda _m: None)
+    results, crash = evaluate.smoke(ws, svc, rc, CAND, {}, lambda _m: None)
     assert crash is not None and "5/5 crashed twice" in crash
-    assert ("incumbent", sorted(t.id for t in rc.val)[:5], [loop.SMOKE_RERUN_EPOCH]) in svc.runner.batches
+    assert ("incumbent", sorted(t.id for t in rc.val)[:5], [evaluate.SMOKE_RERUN_EPOCH]) in svc.runner.batches
 
 
 def test_flaky_crashes_rarely_reject_a_good_candidate(tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_flaky_crashes_rarely_reject_a_good_candidate(tmp_path: Path) -> None:
     first_crashed = rejected = 0
     for _ in range(200):
         svc.runner.batches.clear()
-        _, crash = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+        _, crash = evaluate.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
         first_crashed += len(svc.runner.batches) > 1
         rejected += crash is not None
     assert 20 <= first_crashed <= 70  # what the old rule would have rejected (expected 45)
@@ -214,13 +214,13 @@ def test_validation_stops_for_futility_and_the_gate_says_what_it_saved(tmp_path:
     ws, svc, rc = _setup(tmp_path, lambda side, t, n: (0.0, False))
     ids = sorted(t.id for t in rc.val)
     inc = {t: [Outcome(score=1.0 if i < 10 else 0.0)] for i, t in enumerate(ids)}  # 10 of 14 passed
-    smoked, crash = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+    smoked, crash = evaluate.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
     assert crash is None and len(smoked) == 5
     said: list[str] = []
-    results = loop.validate(ws, svc, rc, CAND, smoked, inc, said.append)
+    results = evaluate.validate(ws, svc, rc, CAND, smoked, inc, said.append)
     # after 5 tasks: -5 done, 4 fixable left of 9 -> best (-5 + 4) / 14 < 0: stop before any chunk
     assert len(results) == 5 and any("stopped for futility" in m for m in said)
-    d = loop.gate(ws, svc, rc, CAND, results, inc)
+    d = evaluate.gate(ws, svc, rc, CAND, results, inc)
     assert not d.accept and d.reason.startswith("rejected: stopped for futility after 5 val tasks")
     assert d.details["futility"] == {"done": 5, "left": 9, "saved_rollouts": 9}
     assert [b[0] for b in svc.runner.batches] == ["candidate"]  # no rerun was spent on it
@@ -229,10 +229,10 @@ def test_validation_stops_for_futility_and_the_gate_says_what_it_saved(tmp_path:
 def test_validation_runs_everything_while_the_candidate_can_still_win(tmp_path: Path) -> None:
     ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(side == "candidate"), False))
     inc = {t.id: [Outcome(score=0.0)] for t in rc.val}
-    smoked, _ = loop.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
-    results = loop.validate(ws, svc, rc, CAND, smoked, inc, lambda _m: None)
+    smoked, _ = evaluate.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+    results = evaluate.validate(ws, svc, rc, CAND, smoked, inc, lambda _m: None)
     assert sorted(r.task_id for r in results) == sorted(t.id for t in rc.val)
-    assert loop.gate(ws, svc, rc, CAND, results, inc).accept
+    assert evaluate.gate(ws, svc, rc, CAND, results, inc).accept
 
 
 def test_the_first_incumbent_measurement_is_an_aa_test_and_a_change_of_environment_repeats_it(
@@ -240,24 +240,24 @@ def test_the_first_incumbent_measurement_is_an_aa_test_and_a_change_of_environme
 ) -> None:
     ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(n % 2 == 0 or t < "c"), False))
     said: list[str] = []
-    got, nf = loop.incumbent_outcomes(ws, svc, rc, said.append)
+    got, nf = evaluate.incumbent_outcomes(ws, svc, rc, said.append)
     n = len(rc.val)
     assert nf is not None and nf["m"] == n and nf["rollouts"] == 2 * n
     assert [b[2] for b in svc.runner.batches] == [[0], [1]]  # the incumbent, twice
     assert 0 < nf["flip_rate"] <= 1 and nf["paired_sd"] > 0 and nf["detectable"] > 0
     assert any("noise floor" in m and "detects a gain of" in m for m in said)
     assert any("above gate.target_effect" in m for m in said)  # 14 tasks cannot detect 0.05
-    again, nf2 = loop.incumbent_outcomes(ws, svc, rc, said.append)  # cached: no rollout, no A/A
+    again, nf2 = evaluate.incumbent_outcomes(ws, svc, rc, said.append)  # cached: no rollout, no A/A
     assert again == got and nf2 is None and len(svc.runner.batches) == 2
     # a new skill: measured again, once (the environment did not change)
     (ws.root / "skill" / "SKILL.md").write_text((ws.root / "skill" / "SKILL.md").read_text() + "\nmore\n")
     git(ws.root, "commit", "-qam", "skill edit")
-    _, nf3 = loop.incumbent_outcomes(ws, svc, rc, said.append)
+    _, nf3 = evaluate.incumbent_outcomes(ws, svc, rc, said.append)
     assert nf3 is None and len(svc.runner.batches) == 3
     # a new scorer: measured again, and the noise floor with it
     (ws.root / "scorer.py").write_text((ws.root / "scorer.py").read_text() + "\n# stricter\n")
     git(ws.root, "commit", "-qam", "scorer edit")
-    _, nf4 = loop.incumbent_outcomes(ws, svc, rc, said.append)
+    _, nf4 = evaluate.incumbent_outcomes(ws, svc, rc, said.append)
     assert nf4 is not None and len(svc.runner.batches) == 5
 
 
@@ -266,15 +266,15 @@ def test_an_accepted_round_is_confirmed_on_runs_that_did_not_select_it(tmp_path:
 
     ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(side == "candidate"), False))
     accepted = GateDecision(True, "accepted", 14, 1.0, 0.0, 1.0, 0.3)
-    rec = loop.confirm_accepted(ws, svc, rc, CAND, accepted, lambda _m: None)
+    rec = evaluate.confirm_accepted(ws, svc, rc, CAND, accepted, lambda _m: None)
     assert rec is not None and rec["on"] == "val" and rec["confirmed"] and rec["gain"] == 1.0
     assert rec["n"] == len(rc.val) and rec["rollouts"] == 2 * len(rc.val)
-    assert {b[2][0] for b in svc.runner.batches} == {loop.CONFIRM_EPOCH}
+    assert {b[2][0] for b in svc.runner.batches} == {evaluate.CONFIRM_EPOCH}
     rejected = GateDecision(False, "rejected", 14, 0.0, 0.0, 0.0, 0.3)
-    assert loop.confirm_accepted(ws, svc, rc, CAND, rejected, lambda _m: None) is None
+    assert evaluate.confirm_accepted(ws, svc, rc, CAND, rejected, lambda _m: None) is None
     # no gain on fresh runs: not confirmed, and ho/best must not move
     ws2, svc2, rc2 = _setup(tmp_path / "b", lambda side, t, n: (1.0, False))
-    flat = loop.confirm_accepted(ws2, svc2, rc2, CAND, accepted, lambda _m: None)
+    flat = evaluate.confirm_accepted(ws2, svc2, rc2, CAND, accepted, lambda _m: None)
     assert flat is not None and not flat["confirmed"] and "ho/best does not move" in flat["summary"]
     from harnessopt.ledger import store as ledger
 
@@ -302,18 +302,18 @@ def test_run_alpha_spends_the_runs_budget_over_run_rounds_decisions(tmp_path: Pa
     ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(side == "candidate"), False))
     g = ws.cfg.gate.model_copy(update={"run_alpha": 0.05, "run_rounds": 2})
     svc.cfg = ws.cfg.model_copy(update={"gate": g})
-    policy = loop._round_policy(ws, svc)
+    policy = evaluate._round_policy(ws, svc)
     assert isinstance(policy, PairedGate) and policy.cfg.confidence == pytest.approx(1 - 0.025)
     inc = {t.id: [Outcome(score=0.0)] for t in rc.val}
     results = svc.runner.run(CAND, rc.val, 1)
-    d = loop.gate(ws, svc, rc, CAND, results, inc)
+    d = evaluate.gate(ws, svc, rc, CAND, results, inc)
     assert d.details["alpha"] == pytest.approx(0.025)
     # two decisions recorded: the budget is spent and nothing more can be accepted
     for k in (1, 2):
         m = ledger.RoundManifest(round=k, status="rejected", gate={"alpha": 0.025})
         ledger.record_other(ws.repo, ws.repo.head.commit.hexsha, ws.root, ["skill"], m)
-    assert loop._round_policy(ws, svc) is None
-    spent = loop.gate(ws, svc, rc, CAND, results, inc)
+    assert evaluate._round_policy(ws, svc) is None
+    spent = evaluate.gate(ws, svc, rc, CAND, results, inc)
     assert not spent.accept and "gate.run_alpha 0.05 is spent" in spent.reason
 
 
@@ -328,13 +328,13 @@ def test_banked_incumbent_runs_pay_for_the_aa_test_and_the_gates_reruns(tmp_path
     ws, svc, rc = _setup(tmp_path, script, incumbent_epochs=4, second_look=2)
     fixed.update(sorted(t.id for t in rc.val)[:3])
     said: list[str] = []
-    inc, nf = loop.incumbent_outcomes(ws, svc, rc, said.append)
+    inc, nf = evaluate.incumbent_outcomes(ws, svc, rc, said.append)
     n = len(rc.val)
     assert [b[2] for b in svc.runner.batches] == [[0, 1, 2, 3]]  # one batch: no second pass for A/A
     assert nf is not None and nf["rollouts"] == 2 * n and all(len(r) == 4 for r in inc.values())
     assert any("1 for the first look, the rest banked" in m for m in said)
     cand_val = svc.runner.run(CAND, rc.val, 1)
-    d = loop.gate(ws, svc, rc, CAND, cand_val, inc)
+    d = evaluate.gate(ws, svc, rc, CAND, cand_val, inc)
     incumbent_batches = [b for b in svc.runner.batches[2:] if b[0] == "incumbent"]
     assert d.details["look"] == 2 and d.details["flips_first_pass"] == 3
     # the 3 flips once, then every task twice: 3 + 2 x 14 incumbent runs, all from the bank
@@ -349,8 +349,8 @@ def test_a_cached_incumbent_with_fewer_runs_than_incumbent_epochs_is_topped_up(t
 
     one = {t.id: [Outcome(score=1.0)] for t in rc.val}  # e.g. an accepted candidate's one epoch
     ValCache(svc.state_dir).put(digest(key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)), one)
-    got, nf = loop.incumbent_outcomes(ws, svc, rc, lambda _m: None)
+    got, nf = evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None)
     assert nf is None and [b[2] for b in svc.runner.batches] == [[1, 2]]  # only the epochs it lacks
     assert all(len(r) == 3 for r in got.values())
-    assert loop.incumbent_outcomes(ws, svc, rc, lambda _m: None)[0] == got  # cached now: no run
+    assert evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None)[0] == got  # cached now: no run
     assert len(svc.runner.batches) == 1

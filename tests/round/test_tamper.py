@@ -9,7 +9,7 @@ from typing import Any
 from harnessopt.config import Config
 from harnessopt.ledger import store as ledger
 from harnessopt.protocols import Proposal
-from harnessopt.round import steps as loop
+from harnessopt.round import driver
 from harnessopt.round.tamper import VOID_PREFIX, broken, seal
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git
@@ -80,7 +80,7 @@ def test_an_optimizer_that_edits_the_scorer_voids_its_round(tmp_path: Path, monk
     monkeypatch.setenv("HO_TEST_TAMPER", str(ws / "scorer.py"))
     head = git(ws, "rev-parse", "HEAD")
     said: list[str] = []
-    [result] = loop.run(Workspace.open(ws), 1, said.append)
+    [result] = driver.run(Workspace.open(ws), 1, said.append)
     assert (ws / "scorer.py").read_text().endswith("# every answer is right\n")  # the edit did happen
     assert result.status == "failed", (result.status, result.reason)
     assert result.reason.startswith(VOID_PREFIX) and "scorer.py" in result.reason

@@ -28,7 +28,7 @@ from harnessopt.gateway.models.scripted import ScriptedModel
 from harnessopt.protocols import Task, TaskResult
 from harnessopt.rollout.ray import worker as ray_worker
 from harnessopt.rollout.runner import Candidate
-from harnessopt.round import steps as loop
+from harnessopt.round import driver
 from harnessopt.round.services import open_services
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import REAL_KEY, git
@@ -114,7 +114,7 @@ def test_full_round_on_ray_decides_as_local(cluster: Any, tmp_path: Path) -> Non
     decisions = []
     for executor in ("local", "ray"):
         ws = make_ws(tmp_path / executor, rollout={"executor": executor})
-        [result] = loop.run(Workspace.open(ws), 1, SILENT)
+        [result] = driver.run(Workspace.open(ws), 1, SILENT)
         m = result.manifest
         decisions.append((result.status, m.val_score, m.incumbent_score, m.delta, m.fixed, m.broken))
     assert decisions[0] == decisions[1]
@@ -337,7 +337,7 @@ def vanish():
 
 threading.Thread(target=vanish, daemon=True).start()
 w = Workspace.open(ws, {"rollout.executor": "ray", "ray.grace_s": 5, "rollout.timeout_s": 20})
-[result] = loop.run(w, 1, lambda m: None)
+[result] = driver.run(w, 1, lambda m: None)
 print("STATUS", result.status, "|", result.reason, flush=True)
 ray.shutdown()
 c.shutdown()

@@ -1,0 +1,116 @@
+"""A run: rounds one after another until the count, the budget, the deadline or the STOP file ends it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from harnessopt.errors import UserError
+from harnessopt.ledger import store as ledger
+from harnessopt.reporting.progress import RunProgress, round_lines
+from harnessopt.reporting.projection import project
+from harnessopt.rollout.runner import RunObserver
+from harnessopt.round import stop
+from harnessopt.round.context import Announce, RoundResult
+from harnessopt.round.round0 import BROKEN_PREFIX, Decide, ready
+from harnessopt.round.services import Services, open_services
+from harnessopt.round.steps import run_round
+from harnessopt.util import interrupts
+from harnessopt.workspace.core import Workspace
+
+
+def run(
+    ws: Workspace,
+    rounds: int,
+    say: Announce,
+    *,
+    progress: RunProgress | None = None,
+    on_round: Callable[[RoundResult], None] | None = None,
+    decide: Decide | None = None,
+) -> list[RoundResult]:
+    """Run ``rounds`` rounds after the last recorded one. Stops early when the budget is spent,
+    a round fails, or the STOP file appears (``stop``). Harness and joint mode first need an
+    approved round 0 (``round0.ready``; ``decide`` asks a person): without one, no round runs."""
+    ledger.recover(ws.repo, ws.journal, say)
+    if not (ws.root / "harness" / "run.py").is_file():
+        raise UserError(
+            f"{ws.root}/harness/run.py is missing; restore it (git checkout -- harness) or add one"
+        )
+    if stop.requested(ws.root):  # left from before this run: it does not stop this one
+        say(f"removed a STOP file left from before this run ({stop.stop_path(ws.root)})")
+        stop.stop_path(ws.root).unlink()
+    start = ledger.next_round(ws.repo)
+    projected = project(ws, rounds)
+    say(projected.line())
+    results: list[RoundResult] = []
+    told: list[str] = []
+    failed_in_a_row = 0
+    hours = ws.cfg.budget.max_hours
+    deadline = time.monotonic() + hours * 3600 if hours else None
+    with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
+        ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary())
+        for k in range(start, start + rounds if ready(ws, svc, say, decide) else start):
+            interrupts.check()
+            if stop.requested(ws.root):
+                say(stop.honour(ws.root))
+                break
+            if results and watch.out_of_time():  # (a first round always starts)
+                say(f"not starting round {k}: {stop.OUT_OF_TIME}")
+                break
+            result = run_round(ws, svc, k, say)
+            results.append(result)
+            for line in round_lines(result.manifest):
+                say(line)
+            if on_round is not None:
+                on_round(result)
+            for note in [*svc.gateway.notes, *svc.runner.notes]:  # e.g. a model without a price
+                if note not in told:  # each once per run
+                    say(f"note: {note}")
+                    told.append(note)
+            spent = svc.gateway.exhausted()
+            if result.reason == stop.REASON:
+                say(stop.honour(ws.root))
+                break
+            failed_in_a_row = failed_in_a_row + 1 if result.status == "failed" else 0
+            if why := _why_stop(svc, result, failed_in_a_row, spent):
+                say(f"stopping after round {k}: {why}")
+                break
+        ws.journal.write(results[-1].round if results else start, "run_end")
+    return results
+
+
+def _why_stop(svc: Services, result: RoundResult, failed_in_a_row: int, spent: str | None) -> str | None:
+    """Why the run ends after this round: a spent budget, a refused key, an incumbent whose runs
+    crash (every later round would too), or too many failed rounds in a row."""
+    if spent or svc.gateway.key_refused:
+        return spent or svc.gateway.key_refused
+    if result.status != "failed":
+        return None
+    if BROKEN_PREFIX in result.reason or failed_in_a_row >= svc.cfg.budget.max_failed_rounds:
+        return (
+            result.reason
+            if failed_in_a_row < 2
+            else f"{failed_in_a_row} failed rounds in a row: {result.reason}"
+        )
+    return None
+
+
+@contextmanager
+def _watched(
+    ws: Workspace, svc: Services, progress: RunProgress | None, deadline: float | None
+) -> Iterator[stop.StopWatch]:
+    """The run's observers of task runs: the STOP file and the deadline, and the live progress."""
+    watch = stop.StopWatch(ws.root, deadline)
+    watchers: list[RunObserver] = [watch]
+    if progress is not None:
+        progress.bind(svc.gateway.total, svc.state_dir / "optimizer")
+        watchers.append(progress)
+    svc.runner.observers.extend(watchers)
+    try:
+        yield watch
+    finally:
+        for w in watchers:
+            svc.runner.observers.remove(w)
+        if progress is not None:
+            progress.unbind()

@@ -1,0 +1,318 @@
+"""The candidate against the incumbent: the incumbent's val outcomes (and the noise floor), the
+smoke test, validation, the gate and the confirmation of an accept (DESIGN.md steps 5-7)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from harnessopt.gate.bank import IncumbentBank, first_look
+from harnessopt.gate.noise_floor import NoiseFloorStore, measure
+from harnessopt.gate.noise_floor import lines as noise_lines
+from harnessopt.gate.policy import futile_decision, make_gate
+from harnessopt.gate.stats import mean, run_alpha_for, task_means
+from harnessopt.gate.verdicts import confirmation_record, smoke_verdict, spent_decision
+from harnessopt.ledger import store as ledger
+from harnessopt.protocols import GateDecision, GatePolicy, Outcomes, Task, TaskResult
+from harnessopt.rollout.phase_stats import PROBE_EPOCH
+from harnessopt.rollout.runner import Candidate, outcomes
+from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
+from harnessopt.round.context import Announce, RoundContext
+from harnessopt.round.services import Services
+from harnessopt.workspace.core import Workspace
+
+SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's reruns' epochs)
+
+
+FUTILITY_EVERY = 5  # validation checks for futility every this many tasks (or `concurrency`)
+
+
+CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
+
+
+def incumbent_outcomes(
+    ws: Workspace, svc: Services, rc: RoundContext, say: Announce
+) -> tuple[Outcomes, dict[str, Any] | None]:
+    """The incumbent's val outcomes: cached under everything that changes a rollout or a score
+    (``valcache.key_parts``) unless re-running is asked. The first measurement under an environment
+    (round 1, or after a scorer, task, model, sandbox or limit change) runs it twice: an A/A test
+    whose noise floor (``noisefloor.measure``) is printed, stored and returned."""
+    cache, floors = ValCache(svc.state_dir), NoiseFloorStore(svc.state_dir)
+    parts = key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)
+    g = svc.cfg.gate
+    epochs, banked = g.epochs, g.incumbent_epochs or g.epochs
+    cached = None if g.rerun_incumbent else cache.get(digest(parts))
+    short = [t for t in rc.val if len((cached or {}).get(t.id, ())) < banked]
+    if cached is not None and not short:
+        return cached, None
+    aa = cached is None and floors.get(environment_key(parts)) is None
+    twice = ", twice (an A/A test: the noise floor)" if aa and banked < 2 * epochs else ""
+    have = {t.id: len((cached or {}).get(t.id, ())) for t in short}
+    say(
+        f"round {rc.k}: measuring the incumbent on {len(short)} val tasks x {banked - min(have.values())} "
+        f"epoch(s){twice}" + (f" ({epochs} for the first look, the rest banked)" if banked > epochs else "")
+    )
+    got = {t: list(runs) for t, runs in (cached or {}).items()}
+    for n in sorted(set(have.values())):  # a top-up runs only the epochs a task lacks
+        tasks = [t for t in short if have[t.id] == n]
+        for t, runs in outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=range(n, banked))).items():
+            got.setdefault(t, []).extend(runs)
+    cache.put(digest(parts), got)
+    ws.journal.write(rc.k, "incumbent_val", n=len(got), score=_mean_score(got))
+    if not aa:
+        return got, None
+    if banked >= 2 * epochs:  # the A/A test on the banked runs: no extra run
+        again = {t: runs[epochs : 2 * epochs] for t, runs in got.items()}
+    else:
+        again = outcomes(svc.runner.run(rc.incumbent, rc.val, rc.k, epochs=range(epochs, 2 * epochs)))
+    nf = {**measure(first_look(got, epochs), again, svc.cfg.gate), "measured_round": rc.k}
+    floors.put(environment_key(parts), nf)
+    for line in noise_lines(nf):
+        say(f"round {rc.k}: {line}")
+    ws.journal.write(rc.k, "noise_floor", **nf)
+    return got, nf
+
+
+def probe_jobs(svc: Services, rc: RoundContext) -> list[tuple[Task, int]]:
+    """The incumbent's rerun of the first smoke task, made while the optimizer works: when a
+    candidate crashes there twice, the smoke test has the incumbent's side at once (one run a round)."""
+    return [(t, PROBE_EPOCH) for t in smoke_tasks(rc.val, svc.cfg.gate.smoke)[:1]]
+
+
+def probe(svc: Services, rc: RoundContext) -> list[TaskResult]:
+    """The probe's result (``probe_jobs``): its own phase of the round (``roundstats.phase_of``)."""
+    jobs = probe_jobs(svc, rc)
+    return svc.runner.run(rc.incumbent, [t for t, _ in jobs], rc.k, epochs=[PROBE_EPOCH]) if jobs else []
+
+
+def smoke(
+    ws: Workspace,
+    svc: Services,
+    rc: RoundContext,
+    cand: Candidate,
+    inc: Outcomes,
+    say: Announce,
+    probe: Sequence[TaskResult] = (),
+) -> tuple[list[TaskResult], str | None]:
+    """Run the candidate on the first val tasks. A crashed task is rerun once, and where it crashed
+    again on the incumbent too (``incumbent_reruns``); only a crash that reproduces and that the
+    incumbent does not have rejects (``verdicts.smoke_verdict``).
+
+    Validation's first runs start in the slots the smoke test leaves free (``Runner.prefetch``);
+    a rejection drops them."""
+    tasks = smoke_tasks(rc.val, svc.cfg.gate.smoke)
+    if not tasks:
+        return [], None
+    say(f"round {rc.k}: smoke test of the candidate on {len(tasks)} val tasks")
+    ahead = _SmokeAhead(svc, rc, cand, validation_jobs(svc, rc, tasks)[: svc.cfg.rollout.concurrency])
+    svc.runner.observers.append(ahead)
+    try:
+        results = svc.runner.run(cand, tasks, rc.k)
+    finally:
+        svc.runner.observers.remove(ahead)
+    crashed = [t for t in tasks if any(r.crashed for r in results if r.task_id == t.id)]
+    again: tuple[Outcomes, Outcomes] = ({}, {})
+    if crashed:  # a flake must not reject: the same tasks once more, on both sides
+        say(f"round {rc.k}: smoke test: {len(crashed)} crashed; rerunning them once on both sides")
+        cand_again = outcomes(svc.runner.run(cand, crashed, rc.k, epochs=[SMOKE_RERUN_EPOCH]))
+        twice = [t for t in crashed if any(o.crashed for o in cand_again.get(t.id, ()))]
+        again = (cand_again, incumbent_reruns(svc, rc, twice, probe))
+    v = smoke_verdict(outcomes(results), again[0], again[1], inc)
+    ws.journal.write(
+        rc.k,
+        "smoke",
+        n=len(tasks),
+        crashed=v.crashed,
+        flaky=v.flaky,
+        shared=v.shared,
+        reproduced=v.reproduced,
+        incumbent_reruns=sorted(again[1]),
+    )
+    if not v.reject:
+        return results, None
+    ws.journal.write(rc.k, "prefetch_dropped", runs=len(svc.runner.drop_prefetched()))
+    kinds = {r.task_id: r.error_class for r in results if r.crashed}
+    named = ", ".join(f"{t} ({kinds.get(t)})" for t in v.reproduced[:5])
+    return results, (
+        f"smoke test: {len(v.reproduced)}/{len(tasks)} crashed twice where the incumbent did not: {named}"
+    )
+
+
+class _SmokeAhead:
+    """Runs the smoke test starts ahead as its results come (a ``RunObserver``): a crashed task's
+    rerun at once, and validation's first runs once a task ran clean, in the slots the smoke test
+    leaves free. A candidate that crashes everywhere starts no validation run."""
+
+    def __init__(self, svc: Services, rc: RoundContext, cand: Candidate, first: list[tuple[Task, int]]):
+        self.svc, self.rc, self.cand, self.first = svc, rc, cand, first
+        self.by_id = {t.id: t for t in rc.val}
+
+    def started(self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int]) -> None:
+        return None
+
+    def finished(self, label: str, result: TaskResult, done: int, total: int) -> None:
+        if label != self.cand.label or result.epoch != 0:
+            return
+        if result.crashed:
+            self.svc.runner.prefetch(self.cand, [(self.by_id[result.task_id], SMOKE_RERUN_EPOCH)], self.rc.k)
+        elif self.first:
+            self.svc.runner.prefetch(self.cand, self.first, self.rc.k)
+            self.first = []
+
+
+def incumbent_reruns(
+    svc: Services, rc: RoundContext, twice: Sequence[Task], probe: Sequence[TaskResult]
+) -> Outcomes:
+    """The incumbent's side of the smoke reruns, for the tasks the candidate crashed on twice. The
+    probe counts as its rerun of that task; once one of them runs clean the rejection is settled
+    (``SmokeVerdict.reject`` needs one reproduced crash), so no other is run."""
+    ids = {t.id for t in twice}
+    got = {t: o for t, o in outcomes(probe).items() if t in ids}
+    if any(not o.crashed for runs in got.values() for o in runs):
+        return got
+    rest = [t for t in twice if t.id not in got]
+    return (
+        {**got, **outcomes(svc.runner.run(rc.incumbent, rest, rc.k, epochs=[SMOKE_RERUN_EPOCH]))}
+        if rest
+        else got
+    )
+
+
+def smoke_tasks(val: Sequence[Task], n: int) -> list[Task]:
+    return sorted(val, key=lambda t: t.id)[:n]
+
+
+def validate(
+    ws: Workspace,
+    svc: Services,
+    rc: RoundContext,
+    cand: Candidate,
+    smoked: list[TaskResult],
+    inc: Outcomes,
+    say: Announce,
+) -> list[TaskResult]:
+    """The rest of val (and the remaining epochs of the smoke tasks); smoke results are reused.
+
+    In chunks, each checked first: validation stops as soon as even all remaining tasks in the
+    candidate's favour could not make it accept (the gate's ``futile``; docs/gate.md). The next
+    chunk's first runs start in the slots a chunk's tail leaves free, so no slot waits for the
+    check; a stop drops them (at most ``concurrency`` runs)."""
+    epochs, conc = svc.cfg.gate.epochs, svc.cfg.rollout.concurrency
+    done = {r.task_id for r in smoked}
+    again = [t for t in rc.val if t.id in done]
+    rest = [t for t in rc.val if t.id not in done]
+    say(f"round {rc.k}: validating the candidate on {len(rest)} more val tasks x {epochs} epoch(s)")
+    plan, used = validation_jobs(svc, rc, again), 0
+    results = list(smoked)
+    if epochs > 1 and again:
+        used += len(again) * (epochs - 1)
+        svc.runner.prefetch(cand, plan[used : used + conc], rc.k)
+        results += svc.runner.run(cand, again, rc.k, epochs=range(1, epochs))
+    futile = getattr(svc.gate, "futile", None)
+    chunk = _chunk(svc, len(rest))
+    first = first_look(inc, epochs)
+    for i in range(0, len(rest), chunk):
+        if futile and futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
+            say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
+            ws.journal.write(rc.k, "prefetch_dropped", runs=len(svc.runner.drop_prefetched()))
+            break
+        used += len(rest[i : i + chunk]) * epochs
+        svc.runner.prefetch(cand, plan[used : used + conc], rc.k)
+        results += svc.runner.run(cand, rest[i : i + chunk], rc.k, epochs=range(epochs))
+    ws.journal.write(rc.k, "validate", n=len(results), score=_mean_score(outcomes(results)))
+    return results
+
+
+def validation_jobs(svc: Services, rc: RoundContext, smoked: Sequence[Task]) -> list[tuple[Task, int]]:
+    """Validation's runs in the order ``validate`` asks for them: the smoke tasks' other epochs,
+    then the rest of val chunk by chunk (what ``Runner.prefetch`` may start ahead)."""
+    epochs = svc.cfg.gate.epochs
+    ids = {t.id for t in smoked}
+    rest = [t for t in rc.val if t.id not in ids]
+    chunk = _chunk(svc, len(rest))
+    jobs = [(t, e) for e in range(1, epochs) for t in smoked]
+    for i in range(0, len(rest), chunk):
+        jobs += [(t, e) for e in range(epochs) for t in rest[i : i + chunk]]
+    return jobs
+
+
+def _chunk(svc: Services, n_rest: int) -> int:
+    """Validation's chunk: a futility check every ``FUTILITY_EVERY`` tasks (at least ``concurrency``)."""
+    if getattr(svc.gate, "futile", None) is None:
+        return max(1, n_rest)
+    return max(FUTILITY_EVERY, svc.cfg.rollout.concurrency)
+
+
+def gate(
+    ws: Workspace, svc: Services, rc: RoundContext, cand: Candidate, cand_val: list[TaskResult], inc: Outcomes
+) -> GateDecision:
+    by_id = {t.id: t for t in rc.val}
+    rerun_epoch = iter(range(1000, 10**6))
+    bank = IncumbentBank(inc, svc.cfg.gate.epochs)  # the incumbent's runs past the first look
+    inc = bank.first
+
+    def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
+        epoch = next(rerun_epoch)
+        again = svc.runner.run(cand, [by_id[i] for i in ids], rc.k, epochs=[epoch])
+        base = bank.draw(
+            ids,
+            lambda miss: outcomes(
+                svc.runner.run(rc.incumbent, [by_id[i] for i in miss], rc.k, epochs=[epoch])
+            ),
+        )
+        return outcomes(again), base
+
+    cand_out = outcomes(cand_val)
+    left = [t.id for t in rc.val if t.id not in cand_out]  # validation stopped for futility
+    futile = getattr(svc.gate, "futile", None)
+    if left and futile and futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
+        d = futile_decision(cand_out, inc, left, svc.cfg.gate.epochs)
+    elif (policy := _round_policy(ws, svc)) is None:
+        d = spent_decision(svc.cfg.gate)
+    else:
+        d = policy.decide(cand_out, inc, confirm if svc.cfg.gate.confirm_flips else None)
+    d.details.update(incumbent_banked_runs=bank.drawn)
+    ws.journal.write(rc.k, "gate", accept=d.accept, reason=d.reason, delta=d.delta, dead_zone=d.dead_zone)
+    return d
+
+
+def _round_policy(ws: Workspace, svc: Services) -> GatePolicy | None:
+    """The gate of this round: with ``gate.run_alpha`` its level is this decision's share of the
+    run's budget (``stats.run_alpha_for``); None once that budget is spent."""
+    g = svc.cfg.gate
+    if g.run_alpha is None:
+        return svc.gate
+    decided = sum("alpha" in r.manifest.gate for r in ledger.past_rounds(ws.repo))
+    alpha = min(1.0 - g.confidence, run_alpha_for(g.run_alpha, g.run_rounds, decided + 1))
+    return make_gate(g.model_copy(update={"confidence": 1.0 - alpha})) if alpha > 0 else None
+
+
+def confirm_accepted(
+    ws: Workspace,
+    svc: Services,
+    rc: RoundContext,
+    cand: Candidate | None,
+    d: GateDecision | None,
+    say: Announce,
+) -> dict[str, Any] | None:
+    """After an accept, both sides again on runs that did not select the candidate: fresh runs on val
+    (``gate.confirm: val``) or on the held-out val tasks (``holdout``). ``ho/best`` moves only when
+    the gain they measure is positive (docs/gate.md, "Selection-corrected reporting")."""
+    mode = svc.cfg.gate.confirm
+    tasks = rc.held_out if mode == "holdout" else rc.val
+    if cand is None or d is None or not d.accept or mode == "none" or not tasks:
+        return None
+    epochs = range(CONFIRM_EPOCH, CONFIRM_EPOCH + svc.cfg.gate.epochs)
+    say(f"round {rc.k}: confirming on {len(tasks)} {mode} tasks, with runs that did not select it")
+    svc.runner.prefetch(rc.incumbent, [(t, e) for e in epochs for t in tasks], rc.k)  # in free slots
+    got = outcomes(svc.runner.run(cand, tasks, rc.k, epochs=epochs))
+    base = outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=epochs))
+    rec = confirmation_record(got, base, mode)
+    say(f"round {rc.k}: {rec['summary']}")
+    ws.journal.write(rc.k, "confirm", **rec)
+    return rec
+
+
+def _mean_score(got: Outcomes) -> float | None:
+    per_task = list(task_means(got).values())
+    return round(mean(per_task), 4) if per_task else None

@@ -1,0 +1,105 @@
+"""The last step of a round: its outcome written to git (DESIGN.md step 8), whatever the outcome."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger.store import OptimizerRecord, RoleUsage, RoundManifest, Status
+from harnessopt.rollout.runner import outcomes
+from harnessopt.rollout.val_cache import ValCache
+from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
+from harnessopt.round.services import Services
+from harnessopt.util.text import visible
+from harnessopt.workspace.core import RECORD_PATHS, Workspace
+
+
+def count_unclaimed(svc: Services, rc: RoundContext, t: Trail) -> None:
+    """Runs started ahead that no step asked for (the probe of a round that ended before its smoke
+    test) were spent all the same: the round's counts take them, by their own phase."""
+    by_id = {task.id: task for task in [*rc.val, *rc.held_out]}
+    for label, r in svc.runner.drop_prefetched():
+        if (task := by_id.get(r.task_id)) is not None:
+            t.runs.started(label, [task], rc.k, [r.epoch])
+            t.runs.finished(label, r, 1, 1)
+
+
+def record(
+    ws: Workspace, svc: Services, rc: RoundContext, t: Trail, ending: Ending, say: Announce
+) -> RoundResult:
+    """Accept: one atomic commit on main + tags. Otherwise: the candidate on a ref, main untouched."""
+    status, reason = ending[0], visible(ending[1], 2000)
+    count_unclaimed(svc, rc, t)
+    m = manifest(svc, rc, t, status, reason)
+    ws.journal.write(rc.k, "record", status=status, reason=reason)
+    overlay = (t.candidate or rc.incumbent).root  # skill/, harness/ and this round's trajectories/
+    if status == "accepted":
+        new_best = ledger.is_new_best(ws.repo, m)
+        paths = list(RECORD_PATHS[:3])
+        if new_best:  # best_skill.md only moves with ho/best
+            shutil.copy2(overlay / "skill" / "SKILL.md", overlay / "best_skill.md")
+            paths.append("best_skill.md")
+        sha = ledger.record_accepted(ws.repo, ws.journal, rc.parent, overlay, paths, m, new_best=new_best)
+        cache = ValCache(svc.state_dir)
+        cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox), outcomes(t.cand_val))
+    else:
+        paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
+        sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
+    ws.journal.write(rc.k, "recorded", status=status, commit=sha)
+    svc.store.clear(rc.k)  # git holds the round now
+    if svc.store.reused:
+        say(f"round {rc.k}: reused {svc.store.reused} finished rollout(s) of an interrupted run")
+    say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
+    return RoundResult(rc.k, status, reason, sha, m)
+
+
+def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: str) -> RoundManifest:
+    d, p, snap = t.decision, t.proposal, t.snapshot
+    usage = svc.usage_of_round(rc.k)
+    optimizer = None
+    if p is not None:
+        optimizer = OptimizerRecord(
+            turns=p.turns,
+            stopped_by=p.stopped_by,
+            input_tokens=p.input_tokens,
+            output_tokens=p.output_tokens,
+            transcript=str(p.transcript_path) if p.transcript_path else None,
+            view_skipped=snap.skipped if snap else [],
+        )
+    return RoundManifest(
+        round=rc.k,
+        status=status,
+        reason=reason,
+        summary=p.summary if p else "",
+        parent=rc.parent,
+        val_score=d.candidate_score if d else None,
+        incumbent_score=d.incumbent_score if d else None,
+        delta=d.delta if d else None,
+        dead_zone=d.dead_zone if d else None,
+        n=d.n if d else None,
+        fixed=d.fixed if d else [],
+        broken=d.broken if d else [],
+        gate=d.details if d else {},
+        train_passed=sum(r.passed for r in t.train),
+        train_tasks=len(t.train),
+        changed=t.copied.changed if t.copied else [],
+        violations=t.copied.violations if t.copied else [],
+        optimizer=optimizer,
+        tokens={
+            role: RoleUsage(**u, cost_usd=_role_cost(svc, rc.k, role)) for role, u in usage.tokens.items()
+        },
+        cost_usd=usage.cost_usd,
+        notes=[*svc.gateway.notes, *svc.runner.notes],
+        noise_floor=t.noise_floor,
+        confirmation=t.confirmation,
+        phases=t.runs.phases(),
+        repeats=t.runs.repeats(),
+        wall_s=round(time.monotonic() - t.started, 3),
+        checks=t.checks,
+    )
+
+
+def _role_cost(svc: Services, k: int, role: str) -> float:
+    u = svc.gateway.usage().get((role, k))
+    return round(u.cost_usd, 6) if u else 0.0
