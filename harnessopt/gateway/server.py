@@ -42,7 +42,15 @@ from harnessopt.gateway.http import (
     api_key_of,
     estimate_input_tokens,
 )
-from harnessopt.gateway.policy import PRICES, LeasePolicy, cost_bound, cost_of, input_bound, price_of
+from harnessopt.gateway.policy import (
+    PRICES,
+    LeasePolicy,
+    cost_bound,
+    cost_of,
+    forwarded_betas,
+    input_bound,
+    price_of,
+)
 from harnessopt.gateway.translate import chat_request_to_messages, messages_response_to_chat
 from harnessopt.protocols import Exchange, Forward, GatewayLease, Model, ModelError, Usage
 
@@ -394,7 +402,7 @@ class Gateway:
             self._record(lease, call, None, e.message, started, 0.0, None)
             raise
         t0 = time.monotonic()
-        forward = Forward.of(call.headers, call.query)  # beta features; never the client's key
+        forward = self._forward_of(call)
         try:
             response = model.create(call.body, lease.role, forward=forward)
         except ModelError as e:
@@ -409,6 +417,21 @@ class Gateway:
             raise
         self._record(lease, call, response, None, started, t0, hold)
         return response
+
+    def _forward_of(self, call: ApiCall) -> Forward:
+        """The client's beta features (those the policy allows), its query; never its key."""
+        forward = Forward.of(call.headers, call.query)
+        if "anthropic-beta" not in forward.headers:
+            return forward
+        value, dropped = forwarded_betas(forward.headers["anthropic-beta"], self.policy.allow_server_tools)
+        if dropped:
+            with self._lock:
+                self._note(
+                    f"anthropic-beta {', '.join(dropped)} not forwarded: it unlocks features that run on the "
+                    "API's side (model.allow_server_tools)"
+                )
+        headers = {k: v for k, v in forward.headers.items() if k != "anthropic-beta"}
+        return replace(forward, headers=headers | ({"anthropic-beta": value} if value else {}))
 
     def _reserve(self, lease: _Lease, call: ApiCall) -> Usage:
         """Check the lease's policy and hold the call's worst case; 429 when it does not fit."""
