@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harnessopt.config import BudgetConfig, Config, GatewayConfig
+from harnessopt.gateway.media import OPAQUE_KEYS, media_bound
 from harnessopt.protocols import ModelError
 
 CLIENT_TOOL_TYPES = ("custom",)
@@ -116,12 +117,14 @@ def cost_of(model: str, usage: Mapping[str, Any], prices: Prices | None = None) 
 def input_bound(body: Mapping[str, Any], raw_len: int) -> int:
     """At most how many input tokens a request can be billed for.
 
-    A token is at least one byte of text, and images cost fewer tokens than their base64
-    bytes, so the body's byte length bounds them; each tool adds its system prompt (at most
-    about 700 tokens), counted as 1024. PDFs can exceed this (a page is text and an image).
+    A token is at least one byte of text, so the body's bytes bound its text; base64 images
+    and PDFs are counted instead at what they are billed (``media``: an image by its pixels, a
+    PDF by its pages and text); each tool adds its system prompt (at most about 700 tokens),
+    counted as 1024.
     """
+    media_bytes, media_tokens = media_bound(body)
     tools = body.get("tools")
-    return raw_len + 1024 * (1 + (len(tools) if isinstance(tools, list) else 0))
+    return raw_len - media_bytes + media_tokens + 1024 * (1 + (len(tools) if isinstance(tools, list) else 0))
 
 
 def cost_bound(
@@ -241,9 +244,6 @@ _SERVER_TOOL_WHY = (
 )
 
 
-# Where a body holds data the API only passes to the model (tool inputs and schemas, the
-# caller's metadata): a "source" there is not a source, so the walk does not look inside.
-_OPAQUE_KEYS = frozenset({"input", "input_schema", "input_examples", "schema", "metadata"})
 # Sources the API reads from the request itself. Any other (``url``: fetched from the network;
 # ``file``: a Files API upload of the key's owner) is refused unless server tools are allowed.
 SOURCE_TYPES = frozenset({"base64", "text", "content"})
@@ -315,7 +315,7 @@ def _foreign_source(node: Any, where: str) -> tuple[str, Any] | None:
     if node.get("file_id"):
         return f"{where}.file_id".lstrip("."), "file"
     for key, value in node.items():
-        if key in _OPAQUE_KEYS or not isinstance(value, (dict, list)):
+        if key in OPAQUE_KEYS or not isinstance(value, (dict, list)):
             continue
         if found := _foreign_source(value, f"{where}.{key}"):
             return found
