@@ -350,11 +350,12 @@ class Gateway:
         """The shared TCP listener refused a connection: any task using it may have lost a call.
 
         Who was refused cannot be told (nothing of the request was read), so every live task's
-        run is marked, and the runner runs those tasks again (``rollout.runner``).
+        run is marked, and the runner runs those tasks again (``rollout.runner``). Containers
+        cannot reach this port (no network): only local-mode harnesses and host processes can.
         """
         with self._lock:
             for lease in self._leases.values():
-                if lease.task_id is not None and lease.socket_path is None:
+                if lease.task_id is not None:
                     self._note_refusal(lease, SHARED_REFUSED)
 
     def _note_refusal(self, lease: _Lease, mark: str) -> None:

@@ -71,7 +71,11 @@ def setup(tmp_path: Path) -> Iterator[tuple[Gateway, Runner, Candidate]]:
     (root / "harness").mkdir()
     settings = GatewayConfig(max_connections=SLOTS)
     cfg = Config(rollout=RolloutConfig(sandbox="local", timeout_s=60), gateway=settings)
-    with Gateway(ScriptedModel.from_dict(SCRIPT), BudgetConfig(), settings=settings) as gw:
+    sock_dir = tmp_path / "gw"  # as in a run: leases get their own socket too, and local harnesses use TCP
+    sock_dir.mkdir()
+    with Gateway(
+        ScriptedModel.from_dict(SCRIPT), BudgetConfig(), socket_dir=sock_dir, settings=settings
+    ) as gw:
         scorer = lambda task, answer, out: float(answer == task["answer"])  # noqa: E731
         runner = Runner(cfg, object(), gw, scorer, tmp_path / "scratch")  # type: ignore[arg-type]
         yield gw, runner, Candidate(root, "incumbent", "c")
