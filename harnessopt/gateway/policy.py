@@ -68,18 +68,18 @@ def _price(model: str, prices: Prices | None) -> tuple[float, float, bool] | Non
     return None
 
 
-def unpriced_budget(cfg: Config) -> str | None:
+def unpriced_budget(cfg: Config, with_optimizer: bool = True) -> str | None:
     """Why ``budget.max_cost`` cannot bind this run (a role's model has no price), or None.
 
     Calls of a model without a price are counted as $0, so a dollar budget would never refuse
     one. The scripted model costs nothing and needs no price; the optimizer's model counts only
-    when the optimizer calls a model (any backend but ``manual``).
+    when the optimizer runs (``with_optimizer``) and calls a model (any backend but ``manual``).
     """
     if cfg.budget.max_cost is None:
         return None
     prices = {glob: (float(p[0]), float(p[1])) for glob, p in cfg.prices.items()}
     roles = [("model.target", cfg.model.target, cfg.model.provider)]
-    if cfg.optimizer.backend != "manual":
+    if with_optimizer and cfg.optimizer.backend != "manual":
         roles.append(("optimizer.model", cfg.optimizer.model, cfg.optimizer.provider or cfg.model.provider))
     for setting, model, provider in roles:
         if provider != "scripted" and price_of(model, prices) is None:

@@ -78,7 +78,7 @@ def open_services(
     keep_rollouts: bool = True,
 ) -> Iterator[Services]:
     """Build and start the parts; everything started is stopped again, also on Ctrl-C or a crash."""
-    if unpriced := unpriced_budget(cfg):  # a dollar budget that no call would ever reach
+    if unpriced := unpriced_budget(cfg, with_optimizer):  # a dollar budget no call would reach
         raise UserError(unpriced)
     state_dir = root / STATE_DIR
     model = model_for(cfg.model, root)

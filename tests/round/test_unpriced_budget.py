@@ -64,3 +64,4 @@ def test_which_roles_need_a_price() -> None:
     assert "optimizer.model 'my-own'" in (unpriced_budget(optimizer) or "")
     manual = optimizer.model_copy(update={"optimizer": OptimizerConfig(backend="manual", model="my-own")})
     assert unpriced_budget(manual) is None  # a person makes no model call
+    assert unpriced_budget(optimizer, with_optimizer=False) is None  # audit, ablate, replay
