@@ -12,18 +12,16 @@ import base64
 import io
 import math
 import struct
-import threading
-import time
 import zlib
 from typing import Any
 
-import anthropic
 from PIL import Image
 
 from harnessopt.config import BudgetConfig
 from harnessopt.gateway.media import MAX_IMAGE_TOKENS, PAGE_IMAGE_TOKENS, image_size, image_tokens, pdf_tokens
 from harnessopt.gateway.server import Gateway
-from harnessopt.protocols import Forward, Usage
+from harnessopt.protocols import Usage
+from tests.support.billed_upstream import BilledUpstream, concurrent_calls
 
 SIDE = 1092
 BILLED = math.ceil(SIDE * SIDE / 750)  # 1,590: what the API bills such an image
@@ -54,60 +52,22 @@ IMAGE = {
 }
 
 
-class PixelBilledUpstream:
-    """A slow upstream that bills images as the API does: BILLED tokens each, plus the text."""
-
-    name = "pixels"
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.lock = threading.Lock()
-
-    def create(self, request: dict[str, Any], role: str, *, forward: Forward | None = None) -> dict[str, Any]:
-        with self.lock:
-            self.calls += 1
-        time.sleep(0.5)  # the calls are in flight together
-        blocks = [b for m in request["messages"] for b in m["content"]]
-        images = sum(b["type"] == "image" for b in blocks)
-        text = sum(len(b.get("text", "")) for b in blocks)
-        usage = {"input_tokens": images * BILLED + text, "output_tokens": request["max_tokens"]}
-        return {"id": "msg_1", "type": "message", "role": "assistant", "model": request["model"],
-                "content": [{"type": "text", "text": "x"}], "stop_reason": "max_tokens",
-                "stop_sequence": None, "usage": usage}  # fmt: skip
+def billed_by_pixels(request: dict[str, Any]) -> int:
+    """As the API bills: BILLED tokens an image, plus the text."""
+    blocks = [b for m in request["messages"] for b in m["content"]]
+    return sum(BILLED if b["type"] == "image" else len(b.get("text", "")) for b in blocks)
 
 
 def test_concurrent_calls_with_small_high_resolution_images_stay_within_max_cost() -> None:
     assert len(IMAGE["source"]["data"]) < 400  # type: ignore[index]  # bytes say ~100 tokens
     one_call = (IMAGES_PER_CALL * BILLED + 16 * 5) / 1_000_000  # its real cost in USD
     budget = BudgetConfig(max_cost=round(3.2 * one_call, 6))  # room for 3 such calls
-    upstream = PixelBilledUpstream()
-    outcomes: list[str] = []
+    upstream = BilledUpstream(billed_by_pixels, delay_s=0.5)
+    content = [{"type": "text", "text": "what?"}, *[IMAGE] * IMAGES_PER_CALL]
     with Gateway(upstream, budget) as gw:
-        start = threading.Barrier(10)
-
-        def harness() -> None:
-            lease = gw.lease("target", 1, "t")
-            client = anthropic.Anthropic(
-                base_url=lease.base_url, api_key=lease.token, max_retries=0, timeout=30
-            )
-            start.wait()
-            try:
-                client.messages.create(
-                    model=MODEL,
-                    max_tokens=16,
-                    messages=[
-                        {"role": "user", "content": [{"type": "text", "text": "what?"}, *[IMAGE] * 20]}
-                    ],
-                )
-                outcomes.append("ok")
-            except anthropic.RateLimitError:
-                outcomes.append("refused")
-
-        threads = [threading.Thread(target=harness) for _ in range(10)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        outcomes = concurrent_calls(
+            gw, 10, model=MODEL, max_tokens=16, messages=[{"role": "user", "content": content}]
+        )
         total, held = gw.total(), gw.held()
     assert len(outcomes) == 10 and total.calls == upstream.calls == outcomes.count("ok")
     assert total.cost_usd <= budget.max_cost, f"${total.cost_usd:.4f} spent of ${budget.max_cost}"  # type: ignore[operator]
@@ -136,7 +96,7 @@ def test_pdfs_are_counted_by_their_pages() -> None:
 
 
 def test_the_reservation_counts_pixels_not_base64_bytes() -> None:
-    with Gateway(PixelBilledUpstream(), BudgetConfig()) as gw:
+    with Gateway(BilledUpstream(billed_by_pixels), BudgetConfig()) as gw:
         body = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": [IMAGE, IMAGE]}]}
         nested = {"type": "tool_result", "tool_use_id": "t", "content": [IMAGE]}
         deep = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": [nested]}]}
