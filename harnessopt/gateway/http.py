@@ -399,6 +399,7 @@ class MessagesServer:
         self._threads: list[threading.Thread] = []
         self._listeners: dict[Path, tuple[socketserver.BaseServer, threading.Thread]] = {}
         self._listeners_lock = threading.Lock()
+        self._closing: list[threading.Thread] = []  # listeners of close_listener still stopping
 
     @property
     def port(self) -> int:
@@ -451,23 +452,40 @@ class MessagesServer:
             self._listeners[path] = (unix, thread)
         thread.start()
 
-    def close_listener(self, path: Path) -> None:
-        """Stop serving (and remove) a socket of ``open_listener``; connections being served finish."""
+    def close_listener(self, path: Path, wait: bool = False) -> None:
+        """Remove a socket of ``open_listener`` now; its listener stops in the background (``wait``:
+        before returning), as ``shutdown`` waits for the accepting thread's next poll (~50 ms).
+        Connections being served finish."""
         with self._listeners_lock:
             found = self._listeners.pop(path, None)
+            self._closing = [t for t in self._closing if t.is_alive()]
         if found is None:
             return
+        path.unlink(missing_ok=True)  # no new client finds it
         server, thread = found
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-        path.unlink(missing_ok=True)
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+
+        if wait:
+            close()
+            return
+        closer = threading.Thread(target=close, name="messages-unix-close", daemon=True)
+        closer.start()
+        with self._listeners_lock:
+            self._closing.append(closer)
 
     def stop(self) -> None:
         with self._listeners_lock:
             paths = list(self._listeners)
         for path in paths:
-            self.close_listener(path)
+            self.close_listener(path, wait=True)
+        with self._listeners_lock:
+            closing, self._closing = self._closing, []
+        for closer in closing:
+            closer.join(timeout=5)
         for server in self._servers:
             server.shutdown()
             server.server_close()
