@@ -178,13 +178,15 @@ def propose(s: State, kind: str, rng: np.random.Generator) -> State:
 _PLAIN = {(s, c): Outcome(float(s), None, 0, bool(c)) for s in (0, 1) for c in (0, 1)}
 
 
-def rollout(s: State, ids: np.ndarray, rng: np.random.Generator, runs: int = 1, detail: str = "") -> Outcomes:
-    """``runs`` runs of each task: pass ~ Bernoulli(p), a 5% flaky crash, a soft value and tokens.
+def rollout(
+    s: State, ids: np.ndarray, rng: np.random.Generator, runs: int = 1, detail: str = "", crash: float = CRASH
+) -> Outcomes:
+    """``runs`` runs of each task: pass ~ Bernoulli(p), a flaky crash (5%), a soft value and tokens.
 
     Every call draws all of them (so policies see the same runs); the Outcome carries the soft
     value or the tokens only for the policy that reads them (``detail``: "soft", "tokens")."""
     shape = (runs, len(ids))
-    crashed = rng.random(shape) < CRASH
+    crashed = rng.random(shape) < crash
     score = ((rng.random(shape) < s.p[ids]) & ~crashed).astype(int)
     soft = np.clip(0.5 * score + 0.5 * s.c[ids] + rng.normal(0.0, 0.1, shape), 0.0, 1.0)
     tokens = s.tokens[ids] * rng.lognormal(0.0, 0.2, shape) * np.where(crashed, rng.uniform(0.1, 1, shape), 1)
@@ -224,8 +226,11 @@ def decide(
     val: np.ndarray,
     inc_out: Outcomes,
     rng: np.random.Generator,
+    rollout: Callable[..., Outcomes] = rollout,
 ) -> tuple[Decision, Outcomes]:
-    """Smoke test (harnessopt), validation and the gate, as the loop runs them; the candidate's outcomes."""
+    """Smoke test (harnessopt), validation and the gate, as the loop runs them; the candidate's outcomes.
+
+    ``rollout`` draws runs (``benchmarks/run_yield.py`` passes one with correlated crashes)."""
     cand_out = rollout(cand, val, rng, pol.epochs, pol.detail)
     spent = len(val) * pol.epochs
     dec = Decision(False, 0.0, spent)
