@@ -153,9 +153,10 @@ def _take_mass(pool: np.ndarray, gains: np.ndarray, mass: float) -> tuple[np.nda
     return pool[:k], take
 
 
-def propose(s: State, kind: str, rng: np.random.Generator) -> State:
-    """A proposal of ``kind``: fixes some tasks, breaks others; the population-mean change is exact."""
-    n, target = POPULATION, EFFECT[kind]
+def propose(s: State, kind: str, rng: np.random.Generator, effect: float | None = None) -> State:
+    """A proposal of ``kind``: fixes some tasks, breaks others; the population-mean change is exact
+    (``EFFECT[kind]``, or ``effect`` when given: a power curve's points)."""
+    n, target = POPULATION, EFFECT[kind] if effect is None else effect
     broken_mass = rng.uniform(0.01, 0.06) * n * (3 if kind == "churn" else 1)
     fixed_mass = broken_mass + target * n
     if fixed_mass < 0:  # a harmful edit that breaks more than its churn: it fixes nothing

@@ -121,14 +121,14 @@ class GateConfig(_Strict):
     epochs: int = Field(1, ge=1)
     """Runs per val task (for stochastic targets)."""
     incumbent_epochs: int | None = Field(None, ge=1)
-    """Runs per val task measured and cached for the incumbent (default: epochs). The runs past
-    the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before running it
-    again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise floor is
-    measured on the cached runs at no extra cost."""
-    second_look: int = Field(2, ge=0)
+    """Runs per val task measured and cached for the incumbent (default: epochs + second_look). The
+    runs past the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before
+    running it again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise
+    floor is measured on the cached runs at no extra cost."""
+    second_look: int = Field(4, ge=0)
     """Runs of every val task the gate's second look adds, when the first look is promising but
     inside the dead zone (0: a single look)."""
-    first_look_share: float = Field(0.2, gt=0.0, lt=1.0)
+    first_look_share: float = Field(0.05, gt=0.0, lt=1.0)
     """Share of the primary test's alpha the first look spends; the second look gets the rest."""
     max_broken: int | None = Field(None, ge=0)
     """Reject when more val tasks broke than this."""
@@ -152,12 +152,23 @@ class GateConfig(_Strict):
     confirm: Literal["val", "holdout", "none"] = "val"
     """After an accept, runs that did not select it: fresh runs on val, or on the held-out part
     of val; ho/best moves only when they confirm the gain."""
+    confirm_moves_main: bool = True
+    """main moves only when the confirmation (``confirm``) finds the gain again; false: main keeps
+    what the gate accepted whatever the confirmation says (ho/best still waits for it)."""
     holdout_share: float = Field(0.3, gt=0.0, lt=1.0)
     """confirm: holdout: the share of val tasks set aside (by id), never seen by the gate."""
     run_alpha: float | None = Field(None, gt=0.0, lt=1.0)
     """False-accept budget of the whole run, spent evenly over run_rounds gate decisions."""
     run_rounds: int = Field(20, ge=1)
     """Gate decisions run_alpha is spread over; past them the gate accepts nothing."""
+
+    @property
+    def banked_epochs(self) -> int:
+        """Runs per val task cached for the incumbent: ``incumbent_epochs``, by default ``epochs``
+        plus the second look's runs (with no rerun of any kind, just ``epochs``)."""
+        if self.incumbent_epochs is not None:
+            return self.incumbent_epochs
+        return self.epochs + (self.second_look if self.confirm_flips else 0)
 
 
 class BudgetConfig(_Strict):

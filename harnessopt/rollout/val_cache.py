@@ -46,7 +46,7 @@ def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = No
             f"scorer_memory={r.scorer_memory_mb},warm_interpreter={r.warm_interpreter},"
             f"max_output_tokens={cfg.budget.target_max_output_tokens}"
         ),
-        epochs=str(cfg.gate.epochs) + (f"/{cfg.gate.incumbent_epochs}" if cfg.gate.incumbent_epochs else ""),
+        epochs=f"{cfg.gate.epochs}/{cfg.gate.banked_epochs}",
         flags=",".join(f"{k}={v}" for k, v in sorted(cfg.flags.items())),
     )
     return parts

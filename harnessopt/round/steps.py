@@ -37,6 +37,7 @@ from harnessopt.round.checks import import_check, static_check
 from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
+    final_ending,
     gate,
     incumbent_outcomes,
     probe,
@@ -107,7 +108,9 @@ def _steps(
     interrupts.check()
     if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
         return record(ws, svc, rc, t, ("failed", void), say)
-    return record(ws, svc, rc, t, ("accepted" if t.decision.accept else "rejected", t.decision.reason), say)
+    return record(
+        ws, svc, rc, t, final_ending(t.decision, t.confirmation, svc.cfg.gate.confirm_moves_main), say
+    )
 
 
 def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:
