@@ -50,9 +50,10 @@ LAYERS: list[set[str]] = [
         "round.checks",
         "round.leakage",
         "round.tamper",
+        "search.screen",
     },
     {"rollout.runner", "round.services", "reporting"},
-    {"round"},
+    {"round", "search"},
     {"commands", "reporting.mlflow"},
     {"cli", "__main__", "__init__"},
 ]
