@@ -17,6 +17,8 @@ CONFIG_NAME = "harnessopt.yaml"
 # What each mode lets the optimizer change, and what no mode or whitelist ever does (globs).
 MODE_WHITELIST = {"skill": ("skill/**",), "harness": ("harness/**",), "joint": ("skill/**", "harness/**")}
 ALWAYS_READ_ONLY = ("tasks/**", "scorer.py", "harnessopt.yaml", ".git/**")
+DEFAULT_CANDIDATES = 1
+"""search.candidates when the config does not say: the yield benchmark (benchmarks/) chooses it."""
 
 
 class _Strict(BaseModel):
@@ -171,6 +173,22 @@ class GateConfig(_Strict):
         return self.epochs + (self.second_look if self.confirm_flips else 0)
 
 
+class SearchConfig(_Strict):
+    candidates: int = Field(DEFAULT_CANDIDATES, ge=1, le=16)
+    """Edits the optimizer proposes each round, each in its own view and aimed at a different failure
+    cluster of the round's train runs; more than one are screened on train (docs/optimizer.md, "Search")."""
+    winners: int = Field(1, ge=1)
+    """Screened candidates that go on to smoke and validation (the best non-dominated ones); more than
+    one splits the gate's false-accept budget among them (docs/gate.md, "Search")."""
+    screen_tasks: int = Field(0, ge=0)
+    """Train tasks added to the round's batch for screening only (the incumbent runs them too)."""
+    screen_floor: float | None = Field(None, ge=-1.0, le=1.0)
+    """A candidate whose mean train difference against the incumbent is below this is not validated
+    (none: the best screened candidate always is)."""
+    archive: int = Field(4, ge=0)
+    """Candidates of earlier rounds that won on some train tasks offered to a later brief to merge (0: none)."""
+
+
 class BudgetConfig(_Strict):
     max_calls: int | None = Field(None, ge=1)
     """Model calls the gateway allows in the whole run (all roles)."""
@@ -245,6 +263,8 @@ class Config(_Strict):
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
     optimizer: OptimizerConfig = Field(default_factory=lambda: OptimizerConfig())
     gate: GateConfig = Field(default_factory=lambda: GateConfig())
+    search: SearchConfig = Field(default_factory=lambda: SearchConfig())
+    """Several candidates a round, screened on train (docs/optimizer.md, "Search")."""
     budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig())
     gateway: GatewayConfig = Field(default_factory=lambda: GatewayConfig())
     checks: ChecksConfig = Field(default_factory=lambda: ChecksConfig())
