@@ -238,7 +238,8 @@ def test_validation_runs_everything_while_the_candidate_can_still_win(tmp_path: 
 def test_the_first_incumbent_measurement_is_an_aa_test_and_a_change_of_environment_repeats_it(
     tmp_path: Path,
 ) -> None:
-    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(n % 2 == 0 or t < "c"), False))
+    script = lambda side, t, n: (float(n % 2 == 0 or t < "c"), False)  # noqa: E731
+    ws, svc, rc = _setup(tmp_path, script, incumbent_epochs=1)  # no bank: the A/A test runs twice
     said: list[str] = []
     got, nf = evaluate.incumbent_outcomes(ws, svc, rc, said.append)
     n = len(rc.val)
