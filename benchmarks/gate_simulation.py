@@ -90,8 +90,12 @@ class Policy:
     )
 
 
+UNBANKED = {"incumbent_epochs": 1, "second_look": 2, "first_look_share": 0.2}  # the defaults before issue 21
+
+
 def _paired(**cfg: object) -> Callable[[], GatePolicy]:
-    return lambda: PairedGate(GateConfig.model_validate(cfg))
+    """harnessopt's gate; the rows below keep the pre-issue-21 settings unless they say otherwise."""
+    return lambda: PairedGate(GateConfig.model_validate({**UNBANKED, **cfg}))
 
 
 BANK = {
@@ -103,10 +107,10 @@ BANK = {
 
 HO = {"smoke": True, "confirm": True, "futility": True}
 POLICIES = [
-    Policy("harnessopt (default: secondary none)", _paired(), **HO),
+    Policy("harnessopt (default before issue 21: secondary none)", _paired(), **HO),
     Policy(f"harnessopt, run_alpha {RUN_ALPHA} over {RUN_ROUNDS} rounds", _paired(confidence=1 - RUN_ALPHA / RUN_ROUNDS), **HO),
-    Policy("harnessopt, banked incumbent (incumbent_epochs 5, second_look 4, first_look_share 0.05)", _paired(**BANK), inc_epochs=5, **HO),
-    Policy("harnessopt, looks split evenly (first_share 0.5)", lambda: PairedGate(GateConfig(), first_share=0.5), **HO),
+    Policy("harnessopt, banked incumbent (incumbent_epochs 5, second_look 4, first_look_share 0.05: the default now)", _paired(**BANK), inc_epochs=5, **HO),
+    Policy("harnessopt, looks split evenly (first_share 0.5)", lambda: PairedGate(GateConfig.model_validate(UNBANKED), first_share=0.5), **HO),
     Policy("harnessopt, secondary cost (margin 0.02)", _paired(secondary="cost"), detail="tokens", **HO),
     Policy("harnessopt, secondary soft [soft-score variant]", _paired(secondary="soft"), detail="soft", **HO),
     Policy("strict improvement [SkillOpt], 1 epoch", MeanImproved),
@@ -326,7 +330,7 @@ def per_round(m: int, seed: int) -> list[Tally]:
     s0 = population(world)
     val = world.permutation(POPULATION)[:m]
     aa = np.random.default_rng([seed, m, 8])  # the noise floor, as the loop measures it (own stream)
-    nf = measure(rollout(s0, val, aa), rollout(s0, val, aa), GateConfig())
+    nf = measure(rollout(s0, val, aa), rollout(s0, val, aa), GateConfig.model_validate(UNBANKED))
     out[0].noise.append((nf["flip_rate"], nf["paired_sd"], nf["detectable"]))
     for ki, kind in enumerate(EFFECT):
         cand = propose(s0, kind, np.random.default_rng([seed, m, 2, ki]))
