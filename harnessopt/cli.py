@@ -123,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff", help="a round's change as a git diff")
     diff.add_argument("ws", type=Path)
     diff.add_argument("round", type=int)
+    diff.add_argument(
+        "--candidate",
+        type=int,
+        metavar="I",
+        help="candidate cI of a round with several (search.candidates), from its own ref",
+    )
     ap = sub.add_parser("approve", help="approve the round-0 proposal (harness and joint mode)")
     ap.add_argument("ws", type=Path)
     rj = sub.add_parser(
@@ -350,7 +356,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
     from harnessopt.reporting.log import round_diff
     from harnessopt.workspace.core import Workspace
 
-    print(round_diff(Workspace.open(a.ws), a.round), end="")
+    print(round_diff(Workspace.open(a.ws), a.round, a.candidate), end="")
     return 0
 
 
