@@ -102,6 +102,9 @@ def _with_confirmation(row: dict[str, Any]) -> str:
     leak = (row.get("checks") or {}).get("leakage") or {}
     if leak.get("action") == "warn" and leak.get("tasks"):  # checks.leakage: warn let it through
         reason += f"; leakage warning: copies task(s) {', '.join(leak['tasks'][:5])}"
+    for check in (row.get("checks") or {}).values():  # a check that flags the round for review
+        if isinstance(check, dict) and check.get("note"):
+            reason += f"; {check['note']}"
     return reason
 
 
