@@ -85,11 +85,9 @@ def _workspace(tmp_path: Path, script: str, **checks: object) -> Path:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
         "".join(
-            json.dumps(
-                {"id": c, "input": _question(c), "answer": a, "split": "train" if c in TRAIN else "val"}
-            )
-            + "\n"
-            for c, a in CAPITALS.items()
+            json.dumps({"id": f"capital-{i:02d}", "input": _question(c), "answer": a, "split": split}) + "\n"
+            for i, (c, a) in enumerate(CAPITALS.items())
+            for split in ["train" if c in TRAIN else "val"]
         )
     )
     rules = [
@@ -100,7 +98,11 @@ def _workspace(tmp_path: Path, script: str, **checks: object) -> Path:
             "tool_use": [
                 {
                     "name": "str_replace_based_edit_tool",
-                    "input": {"command": "create", "path": "skill/scripts/answer.py", "file_text": script},
+                    "input": {
+                        "command": "create",
+                        "path": "skill/scripts/answer.py",
+                        "file_text": script.replace("{", "{{").replace("}", "}}"),  # str.format'd
+                    },
                 }
             ],
         },
@@ -138,8 +140,9 @@ def test_a_hash_keyed_answer_table_is_rejected_end_to_end(tmp_path: Path, encode
     assert m.reason.startswith("memorised answers") and memo["p"] <= memo["alpha"]
     assert git(ws, "rev-parse", "HEAD") == head
     assert m.checks["datalike"]["flagged"]  # the static signal flags it for review too
-    log = cli("log", ws)
-    assert "memorised answers" in log.stdout and "review: data-like additions" in log.stdout
+    log = " ".join(cli("log", ws).stdout.split())  # a table: the reason wraps
+    assert "memorised answers: the gain collapsed on perturbed inputs" in log
+    assert "review: data-like additions" in log
     journal = (ws / ".harnessopt" / "journal.jsonl").read_text()
     assert '"phase": "memorised"' in journal
 
@@ -156,7 +159,7 @@ def test_warn_keeps_the_accept_and_says_why(tmp_path: Path) -> None:
     ws = _workspace(tmp_path, answer_script(False), memorised="warn")
     res, r1 = _run(ws)
     assert r1.status == "accepted" and r1.manifest.checks["memorised"]["collapsed"]
-    assert "memorised-answer check" in cli("log", ws).stdout
+    assert "memorised-answer check: gain collapsed" in " ".join(cli("log", ws).stdout.split())
 
 
 # ------------------------------------------------------------------ the statistics
