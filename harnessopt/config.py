@@ -218,7 +218,7 @@ class ChecksConfig(_Strict):
     memorised: Literal["reject", "warn", "off"] = "reject"
     """Before an accept is recorded, rerun the fixed val tasks with perturbed inputs on both sides and
     reject (or only warn) when the gain collapses there (docs/gate.md, "Memorised answers")."""
-    memorised_variants: int = Field(2, ge=1, le=8)
+    memorised_variants: int = Field(1, ge=1, le=8)
     """Perturbed variants run per fixed val task (each once, on both sides)."""
     memorised_alpha: float = Field(0.01, gt=0.0, lt=0.5)
     """Level of the memorised test: the rate at which it rejects a candidate that keeps its gain."""
