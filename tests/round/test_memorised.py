@@ -17,7 +17,7 @@ import yaml
 from harnessopt.config import ALWAYS_READ_ONLY, Config
 from harnessopt.gate.memorised import decide, min_tasks, sign_flip_p
 from harnessopt.ledger import store as ledger
-from harnessopt.optimizer.view import PROTECTED
+from harnessopt.optimizer.view import PROTECTED, build_view, copy_back
 from harnessopt.protocols import Outcome, Task
 from harnessopt.round import datalike, tamper
 from harnessopt.round.memorised import builtin, perturbed_tasks
@@ -210,6 +210,16 @@ def test_the_workspace_hook_perturbs_and_is_hidden_and_sealed_like_the_scorer(tm
     [v], _ = perturbed_tasks(tmp_path, [task], 1)
     assert v.input == "What is the seat of government of France?"
     assert "perturb.py" in PROTECTED and "perturb.py" in ALWAYS_READ_ONLY
+    # an optimizer that writes one into its view, even under a whitelist of **, changes nothing
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    for root in (ws, out):
+        (root / "skill").mkdir(parents=True)
+        (root / "skill" / "SKILL.md").write_text("---\nname: s\ndescription: d\n---\n\nHi.\n")
+    snap = build_view(ws, tmp_path / "view", history_md="", brief_md="")
+    assert not (snap.view / "perturb.py").exists()
+    (snap.view / "perturb.py").write_text("def perturb(task, rng):\n    return task\n")
+    got = copy_back(snap.view, out, ["**"], snapshot=snap)
+    assert "perturb.py" in got.violations and not (out / "perturb.py").exists()
     cfgs = {"run": Config()}
     before = tamper.seal(tmp_path, cfgs, None)
     (tmp_path / "perturb.py").write_text("def perturb(task, rng):\n    return task\n")
