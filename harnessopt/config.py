@@ -220,7 +220,7 @@ class ChecksConfig(_Strict):
     reject (or only warn) when the gain collapses there (docs/gate.md, "Memorised answers")."""
     memorised_variants: int = Field(1, ge=1, le=8)
     """Perturbed variants run per fixed val task (each once, on both sides)."""
-    memorised_alpha: float = Field(0.01, gt=0.0, lt=0.5)
+    memorised_alpha: float = Field(0.05, gt=0.0, lt=0.5)
     """Level of the memorised test: the rate at which it rejects a candidate that keeps its gain."""
     memorised_retain: float = Field(0.5, gt=0.0, le=1.0)
     """Share of the gate's gain a candidate must keep on perturbed inputs (H0 of the test)."""
