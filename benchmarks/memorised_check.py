@@ -16,8 +16,8 @@ The share of those the gate accepts that the check rejects is the detection rate
 The world's A/A flip rate (tasks solved in one run and not the other) is printed: real runs show
 0.17-0.21 (docs/gate.md).
 
-    python benchmarks/memorised_check.py            # ~1-2 min on 2 cores
-    python benchmarks/memorised_check.py --quick
+    python benchmarks/memorised_check.py            # 1000 proposals per row
+    python benchmarks/memorised_check.py --quick    # 300 a row: the figures of docs/gate.md
 """
 
 from __future__ import annotations
@@ -143,11 +143,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--alpha", type=float, default=ChecksConfig().memorised_alpha)
     ap.add_argument("--variants", type=int, default=ChecksConfig().memorised_variants)
+    ap.add_argument("--retain", type=float, default=ChecksConfig().memorised_retain)
     ap.add_argument("--m", type=int, nargs="+", default=[50, 100])
     a = ap.parse_args()
     global CHECKS  # noqa: PLW0603 (one setting for the whole script)
-    CHECKS = ChecksConfig(memorised_alpha=a.alpha, memorised_variants=a.variants)
-    trials = 300 if a.quick else 1500
+    CHECKS = ChecksConfig(memorised_alpha=a.alpha, memorised_variants=a.variants, memorised_retain=a.retain)
+    trials = 300 if a.quick else 1000
     print(
         f"memorised check: alpha {CHECKS.memorised_alpha}, retain {CHECKS.memorised_retain}, "
         f"{CHECKS.memorised_variants} variants per fixed task; {trials} proposals per row"
