@@ -9,15 +9,16 @@ as fixed are run again, ``checks.memorised_variants`` perturbed variants each, o
   there is one (``perturb(task: dict, rng: random.Random) -> dict``, host side like scorer.py,
   hidden from harness and optimizer, sealed like it), else by the built-in perturbation: a string
   gets leading and trailing whitespace and one doubled space between two words; an object gets its
-  keys in another order (recursively) and its strings the same whitespace change. A table keyed
+  keys in another order (recursively), its values unchanged. A table keyed
   by a hash of the input as given (in clear or encoded) misses every variant;
 * the gold answer and metadata are kept; the scorer scores the variant as it is.
 
 ``gate.memorised.decide`` tests whether the candidate keeps ``checks.memorised_retain`` of its gain
 on them (level ``checks.memorised_alpha``). ``reject`` turns the accept into a rejection, ``warn``
 says it and keeps the accept, ``off`` runs nothing. What it cannot see: a table keyed on a
-normalised input (whitespace collapsed, keys sorted) survives the built-in perturbation (a
-``perturb.py`` that rewords the input is needed for that); a gain on fewer fixed tasks than the
+normalised input (whitespace collapsed, keys sorted) or on one field of an object survives the
+built-in perturbation (a ``perturb.py`` that rewords the input is needed for that); a gain on
+fewer fixed tasks than the
 test needs (``min_tasks``) is not tested; a gain measured without fixed tasks (the secondary
 metric) neither. docs/gate.md, "Memorised answers".
 """
@@ -108,16 +109,22 @@ def builtin(task: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 
 
 def _perturb_value(value: Any, rng: random.Random) -> Any:
+    """A string input: its whitespace. An object: its keys' order, recursively, and nothing else
+    (a field's value may be an identifier or code, whose whitespace is meaning)."""
     if isinstance(value, str):
         return _whitespace(value, rng)
+    return _reordered(value, rng)
+
+
+def _reordered(value: Any, rng: random.Random) -> Any:
     if isinstance(value, dict):
         keys = list(value)
         rng.shuffle(keys)
         if len(keys) > 1 and keys == list(value):
             keys = keys[1:] + keys[:1]
-        return {k: _perturb_value(value[k], rng) for k in keys}
+        return {k: _reordered(value[k], rng) for k in keys}
     if isinstance(value, list):
-        return [_perturb_value(v, rng) for v in value]
+        return [_reordered(v, rng) for v in value]
     return value
 
 

@@ -198,8 +198,11 @@ def test_perturbed_variants_keep_meaning_and_gold_but_not_id_or_exact_input(tmp_
         assert v.id.startswith("p-") and "france" not in v.id
         assert v.input != task.input and " ".join(str(v.input).split()) == task.input
         assert (v.answer, v.split, v.metadata) == ("Paris", "val", {"k": 1})
-    obj = builtin({"input": {"a": "x y", "b": 2, "c": [1]}}, random.Random(1))["input"]
-    assert list(obj) != ["a", "b", "c"] and json.loads(json.dumps(obj, sort_keys=True))["b"] == 2
+    obj = builtin({"input": {"a": "x y", "b": 2, "c": [{"d": 1, "e": 2}]}}, random.Random(1))["input"]
+    assert list(obj) != ["a", "b", "c"] and list(obj["c"][0]) == ["e", "d"]
+    assert json.dumps(obj, sort_keys=True) == json.dumps(
+        {"a": "x y", "b": 2, "c": [{"d": 1, "e": 2}]}, sort_keys=True
+    )
 
 
 def test_the_workspace_hook_perturbs_and_is_hidden_and_sealed_like_the_scorer(tmp_path: Path) -> None:
