@@ -19,6 +19,7 @@ from harnessopt.gate.memorised import decide, min_tasks, sign_flip_p
 from harnessopt.ledger import store as ledger
 from harnessopt.optimizer.view import PROTECTED, build_view, copy_back
 from harnessopt.protocols import Outcome, Task
+from harnessopt.reporting.data import report_data
 from harnessopt.round import datalike, tamper
 from harnessopt.round.memorised import builtin, perturbed_tasks
 from harnessopt.workspace.core import Workspace
@@ -143,6 +144,8 @@ def test_a_hash_keyed_answer_table_is_rejected_end_to_end(tmp_path: Path, encode
     log = " ".join(cli("log", ws).stdout.split())  # a table: the reason wraps
     assert "memorised answers: the gain collapsed on perturbed inputs" in log
     assert "review: data-like additions" in log
+    [row] = [r for r in report_data(Workspace.open(ws))["rounds"] if r["round"] == 1]
+    assert "review: data-like additions" in row["reason"]  # the HTML report's reason column
     journal = (ws / ".harnessopt" / "journal.jsonl").read_text()
     assert '"phase": "memorised"' in journal
 
