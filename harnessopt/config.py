@@ -16,7 +16,7 @@ from harnessopt.errors import UserError
 CONFIG_NAME = "harnessopt.yaml"
 # What each mode lets the optimizer change, and what no mode or whitelist ever does (globs).
 MODE_WHITELIST = {"skill": ("skill/**",), "harness": ("harness/**",), "joint": ("skill/**", "harness/**")}
-ALWAYS_READ_ONLY = ("tasks/**", "scorer.py", "harnessopt.yaml", ".git/**")
+ALWAYS_READ_ONLY = ("tasks/**", "scorer.py", "perturb.py", "harnessopt.yaml", ".git/**")
 DEFAULT_CANDIDATES = 1
 """search.candidates when the config does not say: the yield benchmark (benchmarks/) chooses it."""
 
@@ -244,6 +244,18 @@ class ChecksConfig(_Strict):
     """Characters those words must span (so short words and short answers never count alone)."""
     id_min_chars: int = Field(4, ge=1)
     """Task ids shorter than this are too likely to occur by chance and are not looked for."""
+    memorised: Literal["reject", "warn", "off"] = "reject"
+    """Before an accept is recorded, rerun the fixed val tasks with perturbed inputs on both sides and
+    reject (or only warn) when the gain collapses there (docs/gate.md, "Memorised answers")."""
+    memorised_variants: int = Field(1, ge=1, le=8)
+    """Perturbed variants run per fixed val task (each once, on both sides)."""
+    memorised_alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    """Level of the memorised test: the rate at which it rejects a candidate that keeps its gain."""
+    memorised_retain: float = Field(0.5, gt=0.0, le=1.0)
+    """Share of the gate's gain a candidate must keep on perturbed inputs (H0 of the test)."""
+    datalike: Literal["flag", "off"] = "flag"
+    """Flag a round for review when its diff adds data-like content (many short literals,
+    high-entropy or base64-like blobs, new data files under skill/); never a rejection by itself."""
 
 
 class Config(_Strict):
@@ -255,8 +267,8 @@ class Config(_Strict):
     whitelist: list[str] | None = None
     """Glob patterns (relative to the workspace) the optimizer may change; default per mode."""
     read_only: list[str] = Field(default_factory=list)
-    """Globs never copied back, added to the always read-only tasks/**, scorer.py, harnessopt.yaml
-    and .git/** (which no whitelist can open)."""
+    """Globs never copied back, added to the always read-only tasks/**, scorer.py, perturb.py,
+    harnessopt.yaml and .git/** (which no whitelist can open)."""
     flags: dict[str, str] = Field(default_factory=dict)
     """Feature flags exported to the harness as HO_FLAG_<NAME>."""
     model: ModelConfig = Field(default_factory=lambda: ModelConfig())

@@ -41,8 +41,9 @@ def run(
             f"{ws.root}/harness/run.py is missing; restore it (git checkout -- harness) or add one"
         )
     if stop.requested(ws.root):  # left from before this run: it does not stop this one
+        if (problem := stop.remove(ws.root)) is not None:
+            raise UserError(f"a STOP request is left from before this run: {problem}, then run again")
         say(f"removed a STOP file left from before this run ({stop.stop_path(ws.root)})")
-        stop.stop_path(ws.root).unlink()
     start = ledger.next_round(ws.repo)
     projected = project(ws, rounds)
     say(projected.line())

@@ -27,7 +27,7 @@ from harnessopt.protocols import Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.trajectory import write_trajectories
-from harnessopt.round import leakage, stop, tamper
+from harnessopt.round import datalike, leakage, memorised, stop, tamper
 from harnessopt.round.context import Announce, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
@@ -90,6 +90,9 @@ def _steps(
     )
     if leak:
         return record(ws, svc, rc, t, ("rejected", leak), say)
+    t.checks.update(
+        datalike.flag(rc.k, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, cfg.datalike, say)
+    )
     incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
     t.probe = probe(svc, rc)  # made ahead: counted here
     t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say, t.probe)  # 5
@@ -97,6 +100,8 @@ def _steps(
         return record(ws, svc, rc, t, ("rejected", crash), say)
     t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
     t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
+    if memo := memorised.screen(ws, svc, rc, t, incumbent_val, say):  # a gain on inputs it never saw
+        return record(ws, svc, rc, t, ("rejected", memo), say)
     t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
     interrupts.check()
     if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
