@@ -217,7 +217,16 @@ class ChecksConfig(_Strict):
     """Task ids shorter than this are too likely to occur by chance and are not looked for."""
 
 
+class TriggerConfig(_Strict):
+    distractors: str = "distractors"
+    """Folder (relative to the workspace) of other skills installed beside the candidate in trigger
+    runs, one Agent Skills directory each; missing: the candidate is the only skill offered."""
+
+
 class Config(_Strict):
+    objective: Literal["task", "trigger", "both"] = "task"
+    """What a round scores: the agent's work with the skill (task), whether the skill loads exactly
+    when a query needs it (trigger: only SKILL.md's description fields may change), or both, each gated."""
     mode: Literal["skill", "harness", "joint"] = "skill"
     """What the optimizer may change: skill/** (skill), harness/** (harness) or both (joint); harness
     and joint mode start with a round-0 diagnosis a person approves (docs/optimizer.md)."""
@@ -239,11 +248,16 @@ class Config(_Strict):
     checks: ChecksConfig = Field(default_factory=lambda: ChecksConfig())
     """Leakage checks on every candidate (tamper checks always run)."""
     ray: RayConfig = Field(default_factory=lambda: RayConfig())
+    trigger: TriggerConfig = Field(default_factory=lambda: TriggerConfig())
+    """Trigger runs (objective trigger or both; docs/workspace.md "Objectives")."""
     prices: dict[str, PricePair] = Field(default_factory=dict)
     """USD per million tokens [input, output] by model-name glob, before the built-in table."""
 
     def allowed_globs(self) -> list[str]:
-        """Paths the optimizer may change, relative to the workspace root."""
+        """Paths the optimizer may change, relative to the workspace root (a trigger round: SKILL.md,
+        whose description fields alone are then kept, ``objective.fields``)."""
+        if self.objective == "trigger":
+            return ["skill/SKILL.md"]
         if self.whitelist is not None:
             return list(self.whitelist)
         return list(MODE_WHITELIST[self.mode])

@@ -26,6 +26,7 @@ from harnessopt.gate.verdicts import split_val
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.objective import fields
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
 from harnessopt.protocols import Proposal, Task, TaskResult
@@ -178,7 +179,13 @@ def propose(
     cfg = svc.cfg
     plan = proposals.plan_to_implement(ws.repo) if cfg.mode in ("harness", "joint") else None
     brief = render_brief(
-        rc.k, cfg.mode, cfg.allowed_globs(), cfg.optimizer, n_trajectories=n_train, plan_md=plan
+        rc.k,
+        cfg.mode,
+        cfg.allowed_globs(),
+        cfg.optimizer,
+        n_trajectories=n_train,
+        plan_md=plan,
+        objective=cfg.objective,
     )
     snapshot = build_view(rc.incumbent.root, view, history_md=history, brief_md=brief)
     say(f"round {rc.k}: optimizer '{cfg.optimizer.backend}' is reading {n_train} trajectories")
@@ -205,6 +212,9 @@ def check(
         copied = copy_back(
             snapshot.view, cand_root, cfg.allowed_globs(), snapshot=snapshot, read_only=cfg.read_only_globs()
         )
+        copied = fields.restrict(
+            cfg.objective, rc.incumbent.root, cand_root, copied
+        )  # trigger: description only
         svc.store.save_candidate(rc.k, rc.parent, proposal, dataclasses.asdict(copied), cand_root)
     ws.journal.write(rc.k, "check", changed=copied.changed, violations=copied.violations)
     if proposal.stopped_by == "error":

@@ -17,6 +17,7 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR, Journal
+from harnessopt.objective.trigger import round_tasks
 from harnessopt.protocols import Task
 from harnessopt.workspace.skillspec import read_skill
 from harnessopt.workspace.tasks import (
@@ -92,7 +93,9 @@ class Workspace:
         return cls(root, cfg, repo, Journal(root))
 
     def tasks(self, split: str) -> list[Task]:
-        return read_split(self.root / "tasks", split)
+        """The split's tasks of the run's objective (``objective.trigger.round_tasks``)."""
+        everything = read_split(self.root / "tasks", split)
+        return round_tasks(self.root, self.cfg.objective, self.cfg.trigger.distractors, everything, split)
 
 
 def init_workspace(
