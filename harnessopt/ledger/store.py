@@ -85,6 +85,33 @@ class OptimizerRecord(_Tolerant):
     view_skipped: list[str] = Field(default_factory=list)
 
 
+class TriggerSide(_Tolerant):
+    """Triggering of one side on the round's val trigger runs (docs/gate.md, "Objectives")."""
+
+    precision: float | None = None
+    recall: float | None = None
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+
+
+class TriggerStats(_Tolerant):
+    """What users ask of triggering in a round of objective trigger or both."""
+
+    objective: str = "trigger"
+    candidate: TriggerSide = Field(default_factory=TriggerSide)
+    incumbent: TriggerSide = Field(default_factory=TriggerSide)
+    description_chars: int | None = None
+    """Characters of the candidate's description fields."""
+    incumbent_description_chars: int | None = None
+    pass_when_loaded: float | None = None
+    """Pass rate of the candidate's task runs (not trigger runs) in which the skill loaded."""
+    pass_when_not_loaded: float | None = None
+    runs_loaded: int = 0
+    runs_not_loaded: int = 0
+
+
 class RoundManifest(_Tolerant):
     """The machine-readable part of a round's commit message."""
 
@@ -123,6 +150,8 @@ class RoundManifest(_Tolerant):
     """An accepted candidate on runs that did not select it (gain, interval, confirmed)."""
     checks: dict[str, Any] = Field(default_factory=dict)
     """What the candidate checks found (``leakage``: findings and the action taken)."""
+    trigger: TriggerStats | None = None
+    """Precision and recall of triggering, both sides (objective trigger or both)."""
 
     @property
     def title(self) -> str:

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harnessopt.objective.trigger import is_trigger_task, loaded, should_load
+from harnessopt.ledger.store import TriggerSide, TriggerStats
+from harnessopt.objective.trigger import is_trigger_task, loaded, should_load, skill_name
 from harnessopt.protocols import Outcome, Task, TaskResult
 from harnessopt.util.text import FrontMatterError, read_front_matter
 
@@ -69,3 +70,26 @@ def description_chars(skill_dir: Path) -> int | None:
     except (OSError, UnicodeDecodeError, FrontMatterError):
         return None
     return sum(len(str(meta[k])) for k in ("description", "when_to_use") if k in meta)
+
+
+def round_stats(
+    objective: str,
+    val: Sequence[Task],
+    cand_results: Sequence[TaskResult],
+    cand_out: Mapping[str, Sequence[Outcome]],
+    inc_out: Mapping[str, Sequence[Outcome]],
+    cand_skill: Path | None,
+    inc_skill: Path,
+) -> TriggerStats | None:
+    """The manifest's ``trigger`` field of a round (None in a task round)."""
+    if objective == "task":
+        return None
+    skill = cand_skill or inc_skill
+    return TriggerStats(
+        objective=objective,
+        candidate=TriggerSide(**side(val, cand_out)),
+        incumbent=TriggerSide(**side(val, inc_out)),
+        description_chars=description_chars(skill),
+        incumbent_description_chars=description_chars(inc_skill),
+        **pass_by_loading(val, cand_results, skill_name(skill)),
+    )

@@ -39,6 +39,12 @@ def should_load(task: Task) -> bool:
     return bool(task.answer["trigger"])
 
 
+def default_objective(tasks: Sequence[Task]) -> str:
+    """The objective ``init`` writes: trigger when every task is a trigger task, both when some are."""
+    n = sum(is_trigger_task(t) for t in tasks)
+    return "task" if n == 0 else "trigger" if n == len(tasks) else "both"
+
+
 def for_objective(tasks: Sequence[Task], objective: str) -> list[Task]:
     """The tasks a round of ``objective`` runs: trigger tasks, the others, or all (``both``)."""
     if objective == "both":

@@ -10,7 +10,7 @@ from typing import Any
 
 from harnessopt.ledger.store import RoundManifest, Status
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot
-from harnessopt.protocols import GateDecision, Proposal, Task, TaskResult
+from harnessopt.protocols import GateDecision, Outcomes, Proposal, Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 
@@ -59,4 +59,5 @@ class Trail:
     runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
     checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
     probe: list[TaskResult] = field(default_factory=list)  # the incumbent's smoke rerun made ahead
+    incumbent_val: Outcomes = field(default_factory=dict)  # the incumbent's val runs the gate compared
     started: float = field(default_factory=time.monotonic)

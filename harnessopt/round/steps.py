@@ -97,13 +97,13 @@ def _steps(
     )
     if leak:
         return record(ws, svc, rc, t, ("rejected", leak), say)
-    incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
+    t.incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
     t.probe = probe(svc, rc)  # made ahead: counted here
-    t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say, t.probe)  # 5
+    t.cand_val, crash = smoke(ws, svc, rc, t.candidate, t.incumbent_val, say, t.probe)  # 5
     if crash is not None:
         return record(ws, svc, rc, t, ("rejected", crash), say)
-    t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
-    t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
+    t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, t.incumbent_val, say)  # 6
+    t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, t.incumbent_val)  # 7
     t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
     interrupts.check()
     if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence

@@ -1,0 +1,43 @@
+"""A trigger round end to end with the tool-agent template: the skill offered in a catalogue
+among distractors, a fake upstream that loads a skill when its description fits the query, the
+optimizer's description edit gated and committed, its body edit discarded field by field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harnessopt.ledger import store as ledger
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import cli, git
+from tests.support.trigger_run import BODY_NEW, BODY_OLD, run_trigger
+from tests.support.trigger_ws import NEW_DESCRIPTION
+
+
+def test_a_trigger_round_widens_recall_keeps_precision_and_discards_the_body_edit(tmp_path: Path) -> None:
+    ws, run, fit = run_trigger(
+        tmp_path, "tool-agent", "--sandbox", "local", "--batch-size", "8", "-c", "optimizer.unsafe_host=true"
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    one, two = ledger.past_rounds(Workspace.open(ws).repo)
+    assert one.status == "accepted", one.manifest.reason
+    assert one.manifest.changed == ["skill/SKILL.md"]
+    assert "skill/SKILL.md: body" in one.manifest.violations  # the body edit: a discarded write
+    committed = git(ws, "show", f"{one.commit}:skill/SKILL.md")
+    assert NEW_DESCRIPTION in committed and BODY_OLD in committed and BODY_NEW not in committed
+    t = one.manifest.trigger
+    assert t is not None
+    assert t.incumbent.recall is not None and t.candidate.recall is not None
+    assert t.candidate.recall > t.incumbent.recall  # should-trigger queries now load the skill
+    assert t.candidate.precision == t.incumbent.precision == 1.0  # near misses still go elsewhere
+    assert t.description_chars > t.incumbent_description_chars
+    assert two.status == "noop" and "skill/SKILL.md: body" in two.manifest.violations
+    # the model saw the distractors and picked them for near misses (the catalogue reached it)
+    assert {"yaml-tools", "chart-maker", "pdf-tools"} <= {p for _, p in fit.decisions if p}
+    log = cli("log", ws, "--json")
+    rounds = (
+        [json.loads(x) for x in log.stdout.splitlines() if x.strip()]
+        if log.stdout.lstrip().startswith("{")
+        else []
+    )
+    assert log.returncode == 0 and ("recall" in log.stdout or rounds), log.stdout
