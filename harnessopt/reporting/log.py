@@ -15,6 +15,7 @@ from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.reporting.gate_evidence import confirmation_note
 from harnessopt.reporting.gate_evidence import status_lines as gate_status_lines
+from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.util.text import visible as _visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -51,6 +52,7 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "train_tasks": m.train_tasks,
                 "failures": {p: dict(s.failures) for p, s in m.phases.items() if s.failures},
                 "wall_s": m.wall_s,
+                "trigger": trigger_row(m.trigger),
             }
         )
     return rows
@@ -99,6 +101,8 @@ def visible(text: str) -> str:
 def _with_confirmation(row: dict[str, Any]) -> str:
     note = confirmation_note(row.get("confirmation"))
     reason = f"{row['reason']}; {note}" if note else str(row["reason"])
+    if note := trigger_note(row.get("trigger")):
+        reason += f"; {note}"
     leak = (row.get("checks") or {}).get("leakage") or {}
     if leak.get("action") == "warn" and leak.get("tasks"):  # checks.leakage: warn let it through
         reason += f"; leakage warning: copies task(s) {', '.join(leak['tasks'][:5])}"

@@ -34,10 +34,10 @@ def test_a_trigger_round_widens_recall_keeps_precision_and_discards_the_body_edi
     assert two.status == "noop" and "skill/SKILL.md: body" in two.manifest.violations
     # the model saw the distractors and picked them for near misses (the catalogue reached it)
     assert {"yaml-tools", "chart-maker", "pdf-tools"} <= {p for _, p in fit.decisions if p}
-    log = cli("log", ws, "--json")
-    rounds = (
-        [json.loads(x) for x in log.stdout.splitlines() if x.strip()]
-        if log.stdout.lstrip().startswith("{")
-        else []
-    )
-    assert log.returncode == 0 and ("recall" in log.stdout or rounds), log.stdout
+    rows = json.loads(cli("log", ws, "--json").stdout)
+    assert rows[0]["trigger"]["candidate"]["recall"] == t.candidate.recall
+    table = cli("log", ws).stdout
+    assert f"recall {t.incumbent.recall:.2f}->{t.candidate.recall:.2f}" in " ".join(table.split())
+    report = cli("report", ws, "--out", tmp_path / "report")
+    assert report.returncode == 0, report.stderr
+    assert 'id="plot-triggering"' in (tmp_path / "report" / "report.html").read_text()
