@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from harnessopt.ledger import store as ledger
 from harnessopt.workspace.core import Workspace
+from tests.support.claude_code import claude_code_image
 from tests.support.cli import cli, git
 from tests.support.trigger_run import BODY_NEW, BODY_OLD, run_trigger
 from tests.support.trigger_ws import NEW_DESCRIPTION
@@ -41,3 +45,25 @@ def test_a_trigger_round_widens_recall_keeps_precision_and_discards_the_body_edi
     report = cli("report", ws, "--out", tmp_path / "report")
     assert report.returncode == 0, report.stderr
     assert 'id="plot-triggering"' in (tmp_path / "report" / "report.html").read_text()
+
+
+@pytest.mark.docker
+@pytest.mark.claude_code
+def test_a_trigger_round_with_the_real_claude_code_cli(tmp_path: Path, docker_client: Any) -> None:
+    """The same round with the skill and the distractors installed as project skills of the real
+    CLI: the fake upstream reads the skills the CLI offers its Skill tool and loads by fit."""
+    image = claude_code_image(docker_client)
+    ws, run, fit = run_trigger(
+        tmp_path, "claude-code", "--sandbox", "docker",
+        "-c", f"rollout.image={image}", "-c", "rollout.memory_mb=1024", "-c", "rollout.pids=256",
+        "-c", "gate.epochs=1", "-c", "gate.confirm=none", "--batch-size", "4", rounds=1,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (one,) = ledger.past_rounds(Workspace.open(ws).repo)
+    assert one.status == "accepted", one.manifest.reason
+    assert "skill/SKILL.md: body" in one.manifest.violations
+    t = one.manifest.trigger
+    assert t is not None and t.candidate.recall is not None and t.incumbent.recall is not None
+    assert t.candidate.recall > t.incumbent.recall
+    assert t.candidate.precision == t.incumbent.precision == 1.0
+    assert {"yaml-tools", "chart-maker", "pdf-tools"} <= {p for _, p in fit.decisions if p}

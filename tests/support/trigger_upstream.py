@@ -24,7 +24,7 @@ from typing import Any
 from harnessopt.protocols import ModelError
 
 MIN_SHARED = 2
-STOP = set(
+STOP = {"use", "when", "user", "want", "wants", "asked", "any", "all", "not", "do", "what"} | set(
     [
         "the",
         "a",
@@ -71,34 +71,47 @@ def _text(content: Any) -> str:
     )
 
 
+def _listing(text: str) -> dict[str, str]:
+    """``- name: description`` lines of a skill listing."""
+    return {n: d.strip() for n, d in re.findall(r"^- ([a-z0-9][a-z0-9:_-]*): (.+)$", text, re.M)}
+
+
 def offered_skills(body: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
-    """(loading tool name, {skill: description}) the request offers; (None, {}) when none."""
-    tools = {t.get("name"): t for t in body.get("tools") or [] if isinstance(t, dict)}
-    tool = "load_skill" if "load_skill" in tools else "Skill" if "Skill" in tools else None
-    if tool is None:
-        return None, {}
-    system = body.get("system")
-    system = system if isinstance(system, str) else _text(system)
-    sources = [system, str(tools[tool].get("description", ""))]
-    sources += [_text(m.get("content")) for m in body.get("messages") or [] if m.get("role") == "user"]
-    skills: dict[str, str] = {}
-    for src in sources:
-        for name, desc in re.findall(
-            r"<name>\s*(.*?)\s*</name>\s*<description>\s*(.*?)\s*</description>", src, re.S
+    """(loading tool name, {skill: description}) the request offers; (None, {}) when none.
+
+    Where each runtime lists them: the tool-agent template after "skills are available" in its
+    system prompt; Claude Code in a ``<system-reminder>`` of the first user message that says
+    "The following skills are available for use with the Skill tool"."""
+    tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    if "load_skill" in tools:
+        system = body.get("system")
+        text = system if isinstance(system, str) else _text(system)
+        _, _, listing = text.partition("skills are available")
+        return "load_skill", _listing(listing)
+    if "Skill" in tools:
+        first = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
+        for block in re.findall(
+            r"<system-reminder>(.*?)</system-reminder>", _text(first.get("content")), re.S
         ):
-            skills.setdefault(name.strip(), desc.strip())
-        for name, desc in re.findall(r"^- ([a-z0-9][a-z0-9-]*): (.+)$", src, re.M):
-            skills.setdefault(name, desc.strip())
-    return tool, skills
+            if "skills are available for use with the Skill tool" in block:
+                return "Skill", _listing(block)
+        return "Skill", {}
+    return None, {}
 
 
 def choose(query: str, skills: dict[str, str]) -> str | None:
-    """The skill whose description shares the most words with ``query`` (at least MIN_SHARED, no tie)."""
+    """The skill whose description shares the most words with ``query``, rare words (in few of
+    the offered descriptions) weighing more; at least MIN_SHARED shared words, and no tie."""
     q = words(query)
-    ranked = sorted(((len(q & words(d)), n) for n, d in skills.items()), reverse=True)
-    if not ranked or ranked[0][0] < MIN_SHARED or (len(ranked) > 1 and ranked[1][0] == ranked[0][0]):
+    described = {n: words(d) for n, d in skills.items()}
+    df = {w: sum(w in ws for ws in described.values()) for w in q}
+    ranked = sorted(
+        ((sum(1.0 / df[w] for w in q & ws), len(q & ws), n) for n, ws in described.items()), reverse=True
+    )
+    ranked = [r for r in ranked if r[1] >= MIN_SHARED]
+    if not ranked or (len(ranked) > 1 and abs(ranked[1][0] - ranked[0][0]) < 1e-9):
         return None
-    return ranked[0][1]
+    return ranked[0][2]
 
 
 def check_protocol(body: dict[str, Any]) -> None:
