@@ -19,9 +19,10 @@ from tests.support.trigger_ws import NEW_DESCRIPTION
 
 
 def test_a_trigger_round_widens_recall_keeps_precision_and_discards_the_body_edit(tmp_path: Path) -> None:
-    ws, run, fit = run_trigger(
-        tmp_path, "tool-agent", "--sandbox", "local", "--batch-size", "8", "-c", "optimizer.unsafe_host=true"
-    )
+    ws, run, fit, audit = run_trigger(
+        tmp_path, "tool-agent", "--sandbox", "local", "--batch-size", "8", "-c", "optimizer.unsafe_host=true",
+        audit=True,
+    )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     one, two = ledger.past_rounds(Workspace.open(ws).repo)
     assert one.status == "accepted", one.manifest.reason
@@ -45,6 +46,10 @@ def test_a_trigger_round_widens_recall_keeps_precision_and_discards_the_body_edi
     report = cli("report", ws, "--out", tmp_path / "report")
     assert report.returncode == 0, report.stderr
     assert 'id="plot-triggering"' in (tmp_path / "report" / "report.html").read_text()
+    # held out: the test split's trigger tasks, precision and recall of round 0 and of ho/best
+    assert audit.returncode == 0, audit.stderr[-2000:]
+    assert "triggering of round-0 on test: precision -, recall 0.00" in audit.stdout
+    assert "triggering of best on test: precision 1.00, recall 1.00" in audit.stdout
 
 
 @pytest.mark.docker
@@ -53,7 +58,7 @@ def test_a_trigger_round_with_the_real_claude_code_cli(tmp_path: Path, docker_cl
     """The same round with the skill and the distractors installed as project skills of the real
     CLI: the fake upstream reads the skills the CLI offers its Skill tool and loads by fit."""
     image = claude_code_image(docker_client)
-    ws, run, fit = run_trigger(
+    ws, run, fit, _ = run_trigger(
         tmp_path, "claude-code", "--sandbox", "docker",
         "-c", f"rollout.image={image}", "-c", "rollout.memory_mb=1024", "-c", "rollout.pids=256",
         "-c", "gate.epochs=1", "-c", "gate.confirm=none", "--batch-size", "4", rounds=1,

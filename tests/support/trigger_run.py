@@ -46,9 +46,10 @@ def optimizer_script() -> ScriptedModel:
 
 
 def run_trigger(
-    tmp_path: Path, template: str, *run_args: str, rounds: int = 2
-) -> tuple[Path, Any, DescriptionFit]:
-    """Init a trigger workspace of ``template``, run ``rounds`` rounds; (ws, the run, the upstream)."""
+    tmp_path: Path, template: str, *run_args: str, rounds: int = 2, audit: bool = False
+) -> tuple[Path, Any, DescriptionFit, Any]:
+    """Init a trigger workspace of ``template``, run ``rounds`` rounds (then ``audit`` it on the
+    test split with the run's sandbox); (ws, the run, the upstream, the audit or None)."""
     skill, tasks, distractors = write_trigger_inputs(tmp_path)
     fit, opt = DescriptionFit(), optimizer_script()
 
@@ -71,4 +72,6 @@ def run_trigger(
         git(ws, "add", "-A")
         git(ws, "commit", "-qm", "trigger objective, distractor skills")
         run = cli("run", ws, "--rounds", str(rounds), *run_args, env=env, timeout=900)
-    return ws, run, fit
+        sandbox = [a for i, a in enumerate(run_args) if i and run_args[i - 1] == "--sandbox"]
+        checked = cli("audit", ws, "--sandbox", *sandbox, env=env, timeout=900) if audit else None
+    return ws, run, fit, checked
