@@ -531,10 +531,8 @@ def main() -> int:
         return 2
     if trigger_run:
         max_turns = _trigger_turns()
-    read = {
-        name.lower(): os.environ.get(f"HO_FLAG_{name}")
-        for name in ("API", "MAX_TURNS", "SKILL_LOADING", "TRIGGER_TURNS")
-    }
+    names = ("API", "MAX_TURNS", "SKILL_LOADING") + (("TRIGGER_TURNS",) if trigger_run else ())
+    read = {name.lower(): os.environ.get(f"HO_FLAG_{name}") for name in names}
     log_event(args.out, "start", api=api_name, max_turns=max_turns, skill_loading=loading, flags_read=read)
     skills = skill_catalogue(args.skill, task) if loading == "catalogue" else None
     system = catalogue_prompt(skills) if skills is not None else system_prompt(args.skill)
