@@ -54,6 +54,7 @@ def test_a_trigger_round_widens_recall_keeps_precision_and_discards_the_body_edi
 
 @pytest.mark.docker
 @pytest.mark.claude_code
+@pytest.mark.timeout(1800)
 def test_a_trigger_round_with_the_real_claude_code_cli(tmp_path: Path, docker_client: Any) -> None:
     """The same round with the skill and the distractors installed as project skills of the real
     CLI: the fake upstream reads the skills the CLI offers its Skill tool and loads by fit."""
@@ -61,7 +62,8 @@ def test_a_trigger_round_with_the_real_claude_code_cli(tmp_path: Path, docker_cl
     ws, run, fit, _ = run_trigger(
         tmp_path, "claude-code", "--sandbox", "docker",
         "-c", f"rollout.image={image}", "-c", "rollout.memory_mb=1024", "-c", "rollout.pids=256",
-        "-c", "gate.epochs=1", "-c", "gate.confirm=none", "--batch-size", "4", rounds=1,
+        "-c", "gate.epochs=1", "-c", "gate.confirm=none", "-c", "gate.confirm_flips=false",
+        "--batch-size", "4", rounds=1, small=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (one,) = ledger.past_rounds(Workspace.open(ws).repo)

@@ -46,11 +46,11 @@ def optimizer_script() -> ScriptedModel:
 
 
 def run_trigger(
-    tmp_path: Path, template: str, *run_args: str, rounds: int = 2, audit: bool = False
+    tmp_path: Path, template: str, *run_args: str, rounds: int = 2, audit: bool = False, small: bool = False
 ) -> tuple[Path, Any, DescriptionFit, Any]:
     """Init a trigger workspace of ``template``, run ``rounds`` rounds (then ``audit`` it on the
     test split with the run's sandbox); (ws, the run, the upstream, the audit or None)."""
-    skill, tasks, distractors = write_trigger_inputs(tmp_path)
+    skill, tasks, distractors = write_trigger_inputs(tmp_path, small)
     fit, opt = DescriptionFit(), optimizer_script()
 
     def upstream(request: dict[str, Any]) -> dict[str, Any]:

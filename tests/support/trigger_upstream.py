@@ -16,12 +16,12 @@ must be one offered.
 
 from __future__ import annotations
 
-import itertools
 import re
 import threading
 from typing import Any
 
 from harnessopt.protocols import ModelError
+from tests.support.claude_code import reply, tool_use
 
 MIN_SHARED = 2
 STOP = {"use", "when", "user", "want", "wants", "asked", "any", "all", "not", "do", "what"} | set(
@@ -54,7 +54,6 @@ STOP = {"use", "when", "user", "want", "wants", "asked", "any", "all", "not", "d
         "into",
     ]
 )
-_ids = itertools.count(1)
 
 
 def words(text: str) -> set[str]:
@@ -167,19 +166,4 @@ class DescriptionFit:
         if pick is None:
             return reply(body, [{"type": "text", "text": self.answer}])
         key = "name" if tool == "load_skill" else "skill"
-        use = {"type": "tool_use", "id": f"toolu_{next(_ids):06d}", "name": tool, "input": {key: pick}}
-        return reply(body, [use])
-
-
-def reply(body: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
-    stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
-    return {
-        "id": f"msg_{next(_ids):06d}",
-        "type": "message",
-        "role": "assistant",
-        "model": body.get("model", "fake"),
-        "content": content,
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 300, "output_tokens": 10},
-    }
+        return reply(body, [tool_use(tool, {key: pick})])

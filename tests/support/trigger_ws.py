@@ -55,8 +55,22 @@ NEAR_MISS = [  # shares words with the skill, belongs elsewhere (or nowhere)
 ]
 
 
-def write_trigger_inputs(root: Path) -> tuple[Path, Path, Path]:
-    """(skill dir, tasks file, distractors dir) under ``root``."""
+SMALL = {  # a round of a few minutes with the real CLI: 4 train, 6 val (4 missed before), no test
+    "Turn this spreadsheet export into JSON records",
+    "I have comma separated rows, give me json objects",
+    "Convert this JSON file to YAML",
+    "Make a chart from this spreadsheet data",
+    "Parse delimited text rows into a list of JSON objects",
+    "Read the tabular data below and emit JSON records",
+    "Here are rows with a header line; return them as dicts",
+    "My spreadsheet export should become JSON objects",
+    "Convert the YAML config back to JSON",
+    "Plot a chart of the spreadsheet data by month",
+}
+
+
+def write_trigger_inputs(root: Path, small: bool = False) -> tuple[Path, Path, Path]:
+    """(skill dir, tasks file, distractors dir) under ``root``; ``small``: only the SMALL queries."""
     skill = root / "skill-src"
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(SKILL_MD)
@@ -68,6 +82,7 @@ def write_trigger_inputs(root: Path) -> tuple[Path, Path, Path]:
         {"id": f"{kind}-{i:02d}", "input": q, "answer": {"trigger": kind == "yes"}, "split": split}
         for kind, group in (("yes", SHOULD), ("near", NEAR_MISS))
         for i, (q, split) in enumerate(group)
+        if not small or q in SMALL
     ]
     tasks = root / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
