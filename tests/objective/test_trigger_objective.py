@@ -118,3 +118,16 @@ def test_precision_and_recall_from_the_gold_answer_and_the_runs() -> None:
     assert (side["tp"], side["fn"], side["fp"], side["tn"]) == (3, 1, 1, 3)
     assert side["precision"] == 0.75 and side["recall"] == 0.75
     assert metrics.side(tasks, {})["precision"] is None
+
+
+def test_the_val_cache_key_holds_the_objective_and_the_distractors(tmp_path: Path) -> None:
+    from harnessopt.rollout.val_cache import key_parts
+    from harnessopt.workspace.core import Workspace
+    from tests.support.workspace import make_ws
+
+    ws = Workspace.open(make_ws(tmp_path))
+    head = ws.repo.head.commit.hexsha
+    task_key = key_parts(ws.repo, head, ws.cfg)
+    assert "objective" not in task_key  # task workspaces keep the keys they had
+    trig = key_parts(ws.repo, head, ws.cfg.model_copy(update={"objective": "trigger"}))
+    assert trig["objective"] == "trigger" and trig["distractors"] == "-"
