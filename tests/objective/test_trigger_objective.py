@@ -131,3 +131,13 @@ def test_the_val_cache_key_holds_the_objective_and_the_distractors(tmp_path: Pat
     assert "objective" not in task_key  # task workspaces keep the keys they had
     trig = key_parts(ws.repo, head, ws.cfg.model_copy(update={"objective": "trigger"}))
     assert trig["objective"] == "trigger" and trig["distractors"] == "-"
+
+
+def test_the_brief_says_what_a_trigger_round_may_change() -> None:
+    from harnessopt.config import OptimizerConfig
+    from harnessopt.optimizer.brief import render_brief
+
+    brief = render_brief(1, "skill", ["skill/SKILL.md"], OptimizerConfig(), objective="trigger")
+    assert "## Objective: trigger" in brief and "ONLY the `description`" in brief
+    assert "## Objective" not in render_brief(1, "skill", ["skill/**"], OptimizerConfig())
+    assert "Both are gated" in render_brief(1, "skill", ["skill/**"], OptimizerConfig(), objective="both")
