@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harnessopt import registry
 from harnessopt.errors import UserError
@@ -253,6 +253,15 @@ class Config(_Strict):
     prices: dict[str, PricePair] = Field(default_factory=dict)
     """USD per million tokens [input, output] by model-name glob, before the built-in table."""
 
+    @model_validator(mode="after")
+    def _trigger_in_skill_mode(self) -> Config:
+        if self.objective == "trigger" and self.mode != "skill":
+            raise ValueError(
+                f"objective: trigger changes only SKILL.md's description, which mode {self.mode} does not "
+                "optimize; use mode: skill (or objective: both)"
+            )
+        return self
+
     def allowed_globs(self) -> list[str]:
         """Paths the optimizer may change, relative to the workspace root (a trigger round: SKILL.md,
         whose description fields alone are then kept, ``objective.fields``)."""
@@ -287,8 +296,9 @@ def parse_config(raw: Any, where: str) -> Config:
         return Config.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise UserError(f"{where}: {loc}: {err['msg']}; fix the setting (see docs/workspace.md)") from e
+        loc = "".join(f"{p}: " for p in [".".join(str(p) for p in err["loc"])] if p)
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise UserError(f"{where}: {loc}{msg}; fix the setting (see docs/workspace.md)") from e
 
 
 def dump_config(cfg: Config) -> str:

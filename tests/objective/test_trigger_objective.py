@@ -107,7 +107,18 @@ def test_restrict_rewrites_the_candidate_and_reports_discarded_fields(tmp_path: 
     assert (cand / "skill" / "SKILL.md").read_text() == SKILL  # a no-op round: nothing kept
     same = CopyBackResult(changed=["skill/SKILL.md"])
     assert fields.restrict("task", inc, cand, same) is same
-    assert Config(objective="trigger", mode="joint").allowed_globs() == ["skill/SKILL.md"]
+    assert Config(objective="trigger", whitelist=["**"]).allowed_globs() == ["skill/SKILL.md"]
+
+
+def test_objective_trigger_needs_skill_mode(tmp_path: Path) -> None:
+    from harnessopt.config import parse_config
+
+    with pytest.raises(
+        UserError, match=r"^harnessopt.yaml: objective: trigger changes only .*use mode: skill"
+    ):
+        parse_config({"objective": "trigger", "mode": "joint"}, "harnessopt.yaml")
+    with pytest.raises(UserError, match=r"^harnessopt.yaml: objective: Input should be 'task', 'trigger' or"):
+        parse_config({"objective": "triggers"}, "harnessopt.yaml")
 
 
 def test_precision_and_recall_from_the_gold_answer_and_the_runs() -> None:
