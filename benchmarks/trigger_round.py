@@ -8,6 +8,10 @@ description fits the query; a stand-in for a model, so these numbers measure the
 model's choice), then audits ho/best against round 0 on the test split. Prints, per round, the
 gate's verdict and triggering on val (incumbent -> candidate), and the audit's triggering on test.
 
+With ``--template claude-code`` (the real CLI in the image ``harnessopt-sandbox:claude-code``) it
+runs the small workspace (4 train, 6 val, no test split) for one round with one epoch, as
+tests/objective/test_trigger_round.py does, so there is no audit line.
+
 Usage: python benchmarks/trigger_round.py [--template tool-agent|claude-code]
 """
 
@@ -56,7 +60,7 @@ def main() -> int:
             print(line)
             if m.violations:
                 print(f"round {r.round}: discarded writes: {', '.join(m.violations)}")
-        for line in audit.stdout.splitlines():
+        for line in audit.stdout.splitlines() if audit else []:
             if "triggering" in line or "held-out gain" in line:
                 print(line)
     return 0
