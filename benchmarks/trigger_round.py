@@ -34,17 +34,16 @@ def main() -> int:
     p.add_argument("--template", default="tool-agent", choices=["tool-agent", "claude-code"])
     a = p.parse_args()
     args = ["--sandbox", "local", "-c", "optimizer.unsafe_host=true", "--batch-size", "8"]
-    if a.template == "claude-code":
-        args = [
-            "--sandbox",
-            "docker",
-            "-c",
-            "rollout.image=harnessopt-sandbox:claude-code",
-            "--batch-size",
-            "8",
-        ]
+    small = a.template == "claude-code"  # the real CLI: the small workspace, one round, no audit
+    if small:
+        args = ["--sandbox", "docker", "-c", "rollout.image=harnessopt-sandbox:claude-code"]
+        args += ["--batch-size", "4", "-c", "rollout.memory_mb=1024", "-c", "rollout.pids=256"]
+        args += ["-c", "gate.epochs=1", "-c", "gate.confirm=none", "-c", "gate.confirm_flips=false"]
     with tempfile.TemporaryDirectory(prefix="trigger-bench-") as tmp:
-        ws, run, _fit, audit = run_trigger(Path(tmp), a.template, *args, audit=True)
+        rounds = 1 if small else 2
+        ws, run, _fit, audit = run_trigger(
+            Path(tmp), a.template, *args, audit=not small, small=small, rounds=rounds
+        )
         if run.returncode != 0:
             print(run.stdout[-2000:], run.stderr[-2000:])
             return 1

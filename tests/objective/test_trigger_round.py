@@ -74,3 +74,30 @@ def test_a_trigger_round_with_the_real_claude_code_cli(tmp_path: Path, docker_cl
     assert t.candidate.recall == 1.0 and t.incumbent.recall == 0.0  # 4 of 4 should-trigger, was 0
     assert t.candidate.precision == 1.0 and t.candidate.fp == t.incumbent.fp == 0  # near misses kept
     assert {"yaml-tools", "chart-maker"} <= {p for _, p in fit.decisions if p}
+
+
+def test_a_round_of_objective_both_gates_each_family_at_half_alpha(tmp_path: Path) -> None:
+    """Task tasks beside the trigger tasks, the skill offered as a catalogue in task runs too: the
+    description edit raises triggering and keeps the task score, so it is accepted on triggering
+    at alpha/2, with the pass rate of task runs by whether the skill loaded in the manifest."""
+    queries = [
+        "Convert my CSV to JSON please",
+        "Convert this JSON file to YAML",
+        "Export rows of this CSV file",
+    ]
+    extra = [
+        {"id": f"job-{i:02d}", "input": f"{q} (job {i})", "answer": "done", "split": split}
+        for i, (q, split) in enumerate((queries[i % 3], s) for i, s in enumerate(["train"] * 3 + ["val"] * 6))
+    ]
+    ws, run, _fit, _ = run_trigger(
+        tmp_path, "tool-agent", "--sandbox", "local", "--batch-size", "8", "-c", "optimizer.unsafe_host=true",
+        rounds=1, task_tasks=extra, flags={"skill_loading": "catalogue"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (one,) = ledger.past_rounds(Workspace.open(ws).repo)
+    objectives = one.manifest.gate["objectives"]
+    assert set(objectives) == {"task", "trigger"}, one.manifest.gate
+    assert objectives["trigger"]["accept"] and one.status == "accepted", one.manifest.reason
+    assert abs(objectives["task"]["alpha"] - 0.025) < 1e-9 and abs(one.manifest.gate["alpha"] - 0.05) < 1e-9
+    t = one.manifest.trigger
+    assert t is not None and t.objective == "both" and t.runs_loaded > 0 and t.pass_when_loaded == 1.0

@@ -3,6 +3,7 @@ a scripted optimizer that edits the description and the body), the real gateway 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,21 @@ def optimizer_script() -> ScriptedModel:
 
 
 def run_trigger(
-    tmp_path: Path, template: str, *run_args: str, rounds: int = 2, audit: bool = False, small: bool = False
+    tmp_path: Path,
+    template: str,
+    *run_args: str,
+    rounds: int = 2,
+    audit: bool = False,
+    small: bool = False,
+    task_tasks: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    flags: dict[str, str] | None = None,
 ) -> tuple[Path, Any, DescriptionFit, Any]:
     """Init a trigger workspace of ``template``, run ``rounds`` rounds (then ``audit`` it on the
     test split with the run's sandbox); (ws, the run, the upstream, the audit or None)."""
     skill, tasks, distractors = write_trigger_inputs(tmp_path, small)
+    if task_tasks:  # objective both: ordinary tasks beside the trigger tasks
+        with tasks.open("a") as f:
+            f.writelines(json.dumps(t) + "\n" for t in task_tasks)
     fit, opt = DescriptionFit(), optimizer_script()
 
     def upstream(request: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +75,8 @@ def run_trigger(
         assert r.returncode == 0, r.stderr
         shutil.copytree(distractors, ws / "distractors")
         cfg = yaml.safe_load((ws / "harnessopt.yaml").read_text())
-        cfg["objective"] = "trigger"
+        cfg["objective"] = "both" if task_tasks else "trigger"
+        cfg["flags"] = flags or {}
         cfg["model"]["target"] = TARGET
         cfg["optimizer"]["model"] = OPTIMIZER
         cfg["gate"].update(epochs=2, smoke=2)
