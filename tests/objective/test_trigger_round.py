@@ -79,7 +79,9 @@ def test_a_trigger_round_with_the_real_claude_code_cli(tmp_path: Path, docker_cl
 def test_a_round_of_objective_both_gates_each_family_at_half_alpha(tmp_path: Path) -> None:
     """Task tasks beside the trigger tasks, the skill offered as a catalogue in task runs too: the
     description edit raises triggering and keeps the task score, so it is accepted on triggering
-    at alpha/2, with the pass rate of task runs by whether the skill loaded in the manifest."""
+    at alpha/2, with the pass rate of task runs by whether the skill loaded in the manifest. (The
+    small workspace: 4 of its 6 val trigger queries missed before; on the full one, +0.400 stays
+    inside the dead zone at alpha/2, the price of splitting the round's alpha, docs/gate.md.)"""
     queries = [
         "Convert my CSV to JSON please",
         "Convert this JSON file to YAML",
@@ -91,7 +93,7 @@ def test_a_round_of_objective_both_gates_each_family_at_half_alpha(tmp_path: Pat
     ]
     ws, run, _fit, _ = run_trigger(
         tmp_path, "tool-agent", "--sandbox", "local", "--batch-size", "8", "-c", "optimizer.unsafe_host=true",
-        rounds=1, task_tasks=extra, flags={"skill_loading": "catalogue"},
+        rounds=1, task_tasks=extra, flags={"skill_loading": "catalogue"}, small=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (one,) = ledger.past_rounds(Workspace.open(ws).repo)
