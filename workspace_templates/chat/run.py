@@ -16,7 +16,7 @@ whose ``metadata.trigger`` lists distractor skills: harnessopt's ``objective: tr
 system prompt holds the names and descriptions of this skill and the distractors, no body, and
 the request offers a ``load_skill(name)`` tool. A trigger run ends with that one request (the
 decision is what it measures); otherwise a ``load_skill`` call is answered with the skill's body
-and a second request gives the answer. Both flags are registered in harness/flags.yaml.
+and a second request gives the answer. HO_FLAG_SKILL_LOADING is registered in harness/flags.yaml.
 
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
