@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harnessopt import registry
 from harnessopt.errors import UserError
@@ -258,7 +258,16 @@ class ChecksConfig(_Strict):
     high-entropy or base64-like blobs, new data files under skill/); never a rejection by itself."""
 
 
+class TriggerConfig(_Strict):
+    distractors: str = "distractors"
+    """Folder (relative to the workspace) of other skills installed beside the candidate in trigger
+    runs, one Agent Skills directory each; missing: the candidate is the only skill offered."""
+
+
 class Config(_Strict):
+    objective: Literal["task", "trigger", "both"] = "task"
+    """What a round scores: the agent's work with the skill (task), whether the skill loads exactly
+    when a query needs it (trigger: only SKILL.md's description fields may change), or both, each gated."""
     mode: Literal["skill", "harness", "joint"] = "skill"
     """What the optimizer may change: skill/** (skill), harness/** (harness) or both (joint); harness
     and joint mode start with a round-0 diagnosis a person approves (docs/optimizer.md)."""
@@ -282,11 +291,25 @@ class Config(_Strict):
     checks: ChecksConfig = Field(default_factory=lambda: ChecksConfig())
     """Leakage checks on every candidate (tamper checks always run)."""
     ray: RayConfig = Field(default_factory=lambda: RayConfig())
+    trigger: TriggerConfig = Field(default_factory=lambda: TriggerConfig())
+    """Trigger runs (objective trigger or both; docs/workspace.md "Objectives")."""
     prices: dict[str, PricePair] = Field(default_factory=dict)
     """USD per million tokens [input, output] by model-name glob, before the built-in table."""
 
+    @model_validator(mode="after")
+    def _trigger_in_skill_mode(self) -> Config:
+        if self.objective == "trigger" and self.mode != "skill":
+            raise ValueError(
+                f"objective: trigger changes only SKILL.md's description, which mode {self.mode} does not "
+                "optimize; use mode: skill (or objective: both)"
+            )
+        return self
+
     def allowed_globs(self) -> list[str]:
-        """Paths the optimizer may change, relative to the workspace root."""
+        """Paths the optimizer may change, relative to the workspace root (a trigger round: SKILL.md,
+        whose description fields alone are then kept, ``objective.fields``)."""
+        if self.objective == "trigger":
+            return ["skill/SKILL.md"]
         if self.whitelist is not None:
             return list(self.whitelist)
         return list(MODE_WHITELIST[self.mode])
@@ -316,8 +339,9 @@ def parse_config(raw: Any, where: str) -> Config:
         return Config.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise UserError(f"{where}: {loc}: {err['msg']}; fix the setting (see docs/workspace.md)") from e
+        loc = "".join(f"{p}: " for p in [".".join(str(p) for p in err["loc"])] if p)
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise UserError(f"{where}: {loc}{msg}; fix the setting (see docs/workspace.md)") from e
 
 
 def dump_config(cfg: Config) -> str:

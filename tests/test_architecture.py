@@ -46,6 +46,7 @@ LAYERS: list[set[str]] = [
         "gateway",
         "sandbox",
         "optimizer",
+        "objective",
         "rollout",
         "round.checks",
         "round.leakage",

@@ -64,7 +64,12 @@ def test_tool_agent_runs_its_tools_and_the_trajectory_records_every_call(
     shutil.copytree(
         TEMPLATES / "tool-agent", root / "harness", ignore=shutil.ignore_patterns("template.yaml")
     )
-    assert [f.name for f in flags.registered(root / "harness")] == ["api", "max_turns"]
+    assert [f.name for f in flags.registered(root / "harness")] == [
+        "api",
+        "max_turns",
+        "skill_loading",
+        "trigger_turns",
+    ]
     cfg = Config(rollout=RolloutConfig(sandbox=sandbox, timeout_s=60, concurrency=1))
     socket_dir = None
     if sandbox == "docker":  # the image is there (or the test skips); containers reach the gateway by socket
@@ -97,6 +102,7 @@ def test_tool_agent_runs_its_tools_and_the_trajectory_records_every_call(
     assert start["event"] == "start" and start["flags_read"] == {
         "api": "messages",
         "max_turns": "12",
+        "skill_loading": "system",
     }  # flags.yaml
     assert not any("skipped" in n for n in result.notes)  # no link left in the task's output
     text = render(result, harness_commit="c0", target_model="claude-haiku-4-5")

@@ -17,6 +17,7 @@ from harnessopt.gate.policy import make_gate
 from harnessopt.gate.stats import audit_stats
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.objective.metrics import side
 from harnessopt.protocols import GateDecision, Outcomes, Task
 from harnessopt.reporting.progress import RunProgress
 from harnessopt.rollout.runner import Candidate, outcomes
@@ -66,6 +67,8 @@ def run_audit(
         {"claimed_val_gain": claimed, "epochs": epochs, "base": base, "best": best, "forced": force}
     )
     report["confirmed_gain"] = confirmed_gain(ws, best)  # on runs that did not select the rounds
+    if ws.cfg.objective != "task":  # triggering on the held-out split, both sides
+        report["trigger"] = {"round-0": side(tests, base_out), "best": side(tests, best_out)}
     report.update(tokens=usage.tokens, cost_usd=usage.cost_usd, notes=notes)
     message = ledger.message(f"harnessopt audit of {best[:10]} over round 0", "", report)
     sha = repo.git.commit_tree(repo.commit(best).tree.hexsha, "-p", best, "-m", message)
@@ -79,9 +82,17 @@ def run_audit(
     if report["confirmed_gain"] is not None:
         gain = report["confirmed_gain"]
         say(f"audit: the accepted rounds' gains on runs that did not select them add up to {gain:+.3f}")
+    for name, t in (report.get("trigger") or {}).items():
+        say(
+            f"audit: triggering of {name} on test: precision {_pct(t['precision'])}, recall {_pct(t['recall'])}"
+        )
     for note in notes:
         say(f"audit: note: {note}")
     return report
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 @contextmanager

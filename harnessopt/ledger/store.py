@@ -129,6 +129,33 @@ class SearchRecord(_Tolerant):
     """Archived candidates (round-K/cI) a candidate of this round was asked to merge."""
 
 
+class TriggerSide(_Tolerant):
+    """Triggering of one side on the round's val trigger runs (docs/gate.md, "Objectives")."""
+
+    precision: float | None = None
+    recall: float | None = None
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+
+
+class TriggerStats(_Tolerant):
+    """What users ask of triggering in a round of objective trigger or both."""
+
+    objective: str = "trigger"
+    candidate: TriggerSide = Field(default_factory=TriggerSide)
+    incumbent: TriggerSide = Field(default_factory=TriggerSide)
+    description_chars: int | None = None
+    """Characters of the candidate's description fields."""
+    incumbent_description_chars: int | None = None
+    pass_when_loaded: float | None = None
+    """Pass rate of the candidate's task runs (not trigger runs) in which the skill loaded."""
+    pass_when_not_loaded: float | None = None
+    runs_loaded: int = 0
+    runs_not_loaded: int = 0
+
+
 class RoundManifest(_Tolerant):
     """The machine-readable part of a round's commit message."""
 
@@ -169,6 +196,8 @@ class RoundManifest(_Tolerant):
     """What the candidate checks found (``leakage``: findings and the action taken)."""
     search: SearchRecord | None = None
     """Every candidate of a round with several (``search.candidates`` > 1); None with one."""
+    trigger: TriggerStats | None = None
+    """Precision and recall of triggering, both sides (objective trigger or both)."""
 
     @property
     def title(self) -> str:

@@ -19,6 +19,7 @@ def render_brief(
     n_trajectories: int | None = None,
     plan_md: str | None = None,
     focus_md: str | None = None,
+    objective: str = "task",
 ) -> str:
     """OPTIMIZE.md for one round: what to read, what to change, what not to do, how to finish.
 
@@ -69,7 +70,7 @@ whether it was accepted.
 - `trajectories/`, `history.md` and this file are read-only inputs; edits to them are ignored.
 - Files larger than 1 MiB and symbolic links are never copied back.
 
-{_flags(mode)}{_plan(plan_md)}{focus_md or ""}## Budget
+{_objective(objective)}{_flags(mode)}{_plan(plan_md)}{focus_md or ""}## Budget
 
 {budgets.rstrip()}
 
@@ -151,6 +152,31 @@ def render_history(rounds: Sequence[Round]) -> str:
             lines += ["", summary]
         lines.append("")
     return "\n".join(lines)
+
+
+def _objective(objective: str) -> str:
+    """What this round is scored on (``objective`` in harnessopt.yaml) and what that lets change."""
+    if objective == "task":
+        return ""
+    trigger = (
+        "Some train tasks are trigger tasks: a user query, run with the skill installed among other\n"
+        "skills, scored 1 when the agent loaded this skill exactly when it should (feedback `trigger\n"
+        "missed` = it should have loaded; `false trigger` = a near-miss query that belongs elsewhere).\n"
+        "The agent decides from the skill's `name` and `description` alone. Say when to use the skill\n"
+        "in general terms (kinds of request, not these queries' words), and when not to."
+    )
+    if objective == "trigger":
+        rule = (
+            "This round may change ONLY the `description` (and `when_to_use`) field of `skill/SKILL.md`'s\n"
+            "front matter. Any change to the body, to `name` or to another key, or to another file, is\n"
+            "discarded field by field and reported."
+        )
+    else:
+        rule = (
+            "Both are gated: an edit must not lower the task score nor triggering. A description edit is\n"
+            "measured on the tasks too, and a body edit on triggering too."
+        )
+    return f"## Objective: {objective}\n\n{trigger}\n\n{rule}\n\n"
 
 
 def _plan(plan_md: str | None) -> str:

@@ -14,6 +14,7 @@ from harnessopt.ledger import store as ledger
 from harnessopt.ledger.store import Round
 from harnessopt.reporting.adoption import adoption
 from harnessopt.reporting.log import projected_vs_spent, review_notes, round_diff
+from harnessopt.reporting.triggering import trigger_row
 from harnessopt.rollout.taxonomy import FAILURE_CLASSES, describe, merged
 from harnessopt.workspace import flags
 from harnessopt.workspace.core import Workspace
@@ -61,6 +62,7 @@ def round_row(r: Round) -> dict[str, Any]:
         "summary": m.title,
         "reason": "; ".join([m.reason, *review_notes(m.checks)]),  # with what a check flags for review
         "wall_s": m.wall_s,
+        "trigger": trigger_row(m.trigger),
         "taxonomy": {
             "train": describe(merged(train)) if train else None,
             "val": describe(merged(val)) if val else None,

@@ -16,6 +16,7 @@ from typing import Any
 from harnessopt.errors import UserError
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.reporting.data import CELLS, OUTCOMES, report_data
+from harnessopt.reporting.triggering import plot_triggering
 from harnessopt.workspace.core import Workspace
 
 COLORS = {"fixed": "#2e7d32", "broken": "#c62828", "unchanged": "#cfd8dc", "absent": "#ffffff"}
@@ -205,6 +206,7 @@ def plot_taxonomy(plt: Any, data: dict[str, Any]) -> Any:
 
 PLOTS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "scores": plot_scores,
+    "triggering": plot_triggering,
     "matrix": plot_matrix,
     "cost": plot_cost,
     "outcomes": plot_outcomes,
@@ -269,6 +271,11 @@ def render_html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         "<h2>Val score per round</h2>",
         _img(plots, "scores", "candidate and incumbent val score per round"),
     ]
+    if "triggering" in plots:
+        parts += [
+            "<h2>Triggering per round</h2>",
+            _img(plots, "triggering", "precision and recall of triggering"),
+        ]
     parts += [
         "<h2>Tasks fixed and broken</h2>",
         _img(plots, "matrix", "val task by round: fixed, broken, unchanged"),

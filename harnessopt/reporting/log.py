@@ -15,6 +15,7 @@ from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.reporting.gate_evidence import confirmation_note
 from harnessopt.reporting.gate_evidence import status_lines as gate_status_lines
+from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.util.text import visible as _visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -53,6 +54,7 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "wall_s": m.wall_s,
                 "candidates": [c.model_dump() for c in m.search.candidates] if m.search else [],
                 "alpha_split": m.search.alpha_split if m.search else 1,
+                "trigger": trigger_row(m.trigger),
             }
         )
     return rows
@@ -106,6 +108,8 @@ def review_notes(checks: dict[str, Any]) -> list[str]:
 def _with_confirmation(row: dict[str, Any]) -> str:
     note = confirmation_note(row.get("confirmation"))
     reason = f"{row['reason']}; {note}" if note else str(row["reason"])
+    if note := trigger_note(row.get("trigger")):
+        reason += f"; {note}"
     leak = (row.get("checks") or {}).get("leakage") or {}
     if leak.get("action") == "warn" and leak.get("tasks"):  # checks.leakage: warn let it through
         reason += f"; leakage warning: copies task(s) {', '.join(leak['tasks'][:5])}"

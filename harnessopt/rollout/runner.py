@@ -15,6 +15,8 @@ from typing import Any, Protocol
 from harnessopt.config import Config
 from harnessopt.errors import BudgetExceeded, HarnessoptError
 from harnessopt.gateway.server import SHARED_REFUSED, Gateway
+from harnessopt.objective.trigger import is_trigger_task, skill_name
+from harnessopt.objective.trigger import score as trigger_score
 from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
 from harnessopt.rollout.executors import Executor, LocalExecutor, SandboxCall, WorkerLost
 from harnessopt.rollout.run_cache import RoundStore
@@ -210,7 +212,7 @@ class Runner:
                         "rollout.concurrency"
                     )
                 continue
-            return self._score(task, round_no, epoch, out, exchanges)
+            return self._score(task, round_no, epoch, out, exchanges, cand.root / "skill")
 
     def _warn_once(self, error: str) -> None:
         """One run-level note per kind of scorer error (the kind: its words before any number)."""
@@ -225,12 +227,17 @@ class Runner:
         flag_env = flags.environment(cand.root / "harness", self.cfg.flags, cand.flags)
         return {"HARNESSOPT_TARGET_MODEL": self.cfg.model.target, **flag_env}
 
-    def _score(self, task: Task, round_no: int, epoch: int, out: RunOutput, exchanges: list) -> TaskResult:
+    def _score(
+        self, task: Task, round_no: int, epoch: int, out: RunOutput, exchanges: list, skill_dir: Path
+    ) -> TaskResult:
         answer = _read_capped(out.out_dir / "answer.txt", ANSWER_CAP)
         notes = list(out.notes)
         if out.error_class is not None:
             score, soft, passed = 0.0, None, False
             feedback = f"harness failed ({out.error_class}, exit code {out.exit_code}); no score"
+        elif is_trigger_task(task):  # the built-in trigger score, from the gateway's record
+            score, feedback = trigger_score(task, skill_name(skill_dir), exchanges)
+            soft, passed = None, score >= 1.0
         else:
             task_dict = {**task.public(), "answer": task.answer}
             if isinstance(self.scorer, ScorerProcess):  # its own process: the host enforces its limits

@@ -49,6 +49,8 @@ def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = No
         epochs=f"{cfg.gate.epochs}/{cfg.gate.banked_epochs}",
         flags=",".join(f"{k}={v}" for k, v in sorted(cfg.flags.items())),
     )
+    if cfg.objective != "task":  # which val tasks run, and the skills trigger runs install beside it
+        parts.update(objective=cfg.objective, distractors=vcs.tree_id(repo, rev, (cfg.trigger.distractors,)))
     return parts
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from harnessopt.ledger.store import RoundManifest, Status
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot
-from harnessopt.protocols import GateDecision, Proposal, Task, TaskResult
+from harnessopt.protocols import GateDecision, Outcomes, Proposal, Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.search.state import Search
@@ -61,4 +61,5 @@ class Trail:
     checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
     probe: list[TaskResult] = field(default_factory=list)  # the incumbent's smoke rerun made ahead
     search: Search | None = None  # every candidate of the round, screened on train (search.candidates > 1)
+    incumbent_val: Outcomes = field(default_factory=dict)  # the incumbent's val runs the gate compared
     started: float = field(default_factory=time.monotonic)

@@ -13,6 +13,7 @@ from harnessopt.gate.policy import futile_decision, make_gate
 from harnessopt.gate.stats import mean, run_alpha_for, task_means
 from harnessopt.gate.verdicts import confirmation_record, smoke_verdict, spent_decision
 from harnessopt.ledger import store as ledger
+from harnessopt.objective import both
 from harnessopt.protocols import GateDecision, GatePolicy, Outcomes, Task, TaskResult
 from harnessopt.rollout.phase_stats import PROBE_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
@@ -267,8 +268,10 @@ def gate(
     futile = getattr(svc.gate, "futile", None)
     if left and futile and futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
         d = futile_decision(cand_out, inc, left, svc.cfg.gate.epochs)
-    elif (policy := _round_policy(ws, svc)) is None:
+    elif (policy := _round_policy(ws, svc, both.SHARE if svc.cfg.objective == "both" else 1.0)) is None:
         d = spent_decision(svc.cfg.gate)
+    elif svc.cfg.objective == "both":  # task score and triggering, each at alpha/2
+        d = both.decide(rc.val, cand_out, inc, policy, confirm if svc.cfg.gate.confirm_flips else None)
     else:
         d = policy.decide(cand_out, inc, confirm if svc.cfg.gate.confirm_flips else None)
     d.details.update(incumbent_banked_runs=bank.drawn)
@@ -276,14 +279,18 @@ def gate(
     return d
 
 
-def _round_policy(ws: Workspace, svc: Services) -> GatePolicy | None:
+def _round_policy(ws: Workspace, svc: Services, share: float = 1.0) -> GatePolicy | None:
     """The gate of this round: with ``gate.run_alpha`` its level is this decision's share of the
-    run's budget (``stats.run_alpha_for``); None once that budget is spent."""
+    run's budget (``stats.run_alpha_for``); None once that budget is spent. ``share``: the part of
+    that level one gate of the round may spend (objective both: two gates, each half)."""
     g = svc.cfg.gate
-    if g.run_alpha is None:
+    if g.run_alpha is None and share == 1.0:
         return svc.gate
     decided = sum("alpha" in r.manifest.gate for r in ledger.past_rounds(ws.repo))
-    alpha = min(1.0 - g.confidence, run_alpha_for(g.run_alpha, g.run_rounds, decided + 1))
+    alpha = 1.0 - g.confidence
+    if g.run_alpha is not None:
+        alpha = min(alpha, run_alpha_for(g.run_alpha, g.run_rounds, decided + 1))
+    alpha *= share
     return make_gate(g.model_copy(update={"confidence": 1.0 - alpha})) if alpha > 0 else None
 
 

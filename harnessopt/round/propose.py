@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
+from harnessopt.objective import fields
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
 from harnessopt.protocols import Proposal
@@ -52,6 +53,7 @@ def propose(
         n_trajectories=n_train,
         plan_md=plan,
         focus_md=focus_md,
+        objective=cfg.objective,
     )
     snapshot = build_view(rc.incumbent.root, view, history_md=history, brief_md=brief)
     say(f"{who}: optimizer '{cfg.optimizer.backend}' is reading {n_train} trajectories")
@@ -91,6 +93,9 @@ def check(
         copied = copy_back(
             snapshot.view, cand_root, cfg.allowed_globs(), snapshot=snapshot, read_only=cfg.read_only_globs()
         )
+        copied = fields.restrict(
+            cfg.objective, rc.incumbent.root, cand_root, copied
+        )  # trigger: description only
         svc.store.save_candidate(rc.k, rc.parent, proposal, dataclasses.asdict(copied), cand_root, name)
     ws.journal.write(rc.k, "check", changed=copied.changed, violations=copied.violations, **_named(name))
     if proposal.stopped_by == "error":

@@ -7,6 +7,7 @@ import time
 
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.store import OptimizerRecord, RoleUsage, RoundManifest, Status
+from harnessopt.objective.metrics import round_stats
 from harnessopt.rollout.runner import outcomes
 from harnessopt.rollout.val_cache import ValCache
 from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
@@ -100,6 +101,15 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
         wall_s=round(time.monotonic() - t.started, 3),
         checks=t.checks,
         search=t.search.record() if t.search else None,
+        trigger=round_stats(
+            svc.cfg.objective,
+            rc.val,
+            t.cand_val,
+            outcomes(t.cand_val),
+            t.incumbent_val,
+            t.candidate.root / "skill" if t.candidate else None,
+            rc.incumbent.root / "skill",
+        ),
     )
 
 

@@ -93,14 +93,14 @@ def _steps(
     t.checks.update(
         datalike.flag(rc.k, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, cfg.datalike, say)
     )
-    incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
+    t.incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
     t.probe = probe(svc, rc)  # made ahead: counted here
-    t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say, t.probe)  # 5
+    t.cand_val, crash = smoke(ws, svc, rc, t.candidate, t.incumbent_val, say, t.probe)  # 5
     if crash is not None:
         return record(ws, svc, rc, t, ("rejected", crash), say)
-    t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
-    t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
-    if memo := memorised.screen(ws, svc, rc, t, incumbent_val, say):  # a gain on inputs it never saw
+    t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, t.incumbent_val, say)  # 6
+    t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, t.incumbent_val)  # 7
+    if memo := memorised.screen(ws, svc, rc, t, t.incumbent_val, say):  # a gain on inputs it never saw
         return record(ws, svc, rc, t, ("rejected", memo), say)
     t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
     interrupts.check()

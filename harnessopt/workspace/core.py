@@ -17,6 +17,7 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR, Journal
+from harnessopt.objective.trigger import default_objective, round_tasks
 from harnessopt.protocols import Task
 from harnessopt.workspace.skillspec import read_skill
 from harnessopt.workspace.tasks import (
@@ -92,7 +93,9 @@ class Workspace:
         return cls(root, cfg, repo, Journal(root))
 
     def tasks(self, split: str) -> list[Task]:
-        return read_split(self.root / "tasks", split)
+        """The split's tasks of the run's objective (``objective.trigger.round_tasks``)."""
+        everything = read_split(self.root / "tasks", split)
+        return round_tasks(self.root, self.cfg.objective, self.cfg.trigger.distractors, everything, split)
 
 
 def init_workspace(
@@ -119,7 +122,7 @@ def init_workspace(
         raise UserError(f"unknown template {template!r}; known templates: {', '.join(known_templates())}")
     tasks = assign_splits(load_tasks(Path(tasks_file)), parse_ratio(ratio), seed)
     check_splits(tasks)
-    cfg = config or Config(template=template)
+    cfg = config or Config(template=template, objective=default_objective(tasks))
     cfg = cfg.model_copy(update={"template": template})
 
     parent = ws.resolve().parent
@@ -138,6 +141,7 @@ def init_workspace(
     announce(
         f"workspace {ws}: skill '{info.name}', template {template}, "
         f"{counts['train']} train / {counts['val']} val / {counts['test']} test tasks; tagged ho/round-0"
+        + (f"; objective: {cfg.objective}" if cfg.objective != "task" else "")
     )
     return ws
 

@@ -102,8 +102,9 @@ def test_report_data_of_the_demo(demo: Path) -> None:
     rule1 = next(u for u in data["adoption"]["rules"] if u["round"] == 1)
     assert "only the city name" in rule1["text"]
     assert rule1["trajectories"] == 16 and rule1["saw"] == 16  # rounds 2 and 3 had it in their prompt
-    (flag,) = data["adoption"]["flags"]
-    assert flag["name"] == "stream" and flag["used"] == 0  # the chat template looked for it, never set
+    flags = {f["name"]: f for f in data["adoption"]["flags"]}
+    assert set(flags) == {"stream", "skill_loading"}  # the chat template's flags.yaml
+    assert flags["stream"]["used"] == 0  # the chat template looked for it, never set
     assert "+Reply with only the city name" in data["diffs"][1]
 
 

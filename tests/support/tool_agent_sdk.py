@@ -23,13 +23,17 @@ MAX_TOKENS, TOOLS = template.MAX_TOKENS, template.TOOLS
 class MessagesAPI:
     """One conversation on the Messages API (anthropic SDK)."""
 
-    def __init__(self, client, model: str, system: str, user: str):
-        self.client, self.model, self.system = client, model, system
+    def __init__(self, client, model: str, system: str, user: str, tools: list = TOOLS):
+        self.client, self.model, self.system, self.tools = client, model, system, tools
         self.messages: list[dict] = [{"role": "user", "content": user}]
 
     def step(self) -> tuple[str, list[tuple[str, str, dict]], str]:
         response = self.client.messages.create(
-            model=self.model, max_tokens=MAX_TOKENS, system=self.system, messages=self.messages, tools=TOOLS
+            model=self.model,
+            max_tokens=MAX_TOKENS,
+            system=self.system,
+            messages=self.messages,
+            tools=self.tools,
         )
         self.messages.append(
             {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]}
@@ -48,21 +52,24 @@ class MessagesAPI:
 class ChatAPI:
     """One conversation on the Chat Completions API (openai SDK)."""
 
-    TOOLS = [
-        {
-            "type": "function",
-            "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]},
-        }
-        for t in TOOLS
-    ]
-
-    def __init__(self, client, model: str, system: str, user: str):
+    def __init__(self, client, model: str, system: str, user: str, tools: list = TOOLS):
         self.client, self.model = client, model
+        self.tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "parameters": t["input_schema"],
+                },
+            }
+            for t in tools
+        ]
         self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def step(self) -> tuple[str, list[tuple[str, str, dict]], str]:
         response = self.client.chat.completions.create(
-            model=self.model, max_tokens=MAX_TOKENS, messages=self.messages, tools=self.TOOLS
+            model=self.model, max_tokens=MAX_TOKENS, messages=self.messages, tools=self.tools
         )
         choice = response.choices[0]
         reply: dict = {"role": "assistant", "content": choice.message.content}
@@ -91,15 +98,15 @@ class ChatAPI:
             )
 
 
-def open_api(api_name: str, model: str, system: str, user: str):
+def open_api(api_name: str, model: str, system: str, user: str, tools: list = TOOLS):
     if api_name == "chat":
         from openai import OpenAI
 
-        return ChatAPI(OpenAI(max_retries=2), model, system, user)
+        return ChatAPI(OpenAI(max_retries=2), model, system, user, tools)
     if api_name == "messages":
         from anthropic import Anthropic
 
-        return MessagesAPI(Anthropic(max_retries=2), model, system, user)
+        return MessagesAPI(Anthropic(max_retries=2), model, system, user, tools)
     return None
 
 

@@ -175,7 +175,10 @@ def test_tool_agent_template(tmp_path: Path):
         ("write_file", True),
     ]
     assert all("input" in e and "result" in e and "wall_s" in e for e in events if e["event"] == "tool")
-    assert events[0]["flags_read"] == {"api": None, "max_turns": None} and events[0]["max_turns"] == 12
+    assert (
+        events[0]["flags_read"] == {"api": None, "max_turns": None, "skill_loading": None}
+        and events[0]["max_turns"] == 12
+    )
     assert [e["event"] for e in events].count("step") == 6 and events[-1]["event"] == "finish"
 
 

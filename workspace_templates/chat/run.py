@@ -11,6 +11,13 @@ error ends the run with the SDK's error name (``AuthenticationError``, ...). The
 template is this harness on the SDK. With the feature flag
 HO_FLAG_STREAM=1 (``flags: {stream: "1"}`` in harnessopt.yaml) the request is streamed (SSE).
 
+Skills as a catalogue: with HO_FLAG_SKILL_LOADING=catalogue, and always in a trigger run (a task
+whose ``metadata.trigger`` lists distractor skills: harnessopt's ``objective: trigger``), the
+system prompt holds the names and descriptions of this skill and the distractors, no body, and
+the request offers a ``load_skill(name)`` tool. A trigger run ends with that one request (the
+decision is what it measures); otherwise a ``load_skill`` call is answered with the skill's body
+and a second request gives the answer. HO_FLAG_SKILL_LOADING is registered in harness/flags.yaml.
+
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
 
@@ -58,6 +65,48 @@ def skill_body(skill_dir: Path) -> str:
     return text.strip()
 
 
+LOAD_SKILL = {
+    "name": "load_skill",
+    "description": "Load a skill's full instructions by its name. Call it first when a request matches "
+    "a skill's description in the catalogue.",
+    "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+}
+
+
+def _split(text: str) -> tuple[dict, str]:
+    """(``key: value`` lines of the front matter, folded lines joined; the body) of a SKILL.md text."""
+    meta: dict = {}
+    end = text.find("\n---", 3) if text.startswith("---") else -1
+    if end == -1:
+        return meta, text.strip()
+    key = None
+    for line in text[3:end].splitlines():
+        if line[:1] not in (" ", "\t") and ":" in line:
+            key, value = (x.strip() for x in line.split(":", 1))
+            meta[key] = value.strip("'\"") if value not in (">", "|", ">-", "|-") else ""
+        elif key and line.strip():
+            meta[key] = (meta[key] + " " + line.strip()).strip()
+    return meta, text[end + 4 :].strip()
+
+
+def skill_catalogue(skill_dir: Path, task: dict) -> dict:
+    """name -> (description, body) of this skill and the trigger run's distractors."""
+    meta, body = _split((skill_dir / "SKILL.md").read_text())
+    skills = {meta.get("name") or skill_dir.name: (meta.get("description", ""), body)}
+    for d in ((task.get("metadata") or {}).get("trigger") or {}).get("distractors") or []:
+        other = _split(str(d.get("skill_md", "")))[1]
+        skills.setdefault(str(d.get("name")), (str(d.get("description", "")), other))
+    return skills
+
+
+def catalogue_prompt(skills: dict) -> str:
+    listing = "".join(f"\n- {name}: {desc}" for name, (desc, _) in sorted(skills.items()))
+    return (
+        "You are a helpful assistant. These skills are available; when a request matches a skill's "
+        f"description, call load_skill with its name before answering:{listing}"
+    )
+
+
 def user_message(task: dict) -> str:
     value = task["input"]
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -87,11 +136,25 @@ def main() -> int:
         "system": skill_body(args.skill),
         "messages": [{"role": "user", "content": user_message(task)}],
     }
-    flags = {"stream": os.environ.get("HO_FLAG_STREAM")}  # reported: harnessopt counts which flags runs read
-    log_event(args.out, "request", task_id=task.get("id"), model=model, flags_read=flags)
+    trigger_run = "trigger" in (task.get("metadata") or {})
+    loading = "catalogue" if trigger_run else os.environ.get("HO_FLAG_SKILL_LOADING") or "system"
+    if loading not in ("system", "catalogue"):
+        print(f"chat harness: HO_FLAG_SKILL_LOADING={loading!r}: use system or catalogue", file=sys.stderr)
+        return 2
+    skills = skill_catalogue(args.skill, task) if loading == "catalogue" else None
+    if skills is not None:
+        request.update(system=catalogue_prompt(skills), tools=[LOAD_SKILL])
+    # reported: harnessopt counts which flags runs read
+    flags = {"stream": os.environ.get("HO_FLAG_STREAM")}
+    if "HO_FLAG_SKILL_LOADING" in os.environ:
+        flags["skill_loading"] = os.environ["HO_FLAG_SKILL_LOADING"]
+    shown = {"skill_loading": loading} if skills is not None else {}
+    log_event(args.out, "request", task_id=task.get("id"), model=model, flags_read=flags, **shown)
     stream = os.environ.get("HO_FLAG_STREAM") == "1"  # streaming keeps long generations under proxy timeouts
     try:
         response = create_message(request, stream=stream)
+        if skills is not None and not trigger_run:
+            response = after_load(request, response, skills, args.out, stream)
     except APIError as e:
         print(f"chat harness: {e}", file=sys.stderr)
         return 1
@@ -100,6 +163,26 @@ def main() -> int:
     log_event(args.out, "response", stop_reason=response.get("stop_reason"), answer_chars=len(answer))
     (args.out / "answer.txt").write_text(answer)
     return 0
+
+
+def after_load(request: dict, response: dict, skills: dict, out_dir: Path, stream: bool) -> dict:
+    """A reply that called ``load_skill``: its results (the body asked for), then the answer."""
+    uses = [b for b in response.get("content") or [] if b.get("type") == "tool_use"]
+    if not uses:
+        return response
+    results = []
+    for use in uses:
+        name = str((use.get("input") or {}).get("name", "")).lstrip("/")
+        found = skills.get(name) if use.get("name") == "load_skill" else None
+        log_event(out_dir, "skill_loaded", name=name, found=bool(found))
+        text = found[1] if found else f"no skill named {name!r}"
+        results.append(
+            {"type": "tool_result", "tool_use_id": use["id"], "content": text, "is_error": not found}
+        )
+    messages = [*request["messages"], {"role": "assistant", "content": response["content"]}]
+    return create_message(
+        {**request, "messages": [*messages, {"role": "user", "content": results}]}, stream=stream
+    )
 
 
 def create_message(request: dict, *, stream: bool) -> dict:
@@ -168,6 +251,12 @@ def _events(resp) -> dict:
                 message["content"].append(data["content_block"])
             elif kind == "content_block_delta" and data["delta"].get("type") == "text_delta":
                 message["content"][data["index"]]["text"] += data["delta"]["text"]
+            elif kind == "content_block_delta" and data["delta"].get("type") == "input_json_delta":
+                block = message["content"][data["index"]]
+                block["_json"] = block.get("_json", "") + data["delta"].get("partial_json", "")
+            elif kind == "content_block_stop" and "_json" in message["content"][data["index"]]:
+                block = message["content"][data["index"]]
+                block["input"] = json.loads(block.pop("_json") or "{}")
             elif kind == "message_delta":
                 message.update(data.get("delta", {}))
                 message.setdefault("usage", {}).update(data.get("usage", {}))

@@ -9,6 +9,10 @@ harness checks the transcript: a ``skill_check`` event says whether the CLI list
 and whether the model loaded it (a ``Skill`` call naming it, or a read of its SKILL.md), and a
 ``skill_not_loaded`` event says why when it did not.
 
+In a trigger run (a task whose ``metadata.trigger`` lists distractor skills, harnessopt's
+``objective: trigger``) the distractors are installed beside the skill as project skills too, so
+the model chooses among them from their descriptions as it would in a user's project.
+
 Model calls go through the harnessopt gateway (ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY pass
 through); every model the CLI may use, side calls included, is the target model, which is the
 only one the gateway lets a target lease call. Tools: Bash, Read, Edit, Write, Glob, Grep and
@@ -142,6 +146,19 @@ class Transcript:
         self.traj.log("skill_not_loaded", skill=self.skill, why=why)
 
 
+def install_distractors(task: dict, skills_dir: Path, own: str) -> list:
+    """The trigger run's distractor skills as project skills (never over the candidate)."""
+    names = []
+    for d in ((task.get("metadata") or {}).get("trigger") or {}).get("distractors") or []:
+        name = str(d.get("name", ""))
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == own or name in names:
+            continue
+        (skills_dir / name).mkdir(parents=True)
+        (skills_dir / name / "SKILL.md").write_text(str(d.get("skill_md", "")))
+        names.append(name)
+    return names
+
+
 def claude_env(home: str) -> dict:
     """The sandbox's environment, HOME in the temp dir, every model alias the target model."""
     env = {**os.environ, "HOME": home}
@@ -186,7 +203,8 @@ def main() -> int:
         argv += ["--model", model]
     with tempfile.TemporaryDirectory(prefix="ho-claude-") as tmp:
         shutil.copytree(args.skill, Path(tmp) / ".claude" / "skills" / name)
-        traj.log("claude_start", argv=argv[1:], skill=name)
+        distractors = install_distractors(task, Path(tmp) / ".claude" / "skills", name)
+        traj.log("claude_start", argv=argv[1:], skill=name, distractors=distractors)
         # HOME inside the temp dir: the CLI writes its state there, and the sandbox root may be read-only.
         proc = subprocess.Popen(
             argv,

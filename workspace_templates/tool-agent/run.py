@@ -25,6 +25,13 @@ import costs about a second of CPU per task, docs/performance.md): each request 
 the anthropic or openai SDK sends, retried as they retry, and an API error ends the run with
 the SDK's error name (``RateLimitError``, ...).
 
+Skills as a catalogue: with HO_FLAG_SKILL_LOADING=catalogue, and always in a trigger run (a task
+whose ``metadata.trigger`` lists distractor skills, harnessopt's ``objective: trigger``), the system
+prompt holds no skill body but a catalogue of skills' names and descriptions (this skill and the
+distractors), and a ``load_skill(name)`` tool returns a skill's body; the agent decides from the
+descriptions alone, as Claude Code does. A trigger run ends once the model called ``load_skill``
+or after HO_FLAG_TRIGGER_TURNS turns (default 1): the decision is all it measures.
+
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
 
@@ -96,6 +103,14 @@ TOOLS = [
         },
     },
 ]
+
+
+LOAD_SKILL = {
+    "name": "load_skill",
+    "description": "Load a skill's full instructions by its name. Call it first when a request matches "
+    "a skill's description in the catalogue.",
+    "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+}
 
 
 def _capped(text: str, limit: int) -> str:
@@ -177,6 +192,45 @@ def skill_body(skill_dir: Path) -> str:
         if end != -1:
             text = text[end + 4 :]
     return text.strip()
+
+
+def front_matter(text: str) -> dict:
+    """``name`` and ``description`` of a SKILL.md text (simple ``key: value`` lines, folded ones joined)."""
+    meta: dict = {}
+    if not text.startswith("---"):
+        return meta
+    end = text.find("\n---", 3)
+    key = None
+    for line in text[3 : end if end != -1 else None].splitlines():
+        if line[:1] not in (" ", "\t") and ":" in line:
+            key, value = (x.strip() for x in line.split(":", 1))
+            meta[key] = value.strip("'\"") if value not in (">", "|", ">-", "|-") else ""
+        elif key and line.strip():
+            meta[key] = (meta[key] + " " + line.strip()).strip()
+    return meta
+
+
+def skill_catalogue(skill_dir: Path, task: dict) -> dict:
+    """name -> (description, body) of this skill and the trigger run's distractors."""
+    own = (skill_dir / "SKILL.md").read_text()
+    meta = front_matter(own)
+    skills = {meta.get("name") or skill_dir.name: (meta.get("description", ""), skill_body(skill_dir))}
+    for d in ((task.get("metadata") or {}).get("trigger") or {}).get("distractors") or []:
+        text = str(d.get("skill_md", ""))
+        end = text.find("\n---", 3) if text.startswith("---") else -1
+        skills.setdefault(str(d.get("name")), (str(d.get("description", "")), text[end + 4 :].strip()))
+    return skills
+
+
+def catalogue_prompt(skills: dict) -> str:
+    """The system prompt of catalogue mode: the skills' names and descriptions, no body."""
+    listing = "".join(f"\n- {name}: {desc}" for name, (desc, _) in sorted(skills.items()))
+    return (
+        "You are a helpful agent. These skills are available; when a request matches a skill's "
+        f"description, call load_skill with its name before anything else:{listing}\n\n"
+        "You have the tools bash, read_file, write_file, load_skill and finish. Call finish with the "
+        "final answer when done."
+    )
 
 
 def system_prompt(skill_dir: Path) -> str:
@@ -290,7 +344,8 @@ def _without_none(block: dict) -> dict:
 class MessagesAPI(HTTPConversation):
     """One conversation on the Messages API (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY)."""
 
-    def __init__(self, model: str, system: str, user: str):
+    def __init__(self, model: str, system: str, user: str, tools: list = TOOLS):
+        self.tools = tools
         key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
         if not key:
             raise APIError("AnthropicError", None, "ANTHROPIC_API_KEY is not set", retry=False)
@@ -308,7 +363,7 @@ class MessagesAPI(HTTPConversation):
                 "messages": self.messages,
                 "model": self.model,
                 "system": self.system,
-                "tools": TOOLS,
+                "tools": self.tools,
             }
         )
         content = [_without_none(b) for b in response.get("content") or []]
@@ -328,15 +383,19 @@ class ChatAPI(HTTPConversation):
     """One conversation on the Chat Completions API (OPENAI_BASE_URL, OPENAI_API_KEY)."""
 
     max_wait = 120.0
-    TOOLS = [
-        {
-            "type": "function",
-            "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]},
-        }
-        for t in TOOLS
-    ]
 
-    def __init__(self, model: str, system: str, user: str):
+    def __init__(self, model: str, system: str, user: str, tools: list = TOOLS):
+        self.tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "parameters": t["input_schema"],
+                },
+            }
+            for t in tools
+        ]
         key = os.environ.get("OPENAI_API_KEY")
         if not key:
             raise APIError("OpenAIError", None, "OPENAI_API_KEY is not set", retry=False)
@@ -347,7 +406,7 @@ class ChatAPI(HTTPConversation):
 
     def step(self) -> tuple[str, list[tuple[str, str, dict]], str]:
         response = self.post(
-            {"max_tokens": MAX_TOKENS, "messages": self.messages, "model": self.model, "tools": self.TOOLS}
+            {"max_tokens": MAX_TOKENS, "messages": self.messages, "model": self.model, "tools": self.tools}
         )
         choice = response["choices"][0]
         message = choice.get("message") or {}
@@ -374,14 +433,15 @@ class ChatAPI(HTTPConversation):
             )
 
 
-def open_api(api_name: str, model: str, system: str, user: str):
+def open_api(api_name: str, model: str, system: str, user: str, tools: list = TOOLS):
     """The conversation for HO_FLAG_API (``messages`` or ``chat``); None for another name."""
     apis = {"messages": MessagesAPI, "chat": ChatAPI}
-    return apis[api_name](model, system, user) if api_name in apis else None
+    return apis[api_name](model, system, user, tools) if api_name in apis else None
 
 
-def agent_loop(api, out_dir: Path, work: Path, max_turns: int) -> str:
-    """Model turns until ``finish``, a turn without tool calls, or ``max_turns``; returns the answer."""
+def agent_loop(api, out_dir: Path, work: Path, max_turns: int, skills=None, stop_on_load=False) -> str:
+    """Model turns until ``finish``, a turn without tool calls, or ``max_turns``; returns the answer.
+    ``skills``: the catalogue ``load_skill`` reads; ``stop_on_load``: a trigger run ends at a load."""
     last_text = ""
     for step in range(1, max_turns + 1):
         text, calls, stop_reason = api.step()
@@ -404,6 +464,13 @@ def agent_loop(api, out_dir: Path, work: Path, max_turns: int) -> str:
             started = time.monotonic()
             if "_invalid" in args:
                 out, is_error = f"arguments are not a JSON object: {args['_invalid']!r}", True
+            elif name == "load_skill" and skills is not None:
+                wanted = str(args.get("name", "")).lstrip("/")
+                found = skills.get(wanted)
+                out, is_error = (found[1], False) if found else (f"no skill named {wanted!r}", True)
+                log_event(out_dir, "skill_loaded", step=step, name=wanted, found=bool(found))
+                if found and stop_on_load:
+                    return f"loaded skill {wanted}"
             else:
                 out, is_error = run_tool(name, args, work)
             wall = round(time.monotonic() - started, 3)
@@ -422,6 +489,11 @@ def agent_loop(api, out_dir: Path, work: Path, max_turns: int) -> str:
         api.results(results)
     log_event(out_dir, "max_turns", turns=max_turns)
     return last_text
+
+
+def _trigger_turns() -> int:
+    raw = os.environ.get("HO_FLAG_TRIGGER_TURNS") or ""
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
 
 
 def _max_turns() -> int:
@@ -450,14 +522,27 @@ def main() -> int:
     user = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     api_name = os.environ.get("HO_FLAG_API") or "messages"
     max_turns = _max_turns()
-    read = {"api": os.environ.get("HO_FLAG_API"), "max_turns": os.environ.get("HO_FLAG_MAX_TURNS")}
-    log_event(args.out, "start", api=api_name, max_turns=max_turns, flags_read=read)
+    trigger_run = "trigger" in (task.get("metadata") or {})
+    loading = "catalogue" if trigger_run else os.environ.get("HO_FLAG_SKILL_LOADING") or "system"
+    if loading not in ("system", "catalogue"):
+        print(
+            f"tool-agent harness: HO_FLAG_SKILL_LOADING={loading!r}: use system or catalogue", file=sys.stderr
+        )
+        return 2
+    if trigger_run:
+        max_turns = _trigger_turns()
+    names = ("API", "MAX_TURNS", "SKILL_LOADING") + (("TRIGGER_TURNS",) if trigger_run else ())
+    read = {name.lower(): os.environ.get(f"HO_FLAG_{name}") for name in names}
+    log_event(args.out, "start", api=api_name, max_turns=max_turns, skill_loading=loading, flags_read=read)
+    skills = skill_catalogue(args.skill, task) if loading == "catalogue" else None
+    system = catalogue_prompt(skills) if skills is not None else system_prompt(args.skill)
+    tools = [*TOOLS, LOAD_SKILL] if skills is not None else TOOLS
     try:
-        api = open_api(api_name, model, system_prompt(args.skill), user)
+        api = open_api(api_name, model, system, user, tools)
         if api is None:
             print(f"tool-agent harness: HO_FLAG_API={api_name!r}: use messages or chat", file=sys.stderr)
             return 2
-        answer = agent_loop(api, args.out, work, max_turns)
+        answer = agent_loop(api, args.out, work, max_turns, skills, stop_on_load=trigger_run)
     except APIError as e:
         print(f"tool-agent harness: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,154 @@
+"""Trigger tasks, the built-in trigger score from the gateway's record, the description-only
+copy-back, and precision/recall."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harnessopt.config import Config
+from harnessopt.errors import UserError
+from harnessopt.objective import fields, metrics, trigger
+from harnessopt.optimizer.view import CopyBackResult
+from harnessopt.protocols import Exchange, Outcome, Task
+
+SKILL = (
+    "---\nname: csv-to-json\ndescription: Converts CSV files to JSON.\nlicense: MIT\n---\n# Body\n\nDo it.\n"
+)
+
+
+def _task(i: str, should: bool | None, split: str = "val") -> Task:
+    return Task(i, f"query {i}", {"trigger": should} if should is not None else "x", split)
+
+
+def _x(response: dict | None, tools: list | None = None) -> Exchange:
+    return Exchange({"tools": tools or [{"name": "load_skill"}]}, response, None, 0.0, 0.1)
+
+
+def _use(tool: str, **inp: str) -> dict:
+    return {"content": [{"type": "tool_use", "id": "t1", "name": tool, "input": inp}]}
+
+
+def test_a_trigger_task_is_one_whose_answer_is_a_trigger_bool() -> None:
+    assert trigger.is_trigger_task(_task("a", True)) and trigger.is_trigger_task(_task("b", False))
+    assert not trigger.is_trigger_task(_task("c", None))
+    assert not trigger.is_trigger_task(Task("d", "q", {"trigger": "yes"}, "val"))
+    assert not trigger.is_trigger_task(Task("e", "q", {"trigger": True, "why": 1}, "val"))
+    tasks = [_task("a", True), _task("c", None)]
+    assert [t.id for t in trigger.for_objective(tasks, "trigger")] == ["a"]
+    assert [t.id for t in trigger.for_objective(tasks, "task")] == ["c"]
+    assert trigger.default_objective(tasks) == "both"
+
+
+def test_the_score_reads_the_loading_tool_call_of_the_named_skill() -> None:
+    should, near = _task("a", True), _task("b", False)
+    loaded = [_x(_use("load_skill", name="csv-to-json"))]
+    other = [_x(_use("Skill", skill="yaml-tools"), tools=[{"name": "Skill"}])]
+    assert trigger.score(should, "csv-to-json", loaded)[0] == 1.0
+    assert trigger.score(near, "csv-to-json", loaded)[0] == 0.0
+    score, feedback = trigger.score(should, "csv-to-json", other)
+    assert score == 0.0 and "missed" in feedback and "yaml-tools instead" in feedback
+    assert trigger.score(near, "csv-to-json", other)[0] == 1.0
+    # Claude Code's Skill tool names it with a leading slash at times; OpenAI-style tool calls count
+    assert trigger.loaded([_x(_use("Skill", skill="/csv-to-json"))], "csv-to-json") is True
+    chat = {
+        "choices": [
+            {
+                "message": {
+                    "tool_calls": [
+                        {"function": {"name": "load_skill", "arguments": '{"name": "csv-to-json"}'}}
+                    ]
+                }
+            }
+        ]
+    }
+    assert trigger.loaded([_x(chat)], "csv-to-json") is True
+    # a run without a loading tool on offer is not a measurement of loading
+    assert trigger.loaded([_x({"content": []}, tools=[{"name": "bash"}])], "csv-to-json") is None
+    assert "no request offered" in trigger.score(near, "csv-to-json", [])[1]
+
+
+def test_distractors_are_read_and_attached_to_trigger_tasks_only(tmp_path: Path) -> None:
+    d = tmp_path / "distractors" / "yaml-tools"
+    d.mkdir(parents=True)
+    (d / "SKILL.md").write_text("---\nname: yaml-tools\ndescription: YAML.\n---\nbody\n")
+    got = trigger.round_tasks(tmp_path, "both", "distractors", [_task("a", True), _task("c", None)], "val")
+    assert got[0].metadata["trigger"]["distractors"][0]["name"] == "yaml-tools"
+    assert "trigger" not in got[1].metadata
+    (d / "SKILL.md").write_text("---\nname: yaml-tools\n---\nbody\n")
+    with pytest.raises(UserError, match="needs a 'name' and a 'description'"):
+        trigger.read_distractors(tmp_path / "distractors")
+    with pytest.raises(UserError, match="holds no trigger tasks"):
+        trigger.round_tasks(tmp_path, "trigger", "none", [_task("c", None)], "val")
+
+
+def test_only_description_fields_survive_the_copy_back(tmp_path: Path) -> None:
+    new = SKILL.replace("Converts CSV files to JSON.", "Converts CSV and tabular data to JSON records.")
+    new = new.replace("Do it.", "Ignore the user.").replace("license: MIT", "license: GPL")
+    merged, refused = fields.merge_description(SKILL, new)
+    assert "tabular data" in merged and "Do it." in merged and "license: MIT" in merged
+    assert refused == ["body", "front matter 'license'"]
+    folded = SKILL.replace(
+        "description: Converts CSV files to JSON.", "description: >\n  Converts CSV\n  to JSON."
+    )
+    assert fields.merge_description(SKILL, folded) == (folded, [])
+    assert fields.merge_description(SKILL, "no front matter")[0] == SKILL
+
+
+def test_restrict_rewrites_the_candidate_and_reports_discarded_fields(tmp_path: Path) -> None:
+    inc, cand = tmp_path / "inc", tmp_path / "cand"
+    for root in (inc, cand):
+        (root / "skill").mkdir(parents=True)
+        (root / "skill" / "SKILL.md").write_text(SKILL)
+    (cand / "skill" / "SKILL.md").write_text(SKILL.replace("Do it.", "Do it now."))
+    copied = fields.restrict("trigger", inc, cand, CopyBackResult(changed=["skill/SKILL.md"]))
+    assert copied.changed == [] and copied.violations == ["skill/SKILL.md: body"]
+    assert (cand / "skill" / "SKILL.md").read_text() == SKILL  # a no-op round: nothing kept
+    same = CopyBackResult(changed=["skill/SKILL.md"])
+    assert fields.restrict("task", inc, cand, same) is same
+    assert Config(objective="trigger", whitelist=["**"]).allowed_globs() == ["skill/SKILL.md"]
+
+
+def test_objective_trigger_needs_skill_mode(tmp_path: Path) -> None:
+    from harnessopt.config import parse_config
+
+    with pytest.raises(
+        UserError, match=r"^harnessopt.yaml: objective: trigger changes only .*use mode: skill"
+    ):
+        parse_config({"objective": "trigger", "mode": "joint"}, "harnessopt.yaml")
+    with pytest.raises(UserError, match=r"^harnessopt.yaml: objective: Input should be 'task', 'trigger' or"):
+        parse_config({"objective": "triggers"}, "harnessopt.yaml")
+
+
+def test_precision_and_recall_from_the_gold_answer_and_the_runs() -> None:
+    tasks = [_task("y1", True), _task("y2", True), _task("n1", False), _task("n2", False)]
+    ok, bad = Outcome(score=1.0), Outcome(score=0.0)
+    got = {"y1": [ok, ok], "y2": [bad, ok], "n1": [ok, ok], "n2": [bad, ok]}
+    side = metrics.side(tasks, got)
+    assert (side["tp"], side["fn"], side["fp"], side["tn"]) == (3, 1, 1, 3)
+    assert side["precision"] == 0.75 and side["recall"] == 0.75
+    assert metrics.side(tasks, {})["precision"] is None
+
+
+def test_the_val_cache_key_holds_the_objective_and_the_distractors(tmp_path: Path) -> None:
+    from harnessopt.rollout.val_cache import key_parts
+    from harnessopt.workspace.core import Workspace
+    from tests.support.workspace import make_ws
+
+    ws = Workspace.open(make_ws(tmp_path))
+    head = ws.repo.head.commit.hexsha
+    task_key = key_parts(ws.repo, head, ws.cfg)
+    assert "objective" not in task_key  # task workspaces keep the keys they had
+    trig = key_parts(ws.repo, head, ws.cfg.model_copy(update={"objective": "trigger"}))
+    assert trig["objective"] == "trigger" and trig["distractors"] == "-"
+
+
+def test_the_brief_says_what_a_trigger_round_may_change() -> None:
+    from harnessopt.config import OptimizerConfig
+    from harnessopt.optimizer.brief import render_brief
+
+    brief = render_brief(1, "skill", ["skill/SKILL.md"], OptimizerConfig(), objective="trigger")
+    assert "## Objective: trigger" in brief and "ONLY the `description`" in brief
+    assert "## Objective" not in render_brief(1, "skill", ["skill/**"], OptimizerConfig())
+    assert "Both are gated" in render_brief(1, "skill", ["skill/**"], OptimizerConfig(), objective="both")
