@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         "it can then reach the API key, the workspace (tasks/ with gold answers) and the network",
     )
     run.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
-    run.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
+    run.add_argument(
+        "--executor", help="where tasks run: local, ray (docs/cluster.md) or package.module:Factory"
+    )
     run.add_argument("--concurrency", type=_positive)
     run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
     run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
@@ -145,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("ws", type=Path)
     audit.add_argument("--epochs", type=_positive, default=1)
     audit.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
-    audit.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
+    audit.add_argument(
+        "--executor", help="where tasks run: local, ray (docs/cluster.md) or package.module:Factory"
+    )
     audit.add_argument("--concurrency", type=_positive)
     _add_config_option(audit)
     audit.add_argument("--force", action="store_true", help="audit the same pair again")
@@ -162,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     for measure in (abl, rp):
         measure.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
         measure.add_argument(
-            "--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)"
+            "--executor", help="where tasks run: local, ray (docs/cluster.md) or package.module:Factory"
         )
         measure.add_argument("--concurrency", type=_positive)
         _add_config_option(measure)

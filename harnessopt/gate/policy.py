@@ -52,7 +52,7 @@ def _base_details(candidate: Outcomes, incumbent: Outcomes, p: _Paired) -> dict[
 # --------------------------------------------------------------------------- harnessopt's gate
 
 
-class PairedGate:
+class PairedGate(GatePolicy):
     """harnessopt's paired gate (docs/gate.md): a first look on the val outcomes, flip confirmation,
     and, when the first look is promising but inside the dead zone, a second look; inside the zone
     only the configured secondary test (``gate.secondary``) may accept.

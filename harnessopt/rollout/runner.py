@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from harnessopt import registry
 from harnessopt.config import Config
 from harnessopt.errors import BudgetExceeded
 from harnessopt.gateway.server import Gateway
-from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
-from harnessopt.rollout.executors import Executor, LocalExecutor, SandboxCall, WorkerLost
+from harnessopt.protocols import Executor, Outcome, RunOutput, RunSpec, Sandbox, SandboxCall, Task, TaskResult
+from harnessopt.rollout.executors import LocalExecutor, WorkerLost
 from harnessopt.rollout.run_cache import RoundStore
 from harnessopt.rollout.trajectory import safe_filename
 from harnessopt.util import interrupts
@@ -254,12 +255,11 @@ class Runner:
 
 
 def make_executor(cfg: Config, sandbox: Sandbox, gateway_url: str) -> Executor:
-    """The executor ``cfg.rollout.executor`` names; ``ray`` joins (or starts) the cluster now."""
-    if cfg.rollout.executor == "ray":
-        from harnessopt.rollout.ray.executor import RayExecutor
-
-        return RayExecutor(cfg, gateway_url)
-    return LocalExecutor(sandbox, cfg.rollout.concurrency)
+    """The executor ``cfg.rollout.executor`` names (registry); ``ray`` joins (or starts) the cluster now."""
+    executor: Executor = registry.build(
+        "executor", cfg.rollout.executor, cfg, sandbox=sandbox, gateway_url=gateway_url
+    )
+    return executor
 
 
 def _without_answer(feedback: str, answer: Any) -> str:

@@ -208,11 +208,10 @@ def validate(
         used += len(again) * (epochs - 1)
         svc.runner.prefetch(cand, plan[used : used + conc], rc.k)
         results += svc.runner.run(cand, again, rc.k, epochs=range(1, epochs))
-    futile = getattr(svc.gate, "futile", None)
-    chunk = _chunk(svc, len(rest))
+    chunk = _chunk(svc)
     first = first_look(inc, epochs)
     for i in range(0, len(rest), chunk):
-        if futile and futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
+        if svc.gate.futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
             say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
             ws.journal.write(rc.k, "prefetch_dropped", runs=len(svc.runner.drop_prefetched()))
             break
@@ -229,17 +228,15 @@ def validation_jobs(svc: Services, rc: RoundContext, smoked: Sequence[Task]) -> 
     epochs = svc.cfg.gate.epochs
     ids = {t.id for t in smoked}
     rest = [t for t in rc.val if t.id not in ids]
-    chunk = _chunk(svc, len(rest))
+    chunk = _chunk(svc)
     jobs = [(t, e) for e in range(1, epochs) for t in smoked]
     for i in range(0, len(rest), chunk):
         jobs += [(t, e) for e in range(epochs) for t in rest[i : i + chunk]]
     return jobs
 
 
-def _chunk(svc: Services, n_rest: int) -> int:
+def _chunk(svc: Services) -> int:
     """Validation's chunk: a futility check every ``FUTILITY_EVERY`` tasks (at least ``concurrency``)."""
-    if getattr(svc.gate, "futile", None) is None:
-        return max(1, n_rest)
     return max(FUTILITY_EVERY, svc.cfg.rollout.concurrency)
 
 
@@ -264,8 +261,7 @@ def gate(
 
     cand_out = outcomes(cand_val)
     left = [t.id for t in rc.val if t.id not in cand_out]  # validation stopped for futility
-    futile = getattr(svc.gate, "futile", None)
-    if left and futile and futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
+    if left and svc.gate.futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
         d = futile_decision(cand_out, inc, left, svc.cfg.gate.epochs)
     elif (policy := _round_policy(ws, svc)) is None:
         d = spent_decision(svc.cfg.gate)

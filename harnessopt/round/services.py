@@ -91,8 +91,8 @@ def open_services(
         scorer = ScorerProcess(root / "scorer.py", timeout_s=r.scorer_timeout_s, memory_mb=r.scorer_memory_mb)
         stack.callback(scorer.close)
         sandbox = make_sandbox(cfg.rollout, announce=say)
-        if description := getattr(sandbox, "description", ""):  # a weak sandbox warned already
-            say(f"sandbox: {description}")
+        if sandbox.description:  # a weak sandbox warned already
+            say(f"sandbox: {sandbox.description}")
         stack.callback(sandbox.close)
         socket_dir = Path(tempfile.mkdtemp(prefix="ho-gw-"))  # short path: Unix sockets cap it at 108 bytes
         stack.callback(shutil.rmtree, socket_dir, True)
@@ -102,17 +102,16 @@ def open_services(
                 cfg,
                 socket_dir=socket_dir,
                 optimizer_model=optimizer_model,
-                peer_uids=getattr(sandbox, "gateway_uids", ()),  # the optimizer's container, say
+                peer_uids=sandbox.gateway_uids,  # the optimizer's container, say
             )
         )
-        prewarm = getattr(sandbox, "prewarm", None)  # docker: its pool starts containers meanwhile
-        if prewarm is not None and gateway.socket_path is not None and cfg.rollout.executor == "local":
-            prewarm(str(gateway.socket_path.parent))
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         store = RoundStore(state_dir, rollout_settings(cfg, root))
         executor = make_executor(cfg, sandbox, gateway.base_url)  # ray: joins the cluster here
         stack.callback(executor.close)
+        if gateway.socket_path is not None and executor.uses_run_sandbox:
+            sandbox.prewarm(str(gateway.socket_path.parent))  # docker: its pool starts containers meanwhile
         runner = Runner(
             cfg,
             sandbox,
@@ -138,7 +137,7 @@ def open_services(
                 announce=say,
                 transcript_dir=state_dir / "optimizer",
                 lease_factory=lambda k: gateway.lease("optimizer", k, None),
-                shell_on_host=not getattr(sandbox, "shell_isolated", False),  # then it needs unsafe_host
+                shell_on_host=not sandbox.shell_isolated,  # then it needs unsafe_host
             )
             if with_optimizer
             else None

@@ -13,7 +13,7 @@ import pytest
 from harnessopt.config import BudgetConfig, Config, GatewayConfig, ModelConfig, OptimizerConfig
 from harnessopt.gateway.models import ScriptedModel
 from harnessopt.gateway.server import Gateway
-from harnessopt.protocols import Forward, Usage
+from harnessopt.protocols import Forward, Model, Usage
 
 try:
     import httpx
@@ -136,7 +136,7 @@ def test_server_tools_pass_when_the_config_allows_them():
             assert post(gw, token, body(**extra)).status_code == 200
 
 
-class PricedUpstream:
+class PricedUpstream(Model):
     """A slow upstream that bills each call its estimated input and its full max_tokens."""
 
     name = "priced"

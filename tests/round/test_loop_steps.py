@@ -15,7 +15,7 @@ import pytest
 
 from harnessopt.gate.policy import PairedGate
 from harnessopt.ledger import store as ledger
-from harnessopt.protocols import Outcome, Task, TaskResult
+from harnessopt.protocols import Outcome, Sandbox, Task, TaskResult
 from harnessopt.rollout.runner import Candidate
 from harnessopt.round import context, evaluate
 from harnessopt.workspace.core import Workspace
@@ -62,6 +62,12 @@ class ScriptedRunner:
         return out
 
 
+class LocalByName(Sandbox):
+    """The sandbox as the steps see it here: only its name (the runner is scripted)."""
+
+    name = "local"
+
+
 def _result(t: Task, k: int, epoch: int, score: float, crashed: bool) -> TaskResult:
     return TaskResult(
         task_id=t.id, split="val", round=k, epoch=epoch, score=score, passed=score == 1.0,
@@ -76,7 +82,7 @@ def _setup(tmp_path: Path, script: Script, **gate: Any) -> tuple[Workspace, Any,
     svc = SimpleNamespace(
         cfg=ws.cfg,
         runner=runner,
-        sandbox=SimpleNamespace(name="local"),
+        sandbox=LocalByName(),
         state_dir=tmp_path / "st",
         gate=PairedGate(ws.cfg.gate),
     )
