@@ -146,7 +146,7 @@ class Phase:
 def timed_phase(
     name: str, svc: Services, cand: Candidate, tasks: Sequence[Any], k: int, epoch: int = 0
 ) -> Phase:
-    return timed(name, lambda: svc.runner.run(cand, tasks, k, epochs=[epoch]))
+    return timed(name, lambda: svc.runner.run(cand, tasks, k, epochs=[epoch], phase="validation"))
 
 
 def timed(name: str, step: Callable[[], list[TaskResult]]) -> Phase:

@@ -264,7 +264,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     with (
         workspace_lock(ws.root, "run", say),
         _mlflow(ws, a.mlflow) as on_round,
-        progress_for(console, smoke=ws.cfg.gate.smoke) as progress,
+        progress_for(console) as progress,
     ):
         results = driver.run(
             ws, a.rounds, progress.say, progress=progress, on_round=on_round, decide=_round0_decider(a.yes)

@@ -346,6 +346,7 @@ class TaskResult:
     exchanges: list[Exchange] = field(default_factory=list)
     harness_events: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    phase: str = ""  # the part of the round that ran it (``rollout.phase_stats.PHASES``); set by the Runner
 
     @property
     def crashed(self) -> bool:

@@ -56,7 +56,7 @@ class Trail:
     decision: GateDecision | None = None
     noise_floor: dict[str, Any] | None = None  # the A/A test, when this round measured one
     confirmation: dict[str, Any] | None = None  # an accepted candidate on runs that did not select it
-    runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
+    runs: RoundRuns = field(default_factory=RoundRuns)  # every run of the round, by phase
     checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
     probe: list[TaskResult] = field(default_factory=list)  # the incumbent's smoke rerun made ahead
     started: float = field(default_factory=time.monotonic)

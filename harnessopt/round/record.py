@@ -21,7 +21,7 @@ def count_unclaimed(svc: Services, rc: RoundContext, t: Trail) -> None:
     by_id = {task.id: task for task in [*rc.val, *rc.held_out]}
     for label, r in svc.runner.drop_prefetched():
         if (task := by_id.get(r.task_id)) is not None:
-            t.runs.started(label, [task], rc.k, [r.epoch])
+            t.runs.started(label, [task], rc.k, [r.epoch], r.phase)
             t.runs.finished(label, r, 1, 1)
 
 

@@ -98,7 +98,7 @@ def diagnose(ws: Workspace, svc: Services, say: Announce) -> Round0:
         )
     say(f"round 0: rollout of the seed harness on all {len(train)} train tasks")
     ws.journal.write(0, "round0_rollout", parent=parent, tasks=len(train))
-    results = svc.runner.run(seed, train, 0)
+    results = svc.runner.run(seed, train, 0, phase="rollout")
     if broken := incumbent_broken(results):
         raise UserError(f"round 0: {broken}; fix the seed harness (or the sandbox), then run again")
     target = svc.cfg.model.target

@@ -56,7 +56,7 @@ SUMMARY_CAP = 20_000  # characters of the optimizer's summary kept in the commit
 
 def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResult:
     rc = start_round(ws, svc, k)
-    trail = Trail(runs=RoundRuns(svc.cfg.gate.smoke))
+    trail = Trail(runs=RoundRuns())
     svc.runner.observers.append(trail.runs)
     try:
         with _view_dir(k) as view:
@@ -84,7 +84,9 @@ def _steps(
     if broken := incumbent_broken(t.train):  # nothing to learn from: spend nothing on the optimizer
         return record(ws, svc, rc, t, ("failed", broken), say)
     stage(svc, rc, t.train)  # 2
-    svc.runner.prefetch(rc.incumbent, probe_jobs(svc, rc), rc.k)  # made while the optimizer works
+    svc.runner.prefetch(
+        rc.incumbent, probe_jobs(svc, rc), rc.k, phase="probe"
+    )  # made while the optimizer works
     t.proposal, t.snapshot = propose(ws, svc, rc, view, len(t.train), say)  # 3
     interrupts.check()
     t.copied, t.candidate, ending = check(ws, svc, rc, t.proposal, t.snapshot)  # 4
@@ -140,7 +142,7 @@ def _view_dir(k: int) -> Iterator[Path]:
 def rollout_train(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> list[TaskResult]:
     batch = train_batch(ws.tasks("train"), rc.k, svc.cfg.rollout.batch_size)
     say(f"round {rc.k}: rollout of the incumbent on {len(batch)} train tasks")
-    train = svc.runner.run(rc.incumbent, batch, rc.k)
+    train = svc.runner.run(rc.incumbent, batch, rc.k, phase="rollout")
     ws.journal.write(rc.k, "rollout", tasks=[r.task_id for r in train], passed=sum(r.passed for r in train))
     return train
 
