@@ -1,4 +1,4 @@
-"""Issue 14: a batch of rollouts on the local executor and on the Ray executor, against the ideal.
+"""A batch of rollouts on the local executor and on the Ray executor, against the ideal.
 
     python benchmarks/ray_executor.py [--tasks 16] [--concurrency 2 4] [--latency 1] [--sandbox local]
 

@@ -1,4 +1,4 @@
-"""What the round benchmarks share (issue 15): a model of fixed latency behind the real gateway,
+"""What the round benchmarks share: a model of fixed latency behind the real gateway,
 a workspace of N val and N train tasks, and the round's phases run by harnessopt's own Runner.
 
 The model is ``tests/fake_anthropic.FakeAnthropicServer`` (the Messages API as the real one

@@ -355,7 +355,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
 
 
 def cmd_rollback(a: argparse.Namespace) -> int:
-    from harnessopt.reporting.log import rollback
+    from harnessopt.ledger.rollback import rollback
     from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)

@@ -16,6 +16,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 J = TypeVar("J")
 R = TypeVar("R")
 
+# Where a part says what it is doing: one line of text for the person running harnessopt.
+Announce = Callable[[str], None]
+
 # --------------------------------------------------------------------------- tasks
 
 

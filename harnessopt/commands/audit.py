@@ -162,7 +162,7 @@ def confirmed_gain(ws: Workspace, best: str) -> float | None:
     confs = [r.manifest.confirmation for r in ledger.accepted_along(ws.repo, best)]
     if not confs or any(c is None for c in confs):
         return None
-    return sum(float(c.get("gain", 0.0)) for c in confs if c is not None)
+    return sum(c.gain for c in confs if c is not None)
 
 
 def claimed_gain(ws: Workspace, best: str) -> float:

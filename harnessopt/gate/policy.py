@@ -332,6 +332,15 @@ def futile_decision(
     return GateDecision(False, reason, n, cand, inc, delta, zone, fixed, broken, details=details)
 
 
+def spent_decision(cfg: GateConfig) -> GateDecision:
+    """The rejection of a round whose run has spent ``gate.run_alpha``: nothing is tested."""
+    reason = (
+        f"rejected: gate.run_alpha {cfg.run_alpha} is spent ({cfg.run_rounds} gate decisions of "
+        "gate.run_rounds); raise gate.run_rounds to give later rounds a share of the run's budget"
+    )
+    return GateDecision(False, reason, 0, 0.0, 0.0, 0.0, 1.0, details={"run_alpha_spent": True})
+
+
 def make_gate(cfg: GateConfig) -> GatePolicy:
     """The gate policy named by ``cfg.policy`` (a registry name or a dotted path)."""
     from harnessopt import registry

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,6 @@ from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot
 from harnessopt.protocols import GateDecision, Proposal, Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
-
-Announce = Callable[[str], None]
-
 
 Ending = tuple[Status, str]  # (status, reason) of a round that ends before the gate
 

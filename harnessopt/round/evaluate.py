@@ -1,5 +1,5 @@
 """The candidate against the incumbent: the incumbent's val outcomes (and the noise floor), the
-smoke test, validation, the gate and the confirmation of an accept (DESIGN.md steps 5-7)."""
+smoke test, validation, the gate and the confirmation of an accept."""
 
 from __future__ import annotations
 
@@ -7,17 +7,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from harnessopt.gate.bank import IncumbentBank, first_look
+from harnessopt.gate.confirmation import confirmation_record
 from harnessopt.gate.noise_floor import NoiseFloorStore, measure
 from harnessopt.gate.noise_floor import lines as noise_lines
-from harnessopt.gate.policy import futile_decision, make_gate
+from harnessopt.gate.policy import futile_decision, make_gate, spent_decision
+from harnessopt.gate.smoke import smoke_verdict
 from harnessopt.gate.stats import mean, run_alpha_for, task_means
-from harnessopt.gate.verdicts import confirmation_record, smoke_verdict, spent_decision
 from harnessopt.ledger import store as ledger
-from harnessopt.protocols import GateDecision, GatePolicy, Outcomes, Task, TaskResult
+from harnessopt.protocols import Announce, GateDecision, GatePolicy, Outcomes, Task, TaskResult
 from harnessopt.rollout.run_cache import CONFIRM_EPOCH, PROBE_EPOCH, RERUN_EPOCH, SMOKE_RERUN_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
-from harnessopt.round.context import Announce, RoundContext
+from harnessopt.round.context import RoundContext
 from harnessopt.round.services import Services
 from harnessopt.workspace.core import Workspace
 
@@ -98,7 +99,7 @@ def smoke(
 ) -> tuple[list[TaskResult], str | None]:
     """Run the candidate on the first val tasks. A crashed task is rerun once, and where it crashed
     again on the incumbent too (``incumbent_reruns``); only a crash that reproduces and that the
-    incumbent does not have rejects (``verdicts.smoke_verdict``).
+    incumbent does not have rejects (``gate.smoke.smoke_verdict``).
 
     Validation's first runs start in the slots the smoke test leaves free (``Runner.prefetch``);
     a rejection drops them."""
@@ -287,7 +288,7 @@ def _round_policy(ws: Workspace, svc: Services) -> GatePolicy | None:
     g = svc.cfg.gate
     if g.run_alpha is None:
         return svc.gate
-    decided = sum("alpha" in r.manifest.gate for r in ledger.past_rounds(ws.repo))
+    decided = sum(r.manifest.gate.alpha is not None for r in ledger.past_rounds(ws.repo))
     alpha = min(1.0 - g.confidence, run_alpha_for(g.run_alpha, g.run_rounds, decided + 1))
     return make_gate(g.model_copy(update={"confidence": 1.0 - alpha})) if alpha > 0 else None
 

@@ -1,4 +1,5 @@
-"""The last step of a round: its outcome written to git (DESIGN.md step 8), whatever the outcome."""
+"""The last step of a round: its outcome written to git, whatever the outcome (an accept on main,
+anything else on a ref of its own)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import time
 
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.store import OptimizerRecord, RoleUsage, RoundManifest, Status
+from harnessopt.protocols import Announce
 from harnessopt.rollout.runner import outcomes
 from harnessopt.rollout.val_cache import ValCache
-from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
+from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.services import Services
 from harnessopt.util.text import visible
 from harnessopt.workspace.core import RECORD_PATHS, Workspace

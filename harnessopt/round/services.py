@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +17,7 @@ from harnessopt.gateway.models import model_for, optimizer_model_for
 from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.optimizer import make_optimizer
-from harnessopt.protocols import GatePolicy, Optimizer, Proposal, Sandbox
+from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout.run_cache import RoundStore, rollout_settings
 from harnessopt.rollout.runner import Runner, make_executor
 from harnessopt.sandbox import make_sandbox
@@ -26,8 +26,6 @@ from harnessopt.workspace.scorer_proc import ScorerProcess
 
 if TYPE_CHECKING:
     import anthropic
-
-Announce = Callable[[str], None]
 
 
 @dataclass

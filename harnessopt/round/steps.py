@@ -1,4 +1,4 @@
-"""The optimization round, one function a step (DESIGN.md "What it does").
+"""The optimization round, one function a step.
 
 rollout -> stage -> propose -> check -> smoke -> validate -> gate -> record. ``_steps`` reads as
 the algorithm: each step returns what it produced, and ``_steps`` passes those values on and keeps
@@ -22,19 +22,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harnessopt.errors import UserError
-from harnessopt.gate.verdicts import split_val
+from harnessopt.gate.confirmation import split_val
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
-from harnessopt.protocols import Proposal, Task, TaskResult
+from harnessopt.protocols import Announce, Proposal, Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round import leakage, stop, tamper
 from harnessopt.round.checks import import_check, static_check
-from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
+from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
     gate,

@@ -301,7 +301,7 @@ def test_an_accepted_round_is_confirmed_on_runs_that_did_not_select_it(tmp_path:
 
 
 def test_holdout_tasks_are_never_seen_by_the_gate_and_confirm_the_accept(tmp_path: Path) -> None:
-    from harnessopt.gate.verdicts import split_val
+    from harnessopt.gate.confirmation import split_val
 
     ws = Workspace.open(make_ws(tmp_path))
     val = ws.tasks("val")
