@@ -292,12 +292,15 @@ def test_an_accepted_round_is_confirmed_on_runs_that_did_not_select_it(tmp_path:
     flat = evaluate.confirm_accepted(ws2, svc2, rc2, CAND, accepted, lambda _m: None)
     assert flat is not None and not flat["confirmed"] and "ho/best does not move" in flat["summary"]
     from harnessopt.ledger import store as ledger
+    from harnessopt.ledger.manifest import ConfirmationRecord
 
     m = ledger.RoundManifest(
         round=1, status="accepted", parent=ws2.repo.head.commit.hexsha, confirmation=flat
     )
     assert not ledger.is_new_best(ws2.repo, m)
-    assert ledger.is_new_best(ws2.repo, m.model_copy(update={"confirmation": rec}))
+    assert ledger.is_new_best(
+        ws2.repo, m.model_copy(update={"confirmation": ConfirmationRecord.model_validate(rec)})
+    )
 
 
 def test_holdout_tasks_are_never_seen_by_the_gate_and_confirm_the_accept(tmp_path: Path) -> None:
