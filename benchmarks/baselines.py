@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from harnessopt.gate import stats
-from harnessopt.protocols import ConfirmFn, GateDecision, Outcomes
+from harnessopt.protocols import ConfirmFn, GateDecision, GatePolicy, Outcomes
 
 
 def _sign(x: float) -> str:
@@ -38,7 +38,7 @@ def _simple(
     )
 
 
-class MinibatchImproved:
+class MinibatchImproved(GatePolicy):
     """GEPA's default: accept when a small random minibatch scored higher than the incumbent."""
 
     name = "minibatch"
@@ -58,7 +58,7 @@ class MinibatchImproved:
         return _simple(self.name, improved, candidate, incumbent, ids, "minibatch sum improved?", 0.0)
 
 
-class MeanImproved:
+class MeanImproved(GatePolicy):
     """SkillOpt: accept when the val mean strictly improved."""
 
     name = "mean"
@@ -72,7 +72,7 @@ class MeanImproved:
         return _simple(self.name, improved, candidate, incumbent, ids, "> 0", 0.0)
 
 
-class FixedDeadBand:
+class FixedDeadBand(GatePolicy):
     """SkillOpt-Lite: accept when the val mean improved by more than a fixed band (0.05)."""
 
     name = "deadband"

@@ -1,4 +1,4 @@
-"""P3 (issue 15): what a broken candidate costs, as a share of a full validation.
+"""What a broken candidate costs, as a share of a full validation.
 
     python benchmarks/broken_candidate.py [--sandbox docker|local] [--n 40] [--concurrency 4] [--latency 2]
 

@@ -1,4 +1,4 @@
-"""The interpreter start-up a task pays for its model client (issue 15), in the sandbox image and
+"""The interpreter start-up a task pays for its model client, in the sandbox image and
 on this host, side by side; and ``harnessopt run``'s own start-up with and without the SDKs.
 
     python benchmarks/client_import.py [--n 5] [--no-docker]

@@ -44,7 +44,7 @@ from harnessopt.config import GateConfig  # noqa: E402
 from harnessopt.gate.bank import IncumbentBank
 from harnessopt.gate.noise_floor import measure
 from harnessopt.gate.policy import PairedGate
-from harnessopt.gate.verdicts import smoke_verdict
+from harnessopt.gate.smoke import smoke_verdict
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
 
 POPULATION = 1000

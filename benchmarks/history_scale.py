@@ -1,4 +1,4 @@
-"""P4 (issue 15): harnessopt's history at hundreds of rounds.
+"""Harnessopt's history at hundreds of rounds.
 
     python benchmarks/history_scale.py [--rounds 200] [--train 8] [--repeat 3] [--keep DIR]
 
@@ -225,7 +225,7 @@ WALK = (
     "import sys; from harnessopt.ledger import store as ledger; ledger.rounds = ledger.rounds_from_git; "
     "from harnessopt.cli import main; sys.exit(main(sys.argv[1:]))"
 )
-"""The CLI reading rounds commit by commit from git, as before the index (issue 15)."""
+"""The CLI reading rounds commit by commit from git, as before the commit index (ledger.index) existed."""
 
 
 def timed(

@@ -1,4 +1,4 @@
-"""Issue 14: a batch of rollouts on the local executor and on the Ray executor, against the ideal.
+"""A batch of rollouts on the local executor and on the Ray executor, against the ideal.
 
     python benchmarks/ray_executor.py [--tasks 16] [--concurrency 2 4] [--latency 1] [--sandbox local]
 
@@ -28,7 +28,7 @@ from harnessopt.rollout.ray.executor import RayExecutor, import_ray
 
 def batch(svc, cand, tasks, round_no: int) -> tuple[float, int, int]:
     t0 = time.perf_counter()
-    results = svc.runner.run(cand, tasks, round_no)
+    results = svc.runner.run(cand, tasks, round_no, phase="validation")
     wall = time.perf_counter() - t0
     return wall, sum(len(r.exchanges) for r in results), sum(r.error_class is not None for r in results)
 

@@ -1,4 +1,4 @@
-"""Where a round's time goes, from the journal's timestamps (issue 15, P2's "where the rest goes").
+"""Where a round's time goes, from the journal's timestamps: what is not the model's latency.
 
     python benchmarks/round_timeline.py [--sandbox local|docker]
 

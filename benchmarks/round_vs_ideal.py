@@ -1,4 +1,4 @@
-"""P2 (issue 15): a round's rollout + smoke + validation against the LLM-bound ideal.
+"""A round's rollout + smoke + validation against the LLM-bound ideal.
 
     python benchmarks/round_vs_ideal.py [--quick] [--modes docker local] [--latency 2] [--template chat]
 

@@ -1,4 +1,4 @@
-"""What the round benchmarks share (issue 15): a model of fixed latency behind the real gateway,
+"""What the round benchmarks share: a model of fixed latency behind the real gateway,
 a workspace of N val and N train tasks, and the round's phases run by harnessopt's own Runner.
 
 The model is ``tests/fake_anthropic.FakeAnthropicServer`` (the Messages API as the real one
@@ -146,7 +146,7 @@ class Phase:
 def timed_phase(
     name: str, svc: Services, cand: Candidate, tasks: Sequence[Any], k: int, epoch: int = 0
 ) -> Phase:
-    return timed(name, lambda: svc.runner.run(cand, tasks, k, epochs=[epoch]))
+    return timed(name, lambda: svc.runner.run(cand, tasks, k, epochs=[epoch], phase="validation"))
 
 
 def timed(name: str, step: Callable[[], list[TaskResult]]) -> Phase:

@@ -57,9 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import gate_simulation as sim  # noqa: E402
 from benchmarks.baselines import FixedDeadBand, MinibatchImproved  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
+from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
-from harnessopt.gate.verdicts import confirmation_record  # noqa: E402
 from harnessopt.protocols import Outcome, Outcomes  # noqa: E402
 
 try:  # several candidates a round (issue 21 item 2)

@@ -1,4 +1,4 @@
-"""Per-task time with a 6 MB skill: a copy per task (before issue 15) against one read-only copy
+"""Per-task time with a 6 MB skill: a copy per task (as before sandbox.prepared) against one read-only copy
 per candidate (now), in Docker and in the local sandbox (bwrap), side by side in one run.
 
     python benchmarks/skill_copy.py [--n 12] [--mb 6]
@@ -44,7 +44,7 @@ NOOP = (
 
 
 class CopyingDocker(DockerSandbox):
-    """Before issue 15: skill/ and harness/ copied into every task's slot."""
+    """As before sandbox.prepared: skill/ and harness/ copied into every task's slot."""
 
     def _write_slot(self, warm: Any, spec: RunSpec, copy: str) -> bytes:
         job = super()._write_slot(warm, spec, copy)
@@ -55,7 +55,7 @@ class CopyingDocker(DockerSandbox):
 
 
 class CopyingLocal(LocalSandbox):
-    """Before issue 15: skill/ and harness/ copied into every task's directory."""
+    """As before sandbox.prepared: skill/ and harness/ copied into every task's directory."""
 
     @contextlib.contextmanager
     def _candidate(self, spec: RunSpec, tmp: Path) -> Iterator[list[tuple[Path, Path]]]:

@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         "it can then reach the API key, the workspace (tasks/ with gold answers) and the network",
     )
     run.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
-    run.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
+    run.add_argument(
+        "--executor", help="where tasks run: local, ray (docs/cluster.md) or package.module:Factory"
+    )
     run.add_argument("--concurrency", type=_positive)
     run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
     run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
@@ -151,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("ws", type=Path)
     audit.add_argument("--epochs", type=_positive, default=1)
     audit.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
-    audit.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
+    audit.add_argument(
+        "--executor", help="where tasks run: local, ray (docs/cluster.md) or package.module:Factory"
+    )
     audit.add_argument("--concurrency", type=_positive)
     _add_config_option(audit)
     audit.add_argument("--force", action="store_true", help="audit the same pair again")
@@ -168,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     for measure in (abl, rp):
         measure.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
         measure.add_argument(
-            "--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)"
+            "--executor", help="where tasks run: local, ray (docs/cluster.md) or package.module:Factory"
         )
         measure.add_argument("--concurrency", type=_positive)
         _add_config_option(measure)
@@ -270,7 +274,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     with (
         workspace_lock(ws.root, "run", say),
         _mlflow(ws, a.mlflow) as on_round,
-        progress_for(console, smoke=ws.cfg.gate.smoke) as progress,
+        progress_for(console) as progress,
     ):
         results = driver.run(
             ws, a.rounds, progress.say, progress=progress, on_round=on_round, decide=_round0_decider(a.yes)
@@ -361,7 +365,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
 
 
 def cmd_rollback(a: argparse.Namespace) -> int:
-    from harnessopt.reporting.log import rollback
+    from harnessopt.ledger.rollback import rollback
     from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)

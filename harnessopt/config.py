@@ -30,6 +30,7 @@ SandboxName = Annotated[str, AfterValidator(partial(registry.check, "sandbox"))]
 OptimizerName = Annotated[str, AfterValidator(partial(registry.check, "optimizer"))]
 ModelName = Annotated[str, AfterValidator(partial(registry.check, "model"))]
 GateName = Annotated[str, AfterValidator(partial(registry.check, "gate"))]
+ExecutorName = Annotated[str, AfterValidator(partial(registry.check, "executor"))]
 # The name of an environment variable (never its value: keys are not written to the workspace).
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # USD per million tokens, [input, output].
@@ -76,8 +77,9 @@ class RolloutConfig(_Strict):
     """Time the host-side scorer may take per task; past it the task scores 0 (scorer error)."""
     scorer_memory_mb: int = Field(2048, ge=64)
     """Address-space limit of the scorer's process; past it that task scores 0 (scorer error)."""
-    executor: Literal["local", "ray"] = "local"
-    """Where tasks run: local (a thread pool on this machine) or ray (a Ray cluster; docs/cluster.md)."""
+    executor: ExecutorName = "local"
+    """Where tasks run: local (a thread pool on this machine), ray (a Ray cluster; docs/cluster.md)
+    or package.module:Factory."""
     warm_interpreter: bool = True
     """Start the next tasks' interpreters ahead, warmed, while the current tasks wait on the model
     (``runner.py warm``); results are those of a cold start. Off: every task starts cold."""

@@ -7,10 +7,17 @@ name (``local``/``docker`` sandbox, ``anthropic``/``command``/``manual`` optimiz
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+# Where a part says what it is doing: one line of text for the person running harnessopt.
+Announce = Callable[[str], None]
 
 # --------------------------------------------------------------------------- tasks
 
@@ -93,6 +100,9 @@ class Model(Protocol):
     response body of a non-streaming call. It raises ``ModelError`` for an API error.
     ``forward`` carries the client's allow-listed headers and query string; a model that has
     no use for them ignores them.
+
+    A model of your own subclasses this class: the members with a body below are optional and
+    their defaults apply to what it leaves out.
     """
 
     name: str
@@ -100,6 +110,11 @@ class Model(Protocol):
     def create(
         self, request: dict[str, Any], role: str, *, forward: Forward | None = None
     ) -> dict[str, Any]: ...
+
+    def check(self, request: dict[str, Any]) -> None:
+        """Refuse a request this upstream cannot take, before any budget is reserved for it:
+        raise ``ModelError`` (a refusal, not a call). Default: every request may go."""
+        return None
 
 
 class ModelError(Exception):
@@ -217,9 +232,35 @@ class SupportsClose(Protocol):
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """Runs one task at a time per call; safe to call from several threads at once."""
+    """Runs one task at a time per call; safe to call from several threads at once.
+
+    A sandbox of your own subclasses this class (like inspect_ai's ``SandboxEnvironment``):
+    ``name``, ``run``, ``shell`` and ``close`` are required; the members with a value or a body
+    below are optional and their defaults apply to what it leaves out.
+    """
 
     name: str
+    # One line saying how tasks are contained, printed when a run starts ("" prints nothing).
+    description: str = ""
+    # Uids besides the tasks' (65534) that may reach the gateway's Unix socket, such as the
+    # optimizer's container's.
+    gateway_uids: tuple[int, ...] = ()
+    # True when the optimizer's shell and agent run isolated from this host (in a container);
+    # False puts them on the host, which needs ``optimizer.unsafe_host``.
+    shell_isolated: bool = False
+    # The interpreter that runs a task's ``harness/run.py``, as the sandbox's shell names it.
+    task_python: str = "python3"
+
+    @property
+    def identity(self) -> str:
+        """What the val cache keys a measurement by: every property of the sandbox that can
+        change a score (Docker: ``docker:IMAGE@sha256:...``). Default: ``name``."""
+        return self.name
+
+    def prewarm(self, socket_dir: str | None) -> None:
+        """Start what the first tasks need (containers) while the round's other work runs;
+        ``socket_dir`` is the gateway's socket folder to mount. Default: nothing to start."""
+        return None
 
     def run(self, spec: RunSpec, out_dir: Path) -> RunOutput:
         """Run the harness on ``spec.task``; collect its /out files into ``out_dir`` (host)."""
@@ -235,6 +276,49 @@ class Sandbox(Protocol):
     def close(self) -> None:
         """Release everything this sandbox started (containers, pools)."""
         ...
+
+
+# --------------------------------------------------------------------------- executor
+
+# Runs one spec and puts the run's /out in the given directory (on the head).
+SandboxCall = Callable[[RunSpec, Path], RunOutput]
+
+
+class Executor(Protocol):
+    """Runs a batch of jobs at a bounded concurrency, each job's sandbox wherever it chooses.
+
+    The runner keeps the head's part of every job (the lease, the gateway's record, the scorer);
+    an executor decides how many jobs are in flight and where each one's sandbox runs. An executor
+    of your own subclasses this class (``rollout.executors.PooledExecutor`` gives the job queue);
+    the members with a value below are optional and keep their defaults.
+    """
+
+    name: str
+    max_retries: int  # times a job whose worker died (``rollout.executors.WorkerLost``) is run again
+    # True when the tasks run in the run's own sandbox (so starting its containers ahead helps).
+    uses_run_sandbox: bool = False
+
+    def sandbox_for(self, root: Path) -> SandboxCall:
+        """How to run a spec of the candidate at ``root`` (holding skill/ and harness/)."""
+        ...
+
+    def submit(self, fn: Callable[[J], R], job: J, *, ahead: bool = False) -> Future[R]:
+        """Queue one job; ``ahead``: only in a slot no ordinary job waits for."""
+        ...
+
+    def hurry(self, fut: Future[Any]) -> None:
+        """An ``ahead`` job still queued becomes an ordinary one."""
+        ...
+
+    def gather(self, futures: Sequence[Future[R]]) -> Generator[R, None, None]:
+        """Their results in order; stops them all on an error."""
+        ...
+
+    def map(self, fn: Callable[[J], R], jobs: Sequence[J]) -> Iterator[R]:
+        """``fn`` of each job, in order, at most ``concurrency`` at once; stops them all on an error."""
+        ...
+
+    def close(self) -> None: ...
 
 
 # --------------------------------------------------------------------------- rollout results
@@ -265,6 +349,7 @@ class TaskResult:
     exchanges: list[Exchange] = field(default_factory=list)
     harness_events: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    phase: str = ""  # the part of the round that ran it (``rollout.phase_stats.PHASES``); set by the Runner
 
     @property
     def crashed(self) -> bool:
@@ -333,10 +418,21 @@ class GateDecision:
 
 
 class GatePolicy(Protocol):
-    """Decides whether a candidate replaces the incumbent, from paired val outcomes."""
+    """Decides whether a candidate replaces the incumbent, from paired val outcomes.
+
+    A policy of your own subclasses this class: ``name`` and ``decide`` are required, ``futile``
+    is optional and its default never stops validation early.
+    """
 
     name: str
 
     def decide(
         self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None
     ) -> GateDecision: ...
+
+    def futile(
+        self, candidate: Outcomes, incumbent: Outcomes, remaining: Sequence[str], can_rerun: bool = True
+    ) -> bool:
+        """Can validation stop here: could no outcome of the ``remaining`` task ids make ``decide``
+        accept? ``can_rerun``: ``decide`` will get a ``confirm``. Default: False (never stops)."""
+        return False

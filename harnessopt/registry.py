@@ -1,11 +1,13 @@
-"""One registry of swappable parts: sandboxes, optimizers, models and gate policies.
+"""One registry of swappable parts: sandboxes, optimizers, models, gate policies and executors.
 
 A part is chosen by a short name from the config (``rollout.sandbox: docker``) or by a dotted
 path ``package.module:factory`` naming a user's own part, so nobody has to fork harnessopt to
 plug one in. Every name maps to a *factory* with one signature per kind (below); a user's
-factory (a class is fine) is called the same way and must return an object that satisfies the
-kind's protocol in ``harnessopt.protocols``. Nothing is imported until a part is built, so
-reading the registry costs nothing at start-up.
+factory (a class is fine) is called the same way and must return an object of the kind's class
+in ``harnessopt.protocols`` (``Sandbox``, ``Optimizer``, ``Model``, ``GatePolicy``, ``Executor``): subclass it,
+and its optional members keep their defaults where yours leaves them out. A part that lacks a
+member is refused when it is built, with the members it lacks. Nothing is imported until a part
+is built, so reading the registry costs nothing at start-up.
 
 Factory signatures, by kind:
 
@@ -15,6 +17,8 @@ Factory signatures, by kind:
   may pass more)
 * ``model``: ``(cfg: ModelConfig, *, root: Path) -> Model``
 * ``gate``: ``(cfg: GateConfig) -> GatePolicy``
+* ``executor``: ``(cfg: Config, *, sandbox: Sandbox, gateway_url: str) -> Executor`` (``sandbox``
+  is the run's own, for executors that run tasks here; ``gateway_url`` the head's gateway)
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Literal
 
+from harnessopt import protocols
 from harnessopt.errors import UserError
 
-Kind = Literal["sandbox", "optimizer", "model", "gate"]
+Kind = Literal["sandbox", "optimizer", "model", "gate", "executor"]
 
 PARTS: dict[str, dict[str, str]] = {
     "sandbox": {
@@ -46,6 +51,10 @@ PARTS: dict[str, dict[str, str]] = {
     },
     "gate": {
         "paired": "harnessopt.gate.policy:PairedGate",
+    },
+    "executor": {
+        "local": "harnessopt.rollout.executors:local_executor",
+        "ray": "harnessopt.rollout.ray.executor:ray_executor",
     },
 }
 
@@ -87,9 +96,42 @@ def resolve(kind: Kind, name: str) -> Callable[..., Any]:
     return obj
 
 
+# The class in ``protocols`` whose members a part of each kind must have.
+CONTRACTS: dict[str, type] = {
+    "sandbox": protocols.Sandbox,
+    "optimizer": protocols.Optimizer,
+    "model": protocols.Model,
+    "gate": protocols.GatePolicy,
+    "executor": protocols.Executor,
+}
+
+
 def build(kind: Kind, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Resolve and call the factory of ``name``."""
-    return resolve(kind, name)(*args, **kwargs)
+    """Resolve and call the factory of ``name``; a UserError when the part lacks a member."""
+    part = resolve(kind, name)(*args, **kwargs)
+    contract = CONTRACTS[kind]
+    if lacking := missing_members(part, contract):
+        raise UserError(
+            f"{kind} {name!r}: {type(part).__name__} has no {', '.join(lacking)}; subclass "
+            f"harnessopt.protocols.{contract.__name__}, which gives every optional member its default"
+        )
+    return part
+
+
+def members(contract: type) -> list[str]:
+    """The public members a protocol class declares: its annotated fields, methods and properties."""
+    names = set(getattr(contract, "__annotations__", {}))
+    names |= {n for n, v in vars(contract).items() if callable(v) or isinstance(v, property)}
+    return sorted(n for n in names if not n.startswith("_"))
+
+
+def missing_members(part: object, contract: type) -> list[str]:
+    """The members of ``contract`` that ``part`` has neither on its class nor on itself (properties
+    are not evaluated: a sandbox's ``identity`` may ask an engine)."""
+    own = getattr(part, "__dict__", {})
+    return [
+        n for n in members(contract) if n not in own and not any(n in vars(c) for c in type(part).__mro__)
+    ]
 
 
 def _available(kind: Kind) -> str:

@@ -83,7 +83,10 @@ def test_tool_agent_runs_its_tools_and_the_trajectory_records_every_call(
                 cfg, box, gw, lambda task, answer, out: float(answer == task["answer"]), tmp_path / "scratch"
             )
             [result] = runner.run(
-                Candidate(root, "incumbent", "c0"), [Task("t1", "Capital of France?", "Paris", "train")], 1
+                Candidate(root, "incumbent", "c0"),
+                [Task("t1", "Capital of France?", "Paris", "train")],
+                1,
+                phase="rollout",
             )
     finally:
         box.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 from harnessopt.commands.audit import export_states, measuring, paired_decision, verdict_word
 from harnessopt.errors import UserError
-from harnessopt.gate.verdicts import split_val
+from harnessopt.gate.confirmation import split_val
 from harnessopt.ledger import vcs
 from harnessopt.ledger.store import message
 from harnessopt.reporting.progress import RunProgress

@@ -20,12 +20,12 @@ from harnessopt.ledger import vcs
 from harnessopt.objective.metrics import side
 from harnessopt.protocols import GateDecision, Outcomes, Task
 from harnessopt.reporting.progress import RunProgress
+from harnessopt.rollout.run_cache import RERUN_EPOCH, SMOKE_RERUN_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.round.services import Services, open_services
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
 AUDIT_REF = "refs/harnessopt/commands/audit/{base}-{best}"
-RERUN_EPOCH = 1000  # epochs of the gate's reruns in paired_decision (after the measured ones)
 FlagValues = Sequence[tuple[str, str]]
 
 
@@ -58,8 +58,8 @@ def run_audit(
     with measuring(ws, ws.cfg, say, progress) as svc:
         cands = export_states(ws, svc, "audit", {"round-0": base, "best": best})
         say(f"audit: {len(tests)} test tasks x {epochs} epoch(s), ho/round-0 and ho/best")
-        base_out = outcomes(svc.runner.run(cands["round-0"], tests, 0, epochs=range(epochs)))
-        best_out = outcomes(svc.runner.run(cands["best"], tests, 0, epochs=range(epochs)))
+        base_out = outcomes(svc.runner.run(cands["round-0"], tests, 0, epochs=range(epochs), phase="audit"))
+        best_out = outcomes(svc.runner.run(cands["best"], tests, 0, epochs=range(epochs), phase="audit"))
         usage = svc.usage_of_round(0)
         notes = list(svc.gateway.notes)
     report = audit_stats(base_out, best_out, confidence=0.95)
@@ -141,17 +141,17 @@ def paired_decision(
     ``base_out`` / ``cand_out``: a side's outcomes when already measured (not run again)."""
     epochs = range(svc.cfg.gate.epochs)
     if base_out is None:
-        base_out = outcomes(svc.runner.run(base, tasks, round_no, epochs=epochs))
+        base_out = outcomes(svc.runner.run(base, tasks, round_no, epochs=epochs, phase="incumbent"))
     if cand_out is None:
-        cand_out = outcomes(svc.runner.run(cand, tasks, round_no, epochs=epochs))
+        cand_out = outcomes(svc.runner.run(cand, tasks, round_no, epochs=epochs, phase="incumbent"))
     by_id = {t.id: t for t in tasks}
-    rerun_epoch = iter(range(RERUN_EPOCH, 10**6))
+    rerun_epoch = iter(range(RERUN_EPOCH, SMOKE_RERUN_EPOCH))
 
     def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
         again, epoch = [by_id[i] for i in ids], [next(rerun_epoch)]
         return (
-            outcomes(svc.runner.run(cand, again, round_no, epochs=epoch)),
-            outcomes(svc.runner.run(base, again, round_no, epochs=epoch)),
+            outcomes(svc.runner.run(cand, again, round_no, epochs=epoch, phase="reruns")),
+            outcomes(svc.runner.run(base, again, round_no, epochs=epoch, phase="reruns")),
         )
 
     decision = make_gate(svc.cfg.gate).decide(
@@ -173,7 +173,7 @@ def confirmed_gain(ws: Workspace, best: str) -> float | None:
     confs = [r.manifest.confirmation for r in ledger.accepted_along(ws.repo, best)]
     if not confs or any(c is None for c in confs):
         return None
-    return sum(float(c.get("gain", 0.0)) for c in confs if c is not None)
+    return sum(c.gain for c in confs if c is not None)
 
 
 def claimed_gain(ws: Workspace, best: str) -> float:

@@ -61,7 +61,7 @@ def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None], console:
     # The demo holds no key: its optimizer may run on the host. Not written to harnessopt.yaml,
     # so a later `harnessopt run` on this workspace asks for the flag itself.
     ws = Workspace.open(target, {"optimizer.unsafe_host": True})
-    with progress_for(console, smoke=ws.cfg.gate.smoke) as progress:  # bars on a terminal, lines elsewhere
+    with progress_for(console) as progress:  # bars on a terminal, lines elsewhere
         results = driver.run(ws, DEMO_ROUNDS, progress.say, progress=progress)
     print_log(ws, console)
     statuses = [r.status for r in results]

@@ -17,7 +17,7 @@ from typing import Any
 
 from harnessopt.commands.audit import export_states, measuring, paired_decision, verdict_word
 from harnessopt.errors import UserError
-from harnessopt.gate.verdicts import split_val
+from harnessopt.gate.confirmation import split_val
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.protocols import Outcomes

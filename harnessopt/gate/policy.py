@@ -52,7 +52,7 @@ def _base_details(candidate: Outcomes, incumbent: Outcomes, p: _Paired) -> dict[
 # --------------------------------------------------------------------------- harnessopt's gate
 
 
-class PairedGate:
+class PairedGate(GatePolicy):
     """harnessopt's paired gate (docs/gate.md): a first look on the val outcomes, flip confirmation,
     and, when the first look is promising but inside the dead zone, a second look; inside the zone
     only the configured secondary test (``gate.secondary``) may accept.
@@ -330,6 +330,15 @@ def futile_decision(
     fixed, broken = stats.flips({t: candidate[t] for t in p.ids}, {t: incumbent[t] for t in p.ids})
     cand, inc = p.score(p.cand), p.score(p.inc)
     return GateDecision(False, reason, n, cand, inc, delta, zone, fixed, broken, details=details)
+
+
+def spent_decision(cfg: GateConfig) -> GateDecision:
+    """The rejection of a round whose run has spent ``gate.run_alpha``: nothing is tested."""
+    reason = (
+        f"rejected: gate.run_alpha {cfg.run_alpha} is spent ({cfg.run_rounds} gate decisions of "
+        "gate.run_rounds); raise gate.run_rounds to give later rounds a share of the run's budget"
+    )
+    return GateDecision(False, reason, 0, 0.0, 0.0, 0.0, 1.0, details={"run_alpha_spent": True})
 
 
 def make_gate(cfg: GateConfig) -> GatePolicy:

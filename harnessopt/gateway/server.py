@@ -392,13 +392,11 @@ class Gateway:
         model = self.models.get(lease.role, self.model)
         try:
             hold = self._reserve(lease, call)
-            check = getattr(model, "check", None)  # what the upstream cannot take: refused, not a call
-            if check is not None:
-                try:
-                    check(call.body)
-                except ModelError:
-                    self._release(hold)
-                    raise
+            try:
+                model.check(call.body)  # what the upstream cannot take: refused, not a call
+            except ModelError:
+                self._release(hold)
+                raise
         except ModelError as e:
             self._record(lease, call, None, e.message, started, 0.0, None)
             raise

@@ -153,7 +153,7 @@ def round0_commits(repo: git.Repo) -> set[str]:
     return {repo.commit(ref).hexsha for ref in (PROPOSAL_REF, DECISION_REF) if vcs.ref_exists(repo, ref)}
 
 
-def status_lines(repo: git.Repo, root: Path) -> list[str]:
+def standing_lines(repo: git.Repo, root: Path) -> list[str]:
     """``harnessopt status``: where round 0 stands (nothing when no proposal was written)."""
     st = state(repo)
     if st is None:

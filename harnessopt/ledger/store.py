@@ -1,207 +1,51 @@
 """The round ledger: the one reader and writer of the record of rounds.
 
-Git is the source of truth (DESIGN.md "Workspace layout"): every round is a commit whose message
+Git is the source of truth for what happened: every round is a commit whose message
 ends with a machine-readable manifest line. Accepted rounds are tagged ``ho/round-K`` on ``main``;
 rejected, no-op and failed rounds live on ``refs/harnessopt/<status>/round-K``. This module owns
-the manifest's type (``RoundManifest``, versioned, tolerant of keys written by other versions),
-writing a round, reading rounds back, ``best()``, ``next_round()`` and ``recover()``. Nothing
-else indexes a manifest by string keys.
+the manifest (``RoundManifest``, versioned, tolerant of keys written by other versions):
+writing a round, reading rounds back, ``best()``, ``next_round()`` and ``recover()``. The
+manifest's models are in ``ledger.manifest``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import git
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from harnessopt.errors import UserError
 from harnessopt.ledger import vcs
 from harnessopt.ledger.index import CommitIndex
 from harnessopt.ledger.journal import Journal
+from harnessopt.ledger.manifest import MANIFEST_VERSION as MANIFEST_VERSION
+from harnessopt.ledger.manifest import CandidateRecord as CandidateRecord
+from harnessopt.ledger.manifest import OptimizerRecord as OptimizerRecord
+from harnessopt.ledger.manifest import PhaseStats as PhaseStats
+from harnessopt.ledger.manifest import RoleUsage as RoleUsage
+from harnessopt.ledger.manifest import RoundManifest, Status
+from harnessopt.ledger.manifest import SearchRecord as SearchRecord
+from harnessopt.ledger.manifest import TriggerSide as TriggerSide
+from harnessopt.ledger.manifest import TriggerStats as TriggerStats
+from harnessopt.protocols import Announce
 from harnessopt.util import interrupts
 from harnessopt.util.text import visible
 
 MANIFEST_PREFIX = "harnessopt-manifest: "
-MANIFEST_VERSION = 2
 ROUND_TAG = "ho/round-{k}"
 BEST_TAG = "ho/best"
 RECORD_REF = "refs/harnessopt/{status}/round-{k}"
 CANDIDATE_REF = "refs/harnessopt/candidates/round-{k}/{name}"
 
-Status = Literal["initial", "accepted", "rejected", "noop", "failed"]
 RecordStatus = Literal["rejected", "noop", "failed"]
 RECORD_STATUSES: tuple[RecordStatus, ...] = ("rejected", "noop", "failed")
-StoppedBy = Literal["done", "turn_budget", "token_budget", "wall_clock", "error"]
 _ROUND_RE = re.compile(r"round-(\d+)$")
-
-Announce = Callable[[str], None]
-
-
-class _Tolerant(BaseModel):
-    """Reading an older (or newer) commit must not fail on a key this version does not know."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
-class RoleUsage(_Tolerant):
-    calls: int = 0
-    input: int = 0
-    output: int = 0
-    cost_usd: float | None = None
-    """Dollars at list price of this role's calls (None in rounds recorded before it was kept)."""
-
-
-class PhaseStats(_Tolerant):
-    """What the target's runs of one phase of a round did, counted when the round is recorded
-    (``taxonomy``): phases are rollout, incumbent, smoke, validation, reruns."""
-
-    runs: int = 0
-    passed: int = 0
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    wall_s: float = 0.0
-    failures: dict[str, int] = Field(default_factory=dict)
-    """Failed runs per failure class (docs/report.md)."""
-    turns: list[int] = Field(default_factory=list)
-    """Model calls of each run, sorted."""
-    looping: int = 0
-    """Runs in which the model repeated one identical tool call three times or more."""
-
-
-class OptimizerRecord(_Tolerant):
-    """What the optimizer spent in a round, and where its transcript is."""
-
-    turns: int = 0
-    stopped_by: StoppedBy = "done"
-    input_tokens: int = 0
-    output_tokens: int = 0
-    transcript: str | None = None
-    view_skipped: list[str] = Field(default_factory=list)
-
-
-class CandidateRecord(_Tolerant):
-    """One of a round's candidates (``search.candidates`` > 1): what it changed, how it screened on
-    train against the incumbent, and why it was or was not validated."""
-
-    name: str
-    """Its id in the round: c1, c2, ..."""
-    focus: str = ""
-    """The failure cluster its brief aimed it at."""
-    title: str = ""
-    """First line of the optimizer's summary."""
-    outcome: Literal["screened", "noop", "failed", "rejected"] = "screened"
-    """screened: it passed the checks and ran on train; otherwise how the checks ended it."""
-    reason: str = ""
-    """Why it was or was not validated, one line."""
-    changed: list[str] = Field(default_factory=list)
-    mean_delta: float | None = None
-    """Mean paired train difference against the incumbent (None: not screened)."""
-    wins: list[str] = Field(default_factory=list)
-    """Train task ids where it beat the incumbent."""
-    losses: list[str] = Field(default_factory=list)
-    n: int = 0
-    """Paired train tasks it was screened on."""
-    chosen: bool = False
-    """Went on to smoke and validation."""
-    ref: str | None = None
-    """refs/harnessopt/candidates/round-K/NAME: its tree, reviewable with ``harnessopt diff WS K --candidate I``."""
-    commit: str | None = None
-
-
-class SearchRecord(_Tolerant):
-    """How a round with several candidates chose among them (docs/optimizer.md, "Search")."""
-
-    candidates: list[CandidateRecord] = Field(default_factory=list)
-    winners: list[str] = Field(default_factory=list)
-    """Candidates sent to smoke and validation, in the order they were validated."""
-    alpha_split: int = 1
-    """Ways the gate's false-accept budget was split among the winners (Bonferroni; 1: not split)."""
-    screen_tasks: list[str] = Field(default_factory=list)
-    """Train task ids the candidates were screened on (empty: no screening, one candidate left)."""
-    merged: list[str] = Field(default_factory=list)
-    """Archived candidates (round-K/cI) a candidate of this round was asked to merge."""
-
-
-class TriggerSide(_Tolerant):
-    """Triggering of one side on the round's val trigger runs (docs/gate.md, "Objectives")."""
-
-    precision: float | None = None
-    recall: float | None = None
-    tp: int = 0
-    fp: int = 0
-    fn: int = 0
-    tn: int = 0
-
-
-class TriggerStats(_Tolerant):
-    """What users ask of triggering in a round of objective trigger or both."""
-
-    objective: str = "trigger"
-    candidate: TriggerSide = Field(default_factory=TriggerSide)
-    incumbent: TriggerSide = Field(default_factory=TriggerSide)
-    description_chars: int | None = None
-    """Characters of the candidate's description fields."""
-    incumbent_description_chars: int | None = None
-    pass_when_loaded: float | None = None
-    """Pass rate of the candidate's task runs (not trigger runs) in which the skill loaded."""
-    pass_when_not_loaded: float | None = None
-    runs_loaded: int = 0
-    runs_not_loaded: int = 0
-
-
-class RoundManifest(_Tolerant):
-    """The machine-readable part of a round's commit message."""
-
-    version: int = MANIFEST_VERSION
-    round: int
-    status: Status
-    reason: str = ""
-    summary: str = ""
-    parent: str | None = None
-    val_score: float | None = None
-    incumbent_score: float | None = None
-    delta: float | None = None
-    dead_zone: float | None = None
-    n: int | None = None
-    fixed: list[str] = Field(default_factory=list)
-    broken: list[str] = Field(default_factory=list)
-    gate: dict[str, Any] = Field(default_factory=dict)
-    train_passed: int | None = None
-    train_tasks: int | None = None
-    changed: list[str] = Field(default_factory=list)
-    violations: list[str] = Field(default_factory=list)
-    optimizer: OptimizerRecord | None = None
-    tokens: dict[str, RoleUsage] = Field(default_factory=dict)
-    cost_usd: float | None = None
-    notes: list[str] = Field(default_factory=list)
-    """Facts the run found worth telling (e.g. a model without a price counted at $0)."""
-    phases: dict[str, PhaseStats] = Field(default_factory=dict)
-    """The target's runs of this round per phase, with their failure taxonomy."""
-    repeats: dict[str, list[int]] = Field(default_factory=dict)
-    """Val task -> [groups of identical reruns seen this round, groups whose runs disagreed]."""
-    wall_s: float | None = None
-    """Seconds the round took, start to record."""
-    noise_floor: dict[str, Any] | None = None
-    """The A/A test of the incumbent, in the round that measured it (round 1, or after a change)."""
-    confirmation: dict[str, Any] | None = None
-    """An accepted candidate on runs that did not select it (gain, interval, confirmed)."""
-    checks: dict[str, Any] = Field(default_factory=dict)
-    """What the candidate checks found (``leakage``: findings and the action taken)."""
-    search: SearchRecord | None = None
-    """Every candidate of a round with several (``search.candidates`` > 1); None with one."""
-    trigger: TriggerStats | None = None
-    """Precision and recall of triggering, both sides (objective trigger or both)."""
-
-    @property
-    def title(self) -> str:
-        return self.summary.splitlines()[0] if self.summary else ""
 
 
 @dataclass(frozen=True)
@@ -411,7 +255,7 @@ def _round_message(m: RoundManifest) -> str:
 def is_new_best(repo: git.Repo, m: RoundManifest) -> bool:
     """Does an accepted round with manifest ``m`` beat ``ho/best`` on val? Never when runs that did
     not select it failed to confirm its gain (``confirmation``)."""
-    if m.confirmation is not None and not m.confirmation.get("confirmed", False):
+    if m.confirmation is not None and not m.confirmation.confirmed:
         return False
     current = best(repo)
     if current.commit == m.parent:

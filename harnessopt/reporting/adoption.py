@@ -4,7 +4,7 @@ Rules. A *rule* is a line an accepted round added to a file under ``skill/`` (bl
 matter fences and lines under ``MIN_RULE_CHARS`` characters are not rules). For each later round
 whose incumbent still descends from that acceptance, its train trajectories (kept in the round's
 commit) are read and split into what the model *received* (system prompt, user messages, tool
-results) and what it *produced* (its replies, its tool calls, the answer). A trajectory
+results) and what it *produced* (its replies, its tool calls, the answer): ``trajectory.parse``. A trajectory
 ``saw`` the rule when the rule's line appears in what the model received (whitespace and case
 ignored): the model had it in context (with progressive disclosure, only when it opened the
 file). It ``showed`` the rule when the rule's key terms appear in what the model produced: every
@@ -20,7 +20,6 @@ a value for it. Configured flags that no trajectory reported are listed with zer
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ import git
 
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
-from harnessopt.workspace import flags
+from harnessopt.rollout.trajectory import Trajectory, parse
 
 MIN_RULE_CHARS = 12
 KEY_WORD_CHARS = 5
@@ -99,16 +98,6 @@ class FlagUse:
     values: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Trajectory:
-    """A trajectory file split into what the model received and what it produced."""
-
-    round: int
-    received: str
-    produced: str
-    flags: dict[str, Any]
-
-
 def key_terms(rule: str) -> tuple[list[str], list[str]]:
     """(code spans, key words) of a rule, lower-cased."""
     spans = [s.strip().lower() for s in _CODE.findall(rule) if s.strip()]
@@ -130,60 +119,6 @@ def shows(rule: str, produced: str) -> bool:
 
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
-
-
-def split_trajectory(round_no: int, text: str) -> Trajectory:
-    """Walk the Markdown trajectory (docs/trajectories.md) by its headings."""
-    received: list[str] = []
-    produced: list[str] = []
-    flags: dict[str, Any] = {}
-    target: list[str] | None = None
-    events = False
-    fence = ""  # the open code fence: headings inside it are the model's or the skill's text
-    for line in text.splitlines():
-        if fence:
-            if line.strip() == fence:
-                fence = ""
-            elif target is not None:
-                target.append(line)
-            continue
-        level = len(line) - len(line.lstrip("#"))
-        if line.startswith("```"):
-            fence = "`" * (len(line) - len(line.lstrip("`")))
-        elif level and line[level : level + 1] == " ":
-            target, events = _section(level, line[level:].strip().lower(), target, events, received, produced)
-        elif events and line.startswith("- {"):
-            flags.update(_flags_of(line[2:]))
-        elif target is not None:
-            target.append(line)
-    return Trajectory(round_no, "\n".join(received), "\n".join(produced), flags)
-
-
-def _section(
-    level: int, head: str, target: list[str] | None, events: bool, received: list[str], produced: list[str]
-) -> tuple[list[str] | None, bool]:
-    """Where the lines under a heading go: (received, produced or nowhere, in harness events?)."""
-    if level == 1:
-        return (produced if head == "answer" else None), head == "harness events"
-    if level == 2:
-        return None, events
-    if (
-        head.startswith("system")
-        or head.startswith("user")
-        or (head.startswith("message") and "(user)" in head)
-    ):
-        return received, events
-    if head.startswith(("assistant", "response")) or "(assistant)" in head:
-        return produced, events
-    return target, events
-
-
-def _flags_of(raw: str) -> dict[str, Any]:
-    try:
-        event = json.loads(raw)
-    except json.JSONDecodeError:
-        return {}
-    return flags.read_in([event]) if isinstance(event, dict) else {}
 
 
 def added_rules(repo: git.Repo, parent: str, commit: str) -> list[tuple[str, str]]:
@@ -208,7 +143,7 @@ def trajectories_at(repo: git.Repo, round_no: int, commit: str) -> Iterator[Traj
     for blob in tree.traverse():
         if isinstance(blob, git.Blob) and str(blob.path).endswith(".md"):
             text = blob.data_stream.read().decode("utf-8", errors="replace")
-            yield split_trajectory(round_no, text)
+            yield parse(text, round_no)
 
 
 def adoption(repo: git.Repo, configured_flags: dict[str, str]) -> dict[str, list[Any]]:

@@ -9,18 +9,22 @@ from harnessopt.gate import noise_floor as noisefloor
 from harnessopt.gate import stats
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.ledger.manifest import ConfirmationRecord
 from harnessopt.workspace.core import Workspace
 
 
-def confirmation_note(conf: dict[str, Any] | None) -> str:
-    """One line for a round's confirmation ('' when it has none)."""
+def confirmation_note(conf: ConfirmationRecord | dict[str, Any] | None) -> str:
+    """One line for a round's confirmation ('' when it has none); a dict is read as the record
+    (a row of ``log --json``)."""
     if not conf:
         return ""
-    state = "confirmed" if conf.get("confirmed") else "NOT confirmed (ho/best did not move)"
-    return f"{state}: {conf.get('gain', 0.0):+.3f} on {conf.get('n', 0)} {conf.get('on', 'val')} tasks, fresh runs"
+    if isinstance(conf, dict):
+        conf = ConfirmationRecord.model_validate(conf)
+    state = "confirmed" if conf.confirmed else "NOT confirmed (ho/best did not move)"
+    return f"{state}: {conf.gain:+.3f} on {conf.n} {conf.on} tasks, fresh runs"
 
 
-def status_lines(ws: Workspace) -> list[str]:
+def evidence_lines(ws: Workspace) -> list[str]:
     """The gate's lines of ``harnessopt status``."""
     past = ledger.past_rounds(ws.repo)
     out = []
@@ -40,7 +44,7 @@ def status_lines(ws: Workspace) -> list[str]:
 
 def run_level_line(past: list[ledger.Round], run_alpha: float | None, run_rounds: int) -> str:
     """How much false-accept budget the recorded gate decisions spent, and what that bounds."""
-    alphas = [float(r.manifest.gate["alpha"]) for r in past if "alpha" in r.manifest.gate]
+    alphas = [r.manifest.gate.alpha for r in past if r.manifest.gate.alpha is not None]
     spent = sum(alphas)
     line = (
         f"gate decisions: {len(alphas)}, false-accept budget spent {spent:.3f}: P(a no-effect edit was "

@@ -13,8 +13,8 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
-from harnessopt.reporting.gate_evidence import confirmation_note
-from harnessopt.reporting.gate_evidence import status_lines as gate_status_lines
+from harnessopt.ledger.manifest import ChecksRecord
+from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
 from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.util.text import visible as _visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
@@ -45,9 +45,9 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "tokens": {role: u.model_dump() for role, u in m.tokens.items()},
                 "cost_usd": m.cost_usd,
                 "notes": m.notes,
-                "checks": m.checks,
-                "confirmation": m.confirmation,
-                "noise_floor": m.noise_floor,
+                "checks": m.checks.model_dump(mode="json"),
+                "confirmation": m.confirmation.model_dump(mode="json") if m.confirmation else None,
+                "noise_floor": m.noise_floor.model_dump(mode="json") if m.noise_floor else None,
                 "train_passed": m.train_passed,
                 "train_tasks": m.train_tasks,
                 "failures": {p: dict(s.failures) for p, s in m.phases.items() if s.failures},
@@ -100,9 +100,10 @@ def visible(text: str) -> str:
     return escape(_visible(text))
 
 
-def review_notes(checks: dict[str, Any]) -> list[str]:
+def review_notes(checks: ChecksRecord | dict[str, Any]) -> list[str]:
     """The notes of the candidate checks that flag a round for review (``checks.<name>.note``)."""
-    return [str(c["note"]) for c in checks.values() if isinstance(c, dict) and c.get("note")]
+    data = checks.model_dump(mode="json") if isinstance(checks, ChecksRecord) else checks
+    return [str(c["note"]) for c in data.values() if isinstance(c, dict) and c.get("note")]
 
 
 def _with_confirmation(row: dict[str, Any]) -> str:
@@ -110,9 +111,9 @@ def _with_confirmation(row: dict[str, Any]) -> str:
     reason = f"{row['reason']}; {note}" if note else str(row["reason"])
     if note := trigger_note(row.get("trigger")):
         reason += f"; {note}"
-    leak = (row.get("checks") or {}).get("leakage") or {}
-    if leak.get("action") == "warn" and leak.get("tasks"):  # checks.leakage: warn let it through
-        reason += f"; leakage warning: copies task(s) {', '.join(leak['tasks'][:5])}"
+    leak = ChecksRecord.model_validate(row.get("checks") or {}).leakage
+    if leak is not None and leak.action == "warn" and leak.tasks:  # checks.leakage: warn let it through
+        reason += f"; leakage warning: copies task(s) {', '.join(leak.tasks[:5])}"
     for note in review_notes(row.get("checks") or {}):  # a check that flags the round for review
         reason += f"; {note}"
     return reason
@@ -164,26 +165,6 @@ def round_diff(ws: Workspace, k: int, candidate: int | None = None) -> str:
     return header + (body if body.strip() else "# (no change to skill/ or harness/)\n")
 
 
-def rollback(ws: Workspace, k: int) -> str:
-    """Restore skill/ and harness/ as of accepted round k in a new commit; history is kept."""
-    r = ledger.find(ws.repo, k)
-    if r.status not in ("accepted", "initial"):
-        accepted = [str(x.round) for x in ledger.rounds(ws.repo) if x.status in ("accepted", "initial")]
-        raise UserError(
-            f"round {k} was {r.status}; it never was on main. Roll back to an accepted round: {', '.join(accepted)}"
-        )
-    if vcs.dirty_paths(ws.repo):
-        raise UserError(f"{ws.root} has uncommitted changes; commit or stash them before a rollback")
-    repo = ws.repo
-    repo.git.rm("-r", "-q", "--ignore-unmatch", "--", *EDITABLE_PATHS)
-    repo.git.checkout(r.commit, "--", *EDITABLE_PATHS)
-    if not repo.git.status("--porcelain"):
-        return f"skill/ and harness/ already are as of round {k}; nothing to commit"
-    repo.git.commit("-q", "-m", ledger.rollback_message(k, r.commit))
-    ws.journal.write(k, "rollback", commit=vcs.head_sha(repo))
-    return f"restored skill/ and harness/ as of round {k} in commit {vcs.head_sha(repo)[:10]}"
-
-
 def status_lines(ws: Workspace) -> list[str]:
     records = ledger.rounds(ws.repo)
     rounds = [r for r in records if r.round > 0]
@@ -201,7 +182,7 @@ def status_lines(ws: Workspace) -> list[str]:
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
         f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]
-    lines += gate_status_lines(ws)
+    lines += evidence_lines(ws)
     cost = sum(r.manifest.cost_usd or 0.0 for r in rounds)
     lines.append(f"model cost recorded: ${cost:.4f}")
     lines += projected_vs_spent(ws)
@@ -225,7 +206,7 @@ def status_lines(ws: Workspace) -> list[str]:
     dirty = vcs.dirty_paths(ws.repo)
     if dirty:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
-    lines += proposals.status_lines(ws.repo, ws.root)
+    lines += proposals.standing_lines(ws.repo, ws.root)
     lines.append(f"next: harnessopt run {ws.root}   |   harnessopt log {ws.root}")
     return lines
 

@@ -24,7 +24,6 @@ from rich.console import Console
 
 from harnessopt.ledger.store import RoundManifest
 from harnessopt.protocols import Task, TaskResult, Usage
-from harnessopt.rollout.phase_stats import phase_of
 
 PLAIN_EVERY_S = 30.0
 POLL_S = 0.5
@@ -61,13 +60,11 @@ class RunProgress:
     the optimizer's transcript directory, whose turns it then prints as they are written.
     """
 
-    def __init__(self, console: Console, *, smoke: int = 0):
+    def __init__(self, console: Console):
         self.console = console
-        self.smoke = smoke
         self.phases: dict[str, PhaseCount] = {}
         self.round_no: int | None = None
         self._phase = ""
-        self._candidate_batches = 0
         self._usage: Callable[[], Usage] | None = None
         self._watcher: TranscriptWatcher | None = None
         self._lock = threading.Lock()
@@ -98,12 +95,11 @@ class RunProgress:
 
     # ------------------------------------------------------------------ observer
 
-    def started(self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int]) -> None:
+    def started(
+        self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int], phase: str
+    ) -> None:
         if round_no != self.round_no:
             self.new_round(round_no)
-        phase = phase_of(label, tasks, epochs, smoke_next=self.smoke > 0 and not self._candidate_batches)
-        if label == "candidate" and phase in ("smoke", "validation"):
-            self._candidate_batches += 1
         self._phase = phase
         count = self.phases.get(phase)
         if count is None:
@@ -123,7 +119,6 @@ class RunProgress:
     def new_round(self, round_no: int) -> None:
         self.round_no = round_no
         self.phases = {}
-        self._candidate_batches = 0
 
     # ------------------------------------------------------------------ display (plain)
 
@@ -151,8 +146,8 @@ class RunProgress:
 class LiveProgress(RunProgress):
     """On a terminal: rich bars, one per phase of the current round."""
 
-    def __init__(self, console: Console, *, smoke: int = 0):
-        super().__init__(console, smoke=smoke)
+    def __init__(self, console: Console):
+        super().__init__(console)
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bars = Progress(
@@ -190,9 +185,9 @@ class LiveProgress(RunProgress):
 
 
 @contextmanager
-def progress_for(console: Console, *, smoke: int = 0) -> Iterator[RunProgress]:
+def progress_for(console: Console) -> Iterator[RunProgress]:
     """Live bars when ``console`` is a terminal, plain lines otherwise; closed on the way out."""
-    p = LiveProgress(console, smoke=smoke) if console.is_terminal else RunProgress(console, smoke=smoke)
+    p = LiveProgress(console) if console.is_terminal else RunProgress(console)
     try:
         yield p
     finally:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harnessopt.config import Config
+from harnessopt.gate.confirmation import split_val
 from harnessopt.gate.noise_floor import NoiseFloorStore
-from harnessopt.gate.verdicts import split_val
 from harnessopt.gateway.server import price_of
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger

@@ -1,9 +1,10 @@
 """Where a batch of rollouts runs: ``local`` (a thread pool on this machine) or ``ray`` (a cluster).
 
-The runner (rollout.py) keeps the head's part of every job: the lease, the gateway record and the
-scorer. An executor supplies the rest: how many jobs are in flight at once (``submit``/``gather``, ``map``) and where
-the sandbox runs each one (``sandbox_for``: the local sandbox, or a Ray task on some node).
-``rollout.make_executor`` never imports Ray unless ``rollout.executor`` is ``ray``.
+The runner (rollout.runner) keeps the head's part of every job: the lease, the gateway record and
+the scorer. An executor (``protocols.Executor``) supplies the rest: how many jobs are in flight at
+once (``submit``/``gather``, ``map``) and where the sandbox runs each one (``sandbox_for``: the
+local sandbox, or a Ray task on some node). Executors are registry parts (``rollout.executor``:
+``local``, ``ray`` or ``package.module:Factory``); Ray is imported only when ``ray`` is built.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from harnessopt.errors import HarnessoptError
-from harnessopt.protocols import RunOutput, RunSpec, Sandbox
+from harnessopt.protocols import Executor, Sandbox, SandboxCall
 from harnessopt.util import interrupts
+
+if TYPE_CHECKING:
+    from harnessopt.config import Config
 
 J = TypeVar("J")
 R = TypeVar("R")
-
-# Runs one spec and puts the run's /out in the given directory (on the head).
-SandboxCall = Callable[[RunSpec, Path], RunOutput]
 
 
 class WorkerLost(HarnessoptError):
@@ -35,36 +36,7 @@ class ClusterLost(HarnessoptError):
     """The cluster is gone (or no node could take a task in time): the round fails, the incumbent stays."""
 
 
-class Executor(Protocol):
-    """Runs a batch of jobs at a bounded concurrency, each job's sandbox wherever it chooses."""
-
-    name: str
-    max_retries: int  # times a job whose worker died (WorkerLost) is run again
-
-    def sandbox_for(self, root: Path) -> SandboxCall:
-        """How to run a spec of the candidate at ``root`` (holding skill/ and harness/)."""
-        ...
-
-    def submit(self, fn: Callable[[J], R], job: J, *, ahead: bool = False) -> Future[R]:
-        """Queue one job; ``ahead``: only in a slot no ordinary job waits for."""
-        ...
-
-    def hurry(self, fut: Future) -> None:
-        """An ``ahead`` job still queued becomes an ordinary one."""
-        ...
-
-    def gather(self, futures: Sequence[Future[R]]) -> Generator[R, None, None]:
-        """Their results in order; stops them all on an error."""
-        ...
-
-    def map(self, fn: Callable[[J], R], jobs: Sequence[J]) -> Iterator[R]:
-        """``fn`` of each job, in order, at most ``concurrency`` at once; stops them all on an error."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class PooledExecutor:
+class PooledExecutor(Executor):
     """``concurrency`` worker threads on this machine bound the jobs in flight (for ``ray``:
     cluster-wide). Jobs come from one queue, so batches that overlap share the bound: a job
     submitted ``ahead`` runs only in a slot no ordinary job is waiting for (``Runner.prefetch``)."""
@@ -150,6 +122,7 @@ class LocalExecutor(PooledExecutor):
 
     name = "local"
     max_retries = 0  # nothing here dies on its own: a sandbox's failure is the run's outcome
+    uses_run_sandbox = True
 
     def __init__(self, sandbox: Sandbox, concurrency: int):
         super().__init__(concurrency)
@@ -162,3 +135,8 @@ class LocalExecutor(PooledExecutor):
     def close(self) -> None:
         """Stop the workers; the sandbox belongs to whoever made it."""
         self.shutdown()
+
+
+def local_executor(cfg: Config, *, sandbox: Sandbox, gateway_url: str) -> Executor:
+    """``local``: ``rollout.concurrency`` threads here, each job in the run's one sandbox."""
+    return LocalExecutor(sandbox, cfg.rollout.concurrency)

@@ -12,6 +12,11 @@ Two things survive a crash, a SIGKILL or Ctrl-C of ``harnessopt run``, under
 Keys are per round on purpose: a later round's rerun of a task (the gate's flip confirmation)
 must be a fresh sample, never a replay of an earlier round's. ``clear(k)`` runs once round k
 is recorded in git, the source of truth.
+
+Within a round a run is (candidate, task, epoch). The measured runs are epochs 0, 1, ...; every
+other kind of run numbers its epochs from a base of its own (below), so no two share a key and a
+resumed round finds each one again. The epoch is identity only: a run's phase is passed with its
+batch (``Runner.run(..., phase=)``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ from typing import Any
 
 from harnessopt.config import Config
 from harnessopt.protocols import Exchange, Proposal, Task, TaskResult
+
+RERUN_EPOCH = 1000  # the gate's reruns (flip confirmation, second look), numbered up from here
+SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's reruns' epochs)
+CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
+PROBE_EPOCH = 3 * 10**6  # the incumbent's smoke rerun made while the optimizer works
 
 RESUME_DIR = "resume"
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from harnessopt import registry
 from harnessopt.config import Config
 from harnessopt.errors import BudgetExceeded, HarnessoptError
 from harnessopt.gateway.server import SHARED_REFUSED, Gateway
 from harnessopt.objective.trigger import is_trigger_task, skill_name
 from harnessopt.objective.trigger import score as trigger_score
-from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
-from harnessopt.rollout.executors import Executor, LocalExecutor, SandboxCall, WorkerLost
+from harnessopt.protocols import Executor, Outcome, RunOutput, RunSpec, Sandbox, SandboxCall, Task, TaskResult
+from harnessopt.rollout.executors import LocalExecutor, WorkerLost
 from harnessopt.rollout.run_cache import RoundStore
 from harnessopt.rollout.trajectory import safe_filename
 from harnessopt.util import interrupts
@@ -48,12 +49,15 @@ class GatewayRefused(HarnessoptError):
 
 
 class RunObserver(Protocol):
-    """Told, on the thread that called ``Runner.run``, when a batch starts and as each task ends.
+    """Told, on the thread that called ``Runner.run``, when a batch starts (with its phase) and as
+    each task ends (the result carries the phase too).
 
     ``started`` may raise to stop before the batch spends anything (the STOP file does).
     """
 
-    def started(self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int]) -> None: ...
+    def started(
+        self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int], phase: str
+    ) -> None: ...
 
     def finished(self, label: str, result: TaskResult, done: int, total: int) -> None: ...
 
@@ -90,18 +94,27 @@ class Runner:
         self._ahead_lock = threading.Lock()
 
     def run(
-        self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
+        self,
+        cand: Candidate,
+        tasks: Sequence[Task],
+        round_no: int,
+        epochs: Sequence[int] = (0,),
+        *,
+        phase: str,
     ) -> list[TaskResult]:
+        """Each task at each epoch (the run's identity in caches), as part of ``phase`` of the round
+        (``phase_stats.PHASES``): the observers are told it and every result carries it."""
         jobs = [(t, e) for e in epochs for t in tasks]
         refused_before = self.gateway.refusals
         results: list[TaskResult] = []
         for o in list(self.observers):
-            o.started(cand.label, tasks, round_no, epochs)
+            o.started(cand.label, tasks, round_no, epochs, phase)
         via = self.executor.sandbox_for(cand.root)  # ray: the candidate ships once, here
-        futures = [self._claim(cand, task, round_no, epoch, via) for task, epoch in jobs]
+        futures = [self._claim(cand, task, round_no, epoch, via, phase) for task, epoch in jobs]
         # Ctrl-C or a failure: the executor drops queued jobs and stops running ones (closing()).
         with contextlib.closing(self.executor.gather(futures)) as done:
             for result in done:
+                result.phase = phase  # a run made ahead is counted where it is claimed
                 results.append(result)
                 interrupts.check()
                 if self.progress:
@@ -114,10 +127,13 @@ class Runner:
             raise BudgetExceeded(self.gateway.exhausted() or "the model budget is spent")
         return results
 
-    def prefetch(self, cand: Candidate, jobs: Sequence[tuple[Task, int]], round_no: int) -> None:
+    def prefetch(
+        self, cand: Candidate, jobs: Sequence[tuple[Task, int]], round_no: int, *, phase: str
+    ) -> None:
         """Start these runs ahead, each only in a slot no ordinary run is waiting for; a later
         ``run`` of the same (candidate, task, epoch) takes its result instead of running it again,
-        and tells the observers then. ``drop_prefetched`` forgets the ones never asked for."""
+        and tells the observers then. ``drop_prefetched`` forgets the ones never asked for (their
+        results carry ``phase``, the one they were started for)."""
         via = self.executor.sandbox_for(cand.root)
         for task, epoch in jobs:
             key = (str(cand.root), task.id, epoch, round_no)
@@ -125,7 +141,7 @@ class Runner:
                 if key not in self._ahead:
                     self._ahead[key] = (
                         cand.label,
-                        self._submit(cand, task, round_no, epoch, via, ahead=True),
+                        self._submit(cand, task, round_no, epoch, via, phase, ahead=True),
                     )
 
     def drop_prefetched(self, wait: bool = True) -> list[tuple[str, TaskResult]]:
@@ -140,7 +156,7 @@ class Runner:
         return [(label, fut.result()) for label, fut in ran if fut.exception() is None]
 
     def _claim(
-        self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall
+        self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall, phase: str
     ) -> Future[TaskResult]:
         """The run started ahead for this job (hurried if still queued), or a new one."""
         with self._ahead_lock:
@@ -148,14 +164,21 @@ class Runner:
         if fut is not None and not fut.cancelled():
             self.executor.hurry(fut)
             return fut
-        return self._submit(cand, task, round_no, epoch, via)
+        return self._submit(cand, task, round_no, epoch, via, phase)
 
     def _submit(
-        self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall, ahead: bool = False
+        self,
+        cand: Candidate,
+        task: Task,
+        round_no: int,
+        epoch: int,
+        via: SandboxCall,
+        phase: str,
+        ahead: bool = False,
     ) -> Future[TaskResult]:
         job = (task, epoch)
         return self.executor.submit(
-            lambda j: self.run_one(cand, j[0], round_no, j[1], via=via), job, ahead=ahead
+            lambda j: _in_phase(self.run_one(cand, j[0], round_no, j[1], via=via), phase), job, ahead=ahead
         )
 
     def run_one(
@@ -277,12 +300,16 @@ class Runner:
 
 
 def make_executor(cfg: Config, sandbox: Sandbox, gateway_url: str) -> Executor:
-    """The executor ``cfg.rollout.executor`` names; ``ray`` joins (or starts) the cluster now."""
-    if cfg.rollout.executor == "ray":
-        from harnessopt.rollout.ray.executor import RayExecutor
+    """The executor ``cfg.rollout.executor`` names (registry); ``ray`` joins (or starts) the cluster now."""
+    executor: Executor = registry.build(
+        "executor", cfg.rollout.executor, cfg, sandbox=sandbox, gateway_url=gateway_url
+    )
+    return executor
 
-        return RayExecutor(cfg, gateway_url)
-    return LocalExecutor(sandbox, cfg.rollout.concurrency)
+
+def _in_phase(result: TaskResult, phase: str) -> TaskResult:
+    result.phase = phase
+    return result
 
 
 def _without_answer(feedback: str, answer: Any) -> str:

@@ -6,6 +6,10 @@ that are new since the previous call, then the response blocks), ``# Harness eve
 harness logged any, ``# Answer``, ``# Harness stdout (tail)`` (when it printed anything), ``# Harness stderr (tail)``, ``# Scorer feedback``, ``# Notes``.
 Free text sits inside code fences so a model that writes ``# Answer`` cannot fake a section.
 Output depends only on the inputs (no clocks, no dict-order surprises), so files diff cleanly.
+
+``parse`` reads a rendered file back by the same headings (what the adoption report needs: the
+front matter, what the model received and produced, the answer, the flags the harness read), so
+the format is written and read in this one module.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from harnessopt.protocols import Exchange, TaskResult
-from harnessopt.util.text import elide, tail, visible
+from harnessopt.util.text import elide, parse_front_matter, tail, visible
+from harnessopt.workspace import flags as harness_flags
 
 FIELDS = (
     "task_id", "split", "round", "score", "passed", "soft", "feedback", "harness_commit",
@@ -284,6 +290,93 @@ def render(result: TaskResult, *, harness_commit: str, target_model: str) -> str
     lines += ["", "# Notes", ""]
     lines += [f"- {_one_line(n, 1000)}" for n in result.notes] or ["(none)"]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------- reading a file back
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A rendered trajectory read back: its front matter (``FIELDS``), what the model received
+    (system prompt, user messages, tool results) and what it produced (its replies and tool calls,
+    and the answer), the answer alone, and the flags its harness events say it read."""
+
+    round: int
+    received: str
+    produced: str
+    flags: dict[str, Any]
+    fields: dict[str, Any] = field(default_factory=dict)
+    answer: str = ""
+
+
+def parse(text: str, round_no: int | None = None) -> Trajectory:
+    """Walk a file ``render`` wrote by its headings (text inside code fences is never a heading).
+    ``round_no``: the round to file it under; default the front matter's ``round``."""
+    fields = _front_matter_of(text)
+    received: list[str] = []
+    produced: list[str] = []
+    answer: list[str] = []
+    read: dict[str, Any] = {}
+    target: list[str] | None = None
+    in_answer = events = False
+    fence = ""  # the open code fence: headings inside it are the model's or the skill's text
+    for line in text.splitlines():
+        if fence:
+            if line.strip() == fence:
+                fence = ""
+            else:
+                if target is not None:
+                    target.append(line)
+                if in_answer:
+                    answer.append(line)
+            continue
+        level = len(line) - len(line.lstrip("#"))
+        if line.startswith("```"):
+            fence = "`" * (len(line) - len(line.lstrip("`")))
+        elif level and line[level : level + 1] == " ":
+            head = line[level:].strip().lower()
+            target, events = _section(level, head, target, events, received, produced)
+            in_answer = level == 1 and head == "answer"
+        elif events and line.startswith("- {"):
+            read.update(_flags_of(line[2:]))
+        elif target is not None:
+            target.append(line)
+    round_of = round_no if round_no is not None else int(fields.get("round") or 0)
+    return Trajectory(round_of, "\n".join(received), "\n".join(produced), read, fields, "\n".join(answer))
+
+
+def _front_matter_of(text: str) -> dict[str, Any]:
+    try:
+        return parse_front_matter(text)
+    except ValueError:  # not one of ours (or cut short): no fields
+        return {}
+
+
+def _section(
+    level: int, head: str, target: list[str] | None, events: bool, received: list[str], produced: list[str]
+) -> tuple[list[str] | None, bool]:
+    """Where the lines under a heading go: (received, produced or nowhere, in harness events?)."""
+    if level == 1:
+        return (produced if head == "answer" else None), head == "harness events"
+    if level == 2:
+        return None, events
+    if (
+        head.startswith("system")
+        or head.startswith("user")
+        or (head.startswith("message") and "(user)" in head)
+    ):
+        return received, events
+    if head.startswith(("assistant", "response")) or "(assistant)" in head:
+        return produced, events
+    return target, events
+
+
+def _flags_of(raw: str) -> dict[str, Any]:
+    try:
+        event = json.loads(raw)
+    except json.JSONDecodeError:
+        return {}
+    return harness_flags.read_in([event]) if isinstance(event, dict) else {}
 
 
 def safe_filename(task_id: str) -> str:

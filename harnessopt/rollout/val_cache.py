@@ -15,18 +15,18 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import git
 
 from harnessopt.config import Config
 from harnessopt.ledger import vcs
-from harnessopt.protocols import Outcome, Outcomes
+from harnessopt.protocols import Outcome, Outcomes, Sandbox
+from harnessopt.sandbox.image.build import docker_image_id
 
 CONTENT_PARTS = ("skill", "harness")  # what a round changes; the rest is the environment
 
 
-def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = None) -> dict[str, str]:
+def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: Sandbox | None = None) -> dict[str, str]:
     """Every input of a val rollout and its score, each as a short text (content ids at ``rev``)."""
     r = cfg.rollout
     parts = {p: vcs.tree_id(repo, rev, (p,)) for p in CONTENT_PARTS}
@@ -54,40 +54,23 @@ def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = No
     return parts
 
 
-def sandbox_identity(cfg: Config, sandbox: object | None = None) -> str:
+def sandbox_identity(cfg: Config, sandbox: Sandbox | None = None) -> str:
     """The sandbox kind, and for Docker the image name and id: ``docker:IMAGE@sha256:...``.
 
-    Asks the running sandbox when there is one (its ``identity``, else its ``name`` and, for
-    Docker, its engine's id of the image); without one (a projection before a run) the config's
-    choice, with the engine asked for the image id when the choice may be Docker.
+    Asks the running sandbox when there is one (its ``identity``); without one (a projection
+    before a run) the config's choice, with the engine asked for the image id when the choice may
+    be Docker.
     """
-    ident = getattr(sandbox, "identity", None)
-    if isinstance(ident, str) and ident:
-        return ident
-    image = cfg.rollout.image
     if sandbox is not None:
-        kind = str(getattr(sandbox, "name", type(sandbox).__name__))
-        if kind != "docker":
-            return kind
-        return f"docker:{image}@{_image_id(getattr(sandbox, 'client', None), image)}"
+        return sandbox.identity
+    image = cfg.rollout.image
     choice = cfg.rollout.sandbox
     if choice not in ("docker", "auto"):
         return choice
-    image_id = _image_id(None, image)
+    image_id = docker_image_id(None, image)
     if image_id == "unavailable" and choice == "auto":
         return "local"  # what auto falls back to
     return f"docker:{image}@{image_id}"
-
-
-def _image_id(client: Any, image: str) -> str:
-    try:
-        if client is None:
-            from harnessopt.sandbox.image.build import docker_client
-
-            client = docker_client(timeout=10)
-        return str(client.images.get(image).id)
-    except Exception:  # no engine, no image: a key that matches no measured state
-        return "unavailable"
 
 
 def digest(parts: dict[str, str], leave_out: tuple[str, ...] = ()) -> str:
@@ -110,7 +93,7 @@ class ValCache:
     def __init__(self, state_dir: Path):
         self.path = state_dir / "val_cache.json"
 
-    def key(self, repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = None) -> str:
+    def key(self, repo: git.Repo, rev: str, cfg: Config, sandbox: Sandbox | None = None) -> str:
         return digest(key_parts(repo, rev, cfg, sandbox))
 
     def get(self, key: str) -> Outcomes | None:

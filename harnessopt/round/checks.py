@@ -13,13 +13,12 @@ rejects the round at once, before a single task (or model call) is spent on the 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from harnessopt.config import Config
 from harnessopt.errors import UserError
+from harnessopt.protocols import Sandbox, SupportsClose
 from harnessopt.workspace.skillspec import read_skill
 
 IMPORT_TIMEOUT_S = 120.0  # importing a harness (the SDK alone takes ~3 s), capped by rollout.timeout_s
@@ -56,7 +55,7 @@ def compile_harness(harness: Path) -> None:
         compile(path.read_text(encoding="utf-8", errors="replace"), str(path), "exec")
 
 
-def import_check(sandbox: Any, root: Path, cfg: Config) -> str | None:
+def import_check(sandbox: Sandbox, root: Path, cfg: Config) -> str | None:
     """Import the candidate's ``harness/run.py`` (with ``skill/`` beside it) in ``sandbox``; None when
     it imports, else why not (the last lines of its traceback). Nothing here calls a model."""
     private = Path(tempfile.mkdtemp(prefix="ho-import-"))  # 0700: the shell's container may chmod inside
@@ -69,7 +68,7 @@ def import_check(sandbox: Any, root: Path, cfg: Config) -> str | None:
             timeout = min(IMPORT_TIMEOUT_S, cfg.rollout.timeout_s)
             done = shell.run(_command(sandbox, cfg), timeout)
         finally:
-            if hasattr(shell, "close"):
+            if isinstance(shell, SupportsClose):
                 shell.close()
     finally:
         shutil.rmtree(private, ignore_errors=True)
@@ -82,10 +81,10 @@ def import_check(sandbox: Any, root: Path, cfg: Config) -> str | None:
     return f"candidate harness fails to import (import check, no task run): {said}"[:1500]
 
 
-def _command(sandbox: Any, cfg: Config) -> str:
+def _command(sandbox: Sandbox, cfg: Config) -> str:
     """The shell line: the task's interpreter (this one for the local sandbox, the image's python3
     in Docker) with a task's variables, the gateway's replaced by a dead URL and a dummy key."""
-    python = sys.executable if getattr(sandbox, "name", "") == "local" else "python3"
+    python = sandbox.task_python
     env = {
         "HARNESSOPT_TARGET_MODEL": cfg.model.target,
         "ANTHROPIC_BASE_URL": DEAD_URL,

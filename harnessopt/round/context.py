@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,6 @@ from harnessopt.protocols import GateDecision, Outcomes, Proposal, Task, TaskRes
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.search.state import Search
-
-Announce = Callable[[str], None]
-
 
 Ending = tuple[Status, str]  # (status, reason) of a round that ends before the gate
 
@@ -57,7 +53,7 @@ class Trail:
     decision: GateDecision | None = None
     noise_floor: dict[str, Any] | None = None  # the A/A test, when this round measured one
     confirmation: dict[str, Any] | None = None  # an accepted candidate on runs that did not select it
-    runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
+    runs: RoundRuns = field(default_factory=RoundRuns)  # every run of the round, by phase
     checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
     probe: list[TaskResult] = field(default_factory=list)  # the incumbent's smoke rerun made ahead
     search: Search | None = None  # every candidate of the round, screened on train (search.candidates > 1)

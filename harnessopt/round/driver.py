@@ -9,11 +9,12 @@ from contextlib import contextmanager
 from harnessopt.errors import UserError
 from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.ledger import store as ledger
+from harnessopt.protocols import Announce
 from harnessopt.reporting.progress import RunProgress, round_lines
 from harnessopt.reporting.projection import project
 from harnessopt.rollout.runner import RunObserver
 from harnessopt.round import stop
-from harnessopt.round.context import Announce, RoundResult
+from harnessopt.round.context import RoundResult
 from harnessopt.round.round0 import BROKEN_PREFIX, Decide, ready
 from harnessopt.round.services import Services, open_services
 from harnessopt.round.steps import run_round

@@ -1,5 +1,5 @@
 """The candidate against the incumbent: the incumbent's val outcomes (and the noise floor), the
-smoke test, validation, the gate and the confirmation of an accept (DESIGN.md steps 5-7)."""
+smoke test, validation, the gate and the confirmation of an accept."""
 
 from __future__ import annotations
 
@@ -7,28 +7,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from harnessopt.gate.bank import IncumbentBank, first_look
+from harnessopt.gate.confirmation import confirmation_record
 from harnessopt.gate.noise_floor import NoiseFloorStore, measure
 from harnessopt.gate.noise_floor import lines as noise_lines
-from harnessopt.gate.policy import futile_decision, make_gate
+from harnessopt.gate.policy import futile_decision, make_gate, spent_decision
+from harnessopt.gate.smoke import smoke_verdict
 from harnessopt.gate.stats import mean, run_alpha_for, task_means
-from harnessopt.gate.verdicts import confirmation_record, smoke_verdict, spent_decision
 from harnessopt.ledger import store as ledger
 from harnessopt.objective import both
-from harnessopt.protocols import GateDecision, GatePolicy, Outcomes, Task, TaskResult
-from harnessopt.rollout.phase_stats import PROBE_EPOCH
+from harnessopt.protocols import Announce, GateDecision, GatePolicy, Outcomes, Task, TaskResult
+from harnessopt.rollout.run_cache import CONFIRM_EPOCH, PROBE_EPOCH, RERUN_EPOCH, SMOKE_RERUN_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
-from harnessopt.round.context import Announce, Ending, RoundContext
+from harnessopt.round.context import Ending, RoundContext
 from harnessopt.round.services import Services
 from harnessopt.workspace.core import Workspace
 
-SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's reruns' epochs)
-
-
 FUTILITY_EVERY = 5  # validation checks for futility every this many tasks (or `concurrency`)
-
-
-CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
 
 
 def incumbent_outcomes(
@@ -56,7 +51,9 @@ def incumbent_outcomes(
     got = {t: list(runs) for t, runs in (cached or {}).items()}
     for n in sorted(set(have.values())):  # a top-up runs only the epochs a task lacks
         tasks = [t for t in short if have[t.id] == n]
-        for t, runs in outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=range(n, banked))).items():
+        for t, runs in outcomes(
+            svc.runner.run(rc.incumbent, tasks, rc.k, epochs=range(n, banked), phase="incumbent")
+        ).items():
             got.setdefault(t, []).extend(runs)
     cache.put(digest(parts), got)
     ws.journal.write(rc.k, "incumbent_val", n=len(got), score=_mean_score(got))
@@ -65,7 +62,9 @@ def incumbent_outcomes(
     if banked >= 2 * epochs:  # the A/A test on the banked runs: no extra run
         again = {t: runs[epochs : 2 * epochs] for t, runs in got.items()}
     else:
-        again = outcomes(svc.runner.run(rc.incumbent, rc.val, rc.k, epochs=range(epochs, 2 * epochs)))
+        again = outcomes(
+            svc.runner.run(rc.incumbent, rc.val, rc.k, epochs=range(epochs, 2 * epochs), phase="incumbent")
+        )
     nf = {**measure(first_look(got, epochs), again, svc.cfg.gate), "measured_round": rc.k}
     floors.put(environment_key(parts), nf)
     for line in noise_lines(nf):
@@ -81,9 +80,13 @@ def probe_jobs(svc: Services, rc: RoundContext) -> list[tuple[Task, int]]:
 
 
 def probe(svc: Services, rc: RoundContext) -> list[TaskResult]:
-    """The probe's result (``probe_jobs``): its own phase of the round (``roundstats.phase_of``)."""
+    """The probe's result (``probe_jobs``): its own phase of the round."""
     jobs = probe_jobs(svc, rc)
-    return svc.runner.run(rc.incumbent, [t for t, _ in jobs], rc.k, epochs=[PROBE_EPOCH]) if jobs else []
+    return (
+        svc.runner.run(rc.incumbent, [t for t, _ in jobs], rc.k, epochs=[PROBE_EPOCH], phase="probe")
+        if jobs
+        else []
+    )
 
 
 def smoke(
@@ -97,7 +100,7 @@ def smoke(
 ) -> tuple[list[TaskResult], str | None]:
     """Run the candidate on the first val tasks. A crashed task is rerun once, and where it crashed
     again on the incumbent too (``incumbent_reruns``); only a crash that reproduces and that the
-    incumbent does not have rejects (``verdicts.smoke_verdict``).
+    incumbent does not have rejects (``gate.smoke.smoke_verdict``).
 
     Validation's first runs start in the slots the smoke test leaves free (``Runner.prefetch``);
     a rejection drops them."""
@@ -108,14 +111,14 @@ def smoke(
     ahead = _SmokeAhead(svc, rc, cand, validation_jobs(svc, rc, tasks)[: svc.cfg.rollout.concurrency])
     svc.runner.observers.append(ahead)
     try:
-        results = svc.runner.run(cand, tasks, rc.k)
+        results = svc.runner.run(cand, tasks, rc.k, phase="smoke")
     finally:
         svc.runner.observers.remove(ahead)
     crashed = [t for t in tasks if any(r.crashed for r in results if r.task_id == t.id)]
     again: tuple[Outcomes, Outcomes] = ({}, {})
     if crashed:  # a flake must not reject: the same tasks once more, on both sides
         say(f"round {rc.k}: smoke test: {len(crashed)} crashed; rerunning them once on both sides")
-        cand_again = outcomes(svc.runner.run(cand, crashed, rc.k, epochs=[SMOKE_RERUN_EPOCH]))
+        cand_again = outcomes(svc.runner.run(cand, crashed, rc.k, epochs=[SMOKE_RERUN_EPOCH], phase="reruns"))
         twice = [t for t in crashed if any(o.crashed for o in cand_again.get(t.id, ()))]
         again = (cand_again, incumbent_reruns(svc, rc, twice, probe))
     v = smoke_verdict(outcomes(results), again[0], again[1], inc)
@@ -148,16 +151,20 @@ class _SmokeAhead:
         self.svc, self.rc, self.cand, self.first = svc, rc, cand, first
         self.by_id = {t.id: t for t in rc.val}
 
-    def started(self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int]) -> None:
+    def started(
+        self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int], phase: str
+    ) -> None:
         return None
 
     def finished(self, label: str, result: TaskResult, done: int, total: int) -> None:
         if label != self.cand.label or result.epoch != 0:
             return
         if result.crashed:
-            self.svc.runner.prefetch(self.cand, [(self.by_id[result.task_id], SMOKE_RERUN_EPOCH)], self.rc.k)
+            self.svc.runner.prefetch(
+                self.cand, [(self.by_id[result.task_id], SMOKE_RERUN_EPOCH)], self.rc.k, phase="reruns"
+            )
         elif self.first:
-            self.svc.runner.prefetch(self.cand, self.first, self.rc.k)
+            self.svc.runner.prefetch(self.cand, self.first, self.rc.k, phase="validation")
             self.first = []
 
 
@@ -173,7 +180,10 @@ def incumbent_reruns(
         return got
     rest = [t for t in twice if t.id not in got]
     return (
-        {**got, **outcomes(svc.runner.run(rc.incumbent, rest, rc.k, epochs=[SMOKE_RERUN_EPOCH]))}
+        {
+            **got,
+            **outcomes(svc.runner.run(rc.incumbent, rest, rc.k, epochs=[SMOKE_RERUN_EPOCH], phase="reruns")),
+        }
         if rest
         else got
     )
@@ -207,19 +217,18 @@ def validate(
     results = list(smoked)
     if epochs > 1 and again:
         used += len(again) * (epochs - 1)
-        svc.runner.prefetch(cand, plan[used : used + conc], rc.k)
-        results += svc.runner.run(cand, again, rc.k, epochs=range(1, epochs))
-    futile = getattr(svc.gate, "futile", None)
-    chunk = _chunk(svc, len(rest))
+        svc.runner.prefetch(cand, plan[used : used + conc], rc.k, phase="validation")
+        results += svc.runner.run(cand, again, rc.k, epochs=range(1, epochs), phase="validation")
+    chunk = _chunk(svc)
     first = first_look(inc, epochs)
     for i in range(0, len(rest), chunk):
-        if futile and futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
+        if svc.gate.futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
             say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
             ws.journal.write(rc.k, "prefetch_dropped", runs=len(svc.runner.drop_prefetched()))
             break
         used += len(rest[i : i + chunk]) * epochs
-        svc.runner.prefetch(cand, plan[used : used + conc], rc.k)
-        results += svc.runner.run(cand, rest[i : i + chunk], rc.k, epochs=range(epochs))
+        svc.runner.prefetch(cand, plan[used : used + conc], rc.k, phase="validation")
+        results += svc.runner.run(cand, rest[i : i + chunk], rc.k, epochs=range(epochs), phase="validation")
     ws.journal.write(rc.k, "validate", n=len(results), score=_mean_score(outcomes(results)))
     return results
 
@@ -230,17 +239,15 @@ def validation_jobs(svc: Services, rc: RoundContext, smoked: Sequence[Task]) -> 
     epochs = svc.cfg.gate.epochs
     ids = {t.id for t in smoked}
     rest = [t for t in rc.val if t.id not in ids]
-    chunk = _chunk(svc, len(rest))
+    chunk = _chunk(svc)
     jobs = [(t, e) for e in range(1, epochs) for t in smoked]
     for i in range(0, len(rest), chunk):
         jobs += [(t, e) for e in range(epochs) for t in rest[i : i + chunk]]
     return jobs
 
 
-def _chunk(svc: Services, n_rest: int) -> int:
+def _chunk(svc: Services) -> int:
     """Validation's chunk: a futility check every ``FUTILITY_EVERY`` tasks (at least ``concurrency``)."""
-    if getattr(svc.gate, "futile", None) is None:
-        return max(1, n_rest)
     return max(FUTILITY_EVERY, svc.cfg.rollout.concurrency)
 
 
@@ -248,25 +255,24 @@ def gate(
     ws: Workspace, svc: Services, rc: RoundContext, cand: Candidate, cand_val: list[TaskResult], inc: Outcomes
 ) -> GateDecision:
     by_id = {t.id: t for t in rc.val}
-    rerun_epoch = iter(range(1000, 10**6))
+    rerun_epoch = iter(range(RERUN_EPOCH, SMOKE_RERUN_EPOCH))
     bank = IncumbentBank(inc, svc.cfg.gate.epochs)  # the incumbent's runs past the first look
     inc = bank.first
 
     def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
         epoch = next(rerun_epoch)
-        again = svc.runner.run(cand, [by_id[i] for i in ids], rc.k, epochs=[epoch])
+        again = svc.runner.run(cand, [by_id[i] for i in ids], rc.k, epochs=[epoch], phase="reruns")
         base = bank.draw(
             ids,
             lambda miss: outcomes(
-                svc.runner.run(rc.incumbent, [by_id[i] for i in miss], rc.k, epochs=[epoch])
+                svc.runner.run(rc.incumbent, [by_id[i] for i in miss], rc.k, epochs=[epoch], phase="reruns")
             ),
         )
         return outcomes(again), base
 
     cand_out = outcomes(cand_val)
     left = [t.id for t in rc.val if t.id not in cand_out]  # validation stopped for futility
-    futile = getattr(svc.gate, "futile", None)
-    if left and futile and futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
+    if left and svc.gate.futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
         d = futile_decision(cand_out, inc, left, svc.cfg.gate.epochs)
     elif (policy := _round_policy(ws, svc, both.SHARE if svc.cfg.objective == "both" else 1.0)) is None:
         d = spent_decision(svc.cfg.gate)
@@ -286,7 +292,7 @@ def _round_policy(ws: Workspace, svc: Services, share: float = 1.0) -> GatePolic
     g = svc.cfg.gate
     if g.run_alpha is None and share == 1.0:
         return svc.gate
-    decided = sum("alpha" in r.manifest.gate for r in ledger.past_rounds(ws.repo))
+    decided = sum(r.manifest.gate.alpha is not None for r in ledger.past_rounds(ws.repo))
     alpha = 1.0 - g.confidence
     if g.run_alpha is not None:
         alpha = min(alpha, run_alpha_for(g.run_alpha, g.run_rounds, decided + 1))
@@ -311,9 +317,11 @@ def confirm_accepted(
         return None
     epochs = range(CONFIRM_EPOCH, CONFIRM_EPOCH + svc.cfg.gate.epochs)
     say(f"round {rc.k}: confirming on {len(tasks)} {mode} tasks, with runs that did not select it")
-    svc.runner.prefetch(rc.incumbent, [(t, e) for e in epochs for t in tasks], rc.k)  # in free slots
-    got = outcomes(svc.runner.run(cand, tasks, rc.k, epochs=epochs))
-    base = outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=epochs))
+    svc.runner.prefetch(
+        rc.incumbent, [(t, e) for e in epochs for t in tasks], rc.k, phase="reruns"
+    )  # in free slots
+    got = outcomes(svc.runner.run(cand, tasks, rc.k, epochs=epochs, phase="reruns"))
+    base = outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=epochs, phase="reruns"))
     rec = confirmation_record(got, base, mode)
     say(f"round {rc.k}: {rec['summary']}")
     ws.journal.write(rc.k, "confirm", **rec)

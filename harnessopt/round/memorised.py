@@ -36,9 +36,9 @@ from typing import Any
 
 from harnessopt.gate.bank import first_look
 from harnessopt.gate.memorised import decide, gate_gains, min_tasks
-from harnessopt.protocols import Outcomes, Task
+from harnessopt.protocols import Announce, Outcomes, Task
 from harnessopt.rollout.runner import outcomes
-from harnessopt.round.context import Announce, RoundContext, Trail
+from harnessopt.round.context import RoundContext, Trail
 from harnessopt.round.services import Services
 from harnessopt.workspace.core import Workspace
 
@@ -68,9 +68,11 @@ def screen(
         "perturbed variant(s), on both sides"
     )
     epochs = [MEMORISED_EPOCH]
-    svc.runner.prefetch(rc.incumbent, [(x, MEMORISED_EPOCH) for x in variants], rc.k)  # in free slots
-    cand = outcomes(svc.runner.run(t.candidate, variants, rc.k, epochs=epochs))
-    inc = outcomes(svc.runner.run(rc.incumbent, variants, rc.k, epochs=epochs))
+    svc.runner.prefetch(
+        rc.incumbent, [(x, MEMORISED_EPOCH) for x in variants], rc.k, phase="reruns"
+    )  # in free slots
+    cand = outcomes(svc.runner.run(t.candidate, variants, rc.k, epochs=epochs, phase="reruns"))
+    inc = outcomes(svc.runner.run(rc.incumbent, variants, rc.k, epochs=epochs, phase="reruns"))
     v = decide(gains, cand, inc, of, alpha=cfg.memorised_alpha, retain=cfg.memorised_retain)
     return _recorded(ws, rc, t, v, cfg.memorised, say)
 

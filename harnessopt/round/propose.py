@@ -13,10 +13,10 @@ from harnessopt.ledger import store as ledger
 from harnessopt.objective import fields
 from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
-from harnessopt.protocols import Proposal
+from harnessopt.protocols import Announce, Proposal
 from harnessopt.rollout.runner import Candidate
 from harnessopt.round.checks import import_check, static_check
-from harnessopt.round.context import Announce, Ending, RoundContext
+from harnessopt.round.context import Ending, RoundContext
 from harnessopt.round.services import Services
 from harnessopt.util.text import visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace

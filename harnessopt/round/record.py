@@ -1,4 +1,5 @@
-"""The last step of a round: its outcome written to git (DESIGN.md step 8), whatever the outcome."""
+"""The last step of a round: its outcome written to git, whatever the outcome (an accept on main,
+anything else on a ref of its own)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import time
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.store import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.objective.metrics import round_stats
+from harnessopt.protocols import Announce
 from harnessopt.rollout.runner import outcomes
 from harnessopt.rollout.val_cache import ValCache
-from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
+from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.services import Services
 from harnessopt.util.text import visible
 from harnessopt.workspace.core import RECORD_PATHS, Workspace
@@ -22,7 +24,7 @@ def count_unclaimed(svc: Services, rc: RoundContext, t: Trail) -> None:
     by_id = {task.id: task for task in [*rc.val, *rc.held_out]}
     for label, r in svc.runner.drop_prefetched():
         if (task := by_id.get(r.task_id)) is not None:
-            t.runs.started(label, [task], rc.k, [r.epoch])
+            t.runs.started(label, [task], rc.k, [r.epoch], r.phase)
             t.runs.finished(label, r, 1, 1)
 
 

@@ -28,7 +28,7 @@ from harnessopt.ledger import vcs
 from harnessopt.ledger.round0 import PROPOSAL_PATH, Round0
 from harnessopt.optimizer.brief import render_history, render_round0_brief
 from harnessopt.optimizer.view import build_view, copy_back
-from harnessopt.protocols import TaskResult
+from harnessopt.protocols import Announce, TaskResult
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.taxonomy import classify
 from harnessopt.rollout.trajectory import write_trajectories
@@ -36,7 +36,6 @@ from harnessopt.round.services import Services
 from harnessopt.util.text import visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
-Announce = Callable[[str], None]
 # What a person decides when asked: ("approve", who) or ("reject", reason); None = decide later.
 Decide = Callable[[Round0], tuple[str, str] | None]
 BROKEN_PREFIX = "train runs of the incumbent"  # the reason's words when the incumbent cannot run
@@ -98,7 +97,7 @@ def diagnose(ws: Workspace, svc: Services, say: Announce) -> Round0:
         )
     say(f"round 0: rollout of the seed harness on all {len(train)} train tasks")
     ws.journal.write(0, "round0_rollout", parent=parent, tasks=len(train))
-    results = svc.runner.run(seed, train, 0)
+    results = svc.runner.run(seed, train, 0, phase="rollout")
     if broken := incumbent_broken(results):
         raise UserError(f"round 0: {broken}; fix the seed harness (or the sandbox), then run again")
     target = svc.cfg.model.target

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,7 @@ from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.optimizer import make_optimizer
-from harnessopt.protocols import GatePolicy, Optimizer, Proposal, Sandbox
+from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout.run_cache import RoundStore, rollout_settings
 from harnessopt.rollout.runner import Runner, make_executor
 from harnessopt.sandbox import make_sandbox
@@ -28,8 +28,6 @@ from harnessopt.workspace.scorer_proc import ScorerProcess
 
 if TYPE_CHECKING:
     import anthropic
-
-Announce = Callable[[str], None]
 
 
 @dataclass
@@ -95,8 +93,8 @@ def open_services(
         scorer = ScorerProcess(root / "scorer.py", timeout_s=r.scorer_timeout_s, memory_mb=r.scorer_memory_mb)
         stack.callback(scorer.close)
         sandbox = make_sandbox(cfg.rollout, announce=say)
-        if description := getattr(sandbox, "description", ""):  # a weak sandbox warned already
-            say(f"sandbox: {description}")
+        if sandbox.description:  # a weak sandbox warned already
+            say(f"sandbox: {sandbox.description}")
         stack.callback(sandbox.close)
         socket_dir = Path(tempfile.mkdtemp(prefix="ho-gw-"))  # short path: Unix sockets cap it at 108 bytes
         stack.callback(shutil.rmtree, socket_dir, True)
@@ -106,17 +104,16 @@ def open_services(
                 cfg,
                 socket_dir=socket_dir,
                 optimizer_model=optimizer_model,
-                peer_uids=getattr(sandbox, "gateway_uids", ()),  # the optimizer's container, say
+                peer_uids=sandbox.gateway_uids,  # the optimizer's container, say
             )
         )
-        prewarm = getattr(sandbox, "prewarm", None)  # docker: its pool starts containers meanwhile
-        if prewarm is not None and gateway.socket_path is not None and cfg.rollout.executor == "local":
-            prewarm(str(gateway.socket_path.parent))
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         store = RoundStore(state_dir, rollout_settings(cfg, root))
         executor = make_executor(cfg, sandbox, gateway.base_url)  # ray: joins the cluster here
         stack.callback(executor.close)
+        if gateway.socket_path is not None and executor.uses_run_sandbox:
+            sandbox.prewarm(str(gateway.socket_path.parent))  # docker: its pool starts containers meanwhile
         runner = Runner(
             cfg,
             sandbox,
@@ -142,7 +139,7 @@ def open_services(
                 announce=say,
                 transcript_dir=state_dir / "optimizer",
                 lease_factory=lambda k: gateway.lease("optimizer", k, None),
-                shell_on_host=not getattr(sandbox, "shell_isolated", False),  # then it needs unsafe_host
+                shell_on_host=not sandbox.shell_isolated,  # then it needs unsafe_host
             )
             if with_optimizer
             else None

@@ -1,4 +1,4 @@
-"""The optimization round, one function a step (DESIGN.md "What it does").
+"""The optimization round, one function a step.
 
 rollout -> stage -> propose -> check -> smoke -> validate -> gate -> record. ``_steps`` reads as
 the algorithm: each step returns what it produced, and ``_steps`` passes those values on and keeps
@@ -21,14 +21,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harnessopt.errors import UserError
-from harnessopt.gate.verdicts import split_val
+from harnessopt.gate.confirmation import split_val
 from harnessopt.ledger import vcs
-from harnessopt.protocols import Task, TaskResult
+from harnessopt.protocols import Announce, Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round import datalike, leakage, memorised, stop, tamper
-from harnessopt.round.context import Announce, RoundContext, RoundResult, Trail
+from harnessopt.round.context import RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
     final_ending,
@@ -49,7 +49,7 @@ from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
 def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResult:
     rc = start_round(ws, svc, k)
-    trail = Trail(runs=RoundRuns(svc.cfg.gate.smoke))
+    trail = Trail(runs=RoundRuns())
     svc.runner.observers.append(trail.runs)
     try:
         with _view_dir(k) as view:
@@ -77,7 +77,9 @@ def _steps(
     if broken := incumbent_broken(t.train):  # nothing to learn from: spend nothing on the optimizer
         return record(ws, svc, rc, t, ("failed", broken), say)
     stage(svc, rc, t.train)  # 2
-    svc.runner.prefetch(rc.incumbent, probe_jobs(svc, rc), rc.k)  # made while the optimizer works
+    svc.runner.prefetch(
+        rc.incumbent, probe_jobs(svc, rc), rc.k, phase="probe"
+    )  # made while the optimizer works
     t.search = search.propose_all(ws, svc, rc, t.train, view, say)  # 3, 4: one view per candidate
     search.screen_all(ws, svc, rc, t.train, t.search, say)  # several: the best on train goes on
     chosen, ending = t.search.outcome()
@@ -141,7 +143,7 @@ def _view_dir(k: int) -> Iterator[Path]:
 def rollout_train(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> list[TaskResult]:
     batch = train_batch(ws.tasks("train"), rc.k, svc.cfg.rollout.batch_size)
     say(f"round {rc.k}: rollout of the incumbent on {len(batch)} train tasks")
-    train = svc.runner.run(rc.incumbent, batch, rc.k)
+    train = svc.runner.run(rc.incumbent, batch, rc.k, phase="rollout")
     ws.journal.write(rc.k, "rollout", tasks=[r.task_id for r in train], passed=sum(r.passed for r in train))
     return train
 

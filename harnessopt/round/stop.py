@@ -80,7 +80,9 @@ class StopWatch:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def started(self, label: str, tasks: Sequence[Any], round_no: int, epochs: Sequence[int]) -> None:
+    def started(
+        self, label: str, tasks: Sequence[Any], round_no: int, epochs: Sequence[int], phase: str
+    ) -> None:
         if requested(self.root):
             raise StopRequested(REASON)
         if self.out_of_time():

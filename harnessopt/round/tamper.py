@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.config import CONFIG_NAME, Config
+from harnessopt.protocols import Sandbox
 from harnessopt.rollout.val_cache import sandbox_identity
 
 VOID_PREFIX = "round void"
@@ -52,7 +53,7 @@ def _settings_hash(cfg: Config) -> dict[str, str]:
     return out
 
 
-def seal(root: Path, cfgs: dict[str, Config], sandbox: object | None) -> Seal:
+def seal(root: Path, cfgs: dict[str, Config], sandbox: Sandbox | None) -> Seal:
     """The round-start hashes (module docstring). ``cfgs`` names each config object a part of the
     run holds (the run's, the runner's): a plugin replacing either one's settings is seen."""
     parts = {
@@ -74,7 +75,7 @@ def seal(root: Path, cfgs: dict[str, Config], sandbox: object | None) -> Seal:
     return Seal(parts)
 
 
-def broken(before: Seal, root: Path, cfgs: dict[str, Config], sandbox: object | None) -> str | None:
+def broken(before: Seal, root: Path, cfgs: dict[str, Config], sandbox: Sandbox | None) -> str | None:
     """Why the round is void (what changed since ``before``), or None when nothing did."""
     now = seal(root, cfgs, sandbox).parts
     changed = sorted(k for k in set(before.parts) | set(now) if before.parts.get(k) != now.get(k))

@@ -1,4 +1,4 @@
-"""One read-only copy of each candidate, shared by the tasks of a sandbox (issue 15).
+"""One read-only copy of each candidate, shared by the tasks of a sandbox.
 
 A round runs the same candidate (skill/ and harness/) on many tasks. Copying a 6 MB skill into
 every task's slot costs more than the task's own start; instead a sandbox prepares one copy per

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from harnessopt.ledger import store as ledger
 from harnessopt.optimizer.brief import render_focus
-from harnessopt.protocols import Task, TaskResult
+from harnessopt.protocols import Announce, Task, TaskResult
 from harnessopt.rollout.runner import outcomes
-from harnessopt.round.context import Announce, RoundContext
+from harnessopt.round.context import RoundContext
 from harnessopt.round.propose import check, propose
 from harnessopt.round.services import Services
 from harnessopt.search import archive
@@ -73,13 +73,13 @@ def screen_all(
     extra = [t for t in tasks if t.id not in {r.task_id for r in train}]
     for p in viable:  # all candidates' runs queued at once: the executor keeps every slot busy
         assert p.candidate is not None
-        svc.runner.prefetch(p.candidate, [(t, 0) for t in tasks], rc.k)
-    more = svc.runner.run(rc.incumbent, extra, rc.k) if extra else []
+        svc.runner.prefetch(p.candidate, [(t, 0) for t in tasks], rc.k, phase="screening")
+    more = svc.runner.run(rc.incumbent, extra, rc.k, phase="rollout") if extra else []
     say(f"round {rc.k}: screening {len(viable)} candidates on {len(tasks)} train tasks")
     runs = {}
     for p in viable:
         assert p.candidate is not None
-        runs[p.name] = outcomes(svc.runner.run(p.candidate, tasks, rc.k))
+        runs[p.name] = outcomes(svc.runner.run(p.candidate, tasks, rc.k, phase="screening"))
         interrupts.check()
     screened = screen(runs, outcomes([*train, *more]), keep=cfg.winners, floor=cfg.screen_floor)
     attach(found.proposed, screened)

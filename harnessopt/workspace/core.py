@@ -1,4 +1,5 @@
-"""Creating and opening a workspace (layout in DESIGN.md, fixed)."""
+"""Creating and opening a workspace: harnessopt.yaml, skill/, harness/, scorer.py, tasks/, the
+git repository and its state directory (the layout: docs/workspace.md)."""
 
 from __future__ import annotations
 

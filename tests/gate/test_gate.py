@@ -375,7 +375,7 @@ def test_a_rerun_that_omits_tasks_keeps_their_first_evidence():
 
 
 def test_smoke_verdict_rejects_only_reproduced_crashes_the_incumbent_does_not_have():
-    from harnessopt.gate.verdicts import smoke_verdict
+    from harnessopt.gate.smoke import smoke_verdict
 
     ok, crash = [Outcome(1.0)], [Outcome(0.0, crashed=True)]
     first = {"a": ok, "flaky": crash, "shared": crash, "own": crash, "unchecked": crash}

@@ -23,7 +23,7 @@ import pytest
 from harnessopt.config import BudgetConfig, GatewayConfig
 from harnessopt.gateway.models import ScriptedModel
 from harnessopt.gateway.server import Gateway
-from harnessopt.protocols import Forward
+from harnessopt.protocols import Forward, Model
 
 MIB = 1024 * 1024
 MODEL = "claude-haiku-4-5"
@@ -200,7 +200,7 @@ def test_the_token_is_checked_before_the_body_and_target_bodies_are_capped():
         assert answer_to(head(optimizer.token, len(body)) + body).startswith(b"HTTP/1.1 200")
 
 
-class BlockingModel:
+class BlockingModel(Model):
     """Answers at once, except a message "wait", which blocks until ``go`` is set."""
 
     name = "blocking"

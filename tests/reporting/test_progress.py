@@ -27,10 +27,10 @@ def _result(task: Task, passed: bool) -> TaskResult:
     )
 
 
-def _drive(p: RunProgress, n: int = 8) -> None:
+def _drive(p: RunProgress, phase: str, n: int = 8) -> None:
     tasks = [Task(f"t{i}", "q", "a", "val") for i in range(n)]
     p.bind(lambda: Usage(3, 1200, 300, 0.0123))
-    p.started("candidate", tasks, 1, [0])
+    p.started("candidate", tasks, 1, [0], phase)
     for i, t in enumerate(tasks, 1):
         p.finished("candidate", _result(t, i % 2 == 0), i, n)
     p.unbind()
@@ -39,9 +39,9 @@ def _drive(p: RunProgress, n: int = 8) -> None:
 def test_plain_progress_prints_quarters_with_pass_rate_tokens_dollars() -> None:
     buf = io.StringIO()
     console = Console(file=buf, width=200)
-    with progress_for(console, smoke=5) as p:
+    with progress_for(console) as p:
         assert type(p) is RunProgress  # not a terminal: plain lines
-        _drive(p)
+        _drive(p, "smoke")
     lines = [re.sub(r"ETA \d+s", "ETA <s>", line) for line in buf.getvalue().splitlines()]
     assert lines == [
         f"round 1 smoke: {d}/8 tasks, pass 50%, {k} tokens, run: 1.5k tokens, $0.01"
@@ -55,7 +55,7 @@ def test_live_progress_draws_bars_on_a_terminal() -> None:
     console = Console(file=buf, width=120, force_terminal=True)
     with progress_for(console) as p:
         assert isinstance(p, LiveProgress)
-        _drive(p)
+        _drive(p, "validation")
         p.say("a line above the bars")
         (task,) = p.bars.tasks
         assert (task.completed, task.total, task.description) == (8, 8, "round 1 validation")

@@ -36,7 +36,9 @@ class Seen:
         self.batches: list[tuple[str, list[str]]] = []
         self.results: list[str] = []
 
-    def started(self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int]) -> None:
+    def started(
+        self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int], phase: str
+    ) -> None:
         self.batches.append((label, [t.id for t in tasks]))
 
     def finished(self, label: str, result: TaskResult, done: int, total: int) -> None:
@@ -74,12 +76,12 @@ def test_a_run_started_ahead_is_taken_by_the_batch_that_asks_and_never_run_twice
     seen = Seen()
     r.observers.append(seen)
     tasks = _tasks(4)
-    r.prefetch(cand, [(t, 0) for t in tasks[2:]], 1)
+    r.prefetch(cand, [(t, 0) for t in tasks[2:]], 1, phase="validation")
     deadline = time.monotonic() + 20
     while len(_runs(log)) < 2 and time.monotonic() < deadline:  # the idle slots take them now
         time.sleep(0.05)
     assert sorted(_runs(log)) == ["t2", "t3"] and seen.results == []  # observers hear at claim
-    results = r.run(cand, tasks, 1)
+    results = r.run(cand, tasks, 1, phase="validation")
     assert [x.task_id for x in results] == ["t0", "t1", "t2", "t3"] and all(x.passed for x in results)
     assert sorted(_runs(log)) == ["t0", "t1", "t2", "t3"]  # each ran once
     assert seen.batches == [("candidate", ["t0", "t1", "t2", "t3"])]
@@ -89,21 +91,34 @@ def test_a_run_started_ahead_is_taken_by_the_batch_that_asks_and_never_run_twice
 def test_dropped_runs_that_never_started_never_run(runner) -> None:
     r, cand, log = runner
     tasks = _tasks(6)
-    r.prefetch(cand, [(t, 0) for t in tasks], 1)
+    r.prefetch(cand, [(t, 0) for t in tasks], 1, phase="validation")
     time.sleep(0.1)  # two start in the two idle slots, four wait
     ran = r.drop_prefetched()  # waits for the two running ones, returns them
     time.sleep(0.8)
     assert len(ran) == len(_runs(log)) and 1 <= len(ran) <= 2, _runs(log)
     assert all(label == "candidate" and x.passed for label, x in ran)
     # and a later batch of the same jobs runs them afresh
-    assert [x.task_id for x in r.run(cand, tasks[:2], 1)] == ["t0", "t1"]
+    assert [x.task_id for x in r.run(cand, tasks[:2], 1, phase="validation")] == ["t0", "t1"]
 
 
 def test_a_batch_goes_before_runs_started_ahead(runner) -> None:
     r, cand, log = runner
     ahead, asked = _tasks(6), [Task("now", "Capital of France?", "Paris", "val")]
-    r.prefetch(cand, [(t, 0) for t in ahead], 1)  # 2 start, 4 queue
-    r.run(cand, asked, 1)
+    r.prefetch(cand, [(t, 0) for t in ahead], 1, phase="validation")  # 2 start, 4 queue
+    r.run(cand, asked, 1, phase="validation")
     order = _runs(log)
     assert order.index("now") <= 2, order  # it waited for a slot, not for the queued ones
     r.drop_prefetched()
+
+
+def test_each_result_carries_the_phase_of_the_batch_that_claimed_it_or_of_its_prefetch(runner) -> None:
+    r, cand, log = runner
+    tasks = _tasks(3)
+    r.prefetch(cand, [(t, 0) for t in tasks], 1, phase="probe")
+    deadline = time.monotonic() + 20
+    while len(_runs(log)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [claimed] = r.run(cand, tasks[:1], 1, phase="smoke")
+    assert claimed.phase == "smoke"  # counted where it was asked for
+    left = r.drop_prefetched()
+    assert left and all(x.phase == "probe" for _label, x in left)  # spent ahead: the phase it ran for

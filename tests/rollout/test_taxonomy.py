@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from harnessopt.protocols import Exchange, Task, TaskResult
-from harnessopt.rollout.phase_stats import PROBE_EPOCH, RoundRuns, phase_of
+from harnessopt.rollout.phase_stats import RoundRuns
+from harnessopt.rollout.run_cache import PROBE_EPOCH
 from harnessopt.rollout.taxonomy import (
     FAILURE_CLASSES,
     classify,
@@ -83,22 +84,20 @@ def test_phase_counts_shares_and_loops() -> None:
 def test_phases_of_a_round_and_identical_rerun_groups() -> None:
     train = [Task("a", "q", "x", "train")]
     val = [Task("v1", "q", "x", "val"), Task("v2", "q", "x", "val")]
-    assert phase_of("incumbent", train, [0], smoke_next=True) == "rollout"
-    assert phase_of("candidate", val, [1000], smoke_next=False) == "reruns"
-    assert phase_of("round-0", [Task("t", "q", "x", "test")], [0], smoke_next=False) == "audit"
-    runs = RoundRuns(smoke=1)
+    runs = RoundRuns()
     batches = [
-        ("incumbent", train, [0], [result(task_id="a", split="train")]),
-        ("incumbent", val, [0], [result(task_id="v1"), result(task_id="v2", passed=True)]),
-        ("incumbent", val[:1], [PROBE_EPOCH], [result(task_id="v1")]),  # made ahead: not the smoke
-        ("candidate", val[:1], [0], [result(task_id="v1", passed=True)]),
-        ("candidate", val[1:], [0], [result(task_id="v2", passed=True)]),
-        ("candidate", val, [1000], [result(task_id="v1"), result(task_id="v2", passed=True)]),
-        ("incumbent", val, [1000], [result(task_id="v1"), result(task_id="v2", passed=True)]),
+        ("incumbent", train, [0], "rollout", [result(task_id="a", split="train")]),
+        ("incumbent", val, [0], "incumbent", [result(task_id="v1"), result(task_id="v2", passed=True)]),
+        ("incumbent", val[:1], [PROBE_EPOCH], "probe", [result(task_id="v1")]),  # made ahead: not the smoke
+        ("candidate", val[:1], [0], "smoke", [result(task_id="v1", passed=True)]),
+        ("candidate", val[1:], [0], "validation", [result(task_id="v2", passed=True)]),
+        ("candidate", val, [1000], "reruns", [result(task_id="v1"), result(task_id="v2", passed=True)]),
+        ("incumbent", val, [1000], "reruns", [result(task_id="v1"), result(task_id="v2", passed=True)]),
     ]
-    for label, tasks, epochs, results in batches:
-        runs.started(label, tasks, 1, epochs)
+    for label, tasks, epochs, phase, results in batches:
+        runs.started(label, tasks, 1, epochs, phase)
         for i, r in enumerate(results, 1):
+            r.phase = phase  # as Runner.run stamps each result of the batch
             runs.finished(label, r, i, len(results))
     phases = runs.phases()
     assert list(phases) == ["rollout", "incumbent", "probe", "smoke", "validation", "reruns"]

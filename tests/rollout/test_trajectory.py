@@ -10,13 +10,15 @@ import pytest
 
 from harnessopt.rollout.trajectory import (
     FIELDS,
+    front_matter,
+    parse,
     render,
     safe_filename,
     trajectory_filenames,
     write_trajectories,
 )
 from harnessopt.util.text import elide, parse_front_matter
-from tests.support.results import SYSTEM, exchange, make_result
+from tests.support.results import SYSTEM, exchange, make_result, tool_loop
 
 
 def render_one(**kw: Any) -> str:
@@ -218,3 +220,33 @@ def test_harness_stdout_is_shown_when_there_is_any() -> None:
     assert text.index("# Answer") < text.index("# Harness stdout (tail)") < text.index("# Harness stderr")
     assert "progress: 3/3 tools ok" in text
     assert "# Harness stdout" not in render_one(stdout_tail="")
+
+
+def test_a_rendered_trajectory_parses_back_to_its_fields() -> None:
+    """render and parse side by side: the front matter, the answer, the flags the harness read,
+    what the model received (system prompt, user turns, tool results) and what it produced."""
+    events = [{"event": "request", "flags_read": {"stream": "1", "tools": None}}]
+    result = make_result(exchanges=tool_loop(), harness_events=events, answer="FINAL: 42\n# Answer faked")
+    text = render(result, harness_commit="0123456", target_model="claude-test")
+    back = parse(text)
+    assert back.fields == front_matter(result, harness_commit="0123456", target_model="claude-test")
+    assert back.round == result.round and back.answer == result.answer
+    assert back.flags == {"stream": "1", "tools": None}
+    assert SYSTEM in back.received and "What is 6*7?" in back.received and "42" in back.received
+    assert "Let me compute." in back.produced and "echo $((6*7))" in back.produced
+    assert "FINAL: 42" in back.produced and "What is 6*7?" not in back.produced
+    assert parse(text, 7).round == 7  # filed under the round that kept it
+
+
+def test_the_fields_the_optimizers_brief_names_are_the_ones_rendered() -> None:
+    from harnessopt.config import OptimizerConfig
+    from harnessopt.optimizer.brief import render_brief, render_round0_brief
+
+    for brief in (
+        render_brief(1, "skill", ["skill/**"], OptimizerConfig(), n_trajectories=3),
+        render_round0_brief(["proposals/round-0.md"], OptimizerConfig(), n_trajectories=3),
+    ):
+        lists = re.findall(r"front matter\s*\(([^)]*)\)", brief)
+        named = {n for part in lists for n in re.findall(r"`(\w+)`", part)}
+        named |= set(re.findall(r"'\^?(\w+):", brief))  # grep patterns such as '^feedback:'
+        assert named and named <= set(FIELDS), named - set(FIELDS)

@@ -8,22 +8,29 @@ from typing import Any
 
 import pytest
 
-from harnessopt.config import Config
-from harnessopt.protocols import Outcome
+from harnessopt.config import Config, RolloutConfig
+from harnessopt.protocols import Outcome, Sandbox
 from harnessopt.rollout import val_cache as valcache
 from harnessopt.rollout.val_cache import ValCache, key_parts
+from harnessopt.sandbox.docker.sandbox import DockerSandbox
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git
 from tests.support.workspace import make_ws
 
 
-class Named:
-    """A sandbox as the loop holds one: its registry name (and, for Docker, its engine client)."""
+class Named(Sandbox):
+    """A sandbox as the loop holds one: its registry name (and, for Docker, its engine client,
+    whose identity is DockerSandbox's own)."""
 
     def __init__(self, name: str, client: Any = None, identity: str | None = None):
-        self.name, self.client = name, client
-        if identity is not None:
-            self.identity = identity
+        self.name, self.client, self.cfg = name, client, RolloutConfig()
+        self.own = identity
+
+    @property
+    def identity(self) -> str:
+        if self.own is not None:
+            return self.own
+        return DockerSandbox.identity.fget(self) if self.name == "docker" else self.name  # type: ignore[attr-defined]
 
 
 class Engine:

@@ -115,8 +115,8 @@ def test_a_round_that_copies_a_gold_answer_is_rejected_before_any_val_run(tmp_pa
     assert result.status == "rejected" and result.reason.startswith("leakage:"), result.reason
     assert "harbour-motto" in result.reason and "gold answer" in result.reason
     rec = ledger.find(Workspace.open(ws).repo, 1)
-    assert rec.manifest.checks["leakage"]["tasks"] == ["harbour-motto"]
-    assert rec.manifest.checks["leakage"]["findings"][0]["kind"] == "answer"
+    assert rec.manifest.checks.leakage.tasks == ["harbour-motto"]
+    assert rec.manifest.checks.leakage.findings[0]["kind"] == "answer"
     phases = _phases(ws)
     assert "check" in phases and "smoke" not in phases and "incumbent_val" not in phases
     assert git(ws, "rev-parse", "HEAD") == head  # the incumbent stays

@@ -15,7 +15,7 @@ import pytest
 
 from harnessopt.gate.policy import PairedGate
 from harnessopt.ledger import store as ledger
-from harnessopt.protocols import Outcome, Task, TaskResult
+from harnessopt.protocols import Outcome, Sandbox, Task, TaskResult
 from harnessopt.rollout.runner import Candidate
 from harnessopt.round import context, evaluate
 from harnessopt.workspace.core import Workspace
@@ -36,7 +36,9 @@ class ScriptedRunner:
         self.dropped = 0
         self.observers: list[Any] = []  # told of each batch and result, as Runner.run tells them
 
-    def prefetch(self, cand: Candidate, jobs: Sequence[tuple[Task, int]], round_no: int) -> None:
+    def prefetch(
+        self, cand: Candidate, jobs: Sequence[tuple[Task, int]], round_no: int, *, phase: str
+    ) -> None:
         """Runs started ahead only save time: the scripted outcomes come when ``run`` asks."""
         self.prefetched.append([(cand.label, t.id, e) for t, e in jobs])
 
@@ -45,11 +47,17 @@ class ScriptedRunner:
         return []
 
     def run(
-        self, cand: Candidate, tasks: Sequence[Task], round_no: int, epochs: Sequence[int] = (0,)
+        self,
+        cand: Candidate,
+        tasks: Sequence[Task],
+        round_no: int,
+        epochs: Sequence[int] = (0,),
+        *,
+        phase: str,
     ) -> list[TaskResult]:
         self.batches.append((cand.label, [t.id for t in tasks], list(epochs)))
         for o in list(self.observers):
-            o.started(cand.label, tasks, round_no, epochs)
+            o.started(cand.label, tasks, round_no, epochs, phase)
         out = []
         for e in epochs:
             for t in tasks:
@@ -57,9 +65,16 @@ class ScriptedRunner:
                 self.attempts[(cand.label, t.id)] = n + 1
                 score, crashed = self.script(cand.label, t.id, n)
                 out.append(_result(t, round_no, e, score, crashed))
+                out[-1].phase = phase  # as Runner.run stamps it
                 for o in list(self.observers):
                     o.finished(cand.label, out[-1], len(out), len(tasks) * len(epochs))
         return out
+
+
+class LocalByName(Sandbox):
+    """The sandbox as the steps see it here: only its name (the runner is scripted)."""
+
+    name = "local"
 
 
 def _result(t: Task, k: int, epoch: int, score: float, crashed: bool) -> TaskResult:
@@ -76,7 +91,7 @@ def _setup(tmp_path: Path, script: Script, **gate: Any) -> tuple[Workspace, Any,
     svc = SimpleNamespace(
         cfg=ws.cfg,
         runner=runner,
-        sandbox=SimpleNamespace(name="local"),
+        sandbox=LocalByName(),
         state_dir=tmp_path / "st",
         gate=PairedGate(ws.cfg.gate),
     )
@@ -278,12 +293,15 @@ def test_an_accepted_round_is_confirmed_on_runs_that_did_not_select_it(tmp_path:
     flat = evaluate.confirm_accepted(ws2, svc2, rc2, CAND, accepted, lambda _m: None)
     assert flat is not None and not flat["confirmed"] and "ho/best does not move" in flat["summary"]
     from harnessopt.ledger import store as ledger
+    from harnessopt.ledger.manifest import ConfirmationRecord
 
     m = ledger.RoundManifest(
         round=1, status="accepted", parent=ws2.repo.head.commit.hexsha, confirmation=flat
     )
     assert not ledger.is_new_best(ws2.repo, m)
-    assert ledger.is_new_best(ws2.repo, m.model_copy(update={"confirmation": rec}))
+    assert ledger.is_new_best(
+        ws2.repo, m.model_copy(update={"confirmation": ConfirmationRecord.model_validate(rec)})
+    )
 
 
 def test_main_moves_only_when_runs_that_did_not_select_the_candidate_confirm_it(tmp_path: Path) -> None:
@@ -305,7 +323,7 @@ def test_main_moves_only_when_runs_that_did_not_select_the_candidate_confirm_it(
 
 
 def test_holdout_tasks_are_never_seen_by_the_gate_and_confirm_the_accept(tmp_path: Path) -> None:
-    from harnessopt.gate.verdicts import split_val
+    from harnessopt.gate.confirmation import split_val
 
     ws = Workspace.open(make_ws(tmp_path))
     val = ws.tasks("val")
@@ -324,7 +342,7 @@ def test_run_alpha_spends_the_runs_budget_over_run_rounds_decisions(tmp_path: Pa
     policy = evaluate._round_policy(ws, svc)
     assert isinstance(policy, PairedGate) and policy.cfg.confidence == pytest.approx(1 - 0.025)
     inc = {t.id: [Outcome(score=0.0)] for t in rc.val}
-    results = svc.runner.run(CAND, rc.val, 1)
+    results = svc.runner.run(CAND, rc.val, 1, phase="validation")
     d = evaluate.gate(ws, svc, rc, CAND, results, inc)
     assert d.details["alpha"] == pytest.approx(0.025)
     # two decisions recorded: the budget is spent and nothing more can be accepted
@@ -352,7 +370,7 @@ def test_banked_incumbent_runs_pay_for_the_aa_test_and_the_gates_reruns(tmp_path
     assert [b[2] for b in svc.runner.batches] == [[0, 1, 2, 3]]  # one batch: no second pass for A/A
     assert nf is not None and nf["rollouts"] == 2 * n and all(len(r) == 4 for r in inc.values())
     assert any("1 for the first look, the rest banked" in m for m in said)
-    cand_val = svc.runner.run(CAND, rc.val, 1)
+    cand_val = svc.runner.run(CAND, rc.val, 1, phase="validation")
     d = evaluate.gate(ws, svc, rc, CAND, cand_val, inc)
     incumbent_batches = [b for b in svc.runner.batches[2:] if b[0] == "incumbent"]
     assert d.details["look"] == 2 and d.details["flips_first_pass"] == 3

@@ -134,13 +134,13 @@ def test_a_hash_keyed_answer_table_is_rejected_end_to_end(tmp_path: Path, encode
     res, r1 = _run(ws)
     m = r1.manifest
     # it got past the textual leakage check and won the gate at val 1.000, as the attack did ...
-    assert m.checks["leakage"]["tasks"] == [] and m.val_score == 1.0 and m.delta == 1.0
+    assert m.checks.leakage.tasks == [] and m.val_score == 1.0 and m.delta == 1.0
     # ... and the perturbed inputs took the gain away: rejected, main untouched
-    memo = m.checks["memorised"]
-    assert (r1.status, memo["collapsed"], memo["perturbed_gain"]) == ("rejected", True, 0.0), m.reason
-    assert m.reason.startswith("memorised answers") and memo["p"] <= memo["alpha"]
+    memo = m.checks.memorised
+    assert (r1.status, memo.collapsed, memo.perturbed_gain) == ("rejected", True, 0.0), m.reason
+    assert m.reason.startswith("memorised answers") and memo.p <= memo.alpha
     assert git(ws, "rev-parse", "HEAD") == head
-    assert m.checks["datalike"]["flagged"]  # the static signal flags it for review too
+    assert m.checks.datalike.flagged  # the static signal flags it for review too
     log = " ".join(cli("log", ws).stdout.split())  # a table: the reason wraps
     assert "memorised answers: the gain collapsed on perturbed inputs" in log
     assert "review: data-like additions" in log
@@ -153,15 +153,15 @@ def test_a_hash_keyed_answer_table_is_rejected_end_to_end(tmp_path: Path, encode
 def test_an_honest_rule_keeps_its_gain_and_is_accepted(tmp_path: Path) -> None:
     ws = _workspace(tmp_path, HONEST)
     res, r1 = _run(ws)
-    memo = r1.manifest.checks["memorised"]
+    memo = r1.manifest.checks.memorised
     assert r1.status == "accepted", r1.manifest.reason
-    assert memo["collapsed"] is False and memo["perturbed_gain"] == memo["gain"] == 1.0
+    assert memo.collapsed is False and memo.perturbed_gain == memo.gain == 1.0
 
 
 def test_warn_keeps_the_accept_and_says_why(tmp_path: Path) -> None:
     ws = _workspace(tmp_path, answer_script(False), memorised="warn")
     res, r1 = _run(ws)
-    assert r1.status == "accepted" and r1.manifest.checks["memorised"]["collapsed"]
+    assert r1.status == "accepted" and r1.manifest.checks.memorised.collapsed
     assert "memorised-answer check: gain collapsed" in " ".join(cli("log", ws).stdout.split())
 
 

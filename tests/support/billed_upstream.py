@@ -15,10 +15,10 @@ from typing import Any
 import anthropic
 
 from harnessopt.gateway.server import Gateway
-from harnessopt.protocols import Forward
+from harnessopt.protocols import Forward, Model
 
 
-class BilledUpstream:
+class BilledUpstream(Model):
     """Each call takes ``delay_s`` (so a burst is in flight together) and bills ``input_tokens(request)``
     input tokens and its whole ``max_tokens`` of output."""
 

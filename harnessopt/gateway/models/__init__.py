@@ -1,4 +1,5 @@
-"""Models the gateway forwards to, chosen by a short name: ``anthropic``, ``openai`` or ``scripted``.
+"""Models the gateway forwards to, chosen by a short name (the registry's ``model`` parts:
+``anthropic``, ``openai``, ``scripted``) or a dotted path to a model of your own.
 
 Each role has its upstream: the target's is ``model:`` in harnessopt.yaml, the optimizer's is
 ``optimizer:`` (``provider``, ``base_url``, ``api_key_env``), defaulting to the target's.
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from harnessopt import registry
 from harnessopt.config import Config, ModelConfig
 from harnessopt.errors import UserError
 from harnessopt.gateway.models.anthropic_api import DEFAULT_BASE_URL as ANTHROPIC_URL
@@ -23,13 +25,11 @@ from harnessopt.gateway.models.openai_api import OpenAIModel
 from harnessopt.gateway.models.scripted import ScriptedModel
 from harnessopt.protocols import Model
 
-PROVIDERS = ("anthropic", "openai", "scripted")
 DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 DEFAULT_URL_ENV = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL"}
 PROBE_TIMEOUT_S = 5.0
 
 __all__ = [
-    "PROVIDERS",
     "AnthropicModel",
     "OpenAIModel",
     "ScriptedModel",
@@ -72,7 +72,9 @@ def make_model(
                 "the scripted model needs a script: set model.script in harnessopt.yaml (see docs/models.md)"
             )
         return ScriptedModel.from_yaml(script_path)
-    raise UserError(f"unknown model provider {provider!r}; known providers: {', '.join(PROVIDERS)}")
+    raise UserError(
+        f"unknown model provider {provider!r}; known providers: {', '.join(registry.known('model'))}"
+    )
 
 
 def anthropic_model(cfg: ModelConfig, *, root: Path) -> Model:
@@ -96,8 +98,6 @@ def model_for(cfg: ModelConfig, root: Path, *, setting: str = "model") -> Model:
     A built-in upstream whose endpoint is not the official one must accept a TCP connection
     within PROBE_TIMEOUT_S, else a UserError naming ``setting``.base_url.
     """
-    from harnessopt import registry
-
     model: Model = registry.build("model", cfg.provider, cfg, root=root)
     if isinstance(model, AnthropicModel | OpenAIModel) and model.base_url not in (ANTHROPIC_URL, OPENAI_URL):
         probe(model.base_url, f"{setting}.base_url")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from harnessopt.errors import UserError
-from harnessopt.protocols import FORWARDED_HEADERS, Forward, ModelError
+from harnessopt.protocols import FORWARDED_HEADERS, Forward, Model, ModelError
 
 if TYPE_CHECKING:
     import anthropic
@@ -42,7 +42,7 @@ _STATUS_TYPES = {
 }
 
 
-class AnthropicModel:
+class AnthropicModel(Model):
     """Forwards non-streaming Messages API calls upstream through the anthropic SDK."""
 
     name = "anthropic"

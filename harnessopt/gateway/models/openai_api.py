@@ -24,7 +24,7 @@ from harnessopt.errors import UserError
 from harnessopt.gateway.http import estimate_input_tokens, estimate_tokens, text_of
 from harnessopt.gateway.models.anthropic_api import _STATUS_TYPES, _attempts, _root_cause
 from harnessopt.gateway.translate import chat_response_to_messages, messages_request_to_chat
-from harnessopt.protocols import Forward, ModelError
+from harnessopt.protocols import Forward, Model, ModelError
 
 if TYPE_CHECKING:
     import openai
@@ -34,7 +34,7 @@ CHAT_PATH = "/chat/completions"  # relative to the base URL, which ends in /v1
 DEFAULT_MAX_RETRIES = 4
 
 
-class OpenAIModel:
+class OpenAIModel(Model):
     """Forwards Messages API calls, translated, to a Chat Completions endpoint."""
 
     name = "openai"

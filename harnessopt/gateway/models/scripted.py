@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harnessopt.errors import UserError
 from harnessopt.gateway.http import estimate_input_tokens, text_of
-from harnessopt.protocols import Forward, ModelError
+from harnessopt.protocols import Forward, Model, ModelError
 
 _REGEX_FIELDS = ("system", "first_user", "last_user")
 
@@ -81,7 +81,7 @@ class _MissingLookup(Exception):
     """A rule needs {lookup} but no lookup entry matched: the rule does not apply."""
 
 
-class ScriptedModel:
+class ScriptedModel(Model):
     """Replies chosen by rules from a YAML script; same request in, same response out."""
 
     name = "scripted"

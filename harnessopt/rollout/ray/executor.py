@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 
 from harnessopt.config import Config
 from harnessopt.errors import HarnessoptError, UserError
-from harnessopt.protocols import RunOutput, RunSpec
-from harnessopt.rollout.executors import ClusterLost, PooledExecutor, SandboxCall, WorkerLost
+from harnessopt.protocols import Executor, RunOutput, RunSpec, Sandbox, SandboxCall
+from harnessopt.rollout.executors import ClusterLost, PooledExecutor, WorkerLost
 from harnessopt.rollout.ray import worker as ray_worker
 from harnessopt.rollout.ray.relay import HeadIngress, new_secret
 from harnessopt.sandbox.untar import extract
@@ -48,6 +48,12 @@ def import_ray() -> Any:
             "rollout.executor ray needs Ray on this machine: pip install 'harnessopt[ray]'"
         ) from None
     return ray
+
+
+def ray_executor(cfg: Config, *, sandbox: Sandbox, gateway_url: str) -> Executor:
+    """``ray``: each job's sandbox on a node of a Ray cluster; joins (or starts) the cluster now.
+    The run's own sandbox is not used: each node builds its own from ``cfg``."""
+    return RayExecutor(cfg, gateway_url)
 
 
 class RayExecutor(PooledExecutor):

@@ -24,7 +24,7 @@ from typing import Any
 from docker.utils.socket import frames_iter
 
 from harnessopt.config import RolloutConfig
-from harnessopt.protocols import RunOutput, RunSpec
+from harnessopt.protocols import RunOutput, RunSpec, Sandbox
 from harnessopt.sandbox import untar
 from harnessopt.sandbox.docker.capture import HeadTail
 from harnessopt.sandbox.docker.pool import (
@@ -36,6 +36,7 @@ from harnessopt.sandbox.docker.pool import (
     WarmPool,
 )
 from harnessopt.sandbox.docker.shell import OPTIMIZER_UID, DockerShell
+from harnessopt.sandbox.image.build import docker_image_id
 from harnessopt.sandbox.prepared import PreparedCopies
 
 __all__ = ["DockerSandbox", "DockerShell"]
@@ -69,7 +70,7 @@ class _Stream:
     ended: bool = False  # the runner's end frame came: all it sends has arrived
 
 
-class DockerSandbox:
+class DockerSandbox(Sandbox):
     """Runs each task in a fresh container; thread-safe; ``close()`` removes everything it made."""
 
     name = "docker"
@@ -125,6 +126,11 @@ class DockerSandbox:
             )
         finally:
             self.pool.discard(warm)
+
+    @property
+    def identity(self) -> str:
+        """``docker:IMAGE@sha256:...``: the image by name and by the engine's id of it."""
+        return f"docker:{self.cfg.image}@{docker_image_id(self.client, self.cfg.image)}"
 
     def prewarm(self, socket_dir: str | None) -> None:
         """Start the pool's containers for the gateway at ``socket_dir`` while the run sets up:

@@ -59,6 +59,17 @@ def docker_client(timeout: float = 120.0) -> Any:
     return client
 
 
+def docker_image_id(client: Any, image: str) -> str:
+    """The engine's id of ``image`` (``sha256:...``), asking ``client`` (a new client when None);
+    ``unavailable`` when there is no engine or no such image: a key that matches no measured state."""
+    try:
+        if client is None:
+            client = docker_client(timeout=10)
+        return str(client.images.get(image).id)
+    except Exception:
+        return "unavailable"
+
+
 def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[str], None] = print) -> str:
     """Build the sandbox image FROM ``base`` and tag it; returns the image id.
 

@@ -1,5 +1,5 @@
 """Pre-started local sandboxes: the next tasks' wrapped interpreters, started while the current
-tasks wait on the model (issue 15, ``rollout.warm_interpreter``).
+tasks wait on the model (``rollout.warm_interpreter``).
 
 A *slot* is one task's sandbox made ahead: its private task dir (home/, and skill/ and harness/
 as the cold path makes them) and out dir, the isolation wrapper started in its own session with the

@@ -32,7 +32,7 @@ from typing import Any
 
 from harnessopt.config import RolloutConfig
 from harnessopt.errors import UserError
-from harnessopt.protocols import AgentResult, GatewayLease, RunOutput, RunSpec, ShellResult
+from harnessopt.protocols import AgentResult, GatewayLease, RunOutput, RunSpec, Sandbox, ShellResult
 from harnessopt.sandbox.image.build import sandbox_source_dir
 from harnessopt.sandbox.local import isolation
 from harnessopt.sandbox.local.pool import Key, Slot, WarmPool, copy_out, job_line, static_env
@@ -51,7 +51,7 @@ NPROC_SLACK = 64
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-class LocalSandbox:
+class LocalSandbox(Sandbox):
     """Runs ``python harness/run.py`` in a subprocess with limits; thread-safe.
 
     ``isolation_mode``: ``bwrap``, ``unshare`` or ``session`` (default: the strongest available
@@ -59,6 +59,7 @@ class LocalSandbox:
     """
 
     name = "local"
+    task_python = sys.executable  # tasks run with this interpreter, on this host
 
     def __init__(
         self,

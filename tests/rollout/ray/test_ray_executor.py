@@ -84,7 +84,7 @@ def _val(ws: Path, **cfg: Any) -> tuple[list[TaskResult], Any]:
     tasks = w.tasks("val")
     cand = _candidate(ws, ws.parent / f"c-{w.cfg.rollout.executor}")
     with open_services(ws, w.cfg, SILENT, with_optimizer=False, keep_rollouts=False) as svc:
-        return svc.runner.run(cand, tasks, 1, epochs=(0, 1)), svc.runner.executor
+        return svc.runner.run(cand, tasks, 1, epochs=(0, 1), phase="validation"), svc.runner.executor
 
 
 def _host_mount_race(*runs: TaskResult) -> bool:
@@ -142,7 +142,7 @@ def test_node_removed_mid_batch_loses_no_task_and_counts_none_twice(cluster: Any
     with open_services(ws, w.cfg, SILENT, with_optimizer=False, keep_rollouts=False) as svc:
         watcher.start()
         try:
-            results = svc.runner.run(cand, tasks, 1)
+            results = svc.runner.run(cand, tasks, 1, phase="validation")
         finally:
             batch_done.set()
             watcher.join()
@@ -205,7 +205,7 @@ def test_budget_holds_under_concurrency(cluster: Any, tmp_path: Path) -> None:
     cand = _candidate(ws, tmp_path)
     with open_services(ws, w.cfg, SILENT, with_optimizer=False, keep_rollouts=False) as svc:
         with pytest.raises(BudgetExceeded):
-            svc.runner.run(cand, tasks, 1, epochs=(0, 1))
+            svc.runner.run(cand, tasks, 1, epochs=(0, 1), phase="validation")
         assert svc.gateway.total().calls <= 3
         assert svc.gateway.refusals > 0
 
@@ -226,7 +226,7 @@ ray.init(address=address, log_to_driver=False)
 w = Workspace.open(ws, {"rollout.executor": "ray", "rollout.concurrency": 2})
 try:
     with open_services(ws, w.cfg, lambda m: None, with_optimizer=False, keep_rollouts=False) as svc:
-        svc.runner.run(Candidate(cand, "incumbent", "c0"), w.tasks("val"), 1)
+        svc.runner.run(Candidate(cand, "incumbent", "c0"), w.tasks("val"), 1, phase="incumbent")
 except KeyboardInterrupt:
     # Still connected: were the tasks cancelled before the driver let go (not killed after it)?
     deadline = time.monotonic() + 5
