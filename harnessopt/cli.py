@@ -74,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="chat",
         help="harness template (chat, chat-sdk, openai-chat, openai-chat-sdk, tool-agent, claude-code, command)",
     )
-    init.add_argument("--split", default="2:1:7", help="train:val:test ratio for tasks without a split")
+    init.add_argument(
+        "--split",
+        help="train:val:test ratio for tasks without a split (default 2:1:7, or for a file too small "
+        "to give val 5 tasks one that does, e.g. 4:5:3 for 12 tasks)",
+    )
     init.add_argument("--seed", type=int, default=0, help="seed of the split assignment")
 
     run = sub.add_parser("run", help="run optimization rounds")

@@ -20,11 +20,14 @@ from harnessopt.ledger.journal import STATE_DIR, Journal
 from harnessopt.protocols import Task
 from harnessopt.workspace.skillspec import read_skill
 from harnessopt.workspace.tasks import (
+    DEFAULT_SPLIT,
     assign_splits,
     check_splits,
+    default_gives_val,
     load_tasks,
     parse_ratio,
     read_split,
+    small_file_split,
     write_splits,
 )
 
@@ -101,7 +104,7 @@ def init_workspace(
     tasks_file: Path,
     *,
     template: str = "chat",
-    ratio: str = "2:1:7",
+    ratio: str | None = None,
     seed: int = 0,
     config: Config | None = None,
     extra_files: dict[str, Path] | None = None,
@@ -109,7 +112,8 @@ def init_workspace(
 ) -> Path:
     """Validate every input first, build the workspace beside ``ws``, then move it into place.
 
-    A failure at any point leaves ``ws`` as it was (absent or empty).
+    A failure at any point leaves ``ws`` as it was (absent or empty). Without ``ratio`` the split
+    is ``DEFAULT_SPLIT``, or for a file too small for it one that gives the smoke test its val tasks.
     """
     ws = Path(ws)
     if ws.exists() and (not ws.is_dir() or any(ws.iterdir())):
@@ -117,8 +121,18 @@ def init_workspace(
     info = read_skill(Path(skill_dir))
     if template not in known_templates():
         raise UserError(f"unknown template {template!r}; known templates: {', '.join(known_templates())}")
-    tasks = assign_splits(load_tasks(Path(tasks_file)), parse_ratio(ratio), seed)
-    check_splits(tasks)
+    loaded = load_tasks(Path(tasks_file))
+    works = small_file_split(loaded)
+    if ratio is None:
+        ratio = DEFAULT_SPLIT
+        if not default_gives_val(loaded) and works:
+            ratio = works
+            announce(
+                f"{len(loaded)} tasks: the default split {DEFAULT_SPLIT} leaves val too few for the smoke "
+                f"test, so this workspace uses --split {ratio} (train:val:test)"
+            )
+    tasks = assign_splits(loaded, parse_ratio(ratio), seed)
+    check_splits(tasks, suggest=works)
     cfg = config or Config(template=template)
     cfg = cfg.model_copy(update={"template": template})
 
