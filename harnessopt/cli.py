@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run optimization rounds")
     run.add_argument("ws", type=Path)
-    run.add_argument("--rounds", type=_positive, default=1)
+    run.add_argument("--rounds", type=_positive, default=1, help="rounds to run (default: %(default)s)")
     run.add_argument("--batch-size", type=_positive, help="train tasks rolled out per round")
     run.add_argument("--target", help="target model (HARNESSOPT_TARGET_MODEL)")
     run.add_argument(
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
     run.add_argument("--executor", choices=["local", "ray"], help="where tasks run (ray: docs/cluster.md)")
-    run.add_argument("--concurrency", type=_positive)
+    run.add_argument("--concurrency", type=_positive, help="tasks run at once")
     run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
     run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
     run.add_argument("--max-cost", type=float, help="US dollars allowed in this run")
@@ -118,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         const="",
         metavar="URI",
-        help="log each round to MLflow (default: a file store in WS/.harnessopt/mlruns)",
+        help="log each round to MLflow (default: a SQLite store, sqlite:///WS/.harnessopt/mlflow.db)",
     )
+    _show_config_defaults(run, RUN_FLAGS)
 
     log = sub.add_parser("log", help="one row per round")
     log.add_argument("ws", type=Path)
@@ -154,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_option(audit)
     audit.add_argument("--force", action="store_true", help="audit the same pair again")
     audit.add_argument("--json", action="store_true")
+    _show_config_defaults(audit, ROLLOUT_FLAGS)
 
     abl = sub.add_parser("ablate", help="a harness feature flag on vs off on val, judged by the gate")
     abl.add_argument("ws", type=Path)
@@ -171,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         measure.add_argument("--concurrency", type=_positive)
         _add_config_option(measure)
         measure.add_argument("--json", action="store_true")
+        _show_config_defaults(measure, ROLLOUT_FLAGS)
 
     demo = sub.add_parser("demo", help="the whole loop offline on a bundled example (scripted model)")
     demo.add_argument("dir", type=Path, nargs="?", default=Path("harnessopt-demo"))
@@ -191,6 +194,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sbsub.add_parser("cleanup", help="remove leftover harnessopt containers (by label)")
     return p
+
+
+def _show_config_defaults(p: argparse.ArgumentParser, flags: dict[str, str]) -> None:
+    """Each flag that sets a harnessopt.yaml key says that key and its shipped default in --help."""
+    from harnessopt.config import Config
+
+    shipped = Config().model_dump(mode="json")
+    for action in p._actions:
+        if action.dest not in flags:
+            continue
+        key = flags[action.dest]
+        value: Any = shipped
+        for part in key.split("."):
+            value = value[part]
+        default = (
+            "unset" if value is None else ("on" if value else "off") if isinstance(value, bool) else value
+        )
+        note = f"default: {key} in harnessopt.yaml, shipped as {default}"
+        action.help = f"{action.help}; {note}" if action.help else note
 
 
 def _add_config_option(p: argparse.ArgumentParser) -> None:
