@@ -297,8 +297,10 @@ def apply_overrides(cfg: Config, overrides: Mapping[str, Any]) -> Config:
             if not isinstance(child, dict):
                 raise UserError(f"unknown setting {dotted!r}; the settings are listed in docs/workspace.md")
             node = child
-        if leaf not in node:
+        if leaf not in node and parents not in (["flags"], ["prices"]):  # free-form maps take new keys
             raise UserError(f"unknown setting {dotted!r}; the settings are listed in docs/workspace.md")
+        if parents == ["flags"] and not isinstance(value, str):  # -c flags.stream=0: HO_FLAG_* are strings
+            value = ("1" if value else "0") if isinstance(value, bool) else str(value)
         node[leaf] = value
     return parse_config(data, "command-line options")
 
