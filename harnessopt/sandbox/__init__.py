@@ -70,9 +70,11 @@ def _docker_with_image(image: str) -> tuple[Any | None, str]:
         return None, str(e)
     status = image_status(client, image)
     if status == "missing":
+        from harnessopt.sandbox.image.variants import build_command
+
         return (
             None,
-            f"sandbox image {image} is missing: run `harnessopt sandbox build` (or use --sandbox local)",
+            f"sandbox image {image} is missing: run `{build_command(image)}` (or use --sandbox local)",
         )
     if status == "stale":
         return client, f"sandbox image {image} was built from an older runner: run `harnessopt sandbox build`"

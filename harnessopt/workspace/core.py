@@ -135,6 +135,8 @@ def init_workspace(
     check_splits(tasks, suggest=works)
     cfg = config or Config(template=template)
     cfg = cfg.model_copy(update={"template": template})
+    if config is None and (needs := template_image(template)):  # the image the template runs in
+        cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"image": needs})})
 
     parent = ws.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +155,24 @@ def init_workspace(
         f"workspace {ws}: skill '{info.name}', template {template}, "
         f"{counts['train']} train / {counts['val']} val / {counts['test']} test tasks; tagged ho/round-0"
     )
+    if template_image(template):
+        from harnessopt.sandbox.image.variants import build_command
+
+        announce(
+            f"template {template} runs in the sandbox image {cfg.rollout.image} (rollout.image); "
+            f"build it once with `{build_command(cfg.rollout.image)}`"
+        )
     return ws
+
+
+def template_image(template: str) -> str | None:
+    """The sandbox image tag a template needs (its template.yaml's ``image_with`` variant), if any."""
+    import yaml
+
+    from harnessopt.sandbox.image.build import variant_tag
+
+    meta = yaml.safe_load((templates_dir() / template / "template.yaml").read_text()) or {}
+    return variant_tag(meta["image_with"]) if meta.get("image_with") else None
 
 
 def _populate(
