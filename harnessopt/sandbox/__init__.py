@@ -77,5 +77,7 @@ def _docker_with_image(image: str) -> tuple[Any | None, str]:
             f"sandbox image {image} is missing: run `{build_command(image)}` (or use --sandbox local)",
         )
     if status == "stale":
-        return client, f"sandbox image {image} was built from an older runner: run `harnessopt sandbox build`"
+        from harnessopt.sandbox.image.build import stale_cause
+
+        return client, stale_cause(client, image)
     return client, ""
