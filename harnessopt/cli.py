@@ -349,10 +349,13 @@ def cmd_decide(a: argparse.Namespace) -> int:
     with workspace_lock(ws.root, a.command, say):
         st = record_decision(ws.repo, approve, "" if approve else a.reason)
     say(f"round-0 proposal {st.commit[:10]} {st.status} ({st.decision_commit and st.decision_commit[:10]})")
+    from harnessopt.ledger.round0 import run_command
+
+    run = run_command(ws.repo, a.ws, ws.cfg.mode)  # with -c mode=M when the proposal was made in another mode
     if approve:
-        say(f"next: harnessopt run {a.ws}   (the next rounds implement it, gated like any round)")
+        say(f"next: {run}   (the next rounds implement it, gated like any round)")
     else:
-        say(f"next: harnessopt run {a.ws}   (diagnoses again, told why), or set mode: skill")
+        say(f"next: {run}   (diagnoses again, told why), or set mode: skill")
     return 0
 
 

@@ -196,7 +196,9 @@ def status_lines(ws: Workspace) -> list[str]:
     if dirty:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
     lines += proposals.status_lines(ws.repo, ws.root)
-    lines.append(f"next: harnessopt run {ws.root}   |   harnessopt log {ws.root}")
+    lines.append(
+        f"next: {proposals.run_command(ws.repo, ws.root, ws.cfg.mode)}   |   harnessopt log {ws.root}"
+    )
     return lines
 
 
