@@ -80,6 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
         "to give val 5 tasks one that does, e.g. 4:5:3 for 12 tasks)",
     )
     init.add_argument("--seed", type=int, default=0, help="seed of the split assignment")
+    init.add_argument(
+        "--skill-rule-off",
+        dest="skill_rules_off",
+        action="append",
+        default=[],
+        choices=["folder-name", "unknown-keys"],
+        help="an Agent Skills spec rule this skill must break (repeatable; kept as checks.skill_rules_off): "
+        "folder-name (name differs from its folder), unknown-keys (front matter keys outside the spec)",
+    )
 
     run = sub.add_parser("run", help="run optimization rounds")
     run.add_argument("ws", type=Path)
@@ -254,10 +263,15 @@ def _overrides(a: argparse.Namespace, flags: dict[str, str]) -> dict[str, Any]:
 
 
 def cmd_init(a: argparse.Namespace) -> int:
+    from harnessopt.config import ChecksConfig, Config
     from harnessopt.gate import noise_floor as noisefloor
     from harnessopt.workspace.core import Workspace, init_workspace
 
-    init_workspace(a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, announce=say)
+    cfg = Config(template=a.template, checks=ChecksConfig(skill_rules_off=a.skill_rules_off))
+    init_workspace(
+        a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, config=cfg, announce=say,
+        check_folder_name=True,
+    )  # fmt: skip
     ws = Workspace.open(a.ws)
     for line in noisefloor.plan(len(ws.tasks("val")), ws.cfg.gate):  # what this val set can detect
         say(line)

@@ -215,6 +215,9 @@ class ChecksConfig(_Strict):
     """Characters those words must span (so short words and short answers never count alone)."""
     id_min_chars: int = Field(4, ge=1)
     """Task ids shorter than this are too likely to occur by chance and are not looked for."""
+    skill_rules_off: list[Literal["folder-name", "unknown-keys"]] = Field(default_factory=list)
+    """Agent Skills spec rules SKILL.md may break (init --skill-rule-off): folder-name (name and
+    folder differ), unknown-keys (front matter keys outside the spec are kept, not checked)."""
 
 
 class Config(_Strict):

@@ -109,16 +109,22 @@ def init_workspace(
     config: Config | None = None,
     extra_files: dict[str, Path] | None = None,
     announce: Callable[[str], None] = print,
+    check_folder_name: bool = False,
 ) -> Path:
     """Validate every input first, build the workspace beside ``ws``, then move it into place.
 
-    A failure at any point leaves ``ws`` as it was (absent or empty). Without ``ratio`` the split
+    A failure at any point leaves ``ws`` as it was (absent or empty). ``check_folder_name``: the
+    skill's name must match its folder (the spec; ``init`` asks it unless
+    ``checks.skill_rules_off`` has folder-name). Without ``ratio`` the split
     is ``DEFAULT_SPLIT``, or for a file too small for it one that gives the smoke test its val tasks.
     """
     ws = Path(ws)
     if ws.exists() and (not ws.is_dir() or any(ws.iterdir())):
         raise UserError(f"{ws} exists and is not empty; choose a new directory for the workspace")
-    info = read_skill(Path(skill_dir))
+    cfg = config or Config(template=template)
+    rules_off = cfg.checks.skill_rules_off
+    folder = Path(skill_dir).resolve().name if check_folder_name else None  # the spec: name = folder
+    info = read_skill(Path(skill_dir), expect_name=folder, rules_off=rules_off)
     if template not in known_templates():
         raise UserError(f"unknown template {template!r}; known templates: {', '.join(known_templates())}")
     loaded = load_tasks(Path(tasks_file))
@@ -133,9 +139,9 @@ def init_workspace(
             )
     tasks = assign_splits(loaded, parse_ratio(ratio), seed)
     check_splits(tasks, suggest=works)
-    cfg = config or Config(template=template)
     cfg = cfg.model_copy(update={"template": template})
-    if config is None and (needs := template_image(template)):  # the image the template runs in
+    needs = template_image(template)  # the image the template runs in, unless the config names one
+    if needs and "image" not in cfg.rollout.model_fields_set:
         cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"image": needs})})
 
     parent = ws.resolve().parent

@@ -97,7 +97,8 @@ def test_init_prints_what_its_val_set_can_detect(tmp_path) -> None:
     from harnessopt.commands.demo import DEMO_DATA
     from tests.support.cli import cli
 
-    r = cli("init", tmp_path / "ws", "--skill", DEMO_DATA / "skill", "--tasks", DEMO_DATA / "tasks.jsonl")
+    demo = ("--skill", DEMO_DATA / "skill", "--tasks", DEMO_DATA / "tasks.jsonl")
+    r = cli("init", tmp_path / "ws", *demo, "--skill-rule-off", "folder-name")  # the folder is 'skill'
     assert r.returncode == 0, r.stderr
     assert "val has 14 task(s): too small to detect anything" in r.stdout
     assert "val tasks would detect +0.050" in r.stdout and "next: harnessopt run" in r.stdout

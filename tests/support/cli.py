@@ -32,7 +32,7 @@ ROUND2_EDIT = "End every reply with a period."
 
 
 def write_example(root: Path) -> tuple[Path, Path]:
-    skill = root / "skill-src"
+    skill = root / "echo-word"  # the spec: a skill's folder is named as the skill
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(SKILL_MD)
     tasks = root / "tasks.jsonl"
