@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich import box
@@ -13,8 +14,10 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.ledger.lock import live_holder
 from harnessopt.reporting.gate_evidence import confirmation_note
 from harnessopt.reporting.gate_evidence import status_lines as gate_status_lines
+from harnessopt.round.stop import stop_path
 from harnessopt.util.text import visible as _visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -188,6 +191,8 @@ def status_lines(ws: Workspace) -> list[str]:
     last = entries[-1] if entries else None
     if torn:
         lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")
+    if (busy := live_holder(ws.root)) is not None:  # a command is running now: say so, and no 'next'
+        return [*lines, *_in_progress(ws, busy, last)]
     if last and last.get("phase") not in ("recorded", "rollback", "run_end"):
         lines.append(
             f"last run stopped in round {last.get('round')} at phase '{last.get('phase')}' (nothing applied)"
@@ -198,6 +203,25 @@ def status_lines(ws: Workspace) -> list[str]:
     lines += proposals.status_lines(ws.repo, ws.root)
     lines.append(
         f"next: {proposals.run_command(ws.repo, ws.root, ws.cfg.mode)}   |   harnessopt log {ws.root}"
+    )
+    return lines
+
+
+def _in_progress(ws: Workspace, holder: dict[str, Any], last: dict[str, Any] | None) -> list[str]:
+    """What ``status`` says while another command holds the lock: who, since when, doing what."""
+    since = holder.get("since")
+    when = time.strftime("%H:%M:%S UTC", time.gmtime(float(since))) if isinstance(since, int | float) else "?"
+    lines = [
+        f"in progress: 'harnessopt {holder.get('command', '?')}' (pid {holder.get('pid', '?')} on "
+        f"{holder.get('host', '?')}, since {when})"
+    ]
+    if last:
+        ago = time.time() - float(last.get("t") or 0)
+        lines.append(
+            f"now: round {last.get('round')}, phase '{last.get('phase')}' ({ago:.0f} s ago, journal)"
+        )
+    lines.append(
+        f"next: wait for it (harnessopt status {ws.root} again), or stop it cleanly: touch {stop_path(ws.root)}"
     )
     return lines
 

@@ -1,0 +1,48 @@
+"""`status` while a run is in progress says so: who holds the workspace, and what it is doing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.cli import cli
+from tests.support.workspace import make_ws
+
+
+def _phases(ws: Path) -> list[str]:
+    path = ws / ".harnessopt" / "journal.jsonl"
+    return [json.loads(x)["phase"] for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) -> None:
+    # the manual optimizer waits for a person: the run reliably sits in round 1's propose step
+    ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 120})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "2", "--sandbox", "local"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while "propose" not in _phases(ws):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        out = cli("status", ws)
+        assert out.returncode == 0, out.stderr
+        assert f"in progress: 'harnessopt run' (pid {proc.pid} on" in out.stdout
+        assert "now: round 1, phase 'propose'" in out.stdout
+        assert "last run stopped" not in out.stdout and "next: harnessopt run" not in out.stdout
+        assert f"touch {ws / '.harnessopt' / 'STOP'}" in out.stdout
+        (ws / ".harnessopt" / "STOP").touch()
+        proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, 9)
+    after = cli("status", ws).stdout
+    assert "in progress" not in after and "next: harnessopt run" in after
