@@ -178,6 +178,38 @@ def record_decision(repo: git.Repo, approve: bool, reason: str, by: str | None =
     return Round0(st.commit, st.text, status, reason, who, sha, st.mode)
 
 
+def spend(repo: git.Repo) -> dict[str, Any]:
+    """What round 0 spent on main's history: every diagnosis (a proposal commit) with its calls
+    and dollars, as its manifest recorded them."""
+    out: dict[str, Any] = {"diagnoses": 0, "calls": 0, "tokens": 0, "cost_usd": 0.0}
+    try:
+        commits = list(repo.iter_commits("HEAD", paths=PROPOSAL_PATH))
+    except (git.GitCommandError, ValueError):
+        return out
+    for c in commits:
+        data = ledger.manifest_data(str(c.message))
+        if data.get("round") != 0 or data.get("status") != "proposal":
+            continue
+        out["diagnoses"] += 1
+        for use in (data.get("tokens") or {}).values():
+            if isinstance(use, dict):
+                out["calls"] += int(use.get("calls") or 0)
+                out["tokens"] += int(use.get("input") or 0) + int(use.get("output") or 0)
+        out["cost_usd"] += float(data.get("cost_usd") or 0.0)
+    return out
+
+
+def spend_line(repo: git.Repo) -> str | None:
+    """``round 0 (diagnosis): ...`` for status, log and the report; None without a diagnosis."""
+    s = spend(repo)
+    if not s["diagnoses"]:
+        return None
+    return (
+        f"round 0 (diagnosis{'es' if s['diagnoses'] > 1 else ''}, {s['diagnoses']}): {s['calls']} model "
+        f"call(s), {s['tokens']:,} tokens, ${s['cost_usd']:.4f}"
+    )
+
+
 def round0_commits(repo: git.Repo) -> set[str]:
     """The latest proposal and decision commits."""
     return {repo.commit(ref).hexsha for ref in (PROPOSAL_REF, DECISION_REF) if vcs.ref_exists(repo, ref)}

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
+from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.store import Round
 from harnessopt.reporting.adoption import adoption
@@ -138,7 +139,8 @@ def report_data(ws: Workspace) -> dict[str, Any]:
             "rules": [asdict(u) for u in uses["rules"]],
             "flags": [asdict(u) for u in uses["flags"]],
         },
-        "spend": projected_vs_spent(ws),
+        "spend": [line for line in [proposals.spend_line(ws.repo)] if line] + projected_vs_spent(ws),
+        "round0_spend": proposals.spend(ws.repo),
     }
 
 

@@ -63,7 +63,10 @@ def print_log(ws: Workspace, console: Console) -> None:
     """The rounds as a table that fits 100 columns: scores, fixed/broken, the train pass rate,
     dollars, writes discarded outside the whitelist, and the summary with the gate's reason."""
     rows = log_rows(ws)
+    r0 = proposals.spend_line(ws.repo)
     if not rows:
+        if r0:
+            console.print(r0, markup=False)
         console.print(f"no rounds yet; start with: harnessopt run {ws.root}")
         return
     table = Table(
@@ -89,6 +92,8 @@ def print_log(ws: Workspace, console: Console) -> None:
     if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
         console = Console(width=LOG_WIDTH, highlight=False, file=console.file)
     console.print(table)
+    if r0:
+        console.print(r0, markup=False)
 
 
 LOG_WIDTH = 100
@@ -175,8 +180,12 @@ def status_lines(ws: Workspace) -> list[str]:
         f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]
     lines += gate_status_lines(ws)
-    cost = sum(r.manifest.cost_usd or 0.0 for r in rounds)
-    lines.append(f"model cost recorded: ${cost:.4f}")
+    cost = sum(r.manifest.cost_usd or 0.0 for r in rounds) + proposals.spend(ws.repo)["cost_usd"]
+    lines.append(
+        f"model cost recorded: ${cost:.4f}" + (" (round 0 included)" if proposals.spend_line(ws.repo) else "")
+    )
+    if r0 := proposals.spend_line(ws.repo):
+        lines.append(r0)
     lines += projected_vs_spent(ws)
     notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
     lines += [f"note: {n}" for n in notes]

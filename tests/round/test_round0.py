@@ -292,3 +292,18 @@ def test_a_round0_of_a_command_line_mode_is_continued_in_that_mode(tmp_path: Pat
     last = ledger.past_rounds(Workspace.open(ws).repo)[-1].manifest
     assert "Implements decision 1 of the approved plan" in last.summary  # the plan was in its brief
     assert "harness/run.py" in last.changed
+
+
+def test_round0_spend_is_counted_by_status_log_and_the_report(tmp_path: Path) -> None:
+    from harnessopt.reporting.data import report_data
+
+    ws = make_harness_ws(tmp_path)
+    r = ho("run", ws, "--rounds", "1")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    spent = proposals.spend(Workspace.open(ws).repo)
+    assert spent["diagnoses"] == 1 and spent["calls"] > len(Workspace.open(ws).tasks("train"))
+    line = f"round 0 (diagnosis, 1): {spent['calls']} model call(s)"
+    assert line in ho("status", ws).stdout
+    log = ho("log", ws).stdout
+    assert line in log and "no rounds yet" in log
+    assert any(x.startswith(line) for x in report_data(Workspace.open(ws))["spend"])
