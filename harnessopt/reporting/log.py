@@ -179,6 +179,8 @@ def status_lines(ws: Workspace) -> list[str]:
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
         f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]
+    if used := last_run_parts(ws):
+        lines.append("last run used: " + ", ".join(f"{k} {v}" for k, v in used.items()))
     lines += gate_status_lines(ws)
     cost = sum(r.manifest.cost_usd or 0.0 for r in rounds) + proposals.spend(ws.repo)["cost_usd"]
     lines.append(
@@ -239,6 +241,20 @@ def _not_a_round(ws: Workspace, head: str) -> str:
     if head in proposals.round0_commits(ws.repo):
         return " (the round-0 proposal or its decision; skill and harness unchanged by it)"
     return " (a rollback or manual commit)"
+
+
+def last_run_parts(ws: Workspace) -> dict[str, str]:
+    """What the last run used (journal ``run_start``: sandbox, executor, target, optimizer); {}
+    before any run recorded them."""
+    for e in reversed(ws.journal.entries()):
+        if e.get("phase") == "run_start":
+            used = e.get("used")
+            if not isinstance(used, dict):
+                return {}
+            order = ("sandbox", "executor", "target", "optimizer")  # the journal sorts its keys
+            keys = [k for k in order if k in used] + sorted(set(used) - set(order))
+            return {k: str(used[k]) for k in keys}
+    return {}
 
 
 def projected_vs_spent(ws: Workspace) -> list[str]:

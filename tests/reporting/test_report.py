@@ -102,7 +102,10 @@ def test_report_data_of_the_demo(demo: Path) -> None:
     assert "only the city name" in rule1["text"]
     assert rule1["trajectories"] == 16 and rule1["saw"] == 16  # rounds 2 and 3 had it in their prompt
     (flag,) = data["adoption"]["flags"]
-    assert flag["name"] == "stream" and flag["used"] == 0  # the chat template looked for it, never set
+    # the chat template registers stream (default "0", harness/flags.yaml) and reports reading it
+    assert (
+        flag["name"] == "stream" and flag["used"] == flag["trajectories"] > 0 and flag["values"] == {"0": 24}
+    )
     assert "+Reply with only the city name" in data["diffs"][1]
 
 

@@ -19,10 +19,12 @@ def _phases(ws: Path) -> list[str]:
 
 
 def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) -> None:
-    # the manual optimizer waits for a person: the run reliably sits in round 1's propose step
-    ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 120})
+    # the manual optimizer (chosen on the command line, not in harnessopt.yaml) waits for a person:
+    # the run reliably sits in round 1's propose step
+    ws = make_ws(tmp_path, optimizer={"settle_s": 0.5, "wall_s": 120})
+    run = ["run", str(ws), "--rounds", "2", "--sandbox", "local", "--optimizer", "manual"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "2", "--sandbox", "local"],
+        [sys.executable, "-m", "harnessopt", *run],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -46,3 +48,10 @@ def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) ->
             os.kill(proc.pid, 9)
     after = cli("status", ws).stdout
     assert "in progress" not in after and "next: harnessopt run" in after
+    # which parts the run used, by the names users set them with; the report's header names them
+    assert "last run used: sandbox local, executor local, target scripted:" in after
+    assert ", optimizer manual:" in after
+    from harnessopt.reporting.data import report_data
+    from harnessopt.workspace.core import Workspace
+
+    assert report_data(Workspace.open(ws))["config"]["optimizer"].startswith("manual:")
