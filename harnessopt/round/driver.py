@@ -47,6 +47,7 @@ def run(
     results: list[RoundResult] = []
     told: list[str] = []
     failed_in_a_row = 0
+    journaled = 0  # the runner's retries written to the journal so far
     hours = ws.cfg.budget.max_hours
     deadline = time.monotonic() + hours * 3600 if hours else None
     with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
@@ -67,6 +68,11 @@ def run(
                 say(line)
             if on_round is not None:
                 on_round(result)
+            for lost in svc.runner.retried[journaled:]:  # a dead Ray worker or node, and the rerun
+                ws.journal.write(
+                    lost["round"], "worker_lost", **{k: v for k, v in lost.items() if k != "round"}
+                )
+            journaled = len(svc.runner.retried)
             for note in [*svc.gateway.notes, *svc.runner.notes]:  # e.g. a model without a price
                 if note not in told:  # each once per run
                     say(f"note: {note}")
