@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from tests.support.cli import cli
+from tests.support.cli import cli, start_cli, wait_for_phase
 from tests.support.workspace import make_ws
-
-
-def _phases(ws: Path) -> list[str]:
-    path = ws / ".harnessopt" / "journal.jsonl"
-    return [json.loads(x)["phase"] for x in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) -> None:
@@ -23,18 +14,9 @@ def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) ->
     # the run reliably sits in round 1's propose step
     ws = make_ws(tmp_path, optimizer={"settle_s": 0.5, "wall_s": 120})
     run = ["run", str(ws), "--rounds", "2", "--sandbox", "local", "--optimizer", "manual"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", *run],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = start_cli(*run)
     try:
-        deadline = time.monotonic() + 300
-        while "propose" not in _phases(ws):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
+        wait_for_phase(ws, proc, "propose")
         out = cli("status", ws)
         assert out.returncode == 0, out.stderr
         assert f"in progress: 'harnessopt run' (pid {proc.pid} on" in out.stdout

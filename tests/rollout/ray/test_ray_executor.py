@@ -147,11 +147,7 @@ def test_node_removed_mid_batch_loses_no_task_and_counts_none_twice(cluster: Any
             batch_done.set()
             watcher.join()
         calls = svc.gateway.total().calls
-        retried, notes = list(svc.runner.retried), list(svc.runner.notes)
     assert removed.is_set()
-    # said in harnessopt's words (a note the manifest keeps, an entry the driver journals)
-    assert retried and all(r["round"] == 1 and r["attempt"] >= 1 for r in retried)
-    assert any("died" in n and "ran it again on another node" in n for n in notes), notes
     assert sorted(r.task_id for r in results) == sorted(t.id for t in tasks)  # each once, none lost
     assert all(r.error_class is None for r in results), [r.notes for r in results]
     assert calls >= len(tasks)  # the dead node's runs spent what they spent: counted, not hidden
