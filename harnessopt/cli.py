@@ -74,12 +74,25 @@ def build_parser() -> argparse.ArgumentParser:
         default="chat",
         help="harness template (chat, chat-sdk, openai-chat, openai-chat-sdk, tool-agent, claude-code, command)",
     )
-    init.add_argument("--split", default="2:1:7", help="train:val:test ratio for tasks without a split")
+    init.add_argument(
+        "--split",
+        help="train:val:test ratio for tasks without a split (default 2:1:7, or for a file too small "
+        "to give val 5 tasks one that does, e.g. 4:5:3 for 12 tasks)",
+    )
     init.add_argument("--seed", type=int, default=0, help="seed of the split assignment")
+    init.add_argument(
+        "--skill-rule-off",
+        dest="skill_rules_off",
+        action="append",
+        default=[],
+        choices=["folder-name", "unknown-keys"],
+        help="an Agent Skills spec rule this skill must break (repeatable; kept as checks.skill_rules_off): "
+        "folder-name (name differs from its folder), unknown-keys (front matter keys outside the spec)",
+    )
 
     run = sub.add_parser("run", help="run optimization rounds")
     run.add_argument("ws", type=Path)
-    run.add_argument("--rounds", type=_positive, default=1)
+    run.add_argument("--rounds", type=_positive, default=1, help="rounds to run (default: %(default)s)")
     run.add_argument("--batch-size", type=_positive, help="train tasks rolled out per round")
     run.add_argument("--target", help="target model (HARNESSOPT_TARGET_MODEL)")
     run.add_argument(
@@ -97,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--executor", help="where tasks run: local, ray (docs/cluster.md) or package.module:Factory"
     )
-    run.add_argument("--concurrency", type=_positive)
+    run.add_argument("--concurrency", type=_positive, help="tasks run at once")
     run.add_argument("--max-calls", type=_positive, help="model calls allowed in this run")
     run.add_argument("--max-tokens", type=_positive, help="model tokens allowed in this run")
     run.add_argument("--max-cost", type=float, help="US dollars allowed in this run")
@@ -116,8 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         const="",
         metavar="URI",
-        help="log each round to MLflow (default: a file store in WS/.harnessopt/mlruns)",
+        help="log each round to MLflow (default: a SQLite store, sqlite:///WS/.harnessopt/mlflow.db)",
     )
+    _show_config_defaults(run, RUN_FLAGS)
 
     log = sub.add_parser("log", help="one row per round")
     log.add_argument("ws", type=Path)
@@ -160,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_option(audit)
     audit.add_argument("--force", action="store_true", help="audit the same pair again")
     audit.add_argument("--json", action="store_true")
+    _show_config_defaults(audit, ROLLOUT_FLAGS)
 
     abl = sub.add_parser("ablate", help="a harness feature flag on vs off on val, judged by the gate")
     abl.add_argument("ws", type=Path)
@@ -177,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         measure.add_argument("--concurrency", type=_positive)
         _add_config_option(measure)
         measure.add_argument("--json", action="store_true")
+        _show_config_defaults(measure, ROLLOUT_FLAGS)
 
     demo = sub.add_parser("demo", help="the whole loop offline on a bundled example (scripted model)")
     demo.add_argument("dir", type=Path, nargs="?", default=Path("harnessopt-demo"))
@@ -197,6 +213,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sbsub.add_parser("cleanup", help="remove leftover harnessopt containers (by label)")
     return p
+
+
+def _show_config_defaults(p: argparse.ArgumentParser, flags: dict[str, str]) -> None:
+    """Each flag that sets a harnessopt.yaml key says that key and its shipped default in --help."""
+    from harnessopt.config import Config
+
+    shipped = Config().model_dump(mode="json")
+    for action in p._actions:
+        if action.dest not in flags:
+            continue
+        key = flags[action.dest]
+        value: Any = shipped
+        for part in key.split("."):
+            value = value[part]
+        default = (
+            "unset" if value is None else ("on" if value else "off") if isinstance(value, bool) else value
+        )
+        note = f"default: {key} in harnessopt.yaml, shipped as {default}"
+        action.help = f"{action.help}; {note}" if action.help else note
 
 
 def _add_config_option(p: argparse.ArgumentParser) -> None:
@@ -238,10 +273,15 @@ def _overrides(a: argparse.Namespace, flags: dict[str, str]) -> dict[str, Any]:
 
 
 def cmd_init(a: argparse.Namespace) -> int:
+    from harnessopt.config import ChecksConfig, Config
     from harnessopt.gate import noise_floor as noisefloor
     from harnessopt.workspace.core import Workspace, init_workspace
 
-    init_workspace(a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, announce=say)
+    cfg = Config(template=a.template, checks=ChecksConfig(skill_rules_off=a.skill_rules_off))
+    init_workspace(
+        a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, config=cfg, announce=say,
+        check_folder_name=True,
+    )  # fmt: skip
     ws = Workspace.open(a.ws)
     for line in noisefloor.plan(len(ws.tasks("val")), ws.cfg.gate):  # what this val set can detect
         say(line)
@@ -337,10 +377,13 @@ def cmd_decide(a: argparse.Namespace) -> int:
     with workspace_lock(ws.root, a.command, say):
         st = record_decision(ws.repo, approve, "" if approve else a.reason)
     say(f"round-0 proposal {st.commit[:10]} {st.status} ({st.decision_commit and st.decision_commit[:10]})")
+    from harnessopt.ledger.round0 import run_command
+
+    run = run_command(ws.repo, a.ws, ws.cfg.mode)  # with -c mode=M when the proposal was made in another mode
     if approve:
-        say(f"next: harnessopt run {a.ws}   (the next rounds implement it, gated like any round)")
+        say(f"next: {run}   (the next rounds implement it, gated like any round)")
     else:
-        say(f"next: harnessopt run {a.ws}   (diagnoses again, told why), or set mode: skill")
+        say(f"next: {run}   (diagnoses again, told why), or set mode: skill")
     return 0
 
 

@@ -259,6 +259,10 @@ class ChecksConfig(_Strict):
     """Flag a round for review when its diff adds data-like content (many short literals,
     high-entropy or base64-like blobs, new data files under skill/); never a rejection by itself."""
 
+    skill_rules_off: list[Literal["folder-name", "unknown-keys"]] = Field(default_factory=list)
+    """Agent Skills spec rules SKILL.md may break (init --skill-rule-off): folder-name (name and
+    folder differ), unknown-keys (front matter keys outside the spec are kept, not checked)."""
+
 
 class TriggerConfig(_Strict):
     distractors: str = "distractors"
@@ -366,8 +370,10 @@ def apply_overrides(cfg: Config, overrides: Mapping[str, Any]) -> Config:
             if not isinstance(child, dict):
                 raise UserError(f"unknown setting {dotted!r}; the settings are listed in docs/workspace.md")
             node = child
-        if leaf not in node:
+        if leaf not in node and parents not in (["flags"], ["prices"]):  # free-form maps take new keys
             raise UserError(f"unknown setting {dotted!r}; the settings are listed in docs/workspace.md")
+        if parents == ["flags"] and not isinstance(value, str):  # -c flags.stream=0: HO_FLAG_* are strings
+            value = ("1" if value else "0") if isinstance(value, bool) else str(value)
         node[leaf] = value
     return parse_config(data, "command-line options")
 

@@ -91,7 +91,7 @@ OPTIMIZER_SCRIPT = {
 
 def test_a_real_round_with_the_local_model_as_target(llm: LocalLLM, tmp_path: Path) -> None:
     """harnessopt run, one round: openai-chat harness -> gateway -> llama.cpp; a scripted optimizer."""
-    skill = tmp_path / "skill-src"
+    skill = tmp_path / "capitals"  # the spec: the folder is named as the skill
     skill.mkdir()
     (skill / "SKILL.md").write_text(SKILL)
     splits = ["train"] * 3 + ["val"] * 6 + ["test"] * 3

@@ -135,10 +135,12 @@ def paired_decision(
     round_no: int = 0,
     base_out: Outcomes | None = None,
     cand_out: Outcomes | None = None,
+    reruns: RerunMemo | None = None,
 ) -> tuple[GateDecision, Outcomes, Outcomes]:
     """Both states on ``tasks`` (``gate.epochs`` each; ``base_out`` when already measured), judged
     by the run's gate as in a round: flipped tasks rerun on both sides, the same dead zone.
-    ``base_out`` / ``cand_out``: a side's outcomes when already measured (not run again)."""
+    ``base_out`` / ``cand_out``: a side's outcomes when already measured (not run again);
+    ``reruns``: where the gate's reruns of this pair were kept (replay: run once, then read)."""
     epochs = range(svc.cfg.gate.epochs)
     if base_out is None:
         base_out = outcomes(svc.runner.run(base, tasks, round_no, epochs=epochs, phase="incumbent"))
@@ -149,15 +151,23 @@ def paired_decision(
 
     def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
         again, epoch = [by_id[i] for i in ids], [next(rerun_epoch)]
-        return (
-            outcomes(svc.runner.run(cand, again, round_no, epochs=epoch, phase="reruns")),
-            outcomes(svc.runner.run(base, again, round_no, epochs=epoch, phase="reruns")),
-        )
+
+        def run() -> tuple[Outcomes, Outcomes]:
+            return (
+                outcomes(svc.runner.run(cand, again, round_no, epochs=epoch, phase="reruns")),
+                outcomes(svc.runner.run(base, again, round_no, epochs=epoch, phase="reruns")),
+            )
+
+        return reruns(f"{','.join(ids)}@{epoch[0]}", run) if reruns is not None else run()
 
     decision = make_gate(svc.cfg.gate).decide(
         cand_out, base_out, confirm if svc.cfg.gate.confirm_flips else None
     )
     return decision, cand_out, base_out
+
+
+# (the reruns' key: task ids and epoch, how to run them) -> (candidate's, base's outcomes)
+RerunMemo = Callable[[str, Callable[[], tuple[Outcomes, Outcomes]]], tuple[Outcomes, Outcomes]]
 
 
 def verdict_word(d: GateDecision) -> str:

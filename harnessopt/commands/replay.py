@@ -11,11 +11,12 @@ Each round's verdict is "still helps" (the gate accepts), "hurts" (below minus t
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from typing import Any
 
-from harnessopt.commands.audit import export_states, measuring, paired_decision, verdict_word
+from harnessopt.commands.audit import RerunMemo, export_states, measuring, paired_decision, verdict_word
 from harnessopt.errors import UserError
 from harnessopt.gate.confirmation import split_val
 from harnessopt.ledger import store as ledger
@@ -52,9 +53,11 @@ def run_replay(
             )
             base_out = measured.get(parent) or _cached(svc, ws, parent)
             cand_out = _cached(svc, ws, r.commit)
+            memo = _kept_reruns(svc, ws, parent, r.commit)
             d, cand_out, base_out = paired_decision(
-                svc, cands[f"round-{r.round}"], cands["parent"], val, base_out=base_out, cand_out=cand_out
-            )
+                svc, cands[f"round-{r.round}"], cands["parent"], val, base_out=base_out, cand_out=cand_out,
+                reruns=memo,
+            )  # fmt: skip
             for sha, got in ((parent, base_out), (r.commit, cand_out)):
                 measured.setdefault(sha, got)
                 cache = ValCache(svc.state_dir)
@@ -102,6 +105,27 @@ def _cached(svc: Services, ws: Workspace, sha: str) -> Outcomes | None:
         return None
     cache = ValCache(svc.state_dir)
     return cache.get(cache.key(ws.repo, sha, svc.cfg, svc.sandbox))
+
+
+def _kept_reruns(svc: Services, ws: Workspace, parent: str, commit: str) -> RerunMemo | None:
+    """The gate's reruns of this pair under this model, kept in the val cache (keyed by both
+    states' cache keys): a later replay reads them and makes no model call."""
+    if svc.cfg.gate.rerun_incumbent:
+        return None
+    cache = ValCache(svc.state_dir)
+    pair = cache.key(ws.repo, parent, svc.cfg, svc.sandbox) + cache.key(ws.repo, commit, svc.cfg, svc.sandbox)
+
+    def kept(which: str, run: Callable[[], tuple[Outcomes, Outcomes]]) -> tuple[Outcomes, Outcomes]:
+        keys = [hashlib.sha256(f"replay-reruns|{pair}|{which}|{side}".encode()).hexdigest() for side in "cb"]
+        got = [cache.get(k) for k in keys]
+        if got[0] is not None and got[1] is not None:
+            return got[0], got[1]
+        fresh = run()
+        for key, out in zip(keys, fresh, strict=True):
+            cache.put(key, out)
+        return fresh
+
+    return kept
 
 
 def round_line(row: dict[str, Any]) -> str:

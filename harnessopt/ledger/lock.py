@@ -55,6 +55,20 @@ def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iter
         os.close(fd)  # releases the flock
 
 
+def live_holder(root: Path) -> dict[str, object] | None:
+    """The command holding the workspace's lock now (pid, host, command, since), read from the lock
+    file's text without taking the lock; None when no live process holds it."""
+    try:
+        fd = os.open(Path(root) / STATE_DIR / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        holder = _read(fd)
+    finally:
+        os.close(fd)
+    return holder if holder.get("pid") and _alive(holder) else None
+
+
 def _read(fd: int) -> dict[str, object]:
     try:
         data = json.loads(os.pread(fd, 4096, 0) or b"{}")

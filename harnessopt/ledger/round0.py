@@ -47,6 +47,7 @@ class Round0:
     reason: str = ""
     by: str = ""
     decision_commit: str | None = None
+    mode: str = ""  # the mode the proposal was written in (harness or joint; "" before it was recorded)
 
 
 def state(repo: git.Repo) -> Round0 | None:
@@ -55,6 +56,7 @@ def state(repo: git.Repo) -> Round0 | None:
         return None
     commit = repo.commit(PROPOSAL_REF)
     text = _blob(commit, PROPOSAL_PATH)
+    mode = str(ledger.manifest_data(str(commit.message)).get("mode", ""))
     if vcs.ref_exists(repo, DECISION_REF):
         d = repo.commit(DECISION_REF)
         data = ledger.manifest_data(str(d.message))
@@ -66,8 +68,9 @@ def state(repo: git.Repo) -> Round0 | None:
                 str(data.get("reason", "")),
                 str(data.get("by", "")),
                 d.hexsha,
+                mode,
             )
-    return Round0(commit.hexsha, text, "pending")
+    return Round0(commit.hexsha, text, "pending", mode=mode)
 
 
 def rejected(repo: git.Repo) -> list[tuple[str, str]]:
@@ -85,14 +88,41 @@ def rejected(repo: git.Repo) -> list[tuple[str, str]]:
 
 
 def plan_to_implement(repo: git.Repo) -> str | None:
-    """The approved proposal while no round accepted after its approval has implemented it yet."""
+    """The approved proposal while no round accepted after its approval has implemented it yet: a
+    round that changed the harness (the plan diagnoses the seed harness; a skill-mode round after
+    the approval does not implement it)."""
     st = state(repo)
     if st is None or st.status != "approved" or st.decision_commit is None:
         return None
     for r in ledger.accepted_along(repo, vcs.head_sha(repo)):
-        if vcs.is_ancestor(repo, st.decision_commit, r.commit):
+        touched_harness = any(p.startswith("harness/") for p in r.manifest.changed)
+        if touched_harness and vcs.is_ancestor(repo, st.decision_commit, r.commit):
             return None
     return st.text
+
+
+def run_command(repo: git.Repo, root: Path, configured_mode: str) -> str:
+    """``harnessopt run WS``, with ``-c mode=M`` while a round-0 proposal written in a mode M that
+    harnessopt.yaml does not set (a run of ``-c mode=joint``) is not yet implemented or rejected:
+    the command that continues it."""
+    st = state(repo)
+    if st is None or not st.mode or st.mode == configured_mode:
+        return f"harnessopt run {root}"
+    if st.status == "pending" or plan_to_implement(repo) is not None or st.status == "rejected":
+        return f"harnessopt run {root} -c mode={st.mode}"
+    return f"harnessopt run {root}"
+
+
+def unused_plan(repo: git.Repo, mode: str) -> str | None:
+    """One line when an approved, not yet implemented plan meets a run whose ``mode`` does not use it."""
+    if mode in ("harness", "joint") or plan_to_implement(repo) is None:
+        return None
+    st = state(repo)
+    made = st.mode if st is not None and st.mode else "harness or joint"
+    return (
+        f"the approved round-0 plan (written in {made} mode) is not used in {mode} mode: this run's "
+        f"optimizer does not see it; run with -c mode={st.mode if st and st.mode else 'joint'} to implement it"
+    )
 
 
 def record_proposal(repo: git.Repo, text: str, trajectories: Path, data: dict[str, Any]) -> str:
@@ -145,7 +175,39 @@ def record_decision(repo: git.Repo, approve: bool, reason: str, by: str | None =
         sha = vcs.build_commit(repo, parent, overlay, ["proposals"], ledger.message(subject, record, data))
     vcs.advance_main(repo, sha, parent)
     vcs.set_ref(repo, DECISION_REF, sha)
-    return Round0(st.commit, st.text, status, reason, who, sha)
+    return Round0(st.commit, st.text, status, reason, who, sha, st.mode)
+
+
+def spend(repo: git.Repo) -> dict[str, Any]:
+    """What round 0 spent on main's history: every diagnosis (a proposal commit) with its calls
+    and dollars, as its manifest recorded them."""
+    out: dict[str, Any] = {"diagnoses": 0, "calls": 0, "tokens": 0, "cost_usd": 0.0}
+    try:
+        commits = list(repo.iter_commits("HEAD", paths=PROPOSAL_PATH))
+    except (git.GitCommandError, ValueError):
+        return out
+    for c in commits:
+        data = ledger.manifest_data(str(c.message))
+        if data.get("round") != 0 or data.get("status") != "proposal":
+            continue
+        out["diagnoses"] += 1
+        for use in (data.get("tokens") or {}).values():
+            if isinstance(use, dict):
+                out["calls"] += int(use.get("calls") or 0)
+                out["tokens"] += int(use.get("input") or 0) + int(use.get("output") or 0)
+        out["cost_usd"] += float(data.get("cost_usd") or 0.0)
+    return out
+
+
+def spend_line(repo: git.Repo) -> str | None:
+    """``round 0 (diagnosis): ...`` for status, log and the report; None without a diagnosis."""
+    s = spend(repo)
+    if not s["diagnoses"]:
+        return None
+    return (
+        f"round 0 (diagnosis{'es' if s['diagnoses'] > 1 else ''}, {s['diagnoses']}): {s['calls']} model "
+        f"call(s), {s['tokens']:,} tokens, ${s['cost_usd']:.4f}"
+    )
 
 
 def round0_commits(repo: git.Repo) -> set[str]:
@@ -158,7 +220,8 @@ def standing_lines(repo: git.Repo, root: Path) -> list[str]:
     st = state(repo)
     if st is None:
         return []
-    line = f"round 0: proposal {st.commit[:10]} {st.status}" + (f" ({st.reason})" if st.reason else "")
+    made = f" (written in {st.mode} mode)" if st.mode else ""
+    line = f"round 0: proposal {st.commit[:10]} {st.status}{made}" + (f" ({st.reason})" if st.reason else "")
     if st.status == "pending":
         return [line, f"decide: harnessopt approve {root}   |   harnessopt reject {root} --reason '...'"]
     return [line]

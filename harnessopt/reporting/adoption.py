@@ -9,8 +9,10 @@ results) and what it *produced* (its replies, its tool calls, the answer): ``tra
 ignored): the model had it in context (with progressive disclosure, only when it opened the
 file). It ``showed`` the rule when the rule's key terms appear in what the model produced: every
 code span of the rule (text in backticks) if it has any, else at least two of its key words
-(words of five letters or more, stop words removed; all of them when it has fewer than two).
-A text match cannot see a rule obeyed by *not* doing something; read it as a hint.
+(words of five letters or more, stop words removed). A rule with neither (``Reply with the word
+only.``) names no term an answer would contain: ``showed`` is None (not measurable from text),
+never a 0% that every obeying answer would also get. A text match cannot see a rule obeyed by
+*not* doing something; read it as a hint.
 
 Flags. A harness reports the flags it read in any of its events, as a ``flags_read`` object
 (``{"event": "request", ..., "flags_read": {"stream": "1"}}``; the chat template does, with
@@ -87,7 +89,7 @@ class RuleUse:
     text: str
     trajectories: int = 0
     saw: int = 0
-    showed: int = 0
+    showed: int | None = 0  # None: the rule names no term an answer would show (not measurable)
 
 
 @dataclass
@@ -106,15 +108,19 @@ def key_terms(rule: str) -> tuple[list[str], list[str]]:
     return spans, words
 
 
+def measurable(rule: str) -> bool:
+    """Can an answer show the rule by its text: a code span, or two key words (module docstring)?"""
+    spans, words = key_terms(rule)
+    return bool(spans) or len(words) >= 2
+
+
 def shows(rule: str, produced: str) -> bool:
-    """Does the model's output show the rule (module docstring)?"""
+    """Does the model's output show the rule (module docstring)? False when it cannot tell."""
     spans, words = key_terms(rule)
     text = produced.lower()
     if spans:
         return all(s in text for s in spans)
-    if not words:
-        return False
-    return sum(w in text for w in words) >= min(2, len(words))
+    return len(words) >= 2 and sum(w in text for w in words) >= 2
 
 
 def _norm(text: str) -> str:
@@ -151,7 +157,7 @@ def adoption(repo: git.Repo, configured_flags: dict[str, str]) -> dict[str, list
     past = ledger.past_rounds(repo)
     accepted = [r for r in past if r.status == "accepted" and r.manifest.parent]
     rules = [
-        RuleUse(r.round, path, text)
+        RuleUse(r.round, path, text, showed=0 if measurable(text) else None)
         for r in accepted
         for path, text in added_rules(repo, str(r.manifest.parent), r.commit)
     ]
@@ -174,5 +180,6 @@ def adoption(repo: git.Repo, configured_flags: dict[str, str]) -> dict[str, list
             for t in trajectories:
                 rule.trajectories += 1
                 rule.saw += _norm(rule.text) in _norm(t.received)
-                rule.showed += shows(rule.text, t.produced)
+                if rule.showed is not None:
+                    rule.showed += shows(rule.text, t.produced)
     return {"rules": rules, "flags": sorted(flags.values(), key=lambda f: f.name)}

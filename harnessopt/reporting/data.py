@@ -10,10 +10,11 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
+from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.store import Round
 from harnessopt.reporting.adoption import adoption
-from harnessopt.reporting.log import projected_vs_spent, review_notes, round_diff
+from harnessopt.reporting.log import last_run_parts, projected_vs_spent, review_notes, round_diff
 from harnessopt.reporting.triggering import trigger_row
 from harnessopt.rollout.taxonomy import FAILURE_CLASSES, describe, merged
 from harnessopt.workspace import flags
@@ -125,7 +126,9 @@ def report_data(ws: Workspace) -> dict[str, Any]:
             "mode": ws.cfg.mode,
             "template": ws.cfg.template,
             "target": ws.cfg.model.target,
-            "optimizer": f"{ws.cfg.optimizer.backend}:{ws.cfg.optimizer.model}",
+            # the backend the last run used (a --optimizer flag is not in harnessopt.yaml)
+            "optimizer": last_run_parts(ws).get("optimizer")
+            or f"{ws.cfg.optimizer.backend}:{ws.cfg.optimizer.model}",
             "batch_size": ws.cfg.rollout.batch_size,
             "epochs": ws.cfg.gate.epochs,
         },
@@ -140,10 +143,15 @@ def report_data(ws: Workspace) -> dict[str, Any]:
             "rules": [asdict(u) for u in uses["rules"]],
             "flags": [asdict(u) for u in uses["flags"]],
         },
-        "spend": projected_vs_spent(ws),
+        "spend": [line for line in [proposals.spend_line(ws.repo)] if line] + projected_vs_spent(ws),
+        "round0_spend": proposals.spend(ws.repo),
     }
 
 
 def _audit(data: dict[str, Any]) -> dict[str, Any]:
     keys = ("gain", "interval", "n", "claimed_val_gain", "best", "ref", "forced")
-    return {k: data.get(k) for k in keys}
+    out = {k: data.get(k) for k in keys}
+    if isinstance(out["interval"], list | tuple) and len(out["interval"]) == 2:
+        # a gain of a score in [0, 1] lies in [-1, +1]: a normal interval can reach past it
+        out["interval"] = [max(-1.0, min(1.0, float(x))) for x in out["interval"]]
+    return out

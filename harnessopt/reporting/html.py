@@ -80,12 +80,21 @@ def plot_scores(plt: Any, data: dict[str, Any]) -> Any:
     inc = [r["incumbent_score"] for r in rows]
     zone = [r["incumbent_score"] + r["dead_zone"] for r in rows]
     ax.fill_between(ks, inc, zone, step="mid", alpha=0.25, color="#90a4ae", label="dead zone")
-    ax.plot(ks, inc, "s-", color="#455a64", label="incumbent")
-    for status, marker, color in (("accepted", "o", "#2e7d32"), ("rejected", "x", "#c62828")):
+    # The incumbent hollow and below, the candidates large and on top: a rejected candidate that
+    # scored the incumbent's score stays visible on its square.
+    ax.plot(ks, inc, "s-", color="#455a64", markerfacecolor="none", zorder=2, label="incumbent")
+    for status, marker, color in (("accepted", "o", "#2e7d32"), ("rejected", "X", "#c62828")):
         pts = [(r["round"], r["val_score"]) for r in rows if r["status"] == status]
         if pts:
             ax.scatter(
-                *zip(*pts, strict=True), marker=marker, color=color, zorder=3, label=f"candidate ({status})"
+                *zip(*pts, strict=True),
+                marker=marker,
+                s=70,
+                color=color,
+                edgecolors="white",
+                linewidths=0.8,
+                zorder=4,
+                label=f"candidate ({status})",
             )
     ax.set_xlabel("round")
     ax.set_ylabel("val score")
@@ -141,6 +150,12 @@ def plot_cost(plt: Any, data: dict[str, Any]) -> Any:
     top.set_ylabel("tokens")
     top.legend(fontsize=8)
     bottom.set_ylabel("US dollars")
+    dollars = [r["role_cost_usd"].get(role) or 0.0 for r in rows for role in ROLE_COLORS]
+    if max(dollars, default=0.0) > 0:
+        bottom.set_ylim(bottom=0)  # dollars are never negative
+    else:  # no priced call: an axis from $0, and say why it is flat
+        bottom.set_ylim(0, 1)
+        bottom.text(0.5, 0.5, "$0: no call had a price", ha="center", va="center", transform=bottom.transAxes)
     bottom.set_xlabel("round")
     bottom.set_xticks(ks)
     return fig
@@ -172,7 +187,7 @@ def plot_audit(plt: Any, data: dict[str, Any]) -> Any:
     if not audits:
         return None
     a = audits[-1]
-    lo, hi = a.get("interval") or (a["gain"], a["gain"])
+    lo, hi = (max(-1.0, min(1.0, x)) for x in (a.get("interval") or (a["gain"], a["gain"])))
     fig, ax = plt.subplots(figsize=(4.5, 3))
     ax.bar([0, 1], [a.get("claimed_val_gain") or 0.0, a["gain"]], color=["#90a4ae", "#1565c0"])
     ax.errorbar([1], [a["gain"]], yerr=[[a["gain"] - lo], [hi - a["gain"]]], color="black", capsize=6)
@@ -379,7 +394,9 @@ def _adoption(uses: dict[str, Any]) -> str:
                 _e(u["text"]),
                 _e(u["trajectories"]),
                 _share(u["saw"], u["trajectories"]),
-                _share(u["showed"], u["trajectories"]),
+                _share(u["showed"], u["trajectories"])
+                if u["showed"] is not None
+                else "not measurable from text",
             ]
             for u in uses["rules"]
         ]

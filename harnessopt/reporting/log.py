@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich import box
@@ -13,9 +14,11 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.ledger.lock import live_holder
 from harnessopt.ledger.manifest import ChecksRecord
 from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
 from harnessopt.reporting.triggering import trigger_note, trigger_row
+from harnessopt.round.stop import stop_path
 from harnessopt.util.text import visible as _visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -64,7 +67,10 @@ def print_log(ws: Workspace, console: Console) -> None:
     """The rounds as a table that fits 100 columns: scores, fixed/broken, the train pass rate,
     dollars, writes discarded outside the whitelist, and the summary with the gate's reason."""
     rows = log_rows(ws)
+    r0 = proposals.spend_line(ws.repo)
     if not rows:
+        if r0:
+            console.print(r0, markup=False)
         console.print(f"no rounds yet; start with: harnessopt run {ws.root}")
         return
     table = Table(
@@ -90,6 +96,8 @@ def print_log(ws: Workspace, console: Console) -> None:
     if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
         console = Console(width=LOG_WIDTH, highlight=False, file=console.file)
     console.print(table)
+    if r0:
+        console.print(r0, markup=False)
 
 
 LOG_WIDTH = 100
@@ -182,9 +190,15 @@ def status_lines(ws: Workspace) -> list[str]:
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
         f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]
+    if used := last_run_parts(ws):
+        lines.append("last run used: " + ", ".join(f"{k} {v}" for k, v in used.items()))
     lines += evidence_lines(ws)
-    cost = sum(r.manifest.cost_usd or 0.0 for r in rounds)
-    lines.append(f"model cost recorded: ${cost:.4f}")
+    cost = sum(r.manifest.cost_usd or 0.0 for r in rounds) + proposals.spend(ws.repo)["cost_usd"]
+    lines.append(
+        f"model cost recorded: ${cost:.4f}" + (" (round 0 included)" if proposals.spend_line(ws.repo) else "")
+    )
+    if r0 := proposals.spend_line(ws.repo):
+        lines.append(r0)
     lines += projected_vs_spent(ws)
     notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
     lines += [f"note: {n}" for n in notes]
@@ -199,6 +213,8 @@ def status_lines(ws: Workspace) -> list[str]:
     last = entries[-1] if entries else None
     if torn:
         lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")
+    if (busy := live_holder(ws.root)) is not None:  # a command is running now: say so, and no 'next'
+        return [*lines, *_in_progress(ws, busy, last)]
     if last and last.get("phase") not in ("recorded", "rollback", "run_end"):
         lines.append(
             f"last run stopped in round {last.get('round')} at phase '{last.get('phase')}' (nothing applied)"
@@ -207,7 +223,28 @@ def status_lines(ws: Workspace) -> list[str]:
     if dirty:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
     lines += proposals.standing_lines(ws.repo, ws.root)
-    lines.append(f"next: harnessopt run {ws.root}   |   harnessopt log {ws.root}")
+    lines.append(
+        f"next: {proposals.run_command(ws.repo, ws.root, ws.cfg.mode)}   |   harnessopt log {ws.root}"
+    )
+    return lines
+
+
+def _in_progress(ws: Workspace, holder: dict[str, Any], last: dict[str, Any] | None) -> list[str]:
+    """What ``status`` says while another command holds the lock: who, since when, doing what."""
+    since = holder.get("since")
+    when = time.strftime("%H:%M:%S UTC", time.gmtime(float(since))) if isinstance(since, int | float) else "?"
+    lines = [
+        f"in progress: 'harnessopt {holder.get('command', '?')}' (pid {holder.get('pid', '?')} on "
+        f"{holder.get('host', '?')}, since {when})"
+    ]
+    if last:
+        ago = time.time() - float(last.get("t") or 0)
+        lines.append(
+            f"now: round {last.get('round')}, phase '{last.get('phase')}' ({ago:.0f} s ago, journal)"
+        )
+    lines.append(
+        f"next: wait for it (harnessopt status {ws.root} again), or stop it cleanly: touch {stop_path(ws.root)}"
+    )
     return lines
 
 
@@ -215,6 +252,20 @@ def _not_a_round(ws: Workspace, head: str) -> str:
     if head in proposals.round0_commits(ws.repo):
         return " (the round-0 proposal or its decision; skill and harness unchanged by it)"
     return " (a rollback or manual commit)"
+
+
+def last_run_parts(ws: Workspace) -> dict[str, str]:
+    """What the last run used (journal ``run_start``: sandbox, executor, target, optimizer); {}
+    before any run recorded them."""
+    for e in reversed(ws.journal.entries()):
+        if e.get("phase") == "run_start":
+            used = e.get("used")
+            if not isinstance(used, dict):
+                return {}
+            order = ("sandbox", "executor", "target", "optimizer")  # the journal sorts its keys
+            keys = [k for k in order if k in used] + sorted(set(used) - set(order))
+            return {k: str(used[k]) for k in keys}
+    return {}
 
 
 def projected_vs_spent(ws: Workspace) -> list[str]:

@@ -103,7 +103,8 @@ class RunProgress:
         self._phase = phase
         count = self.phases.get(phase)
         if count is None:
-            prefix = f"round {round_no} " if phase != "audit" else ""
+            # round 0 of a measuring command (replay, ablate) is no round: "reruns", not "round 0 reruns"
+            prefix = f"round {round_no} " if phase != "audit" and (round_no or phase == "rollout") else ""
             count = self.phases[phase] = PhaseCount(f"{prefix}{phase}")
             self.add_bar(phase, count)
         count.total += len(tasks) * len(epochs)

@@ -32,7 +32,7 @@ from harnessopt.workspace.core import Workspace
 HISTORY = 10
 PRIORS: dict[str, float] = {
     "target_calls_per_run": 1.0,  # the chat template's one request; agents measure theirs in round 1
-    "agent_calls_per_run": 5.0,  # any other template before its first round is measured
+    "agent_calls_per_run": 5.0,  # an agent template (tool-agent, claude-code, command) before round 1
     "optimizer_turn_share": 0.5,  # of optimizer.max_turns used per round
     "flip_share": 0.25,  # of val tasks whose outcome flips and that the gate reruns on both sides
     "promising_share": 0.2,  # of validated rounds whose first look is promising: the second look
@@ -44,6 +44,11 @@ PRIORS: dict[str, float] = {
     "seconds_per_run": 15.0,  # one task run, before concurrency
     "seconds_per_optimizer_call": 20.0,
 }
+# Templates that make one model request a task (workspace_templates/*/run.py); the others are agents.
+ONE_CALL_TEMPLATES = ("chat", "chat-sdk", "openai-chat", "openai-chat-sdk")
+PRIOR_BASIS = (
+    "config priors, a rough guess (no measured round yet: calls, tokens and time may be off several-fold)"
+)
 
 
 @dataclass
@@ -67,7 +72,7 @@ class Projection:
     """The rounds of a run as projected, and what the projection rests on."""
 
     rounds: list[RoundCost]
-    basis: str  # "config priors" or "N measured round(s)"
+    basis: str  # PRIOR_BASIS or "N measured round(s)"
     rates: dict[str, float] = field(default_factory=dict)
     budget: dict[str, float] = field(default_factory=dict)  # the run's limits that are set
     round0: RoundCost | None = None  # harness/joint mode before an approved proposal: the diagnosis
@@ -148,7 +153,9 @@ def _duration(s: float) -> str:
 def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection:
     """Project the next ``rounds`` rounds of ``ws`` under ``cfg`` (default: the workspace's)."""
     cfg = cfg or ws.cfg
-    history = [r.manifest for r in ledger.past_rounds(ws.repo) if r.manifest.phases][-HISTORY:]
+    # Failed rounds (crashed, stopped, over budget) ended early: their rates would understate a round.
+    done = [r.manifest for r in ledger.past_rounds(ws.repo) if r.manifest.phases and r.status != "failed"]
+    history = done[-HISTORY:]
     n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
     cached, floor = _measured_state(ws, cfg)
     rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
@@ -159,7 +166,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
         banked = g.banked_epochs
         measured = banked + (g.epochs if aa and banked < 2 * g.epochs else 0) if incumbent else 0
         per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured))
-    basis = f"{len(history)} measured round(s)" if history else "config priors (no measured round yet)"
+    basis = f"{len(history)} measured round(s)" if history else PRIOR_BASIS
     limits = {
         "max_calls": cfg.budget.max_calls,
         "max_tokens": cfg.budget.max_tokens,
@@ -228,7 +235,7 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
     inputs = [str(t.input) for t in ws.tasks("train")] or [""]
     target_in = (len(skill) + sum(map(len, inputs)) / len(inputs)) / 4 + 50  # ~4 characters a token
     target_out = min(PRIORS["target_output_per_call"], cfg.budget.target_max_output_tokens)
-    per_run = PRIORS["target_calls_per_run" if cfg.template == "chat" else "agent_calls_per_run"]
+    per_run = PRIORS["target_calls_per_run" if cfg.template in ONE_CALL_TEMPLATES else "agent_calls_per_run"]
     opt_calls = cfg.optimizer.max_turns * PRIORS["optimizer_turn_share"]
     opt_in, opt_out = PRIORS["optimizer_input_per_call"], PRIORS["optimizer_output_per_call"]
     val, held = split_val(ws.tasks("val"), cfg.gate)
@@ -236,10 +243,10 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
     return {
         "target_calls_per_run": per_run,
         "target_tokens_per_call": target_in + target_out,
-        "target_usd_per_call": _usd(cfg.model.target, target_in, target_out),
+        "target_usd_per_call": _usd(cfg, cfg.model.target, target_in, target_out),
         "optimizer_calls": opt_calls,
         "optimizer_tokens_per_call": opt_in + opt_out,
-        "optimizer_usd_per_call": _usd(cfg.optimizer.model, opt_in, opt_out),
+        "optimizer_usd_per_call": _usd(cfg, cfg.optimizer.model, opt_in, opt_out),
         "reruns_per_val_task": reruns,
         "confirm_runs": confirm,
         "reach_smoke": 1.0,
@@ -267,8 +274,9 @@ def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
     return per, PRIORS["accept_share"] * (2 * g.epochs * confirm_tasks + memorised)
 
 
-def _usd(model: str, tokens_in: float, tokens_out: float) -> float:
-    price = price_of(model)
+def _usd(cfg: Config, model: str, tokens_in: float, tokens_out: float) -> float:
+    """Dollars of one call at ``prices:`` of harnessopt.yaml, else the built-in table, else $0."""
+    price = price_of(model, {glob: (p[0], p[1]) for glob, p in cfg.prices.items()})
     return (tokens_in * price[0] + tokens_out * price[1]) / 1e6 if price else 0.0
 
 

@@ -80,6 +80,7 @@ class Runner:
         self.executor: Executor = executor or LocalExecutor(sandbox, cfg.rollout.concurrency)
         self.store = store  # finished rollouts kept on disk: a rerun of the round reuses them
         self.notes: list[str] = []  # things the run should say once (a scorer failing, by kind)
+        self.retried: list[dict[str, Any]] = []  # runs rerun after their worker died (WorkerLost)
         self._kinds: set[str] = set()
         self._notes_lock = threading.Lock()
         self.cfg = cfg
@@ -218,9 +219,11 @@ class Runner:
             )
             try:
                 out = via(spec, out_dir)
-            except WorkerLost:  # its calls stay spent; a fresh lease and run, on another node
+            except WorkerLost as e:  # its calls stay spent; a fresh lease and run, on another node
+                last = lost == self.executor.max_retries
+                self._lost(round_no, task.id, epoch, lost, str(e), last)
                 lost += 1
-                if lost > self.executor.max_retries:
+                if last:
                     raise
                 continue
             finally:
@@ -236,6 +239,16 @@ class Runner:
                     )
                 continue
             return self._score(task, round_no, epoch, out, exchanges, cand.root / "skill")
+
+    def _lost(self, round_no: int, task_id: str, epoch: int, attempt: int, why: str, last: bool) -> None:
+        """A run whose worker died, in harnessopt's words: a note (the manifest keeps it, ``run``
+        says it) and an entry in ``retried`` (the journal keeps it)."""
+        then = "the round fails" if last else "ran it again on another node"
+        with self._notes_lock:
+            self.retried.append(
+                {"round": round_no, "task": task_id, "epoch": epoch, "attempt": attempt + 1, "why": why}
+            )
+            self.notes.append(f"round {round_no}: task {task_id} (attempt {attempt + 1}): {why}; {then}")
 
     def _warn_once(self, error: str) -> None:
         """One run-level note per kind of scorer error (the kind: its words before any number)."""

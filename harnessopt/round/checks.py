@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from harnessopt.config import Config
@@ -34,11 +35,12 @@ _LOADER = (
 )
 
 
-def static_check(root: Path) -> str | None:
-    """Why the candidate at ``root`` fails before any rollout: its SKILL.md front matter, or a
-    harness module that does not compile. Any exception here is the candidate's fault."""
+def static_check(root: Path, skill_rules_off: Collection[str] = ()) -> str | None:
+    """Why the candidate at ``root`` fails before any rollout: its SKILL.md front matter (but the
+    spec rules in ``skill_rules_off``), or a harness module that does not compile. Any exception
+    here is the candidate's fault."""
     try:
-        read_skill(root / "skill")
+        read_skill(root / "skill", rules_off=skill_rules_off)
         compile_harness(root / "harness")
     except UserError as e:
         return f"candidate fails its static check: {e}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,10 +52,13 @@ def run(
     results: list[RoundResult] = []
     told: list[str] = []
     failed_in_a_row = 0
+    journaled = 0  # the runner's retries written to the journal so far
     hours = ws.cfg.budget.max_hours
     deadline = time.monotonic() + hours * 3600 if hours else None
     with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
-        ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary())
+        used = run_parts(ws, svc)  # what this run actually uses: status and the report name it
+        say("this run: " + ", ".join(f"{k} {v}" for k, v in used.items()))
+        ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary(), used=used)
         for k in range(start, start + rounds if ready(ws, svc, say, decide) else start):
             interrupts.check()
             if stop.requested(ws.root):
@@ -69,6 +73,11 @@ def run(
                 say(line)
             if on_round is not None:
                 on_round(result)
+            for lost in svc.runner.retried[journaled:]:  # a dead Ray worker or node, and the rerun
+                ws.journal.write(
+                    lost["round"], "worker_lost", **{k: v for k, v in lost.items() if k != "round"}
+                )
+            journaled = len(svc.runner.retried)
             for note in [*svc.gateway.notes, *svc.runner.notes]:  # e.g. a model without a price
                 if note not in told:  # each once per run
                     say(f"note: {note}")
@@ -119,3 +128,19 @@ def _watched(
             svc.runner.observers.remove(w)
         if progress is not None:
             progress.unbind()
+
+
+def run_parts(ws: Workspace, svc: Services) -> dict[str, str]:
+    """The parts a run uses, by the names users set them with: sandbox (auto resolved), executor,
+    target and optimizer backend."""
+    cfg = ws.cfg
+    sandbox = type(svc.sandbox).__name__.removesuffix("Sandbox").lower() or cfg.rollout.sandbox
+    executor: str = cfg.rollout.executor
+    if executor == "ray":
+        executor += f" ({cfg.ray.address or os.environ.get('RAY_ADDRESS') or 'a local one-node cluster'})"
+    return {
+        "sandbox": sandbox,
+        "executor": executor,
+        "target": f"{cfg.model.provider}:{cfg.model.target}",
+        "optimizer": f"{cfg.optimizer.backend}:{cfg.optimizer.model}",
+    }

@@ -104,7 +104,7 @@ def check(
         why = "no whitelisted edit" + (f" ({len(copied.violations)} discarded)" if copied.violations else "")
         return copied, None, ("noop", why)
     candidate = Candidate(cand_root, name or "candidate", f"candidate-of-{rc.parent[:12]}")
-    problem = static_check(cand_root)
+    problem = static_check(cand_root, svc.cfg.checks.skill_rules_off)
     if problem is None and any(p.startswith("harness/") for p in copied.changed):  # before any rollout
         problem = import_check(svc.sandbox, cand_root, svc.cfg)
     return copied, candidate, ("rejected", problem) if problem else None

@@ -56,6 +56,8 @@ def ready(ws: Workspace, svc: Services, say: Announce, decide: Decide | None) ->
     """May the rounds of this run start? In harness and joint mode only after an approved round 0:
     writes the proposal when there is none (or the last was rejected), then asks ``decide``."""
     if not required(ws):
+        if unused := proposals.unused_plan(ws.repo, ws.cfg.mode):
+            say(f"round 0: {unused}")
         return True
     st = proposals.state(ws.repo)
     if st is not None and st.status == "approved":
@@ -112,6 +114,7 @@ def diagnose(ws: Workspace, svc: Services, say: Announce) -> Round0:
         "round": 0,
         "status": "proposal",
         "parent": parent,
+        "mode": ws.cfg.mode,  # the mode that continues it (a run of -c mode=joint)
         "train_tasks": len(results),
         "train_passed": sum(r.passed for r in results),
         "failures": failure_table(results),

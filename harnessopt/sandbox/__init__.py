@@ -70,10 +70,14 @@ def _docker_with_image(image: str) -> tuple[Any | None, str]:
         return None, str(e)
     status = image_status(client, image)
     if status == "missing":
+        from harnessopt.sandbox.image.variants import build_command
+
         return (
             None,
-            f"sandbox image {image} is missing: run `harnessopt sandbox build` (or use --sandbox local)",
+            f"sandbox image {image} is missing: run `{build_command(image)}` (or use --sandbox local)",
         )
     if status == "stale":
-        return client, f"sandbox image {image} was built from an older runner: run `harnessopt sandbox build`"
+        from harnessopt.sandbox.image.build import stale_cause
+
+        return client, stale_cause(client, image)
     return client, ""

@@ -22,11 +22,14 @@ from harnessopt.objective.trigger import default_objective, round_tasks
 from harnessopt.protocols import Task
 from harnessopt.workspace.skillspec import read_skill
 from harnessopt.workspace.tasks import (
+    DEFAULT_SPLIT,
     assign_splits,
     check_splits,
+    default_gives_val,
     load_tasks,
     parse_ratio,
     read_split,
+    small_file_split,
     write_splits,
 )
 
@@ -105,26 +108,47 @@ def init_workspace(
     tasks_file: Path,
     *,
     template: str = "chat",
-    ratio: str = "2:1:7",
+    ratio: str | None = None,
     seed: int = 0,
     config: Config | None = None,
     extra_files: dict[str, Path] | None = None,
     announce: Callable[[str], None] = print,
+    check_folder_name: bool = False,
 ) -> Path:
     """Validate every input first, build the workspace beside ``ws``, then move it into place.
 
-    A failure at any point leaves ``ws`` as it was (absent or empty).
+    A failure at any point leaves ``ws`` as it was (absent or empty). ``check_folder_name``: the
+    skill's name must match its folder (the spec; ``init`` asks it unless
+    ``checks.skill_rules_off`` has folder-name). Without ``ratio`` the split
+    is ``DEFAULT_SPLIT``, or for a file too small for it one that gives the smoke test its val tasks.
     """
     ws = Path(ws)
     if ws.exists() and (not ws.is_dir() or any(ws.iterdir())):
         raise UserError(f"{ws} exists and is not empty; choose a new directory for the workspace")
-    info = read_skill(Path(skill_dir))
+    cfg = config or Config(template=template)
+    rules_off = cfg.checks.skill_rules_off
+    folder = Path(skill_dir).resolve().name if check_folder_name else None  # the spec: name = folder
+    info = read_skill(Path(skill_dir), expect_name=folder, rules_off=rules_off)
     if template not in known_templates():
         raise UserError(f"unknown template {template!r}; known templates: {', '.join(known_templates())}")
-    tasks = assign_splits(load_tasks(Path(tasks_file)), parse_ratio(ratio), seed)
-    check_splits(tasks)
-    cfg = config or Config(template=template, objective=default_objective(tasks))
+    loaded = load_tasks(Path(tasks_file))
+    works = small_file_split(loaded)
+    if ratio is None:
+        ratio = DEFAULT_SPLIT
+        if not default_gives_val(loaded) and works:
+            ratio = works
+            announce(
+                f"{len(loaded)} tasks: the default split {DEFAULT_SPLIT} leaves val too few for the smoke "
+                f"test, so this workspace uses --split {ratio} (train:val:test)"
+            )
+    tasks = assign_splits(loaded, parse_ratio(ratio), seed)
+    check_splits(tasks, suggest=works)
+    if config is None:  # trigger tasks only: objective trigger; some: both
+        cfg = cfg.model_copy(update={"objective": default_objective(tasks)})
     cfg = cfg.model_copy(update={"template": template})
+    needs = template_image(template)  # the image the template runs in, unless the config names one
+    if needs and "image" not in cfg.rollout.model_fields_set:
+        cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"image": needs})})
 
     parent = ws.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +168,24 @@ def init_workspace(
         f"{counts['train']} train / {counts['val']} val / {counts['test']} test tasks; tagged ho/round-0"
         + (f"; objective: {cfg.objective}" if cfg.objective != "task" else "")
     )
+    if template_image(template):
+        from harnessopt.sandbox.image.variants import build_command
+
+        announce(
+            f"template {template} runs in the sandbox image {cfg.rollout.image} (rollout.image); "
+            f"build it once with `{build_command(cfg.rollout.image)}`"
+        )
     return ws
+
+
+def template_image(template: str) -> str | None:
+    """The sandbox image tag a template needs (its template.yaml's ``image_with`` variant), if any."""
+    import yaml
+
+    from harnessopt.sandbox.image.build import variant_tag
+
+    meta = yaml.safe_load((templates_dir() / template / "template.yaml").read_text()) or {}
+    return variant_tag(meta["image_with"]) if meta.get("image_with") else None
 
 
 def _populate(

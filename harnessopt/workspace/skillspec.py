@@ -7,17 +7,24 @@ hyphens, not starting or ending with one; ``description`` 1-1024 characters; opt
 other key is an error, because a typo like ``descripton`` would otherwise silently drop the
 description that decides when the skill is used.
 
-The spec also asks that ``name`` match the skill's folder name; a workspace keeps the skill in
-``skill/``, so that check is opt-in (``expect_name``).
+The spec also asks that ``name`` match the skill's folder name; ``init`` checks it on the folder
+it is given (a workspace keeps the skill in ``skill/``, so the rounds cannot). A key given twice is
+an error (the spec's YAML refuses it; PyYAML would silently keep the last value).
+
+Two spec rules can be turned off, for a skill that must break them (``init --skill-rule-off``,
+recorded as ``checks.skill_rules_off``): ``folder-name`` (name and folder may differ) and
+``unknown-keys`` (front matter keys outside the spec, e.g. a host's own, are kept and not checked).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
@@ -25,6 +32,7 @@ from harnessopt.errors import UserError
 from harnessopt.util.text import FrontMatterError, load_yaml, split_front_matter
 
 SKILL_FILE = "SKILL.md"
+RULES_OFF = ("folder-name", "unknown-keys")  # spec rules a user may turn off (checks.skill_rules_off)
 OPTIONAL_KEYS = ("license", "compatibility", "metadata", "allowed-tools")
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_NAME, MAX_DESCRIPTION, MAX_COMPATIBILITY = 64, 1024, 500
@@ -142,17 +150,23 @@ def _first_problem(e: ValidationError) -> str:
     return f"{loc}: {err['msg']}; fix the front matter between the '---' lines"
 
 
-def read_skill(skill_dir: Path, expect_name: str | None = None) -> SkillInfo:
-    """Read ``skill_dir/SKILL.md`` and check its front matter; every failure says what to fix."""
+def read_skill(skill_dir: Path, expect_name: str | None = None, rules_off: Collection[str] = ()) -> SkillInfo:
+    """Read ``skill_dir/SKILL.md`` and check its front matter; every failure says what to fix.
+    ``expect_name``: the folder name ``name`` must match; ``rules_off``: spec rules not checked."""
     path = _skill_file(skill_dir)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 text; re-save it as UTF-8") from e
     meta, body = _read_front_matter(text, str(path))
-    spec = parse_skill_front_matter(meta, str(path))
-    if expect_name is not None and spec.name != expect_name:
-        raise UserError(f"{path}: name {spec.name!r} must match the skill folder name {expect_name!r}")
+    known = ("name", "description", *OPTIONAL_KEYS)
+    checked = {k: v for k, v in meta.items() if k in known} if "unknown-keys" in rules_off else meta
+    spec = parse_skill_front_matter(checked, str(path))
+    if expect_name is not None and spec.name != expect_name and "folder-name" not in rules_off:
+        raise UserError(
+            f"{path}: name {spec.name!r} must match the skill folder name {expect_name!r} (Agent Skills "
+            "spec); rename one, or keep both with --skill-rule-off folder-name"
+        )
     return SkillInfo(name=spec.name, description=spec.description, body=body.strip(), front_matter=meta)
 
 
@@ -173,7 +187,26 @@ def _read_front_matter(text: str, where: str) -> tuple[dict[Any, Any], str]:
         ) from e
     if not isinstance(meta, dict):
         raise UserError(f"{where}: front matter must be a YAML mapping with 'name' and 'description'")
+    if twice := _duplicate_key(raw_yaml):
+        raise UserError(
+            f"{where}: front matter key {twice!r} is given twice (only one value would count); keep one"
+        )
     return meta, body
+
+
+def _duplicate_key(raw_yaml: str) -> str | None:
+    """The first top-level key of the front matter given twice (the YAML already parsed)."""
+    try:
+        node = yaml.compose(raw_yaml, Loader=yaml.SafeLoader)
+    except Exception:  # parsed once already; a compose failure leaves the check to the parse
+        return None
+    seen: set[Any] = set()
+    for key, _value in getattr(node, "value", []) if isinstance(node, yaml.MappingNode) else []:
+        if isinstance(key, yaml.ScalarNode):
+            if key.value in seen:
+                return str(key.value)
+            seen.add(key.value)
+    return None
 
 
 def skill_body(skill_dir: Path) -> str:

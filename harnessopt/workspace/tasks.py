@@ -30,6 +30,7 @@ from harnessopt.protocols import Task
 SPLITS = ("train", "val", "test")
 KNOWN_KEYS = ("id", "input", "answer", "split", "metadata")
 MIN_VAL_TASKS = 5  # the smoke test runs 5 val tasks before spending the rest
+DEFAULT_SPLIT = "2:1:7"  # train:val:test of a task file large enough to give val MIN_VAL_TASKS
 UNASSIGNED = ""  # Task.split of a line without "split" until assign_splits runs
 MAX_ID_CHARS = 200
 
@@ -279,8 +280,32 @@ def _normalize(value: Any) -> Any:
     return value
 
 
-def check_splits(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS) -> None:
-    """Splits must be assigned, disjoint by id and by input content, and val must be big enough."""
+def default_gives_val(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS) -> bool:
+    """Whether ``DEFAULT_SPLIT`` gives val the ``min_val`` tasks the smoke test runs."""
+    n = sum(t.split == UNASSIGNED for t in tasks)
+    return sum(t.split == "val" for t in tasks) + split_counts(n, parse_ratio(DEFAULT_SPLIT))[1] >= min_val
+
+
+def small_file_split(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS) -> str | None:
+    """A train:val:test split (as counts) of the tasks without a split that gives val at least
+    ``min_val`` tasks, for files too small for ``DEFAULT_SPLIT``; None when no split can.
+
+    Val takes a third of the tasks (at least what ``min_val`` still needs, so the smoke test has its
+    tasks), train half of the rest (rounded up: the optimizer reads train), test what is left:
+    12 tasks give 4:5:3, 30 give 10:10:10.
+    """
+    n = sum(t.split == UNASSIGNED for t in tasks)
+    have_val = sum(t.split == "val" for t in tasks)
+    val = max(min_val - have_val, -(-n // 3))
+    if val >= n:  # no task left for train
+        return None
+    train = -(-(n - val) // 2)
+    return f"{train}:{val}:{n - val - train}"
+
+
+def check_splits(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS, suggest: str | None = None) -> None:
+    """Splits must be assigned, disjoint by id and by input content, and val must be big enough
+    (else the error names ``suggest``, a --split that works)."""
     by_id: dict[str, Task] = {}
     by_input: dict[str, Task] = {}
     for task in tasks:
@@ -303,9 +328,10 @@ def check_splits(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS) -> None:
         by_input.setdefault(key, task)
     n_val = sum(1 for t in tasks if t.split == "val")
     if n_val < min_val:
+        works = f", e.g. --split {suggest}" if suggest else ""
         raise UserError(
             f"only {n_val} val task(s); need at least {min_val} val tasks for the smoke test; "
-            "add tasks or change --split"
+            f"add tasks or change --split{works}"
         )
 
 

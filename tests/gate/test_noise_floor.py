@@ -146,7 +146,8 @@ def test_init_prints_what_its_val_set_can_detect(tmp_path) -> None:
     from harnessopt.commands.demo import DEMO_DATA
     from tests.support.cli import cli
 
-    r = cli("init", tmp_path / "ws", "--skill", DEMO_DATA / "skill", "--tasks", DEMO_DATA / "tasks.jsonl")
+    demo = ("--skill", DEMO_DATA / "skill", "--tasks", DEMO_DATA / "tasks.jsonl")
+    r = cli("init", tmp_path / "ws", *demo, "--skill-rule-off", "folder-name")  # the folder is 'skill'
     assert r.returncode == 0, r.stderr
     # 14 val tasks: the default gate (second look on 5 runs a task) detects about +0.39, not +0.05
     assert "val has 14 tasks: if 20% of tasks change outcome" in r.stdout

@@ -62,3 +62,41 @@ def test_harness_mode_projects_round_zero_until_a_proposal_is_approved(tmp_path:
     proposals.record_proposal(ws.repo, "# Plan\n", ws.root / "trajectories", {})
     proposals.record_decision(ws.repo, True, "", by="tester")
     assert project(ws, 2).round0 is None  # approved: the rounds run, no diagnosis
+
+
+def _dry_run(ws: Path, *config: str) -> str:
+    from tests.support.cli import cli
+
+    out = cli("run", ws, "--dry-run", "--rounds", "1", *(x for c in config for x in ("-c", c)))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_priors_per_template_and_prices_applied(tmp_path: Path) -> None:
+    """openai-chat makes one call a task (not an agent's 5), and a ``prices:`` entry prices the target."""
+    ws = make_ws(tmp_path, template="openai-chat")
+    assert project(Workspace.open(ws), 1).rates["target_calls_per_run"] == 1.0
+    free = _dry_run(ws, "model.target=my-llm")
+    assert "rough guess" in free and "target_calls_per_run 1," in free
+    priced = _dry_run(ws, "model.target=my-llm", "prices={my-llm: [100.0, 100.0]}")
+    rate = project(Workspace.open(ws, {"model.target": "my-llm", "prices": {"my-llm": [100.0, 100.0]}}), 1)
+    assert rate.rates["target_usd_per_call"] > 0
+    assert "target_usd_per_call 0," in free and "target_usd_per_call 0," not in priced
+
+
+def test_failed_rounds_teach_the_projection_nothing(tmp_path: Path) -> None:
+    """A round that failed (all tasks crashed, STOP) ended early: its rates are not a round's."""
+    from harnessopt.ledger import store as ledger
+    from harnessopt.ledger.store import PhaseStats, RoundManifest
+
+    ws = Workspace.open(make_ws(tmp_path))
+    before = project(ws, 1)
+    from harnessopt.ledger import vcs
+
+    stopped = RoundManifest(
+        round=1, status="failed", reason="stopped", phases={"rollout": PhaseStats(runs=8)}
+    )
+    ledger.record_other(ws.repo, vcs.head_sha(ws.repo), ws.root, ["skill"], stopped)
+    assert [r.status for r in ledger.past_rounds(ws.repo)] == ["failed"]
+    after = project(Workspace.open(ws.root), 1)
+    assert after.basis == before.basis and after.total().calls == pytest.approx(before.total().calls)

@@ -104,7 +104,11 @@ def test_report_data_of_the_demo(demo: Path) -> None:
     assert rule1["trajectories"] == 16 and rule1["saw"] == 16  # rounds 2 and 3 had it in their prompt
     flags = {f["name"]: f for f in data["adoption"]["flags"]}
     assert set(flags) == {"stream", "skill_loading"}  # the chat template's flags.yaml
-    assert flags["stream"]["used"] == 0  # the chat template looked for it, never set
+    flag = flags["stream"]
+    # the chat template registers stream (default "0", harness/flags.yaml) and reports reading it
+    assert (
+        flag["name"] == "stream" and flag["used"] == flag["trajectories"] > 0 and flag["values"] == {"0": 24}
+    )
     assert "+Reply with only the city name" in data["diffs"][1]
 
 

@@ -262,3 +262,48 @@ def test_run_on_a_terminal_asks_and_yes_approves(monkeypatch: Any) -> None:
     assert cli._round0_decider(False)(st) is None
     monkeypatch.setattr("builtins.input", lambda _prompt: "y")
     assert cli._round0_decider(False)(st) == ("approve", "prompt")
+
+
+def test_a_round0_of_a_command_line_mode_is_continued_in_that_mode(tmp_path: Path) -> None:
+    """``run -c mode=harness`` on a skill-mode workspace: approve prints the command that continues
+    it; a plain ``run`` says the plan is not used in skill mode; the printed command implements it."""
+    ws = make_harness_ws(tmp_path, mode="skill")
+    script = yaml.safe_load((ws / "scripted_model.yaml").read_text())
+    plan_rules = [r for r in script["rules"] if PLAN_MARK in str(r.get("first_user"))]
+    again = [{**r, "first_user": r["first_user"].replace("# Round 1:", "# Round 2:")} for r in plan_rules]
+    script["rules"] = again + script["rules"]  # the plan implemented in round 2, after a skill round
+    (ws / "scripted_model.yaml").write_text(yaml.safe_dump(script, sort_keys=False))
+    git(ws, "commit", "-qam", "script: the plan in round 2")
+    r = ho("run", ws, "--rounds", "1", "-c", "mode=harness")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    st = proposals.state(Workspace.open(ws).repo)
+    assert st is not None and st.status == "pending" and st.mode == "harness"
+    r = ho("approve", ws)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert f"next: harnessopt run {ws} -c mode=harness" in r.stdout
+    assert f"next: harnessopt run {ws} -c mode=harness" in ho("status", ws).stdout
+    # The plain command says the plan is unused (a skill-mode round, no plan in its brief) ...
+    r = ho("run", ws, "--rounds", "1")
+    assert "the approved round-0 plan (written in harness mode) is not used in skill mode" in r.stdout
+    assert "run with -c mode=harness to implement it" in r.stdout
+    # ... and the printed one implements it.
+    r = ho("run", ws, "--rounds", "1", "-c", "mode=harness")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    last = ledger.past_rounds(Workspace.open(ws).repo)[-1].manifest
+    assert "Implements decision 1 of the approved plan" in last.summary  # the plan was in its brief
+    assert "harness/run.py" in last.changed
+
+
+def test_round0_spend_is_counted_by_status_log_and_the_report(tmp_path: Path) -> None:
+    from harnessopt.reporting.data import report_data
+
+    ws = make_harness_ws(tmp_path)
+    r = ho("run", ws, "--rounds", "1")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    spent = proposals.spend(Workspace.open(ws).repo)
+    assert spent["diagnoses"] == 1 and spent["calls"] > len(Workspace.open(ws).tasks("train"))
+    line = f"round 0 (diagnosis, 1): {spent['calls']} model call(s)"
+    assert line in ho("status", ws).stdout
+    log = ho("log", ws).stdout
+    assert line in log and "no rounds yet" in log
+    assert any(x.startswith(line) for x in report_data(Workspace.open(ws))["spend"])

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +11,7 @@ import pytest
 from harnessopt.ledger import store as ledger
 from harnessopt.round import stop
 from harnessopt.workspace.core import Workspace
-from tests.support.cli import git
+from tests.support.cli import git, start_cli, wait_for_phase
 from tests.support.workspace import make_ws
 
 
@@ -79,19 +76,9 @@ def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path, kind:
     head = git(ws, "rev-parse", "HEAD")
     (ws / ".harnessopt").mkdir(exist_ok=True)
     _plant(ws / ".harnessopt" / "STOP", kind)  # left from before this run: removed, not honoured
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "3", "--sandbox", "local"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = start_cli("run", ws, "--rounds", "3", "--sandbox", "local")
     try:
-        deadline = time.monotonic() + 300
-        while not any(e["phase"] == "propose" for e in _journal(ws)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
-        view = Path(next(e for e in _journal(ws) if e["phase"] == "propose")["view"])
+        view = Path(wait_for_phase(ws, proc, "propose")["view"])
         _plant(ws / ".harnessopt" / "STOP", kind)  # while the optimizer works: honoured after it
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))

@@ -32,7 +32,7 @@ ROUND2_EDIT = "End every reply with a period."
 
 
 def write_example(root: Path) -> tuple[Path, Path]:
-    skill = root / "skill-src"
+    skill = root / "echo-word"  # the spec: a skill's folder is named as the skill
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(SKILL_MD)
     tasks = root / "tasks.jsonl"
@@ -114,3 +114,28 @@ def git(ws: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-C", str(ws), *args], capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+def start_cli(*args: str | Path) -> subprocess.Popen:
+    """``python -m harnessopt ARGS`` started in the background (a run to watch, stop or query)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def wait_for_phase(ws: Path, proc: subprocess.Popen, phase: str, timeout: float = 300) -> dict[str, Any]:
+    """The first journal entry of ``phase`` of the run ``proc``, waiting up to ``timeout`` seconds."""
+    import time
+
+    path = ws / ".harnessopt" / "journal.jsonl"
+    deadline = time.monotonic() + timeout
+    while True:
+        entries = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        if found := next((e for e in entries if e.get("phase") == phase), None):
+            return found
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Generator, Sequence
@@ -69,6 +70,7 @@ class RayExecutor(PooledExecutor):
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+            check_reachable(address)  # Ray itself retries a wrong address for minutes, behind its own logs
             try:
                 ray.init(
                     address=address, include_dashboard=False, log_to_driver=False, configure_logging=False
@@ -167,7 +169,7 @@ class RayExecutor(PooledExecutor):
         ) as e:
             if not _any_node_alive(ray):
                 raise ClusterLost(f"the Ray cluster is gone: {type(e).__name__}") from e
-            raise WorkerLost(f"the Ray worker running the task died: {type(e).__name__}") from e
+            raise WorkerLost(f"the Ray worker or node running it died ({type(e).__name__})") from e
         except exc.RayTaskError as e:  # the sandbox itself raised on the node: as it would here
             raise HarnessoptError(f"the sandbox failed on a Ray node: {str(e).splitlines()[-1][:300]}") from e
         except (exc.RayError, ConnectionError) as e:
@@ -198,6 +200,25 @@ class RayExecutor(PooledExecutor):
         self.ingress.close()
         if self._owns_ray:
             self.ray.shutdown()
+
+
+def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """A cluster address (``host:port`` or ``ray://host:port``) must accept a connection within
+    ``timeout_s``, as ``model.base_url`` must answer: else one UserError line, before the run."""
+    if not address or address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].split("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep:
+        host, port = hostport, "10001" if address.startswith("ray://") else "6379"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise UserError(
+            f"the Ray cluster at {address} does not answer ({why}); start it (ray start --head) "
+            "or fix ray.address / RAY_ADDRESS"
+        ) from None
 
 
 def _any_node_alive(ray: Any) -> bool:

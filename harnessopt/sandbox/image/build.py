@@ -138,6 +138,34 @@ def image_status(client: Any, tag: str) -> str:
     return "ok" if labels.get(RUNNER_LABEL) == runner_digest() else "stale"
 
 
+def stale_cause(client: Any, tag: str) -> str:
+    """Why ``image_status`` calls ``tag`` stale, and what (if anything) to do, in one line; "" when
+    it is not. Only what differs is named: the runner, an SDK the image lacks, or SDK versions."""
+    labels = client.images.get(tag).labels or {}
+    if labels.get(RUNNER_LABEL) != runner_digest():
+        return f"sandbox image {tag} was built from another runner.py: run `harnessopt sandbox build`"
+    image = dict(x.partition("==")[::2] for x in labels.get(SDKS_LABEL, "anthropic").split(",") if x)
+    host = dict(x.partition("==")[::2] for x in installed_sdks())
+    if lacks := sorted(set(host) - set(image)):
+        return (
+            f"sandbox image {tag} lacks the {', '.join(lacks)} SDK installed on this host (harnesses "
+            "that import it fail inside): run `harnessopt sandbox build`"
+        )
+    if extra := sorted(set(image) - set(host)):
+        return (
+            f"note: sandbox image {tag} carries the {', '.join(extra)} SDK that this host lacks; the image "
+            f"is fine (no rebuild needed); install it here to run its templates' tests: "
+            f"pip install 'harnessopt[{extra[0]}]'"
+        )
+    differ = [f"{n} {image[n] or '?'} (this host: {host[n]})" for n in sorted(host) if image[n] != host[n]]
+    if differ:
+        return (
+            f"sandbox image {tag} has {', '.join(differ)}; it works, and `harnessopt sandbox build` makes "
+            "it run the version tested here"
+        )
+    return ""
+
+
 def installed_sdks() -> list[str]:
     """``name==version`` of each of SDKS installed on this host (anthropic always is)."""
     found = []

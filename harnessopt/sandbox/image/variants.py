@@ -28,12 +28,14 @@ from typing import Any
 
 from harnessopt.errors import UserError
 from harnessopt.sandbox.image.build import (
+    DEFAULT_TAG,
     FALLBACK_BASE,
     OFFLINE_BASE,
     _image_exists,
     build_task_image,
     docker_client,
     sandbox_source_dir,
+    variant_tag,
 )
 
 VARIANTS = ("claude-code",)
@@ -43,6 +45,14 @@ CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 NODE_BASE_REPO = "harnessopt-base"
 NPM_TIMEOUT_S = 900.0
 _REAL_BINARY = 1 << 20  # the package's bin/claude.exe is a small stub until its postinstall ran
+
+
+def build_command(tag: str) -> str:
+    """The command that builds image ``tag``: ``--with claude-code`` for that variant's tag."""
+    for variant in VARIANTS:
+        if tag == variant_tag([variant]):
+            return f"harnessopt sandbox build --with {variant}"
+    return "harnessopt sandbox build" if tag == DEFAULT_TAG else f"harnessopt sandbox build --tag {tag}"
 
 
 def build_image_with(

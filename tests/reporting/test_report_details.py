@@ -1,0 +1,58 @@
+"""Report details a user reads: intervals within the possible range, a $0 run's dollar axis, a
+rejected candidate visible on the incumbent's marker, a rule no text can check not shown as 0%."""
+
+from __future__ import annotations
+
+import pytest
+
+from harnessopt.reporting.adoption import RuleUse, measurable, shows
+from harnessopt.reporting.data import _audit
+from harnessopt.reporting.html import _adoption
+
+plt = pytest.importorskip("matplotlib.pyplot", reason="the report is the optional extra harnessopt[report]")
+
+
+def _row(k: int, status: str, val: float, inc: float) -> dict:
+    return {"round": k, "status": status, "val_score": val, "incumbent_score": inc, "dead_zone": 0.2,
+            "tokens": {"target": 100, "optimizer": 50}, "role_cost_usd": {"target": 0.0, "optimizer": 0.0}}  # fmt: skip
+
+
+def test_an_audit_interval_is_clipped_to_the_possible_gain() -> None:
+    audit = _audit({"gain": 1.0, "interval": [0.572, 1.428], "n": 10})
+    assert audit["interval"] == [0.572, 1.0]
+    from harnessopt.reporting.html import plot_audit
+
+    fig = plot_audit(plt, {"audits": [{**audit, "interval": [0.572, 1.428], "claimed_val_gain": 1.0}]})
+    (bars,) = [c for c in fig.axes[0].containers if type(c).__name__ == "ErrorbarContainer"]
+    top = max(float(y) for seg in bars.lines[2][0].get_segments() for _x, y in seg)
+    assert top <= 1.0
+    plt.close(fig)
+
+
+def test_a_zero_dollar_run_has_an_axis_from_zero() -> None:
+    from harnessopt.reporting.html import plot_cost
+
+    fig = plot_cost(plt, {"rounds": [_row(1, "accepted", 1.0, 0.5), _row(2, "rejected", 1.0, 1.0)]})
+    low, high = fig.axes[1].get_ylim()
+    assert low == 0 and high > 0
+    plt.close(fig)
+
+
+def test_a_rejected_candidate_is_drawn_over_the_incumbent() -> None:
+    from harnessopt.reporting.html import plot_scores
+
+    fig = plot_scores(plt, {"rounds": [_row(1, "accepted", 1.0, 0.5), _row(2, "rejected", 1.0, 1.0)]})
+    ax = fig.axes[0]
+    (incumbent,) = [line for line in ax.get_lines() if line.get_label() == "incumbent"]
+    rejected = next(c for c in ax.collections if c.get_label() == "candidate (rejected)")
+    assert rejected.get_zorder() > incumbent.get_zorder() and incumbent.get_markerfacecolor() == "none"
+    plt.close(fig)
+
+
+def test_a_rule_no_text_can_check_is_not_reported_as_unused() -> None:
+    rule = "Reply with the word only."
+    assert not measurable(rule) and not shows(rule, "apple")
+    assert measurable("Use `pdftotext` first") and measurable("Mention the capital and the country")
+    use = RuleUse(1, "skill/SKILL.md", rule, trajectories=8, saw=8, showed=None)
+    html = _adoption({"rules": [use.__dict__], "flags": []})
+    assert "not measurable from text" in html and "0 (0%)" not in html

@@ -1,0 +1,39 @@
+"""`status` while a run is in progress says so: who holds the workspace, and what it is doing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.support.cli import cli, start_cli, wait_for_phase
+from tests.support.workspace import make_ws
+
+
+def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) -> None:
+    # the manual optimizer (chosen on the command line, not in harnessopt.yaml) waits for a person:
+    # the run reliably sits in round 1's propose step
+    ws = make_ws(tmp_path, optimizer={"settle_s": 0.5, "wall_s": 120})
+    run = ["run", str(ws), "--rounds", "2", "--sandbox", "local", "--optimizer", "manual"]
+    proc = start_cli(*run)
+    try:
+        wait_for_phase(ws, proc, "propose")
+        out = cli("status", ws)
+        assert out.returncode == 0, out.stderr
+        assert f"in progress: 'harnessopt run' (pid {proc.pid} on" in out.stdout
+        assert "now: round 1, phase 'propose'" in out.stdout
+        assert "last run stopped" not in out.stdout and "next: harnessopt run" not in out.stdout
+        assert f"touch {ws / '.harnessopt' / 'STOP'}" in out.stdout
+        (ws / ".harnessopt" / "STOP").touch()
+        proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, 9)
+    after = cli("status", ws).stdout
+    assert "in progress" not in after and "next: harnessopt run" in after
+    # which parts the run used, by the names users set them with; the report's header names them
+    assert "last run used: sandbox local, executor local, target scripted:" in after
+    assert ", optimizer manual:" in after
+    from harnessopt.reporting.data import report_data
+    from harnessopt.workspace.core import Workspace
+
+    assert report_data(Workspace.open(ws))["config"]["optimizer"].startswith("manual:")

@@ -1,0 +1,51 @@
+"""A dozen or two examples is where users start: ``init`` gives the smoke test its val tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import SKILL_MD, cli
+
+
+def _files(tmp_path: Path, n: int) -> tuple[Path, Path]:
+    skill = tmp_path / "echo-word"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text(SKILL_MD)
+    tasks = tmp_path / "tasks.jsonl"
+    rows = [{"id": f"t{i}", "input": f"Say the word: w{i}", "answer": f"w{i}"} for i in range(n)]
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return skill, tasks
+
+
+@pytest.mark.parametrize(
+    ("n", "counts"), [(12, "4 train / 5 val / 3 test"), (30, "10 train / 10 val / 10 test")]
+)
+def test_init_picks_a_split_that_gives_the_smoke_test_its_tasks(tmp_path: Path, n: int, counts: str) -> None:
+    skill, tasks = _files(tmp_path, n)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks)
+    assert out.returncode == 0, out.stderr
+    assert "the default split 2:1:7 leaves val too few for the smoke test" in out.stdout
+    assert counts in out.stdout
+    # says plainly what that val size can detect
+    assert "too small to detect anything" in out.stdout or "the gate detects a gain of" in out.stdout
+    assert len((tmp_path / "ws" / "tasks" / "val.jsonl").read_text().splitlines()) >= 5
+
+
+def test_an_explicit_split_that_fails_names_one_that_works(tmp_path: Path) -> None:
+    skill, tasks = _files(tmp_path, 12)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks, "--split", "2:1:7")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "e.g. --split 4:5:3" in out.stderr
+    assert not (tmp_path / "ws").exists()
+    again = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks, "--split", "4:5:3")
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_large_file_keeps_the_default_split(tmp_path: Path) -> None:
+    skill, tasks = _files(tmp_path, 50)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks)
+    assert out.returncode == 0, out.stderr
+    assert "10 train / 5 val / 35 test" in out.stdout and "leaves val too few" not in out.stdout
