@@ -3,8 +3,8 @@
 Every sandboxed run gets a *lease*: a fresh random token that the harness uses as its API key
 (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``) against the gateway's URL or Unix socket
 (``ANTHROPIC_BASE_URL``; ``OPENAI_BASE_URL`` is it plus ``/v1``). Harnesses may speak the
-Messages API or the Chat Completions API; a chat request is translated to a Messages body
-(``translate``), which is what the policy, the budget and the transcript see. The
+Messages API, the Chat Completions API or the Responses API; a chat or responses request is
+translated to a Messages body (``translate``), which is what the policy, the budget and the transcript see. The
 gateway checks the token on the request's headers, before reading its body; checks what the
 lease may ask for (``gateway_policy``: its role's model, ``max_tokens``, no server tools);
 reserves the most the call can cost against the run's budget; forwards the body to the
@@ -43,7 +43,13 @@ from harnessopt.gateway.http import (
     estimate_input_tokens,
 )
 from harnessopt.gateway.policy import PRICES, LeasePolicy, cost_bound, cost_of, input_bound, price_of
-from harnessopt.gateway.translate import chat_request_to_messages, messages_response_to_chat
+from harnessopt.gateway.responses_wire import RESPONSES_PATH
+from harnessopt.gateway.translate import (
+    chat_request_to_messages,
+    messages_response_to_chat,
+    messages_response_to_responses,
+    responses_request_to_messages,
+)
 from harnessopt.protocols import Exchange, Forward, GatewayLease, Model, ModelError, Usage
 
 __all__ = ["PRICES", "SOCKET_NAME", "Gateway", "price_of"]
@@ -319,6 +325,14 @@ class Gateway:
                 self._record(lease, call, None, e.message, time.time(), 0.0, None)
                 raise
             return messages_response_to_chat(self._forward(lease, canonical))
+        if call.path == RESPONSES_PATH:
+            cap = self.policy.of(lease.role).max_output_tokens  # Codex sends no max_output_tokens
+            try:
+                canonical = replace(call, body=responses_request_to_messages(call.body, cap))
+            except ModelError as e:
+                self._record(lease, call, None, e.message, time.time(), 0.0, None)
+                raise
+            return messages_response_to_responses(self._forward(lease, canonical), call.body)
         return self._forward(lease, call)
 
     def _forward(self, lease: _Lease, call: ApiCall) -> dict[str, Any]:

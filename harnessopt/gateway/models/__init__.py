@@ -47,6 +47,7 @@ def make_model(
     env: Mapping[str, str] | None = None,
     base_url: str | None = None,
     api_key_env: str | None = None,
+    wire_api: str = "chat",
 ) -> Model:
     """The model for ``provider``.
 
@@ -62,7 +63,7 @@ def make_model(
         key = environ.get(key_name)
         url = base_url or environ.get(DEFAULT_URL_ENV[provider]) or None
         if provider == "openai":
-            return OpenAIModel(key, url, key_name=key_name)
+            return OpenAIModel(key, url, key_name=key_name, wire_api=wire_api)
         if not key and api_key_env:
             raise UserError(f"set {key_name} in the environment (api_key_env) to call the Anthropic API")
         return AnthropicModel(key, url)
@@ -81,8 +82,8 @@ def anthropic_model(cfg: ModelConfig, *, root: Path) -> Model:
 
 
 def openai_model(cfg: ModelConfig, *, root: Path) -> Model:
-    """``openai``: an OpenAI-compatible Chat Completions endpoint (``model.base_url``)."""
-    return make_model("openai", base_url=cfg.base_url, api_key_env=cfg.api_key_env)
+    """``openai``: an OpenAI-compatible endpoint (``model.base_url``), in ``model.wire_api``."""
+    return make_model("openai", base_url=cfg.base_url, api_key_env=cfg.api_key_env, wire_api=cfg.wire_api)
 
 
 def scripted_model(cfg: ModelConfig, *, root: Path) -> Model:

@@ -1,5 +1,8 @@
 """Any OpenAI-compatible Chat Completions endpoint as a ``Model`` (OpenAI, vLLM, Ollama, llama.cpp).
 
+With ``wire_api="responses"`` (``model.wire_api``) the endpoint is spoken to in the Responses
+API instead (``POST /responses``, ``translate.upstream_responses``), for upstreams that serve it.
+
 The gateway hands this model a Messages API body; it is translated to a chat request
 (``translate.messages_request_to_chat``), sent through the official ``openai`` SDK's low-level
 ``post`` (a raw-response cast, so fields the SDK does not know survive), and the chat completion
@@ -24,6 +27,10 @@ from harnessopt.errors import UserError
 from harnessopt.gateway.http import estimate_input_tokens, estimate_tokens, text_of
 from harnessopt.gateway.models.anthropic_api import _STATUS_TYPES, _attempts, _root_cause
 from harnessopt.gateway.translate import chat_response_to_messages, messages_request_to_chat
+from harnessopt.gateway.translate.upstream_responses import (
+    messages_request_to_responses,
+    responses_response_to_messages,
+)
 from harnessopt.protocols import Forward, ModelError
 
 if TYPE_CHECKING:
@@ -31,6 +38,8 @@ if TYPE_CHECKING:
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 CHAT_PATH = "/chat/completions"  # relative to the base URL, which ends in /v1
+RESPONSES_PATH = "/responses"
+WIRE_APIS = ("chat", "responses")
 DEFAULT_MAX_RETRIES = 4
 
 
@@ -47,7 +56,11 @@ class OpenAIModel:
         key_name: str = "OPENAI_API_KEY",
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout_s: float = 600.0,
+        wire_api: str = "chat",
     ):
+        if wire_api not in WIRE_APIS:
+            raise UserError(f"model.wire_api {wire_api!r} is not one of {', '.join(WIRE_APIS)}")
+        self.wire_api = wire_api
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         if not api_key:
             raise UserError(
@@ -71,14 +84,23 @@ class OpenAIModel:
         )
 
     def __repr__(self) -> str:  # never show the key in logs or tracebacks
-        return f"OpenAIModel(base_url={self.base_url!r}, max_retries={self.max_retries})"
+        return (
+            f"OpenAIModel(base_url={self.base_url!r}, wire_api={self.wire_api!r}, "
+            f"max_retries={self.max_retries})"
+        )
 
     def check(self, request: dict[str, Any]) -> None:
-        """ModelError 400 naming the field when ``request`` has no Chat Completions equivalent.
+        """ModelError 400 naming the field when ``request`` has no equivalent in the upstream's API.
 
         The gateway asks before it forwards, so such a request is refused and not counted as a call.
         """
-        messages_request_to_chat(request, token_field=self.token_field)
+        self._upstream_body(request)
+
+    def _upstream_body(self, request: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in request.items() if k != "stream"}
+        if self.wire_api == "responses":
+            return messages_request_to_responses(body)
+        return messages_request_to_chat(body, token_field=self.token_field)
 
     def create(self, request: dict[str, Any], role: str, *, forward: Forward | None = None) -> dict[str, Any]:
         """Translate, POST to /chat/completions, translate back; raise ModelError on an API error.
@@ -87,11 +109,10 @@ class OpenAIModel:
         """
         import openai
 
-        body = messages_request_to_chat(
-            {k: v for k, v in request.items() if k != "stream"}, token_field=self.token_field
-        )
+        body = self._upstream_body(request)
+        path = RESPONSES_PATH if self.wire_api == "responses" else CHAT_PATH
         try:
-            response = self._client.post(CHAT_PATH, body=body, cast_to=openai.APIResponse[object])
+            response = self._client.post(path, body=body, cast_to=openai.APIResponse[object])
             raw = response.read()
         except openai.APIStatusError as e:
             raise self._status_error(e) from None
@@ -102,7 +123,10 @@ class OpenAIModel:
             why = f"connection to {self.base_url} failed: {_root_cause(e)}{_attempts(e.request)}"
             raise ModelError(502, "api_error", self._redact(why)) from None
         data = self._parse(raw)
-        message = chat_response_to_messages(data, str(request.get("model") or ""))
+        if self.wire_api == "responses":
+            message = responses_response_to_messages(data, str(request.get("model") or ""))
+        else:
+            message = chat_response_to_messages(data, str(request.get("model") or ""))
         if not isinstance(data.get("usage"), dict):  # a server that reports no usage: estimate it
             out = sum(estimate_tokens(text_of([b])) for b in message["content"])
             message["usage"] = {"input_tokens": estimate_input_tokens(request), "output_tokens": out}
