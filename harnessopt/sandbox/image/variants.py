@@ -1,4 +1,9 @@
-"""Variants of the sandbox image: ``harnessopt sandbox build --with claude-code``.
+"""Variants of the sandbox image: ``harnessopt sandbox build --with claude-code`` or ``--with codex``.
+
+The ``codex`` variant (``harnessopt-sandbox:codex``) is the plain task image plus the Codex
+CLI's native binary (a static musl executable, no Node needed) and its ``rg``: ``npm install -g
+--prefix`` on this host into the build context, then ``sandbox/Dockerfile.codex`` copies the
+two files in (no network in the build).
 
 The ``claude-code`` variant (default tag ``harnessopt-sandbox:claude-code``) is the task image
 (``sandbox/Dockerfile``, the runner and the model SDKs) built FROM a base with Node.js, plus the
@@ -36,10 +41,12 @@ from harnessopt.sandbox.image.build import (
     sandbox_source_dir,
 )
 
-VARIANTS = ("claude-code",)
+VARIANTS = ("claude-code", "codex")
 WITH_LABEL = "org.harnessopt.with"
 CLAUDE_CODE_LABEL = "org.harnessopt.claude-code"
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
+CODEX_LABEL = "org.harnessopt.codex"
+CODEX_PACKAGE = "@openai/codex"
 NODE_BASE_REPO = "harnessopt-base"
 NPM_TIMEOUT_S = 900.0
 _REAL_BINARY = 1 << 20  # the package's bin/claude.exe is a small stub until its postinstall ran
@@ -55,10 +62,14 @@ def build_image_with(
 def build_variant(
     client: Any, base: str | None, tag: str, with_: Sequence[str], announce: Callable[[str], None]
 ) -> str:
-    """Build the variant ``with_`` (only ``claude-code`` exists) and tag it; returns the image id."""
+    """Build the variant ``with_`` (``claude-code`` or ``codex``, one at a time) and tag it; returns the image id."""
     unknown = sorted(set(with_) - set(VARIANTS))
     if unknown:
         raise UserError(f"unknown image variant {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    if len(set(with_)) > 1:
+        raise UserError("build one variant at a time: --with claude-code or --with codex")
+    if "codex" in with_:
+        return _add_codex(client, build_task_image(client, base, None, announce), tag, announce)
     node_base = ensure_node_base(client, base, announce)
     task_image = build_task_image(client, node_base, None, announce)
     return _add_claude_code(client, task_image, tag, announce)
@@ -102,6 +113,49 @@ def _add_claude_code(client: Any, task_image: str, tag: str, announce: Callable[
         image_id = _build(client, tmp, tag, {"BASE": task_image}, labels, network=False)
     announce(f"built {tag} ({image_id[7:19]})")
     return image_id
+
+
+def _add_codex(client: Any, task_image: str, tag: str, announce: Callable[[str], None]) -> str:
+    with tempfile.TemporaryDirectory(prefix="ho-build-codex-") as tmp:
+        ctx = Path(tmp)
+        shutil.copy2(sandbox_source_dir() / "Dockerfile.codex", ctx / "Dockerfile")
+        version = npm_install_codex(ctx / "codex", announce)
+        announce(f"building {tag}: the task image plus Codex {version}")
+        labels = {WITH_LABEL: "codex", CODEX_LABEL: version}
+        image_id = _build(client, tmp, tag, {"BASE": task_image}, labels, network=False)
+    announce(f"built {tag} ({image_id[7:19]})")
+    return image_id
+
+
+def npm_install_codex(dest: Path, announce: Callable[[str], None]) -> str:
+    """``npm install -g --prefix`` the Codex CLI on this host; its ``codex`` and ``rg`` end up in ``dest``.
+
+    Returns the CLI's version. Only the native binary of this platform and its ``rg`` are kept.
+    """
+    npm = shutil.which("npm")
+    if npm is None:
+        raise UserError(
+            "npm is not installed on this host; install Node.js and npm (Debian: apt-get install nodejs npm)"
+        )
+    prefix = dest.parent / "npm-prefix"
+    announce(f"npm install -g {CODEX_PACKAGE} (into the build context)")
+    argv = [npm, "install", "-g", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
+    _run(argv + [CODEX_PACKAGE], None)
+    package = prefix / "lib" / "node_modules" / CODEX_PACKAGE
+    found = sorted(package.glob("node_modules/@openai/codex-*/vendor/*/bin/codex"))
+    if not found:
+        raise UserError(
+            f"npm installed {CODEX_PACKAGE} without a native binary for this platform; see {package}"
+        )
+    dest.mkdir(parents=True)
+    shutil.move(str(found[0]), str(dest / "codex"))
+    rg = found[0].parent.parent / "codex-path" / "rg"
+    if rg.is_file():
+        shutil.move(str(rg), str(dest / "rg"))
+    version = str(json.loads((package / "package.json").read_text())["version"])
+    shutil.rmtree(prefix, ignore_errors=True)
+    _readable_by_all(dest)
+    return version
 
 
 def npm_install_claude_code(dest: Path, announce: Callable[[str], None]) -> str:
