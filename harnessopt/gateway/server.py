@@ -216,7 +216,8 @@ class Gateway:
         """Usage per (role, round), a snapshot."""
         with self._lock:
             return {
-                k: Usage(v.calls, v.input_tokens, v.output_tokens, v.cost_usd) for k, v in self._usage.items()
+                k: Usage(v.calls, v.input_tokens, v.output_tokens, v.cost_usd, v.estimated_calls)
+                for k, v in self._usage.items()
             }
 
     def total(self) -> Usage:
@@ -400,7 +401,10 @@ class Gateway:
             usage.get("cache_read_input_tokens") or 0
         )
         tokens_out = int(usage.get("output_tokens") or 0)
-        exchange = Exchange(call.body, response, error, started, wall, tokens_in, tokens_out, call.streamed)
+        estimated = bool(usage.get("estimated"))
+        exchange = Exchange(
+            call.body, response, error, started, wall, tokens_in, tokens_out, call.streamed, estimated
+        )
         model_name = str((response or {}).get("model") or call.body.get("model") or "")
         cost = self._cost(model_name, usage) if response is not None else 0.0
         over = hold is not None and (tokens_in > hold.input_tokens or tokens_out > hold.output_tokens)
@@ -408,7 +412,19 @@ class Gateway:
             lease.exchanges.append(exchange)
             if hold is not None:  # a refused call reached no model: it is not a call
                 self._unhold(hold)
-                self._usage[(lease.role, lease.round_no)].add(Usage(1, tokens_in, tokens_out, cost))
+                self._usage[(lease.role, lease.round_no)].add(
+                    Usage(1, tokens_in, tokens_out, cost, int(estimated))
+                )
+            if estimated:
+                self._note(
+                    f"the {lease.role}'s upstream reported no token usage: its token counts (and costs) "
+                    "are estimates, characters / 4"
+                )
+            if (response or {}).get("stop_reason") == "max_tokens":
+                self._note(
+                    f"a {lease.role} answer was cut off at its max_tokens (truncated; finish_reason "
+                    f"'length'): raise budget.{lease.role}_max_output_tokens or the harness's max_tokens"
+                )
             if over:
                 self._note(
                     f"a {model_name} call used more tokens than its reservation (budgets may be passed)"

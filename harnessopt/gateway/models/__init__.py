@@ -91,17 +91,25 @@ def scripted_model(cfg: ModelConfig, *, root: Path) -> Model:
     return make_model("scripted", script_path=(root / cfg.script) if cfg.script else None)
 
 
-def model_for(cfg: ModelConfig, root: Path, *, setting: str = "model") -> Model:
+def model_for(cfg: ModelConfig, root: Path, *, setting: str = "model", needs_tools: bool = False) -> Model:
     """The model named by ``cfg.provider`` (a registry name or a dotted path).
 
     A built-in upstream whose endpoint is not the official one must accept a TCP connection
-    within PROBE_TIMEOUT_S, else a UserError naming ``setting``.base_url.
+    within PROBE_TIMEOUT_S, else a UserError naming ``setting``.base_url. An ``openai`` one
+    must list the model among its ``/models`` when it has that list, and, with
+    ``needs_tools`` (the tool-agent template), answer a call that requires a tool with a tool
+    call (llama.cpp's default chat format drops ``tools``).
     """
     from harnessopt import registry
 
     model: Model = registry.build("model", cfg.provider, cfg, root=root)
     if isinstance(model, AnthropicModel | OpenAIModel) and model.base_url not in (ANTHROPIC_URL, OPENAI_URL):
         probe(model.base_url, f"{setting}.base_url")
+        if isinstance(model, OpenAIModel):  # a local server: is the model one it serves?
+            name_setting = "model.target" if setting == "model" else "optimizer.model"
+            model.check_model_name(cfg.target, name_setting)
+            if needs_tools:
+                model.check_tools(cfg.target, name_setting)
     return model
 
 

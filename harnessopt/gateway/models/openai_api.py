@@ -41,6 +41,14 @@ CHAT_PATH = "/chat/completions"  # relative to the base URL, which ends in /v1
 RESPONSES_PATH = "/responses"
 WIRE_APIS = ("chat", "responses")
 DEFAULT_MAX_RETRIES = 4
+PREFLIGHT_TIMEOUT_S = 5.0
+TOOLS_PROBE_TIMEOUT_S = 120.0  # a local model on a CPU answers a short call in seconds
+TOOLS_HINT = (
+    "start llama.cpp's llama-server with --jinja, llama-cpp-python's server with "
+    "--chat_format chatml-function-calling (or a model's function-calling format), vLLM with "
+    "--enable-auto-tool-choice --tool-call-parser <parser>, and on Ollama use a model whose "
+    'template supports tools (docs/models.md, "Local servers")'
+)
 
 
 class OpenAIModel:
@@ -129,8 +137,71 @@ class OpenAIModel:
             message = chat_response_to_messages(data, str(request.get("model") or ""))
         if not isinstance(data.get("usage"), dict):  # a server that reports no usage: estimate it
             out = sum(estimate_tokens(text_of([b])) for b in message["content"])
-            message["usage"] = {"input_tokens": estimate_input_tokens(request), "output_tokens": out}
+            message["usage"] = {
+                "input_tokens": estimate_input_tokens(request),
+                "output_tokens": out,
+                "estimated": True,  # the gateway labels these counts wherever they appear
+            }
         return message
+
+    def check_model_name(self, name: str, setting: str) -> None:
+        """UserError when the server lists its models (``GET /models``) and ``name`` is not one.
+
+        A server without the list (404, or an answer that is not one) is not judged.
+        """
+        import openai
+
+        try:
+            listed = self._client.with_options(max_retries=0, timeout=PREFLIGHT_TIMEOUT_S).models.list()
+            ids = [str(m.id) for m in listed.data]
+        except (openai.OpenAIError, TypeError, ValueError, AttributeError):
+            return
+        if ids and name not in ids:
+            shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+            raise UserError(
+                f"{setting} {name!r} is not a model the server at {self.base_url} serves (it lists: {shown}); "
+                f"set {setting} to one of them"
+            )
+
+    def check_tools(self, name: str, setting: str) -> None:
+        """UserError when the server ignores ``tools``: one small call that must call a tool.
+
+        llama.cpp's server without ``--jinja`` (and llama-cpp-python without a function-calling
+        chat format) drops the tools from the prompt, so a tool-using harness never gets a call.
+        """
+        import openai
+
+        tool = {
+            "type": "function",
+            "function": {
+                "name": "ping",
+                "description": "Answer ping.",
+                "parameters": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            },
+        }
+        body = {
+            "model": name,
+            "messages": [{"role": "user", "content": "Call the ping tool."}],
+            "tools": [tool],
+            "tool_choice": {"type": "function", "function": {"name": "ping"}},
+            self.token_field: 64,
+        }
+        client = self._client.with_options(max_retries=0, timeout=TOOLS_PROBE_TIMEOUT_S)
+        try:
+            raw = client.post(CHAT_PATH, body=body, cast_to=openai.APIResponse[object]).read()
+            data = self._parse(raw)
+        except (openai.OpenAIError, ModelError) as e:
+            raise UserError(
+                f"the server at {self.base_url} refused a call with tools ({str(e)[:200]}); "
+                f"the tool-agent template needs function calling: {TOOLS_HINT}"
+            ) from None
+        choice = (data.get("choices") or [{}])[0] if isinstance(data.get("choices"), list) else {}
+        if not (choice.get("message") or {}).get("tool_calls"):
+            raise UserError(
+                f"the server at {self.base_url} ignored `tools` ({setting} {name!r} answered a call that "
+                f"required the tool 'ping' with text): the tool-agent template would never get a tool call; "
+                f"{TOOLS_HINT}"
+            )
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         # Not retried: a 200 means upstream did the work and billed it; asking again pays twice.
