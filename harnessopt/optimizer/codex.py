@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.config import OptimizerConfig
-from harnessopt.errors import UserError
 from harnessopt.protocols import AgentResult, GatewayLease, Proposal, Shell
 
 IMAGE_HINT = (
@@ -61,21 +60,17 @@ def make(
     transcript_dir: Path | None,
 ) -> Any:
     """The ``command`` optimizer running Codex; ``optimizer.command`` must be unset."""
-    from harnessopt.optimizer.command import CommandOptimizer
+    from harnessopt.optimizer.command import preset
 
-    if cfg.command:
-        raise UserError(
-            "optimizer.command is the command backend's argv; codex builds its own: "
-            "unset optimizer.command, or use --optimizer command"
-        )
-    return CommandOptimizer(
+    return preset(
+        "codex",
         codex_argv(cfg.model),
+        cfg.command,
         cfg.wall_s,
         lease_factory=lease_factory,
         shell_factory=shell_factory,
         transcript_dir=transcript_dir,
         report=proposal,
-        name="codex",
         missing_hint=IMAGE_HINT,
         executable="codex",
     )

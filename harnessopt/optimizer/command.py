@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from harnessopt.errors import UserError
 from harnessopt.protocols import AgentResult, GatewayLease, Proposal, Shell, SupportsClose
@@ -119,6 +120,23 @@ class CommandOptimizer:
                 f"optimizer {self.name}: {self.executable!r} is not an executable where the agent runs "
                 f"(its sandbox's PATH); {missing_hint}"
             )
+
+
+def preset(
+    name: str,
+    argv: list[str],
+    cfg_command: list[str] | None,
+    wall_s: float,
+    **kw: Any,
+) -> CommandOptimizer:
+    """A named preset of this backend (``claude-code``, ``codex``): it builds its own argv, so
+    ``optimizer.command`` must be unset; ``kw`` go to ``CommandOptimizer``."""
+    if cfg_command:
+        raise UserError(
+            f"optimizer.command is the command backend's argv; {name} builds its own: "
+            "unset optimizer.command, or use --optimizer command"
+        )
+    return CommandOptimizer(argv, wall_s, name=name, **kw)
 
 
 def _tail_report(result: AgentResult) -> Proposal:

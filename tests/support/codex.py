@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
+from tests.support.claude_code import variant_image
 
 CODEX_IMAGE = "harnessopt-sandbox:codex"
 Step = Callable[[dict[str, Any]], dict[str, Any]]
@@ -76,16 +75,4 @@ class CodexScript:
 
 def codex_image(docker_client: Any) -> str:
     """The sandbox image with the Codex CLI (built here when missing or stale; CI builds it in .ci/run)."""
-    from harnessopt.errors import UserError
-    from harnessopt.sandbox.image.build import image_status
-    from harnessopt.sandbox.image.variants import build_image_with, image_has
-
-    if image_status(docker_client, CODEX_IMAGE) != "ok" or not image_has(docker_client, CODEX_IMAGE, "codex"):
-        try:
-            build_image_with(None, CODEX_IMAGE, ["codex"], announce=lambda _m: None)
-        except UserError as e:
-            why = f"the Codex image cannot be built ({e}); run .ci/codex_setup.sh"
-            if os.environ.get("CI"):
-                pytest.fail(why)
-            pytest.skip(why + "; set CI=true to make this a failure")
-    return CODEX_IMAGE
+    return variant_image(docker_client, CODEX_IMAGE, "codex", ".ci/codex_setup.sh")

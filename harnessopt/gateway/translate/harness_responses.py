@@ -18,7 +18,13 @@ import json
 import time
 from typing import Any
 
-from harnessopt.gateway.translate.common import arguments, arguments_text, bad, plain_text
+from harnessopt.gateway.translate.common import (
+    arguments,
+    arguments_text,
+    bad,
+    canonical_tool_choice,
+    plain_text,
+)
 
 _FIELDS = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools"}
 _FIELDS |= {"tool_choice", "parallel_tool_calls", "reasoning", "user", "metadata", "store"}
@@ -245,21 +251,7 @@ def _tool(i: int, tool: Any) -> dict[str, Any]:
 
 
 def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
-    if choice is None and parallel in (None, True):
-        return None
-    if choice in (None, "auto"):
-        out: dict[str, Any] = {"type": "auto"}
-    elif choice == "none":
-        return {"type": "none"}
-    elif choice == "required":
-        out = {"type": "any"}
-    elif isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
-        out = {"type": "tool", "name": choice["name"]}
-    else:
-        raise bad("tool_choice", f"{choice!r} is not supported (auto, none, required, a function)")
-    if parallel is False:
-        out["disable_parallel_tool_use"] = True
-    return out
+    return canonical_tool_choice(choice, parallel, choice.get("name") if isinstance(choice, dict) else None)
 
 
 # --------------------------------------------------------------------------- response

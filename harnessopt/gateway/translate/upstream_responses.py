@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harnessopt.gateway.translate.common import arguments, arguments_text, bad
+from harnessopt.gateway.translate.common import arguments, arguments_text, bad, openai_tool_choice
 from harnessopt.gateway.translate.upstream_chat import _TYPED_TOOLS
 from harnessopt.protocols import ModelError
 
@@ -46,16 +46,7 @@ def messages_request_to_responses(body: dict[str, Any]) -> dict[str, Any]:
         out["tools"] = [_tool(i, t) for i, t in enumerate(body["tools"])]
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
-        names = {"auto": "auto", "any": "required", "none": "none"}
-        kind = choice.get("type")
-        if kind == "tool":
-            out["tool_choice"] = {"type": "function", "name": choice.get("name")}
-        elif kind in names:
-            out["tool_choice"] = names[kind]
-        else:
-            raise bad("tool_choice.type", f"{kind!r} is not supported (auto, any, tool, none)")
-        if choice.get("disable_parallel_tool_use"):
-            out["parallel_tool_calls"] = False
+        out.update(openai_tool_choice(choice, lambda name: {"type": "function", "name": name}))
     user = (body.get("metadata") or {}).get("user_id")
     if user:
         out["user"] = str(user)

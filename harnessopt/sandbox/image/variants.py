@@ -104,24 +104,33 @@ def ensure_node_base(client: Any, base: str | None, announce: Callable[[str], No
 
 
 def _add_claude_code(client: Any, task_image: str, tag: str, announce: Callable[[str], None]) -> str:
-    with tempfile.TemporaryDirectory(prefix="ho-build-cc-") as tmp:
-        ctx = Path(tmp)
-        shutil.copy2(sandbox_source_dir() / "Dockerfile.claude-code", ctx / "Dockerfile")
-        version = npm_install_claude_code(ctx / "claude-code", announce)
-        announce(f"building {tag}: the task image plus Claude Code {version}")
-        labels = {WITH_LABEL: "claude-code", CLAUDE_CODE_LABEL: version}
-        image_id = _build(client, tmp, tag, {"BASE": task_image}, labels, network=False)
-    announce(f"built {tag} ({image_id[7:19]})")
-    return image_id
+    install = npm_install_claude_code
+    return _add_cli(
+        client, task_image, tag, announce, "claude-code", install, CLAUDE_CODE_LABEL, "Claude Code"
+    )
 
 
 def _add_codex(client: Any, task_image: str, tag: str, announce: Callable[[str], None]) -> str:
-    with tempfile.TemporaryDirectory(prefix="ho-build-codex-") as tmp:
+    return _add_cli(client, task_image, tag, announce, "codex", npm_install_codex, CODEX_LABEL, "Codex")
+
+
+def _add_cli(
+    client: Any,
+    task_image: str,
+    tag: str,
+    announce: Callable[[str], None],
+    variant: str,
+    install: Callable[[Path, Callable[[str], None]], str],
+    label: str,
+    product: str,
+) -> str:
+    """``sandbox/Dockerfile.<variant>`` FROM the task image, the CLI ``install`` put in its context."""
+    with tempfile.TemporaryDirectory(prefix=f"ho-build-{variant}-") as tmp:
         ctx = Path(tmp)
-        shutil.copy2(sandbox_source_dir() / "Dockerfile.codex", ctx / "Dockerfile")
-        version = npm_install_codex(ctx / "codex", announce)
-        announce(f"building {tag}: the task image plus Codex {version}")
-        labels = {WITH_LABEL: "codex", CODEX_LABEL: version}
+        shutil.copy2(sandbox_source_dir() / f"Dockerfile.{variant}", ctx / "Dockerfile")
+        version = install(ctx / variant, announce)
+        announce(f"building {tag}: the task image plus {product} {version}")
+        labels = {WITH_LABEL: variant, label: version}
         image_id = _build(client, tmp, tag, {"BASE": task_image}, labels, network=False)
     announce(f"built {tag} ({image_id[7:19]})")
     return image_id
