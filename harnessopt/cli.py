@@ -123,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff", help="a round's change as a git diff")
     diff.add_argument("ws", type=Path)
     diff.add_argument("round", type=int)
+    diff.add_argument(
+        "--candidate",
+        type=int,
+        metavar="I",
+        help="candidate cI of a round with several (search.candidates), from its own ref",
+    )
     ap = sub.add_parser("approve", help="approve the round-0 proposal (harness and joint mode)")
     ap.add_argument("ws", type=Path)
     rj = sub.add_parser(
@@ -253,6 +259,10 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     if warning := concurrency_warning(ws.cfg.rollout.concurrency):  # one line, at run start
         say(warning)
+    from harnessopt.gateway.policy import unpriced_budget
+
+    if unpriced := unpriced_budget(ws.cfg):  # also for --dry-run; before the lock: nothing changed
+        raise UserError(unpriced)
     if a.dry_run:  # no lock, no model call, nothing written
         from harnessopt.reporting.projection import project
 
@@ -349,7 +359,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
     from harnessopt.reporting.log import round_diff
     from harnessopt.workspace.core import Workspace
 
-    print(round_diff(Workspace.open(a.ws), a.round), end="")
+    print(round_diff(Workspace.open(a.ws), a.round, a.candidate), end="")
     return 0
 
 

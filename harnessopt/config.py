@@ -17,6 +17,8 @@ CONFIG_NAME = "harnessopt.yaml"
 # What each mode lets the optimizer change, and what no mode or whitelist ever does (globs).
 MODE_WHITELIST = {"skill": ("skill/**",), "harness": ("harness/**",), "joint": ("skill/**", "harness/**")}
 ALWAYS_READ_ONLY = ("tasks/**", "scorer.py", "harnessopt.yaml", ".git/**")
+DEFAULT_CANDIDATES = 1
+"""search.candidates when the config does not say: the yield benchmark (benchmarks/) chooses it."""
 
 
 class _Strict(BaseModel):
@@ -123,14 +125,14 @@ class GateConfig(_Strict):
     epochs: int = Field(1, ge=1)
     """Runs per val task (for stochastic targets)."""
     incumbent_epochs: int | None = Field(None, ge=1)
-    """Runs per val task measured and cached for the incumbent (default: epochs). The runs past
-    the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before running it
-    again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise floor is
-    measured on the cached runs at no extra cost."""
-    second_look: int = Field(2, ge=0)
+    """Runs per val task measured and cached for the incumbent (default: epochs + second_look). The
+    runs past the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before
+    running it again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise
+    floor is measured on the cached runs at no extra cost."""
+    second_look: int = Field(4, ge=0)
     """Runs of every val task the gate's second look adds, when the first look is promising but
     inside the dead zone (0: a single look)."""
-    first_look_share: float = Field(0.2, gt=0.0, lt=1.0)
+    first_look_share: float = Field(0.05, gt=0.0, lt=1.0)
     """Share of the primary test's alpha the first look spends; the second look gets the rest."""
     max_broken: int | None = Field(None, ge=0)
     """Reject when more val tasks broke than this."""
@@ -154,12 +156,39 @@ class GateConfig(_Strict):
     confirm: Literal["val", "holdout", "none"] = "val"
     """After an accept, runs that did not select it: fresh runs on val, or on the held-out part
     of val; ho/best moves only when they confirm the gain."""
+    confirm_moves_main: bool = True
+    """main moves only when the confirmation (``confirm``) finds the gain again; false: main keeps
+    what the gate accepted whatever the confirmation says (ho/best still waits for it)."""
     holdout_share: float = Field(0.3, gt=0.0, lt=1.0)
     """confirm: holdout: the share of val tasks set aside (by id), never seen by the gate."""
     run_alpha: float | None = Field(None, gt=0.0, lt=1.0)
     """False-accept budget of the whole run, spent evenly over run_rounds gate decisions."""
     run_rounds: int = Field(20, ge=1)
     """Gate decisions run_alpha is spread over; past them the gate accepts nothing."""
+
+    @property
+    def banked_epochs(self) -> int:
+        """Runs per val task cached for the incumbent: ``incumbent_epochs``, by default ``epochs``
+        plus the second look's runs (with no rerun of any kind, just ``epochs``)."""
+        if self.incumbent_epochs is not None:
+            return self.incumbent_epochs
+        return self.epochs + (self.second_look if self.confirm_flips else 0)
+
+
+class SearchConfig(_Strict):
+    candidates: int = Field(DEFAULT_CANDIDATES, ge=1, le=16)
+    """Edits the optimizer proposes each round, each in its own view and aimed at a different failure
+    cluster of the round's train runs; more than one are screened on train (docs/optimizer.md, "Search")."""
+    winners: int = Field(1, ge=1)
+    """Screened candidates that go on to smoke and validation (the best non-dominated ones); more than
+    one splits the gate's false-accept budget among them (docs/gate.md, "Search")."""
+    screen_tasks: int = Field(0, ge=0)
+    """Train tasks added to the round's batch for screening only (the incumbent runs them too)."""
+    screen_floor: float | None = Field(None, ge=-1.0, le=1.0)
+    """A candidate whose mean train difference against the incumbent is below this is not validated
+    (none: the best screened candidate always is)."""
+    archive: int = Field(4, ge=0)
+    """Candidates of earlier rounds that won on some train tasks offered to a later brief to merge (0: none)."""
 
 
 class BudgetConfig(_Strict):
@@ -236,6 +265,8 @@ class Config(_Strict):
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
     optimizer: OptimizerConfig = Field(default_factory=lambda: OptimizerConfig())
     gate: GateConfig = Field(default_factory=lambda: GateConfig())
+    search: SearchConfig = Field(default_factory=lambda: SearchConfig())
+    """Several candidates a round, screened on train (docs/optimizer.md, "Search")."""
     budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig())
     gateway: GatewayConfig = Field(default_factory=lambda: GatewayConfig())
     checks: ChecksConfig = Field(default_factory=lambda: ChecksConfig())

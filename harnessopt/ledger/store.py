@@ -32,6 +32,7 @@ MANIFEST_VERSION = 2
 ROUND_TAG = "ho/round-{k}"
 BEST_TAG = "ho/best"
 RECORD_REF = "refs/harnessopt/{status}/round-{k}"
+CANDIDATE_REF = "refs/harnessopt/candidates/round-{k}/{name}"
 
 Status = Literal["initial", "accepted", "rejected", "noop", "failed"]
 RecordStatus = Literal["rejected", "noop", "failed"]
@@ -87,6 +88,49 @@ class OptimizerRecord(_Tolerant):
     view_skipped: list[str] = Field(default_factory=list)
 
 
+class CandidateRecord(_Tolerant):
+    """One of a round's candidates (``search.candidates`` > 1): what it changed, how it screened on
+    train against the incumbent, and why it was or was not validated."""
+
+    name: str
+    """Its id in the round: c1, c2, ..."""
+    focus: str = ""
+    """The failure cluster its brief aimed it at."""
+    title: str = ""
+    """First line of the optimizer's summary."""
+    outcome: Literal["screened", "noop", "failed", "rejected"] = "screened"
+    """screened: it passed the checks and ran on train; otherwise how the checks ended it."""
+    reason: str = ""
+    """Why it was or was not validated, one line."""
+    changed: list[str] = Field(default_factory=list)
+    mean_delta: float | None = None
+    """Mean paired train difference against the incumbent (None: not screened)."""
+    wins: list[str] = Field(default_factory=list)
+    """Train task ids where it beat the incumbent."""
+    losses: list[str] = Field(default_factory=list)
+    n: int = 0
+    """Paired train tasks it was screened on."""
+    chosen: bool = False
+    """Went on to smoke and validation."""
+    ref: str | None = None
+    """refs/harnessopt/candidates/round-K/NAME: its tree, reviewable with ``harnessopt diff WS K --candidate I``."""
+    commit: str | None = None
+
+
+class SearchRecord(_Tolerant):
+    """How a round with several candidates chose among them (docs/optimizer.md, "Search")."""
+
+    candidates: list[CandidateRecord] = Field(default_factory=list)
+    winners: list[str] = Field(default_factory=list)
+    """Candidates sent to smoke and validation, in the order they were validated."""
+    alpha_split: int = 1
+    """Ways the gate's false-accept budget was split among the winners (Bonferroni; 1: not split)."""
+    screen_tasks: list[str] = Field(default_factory=list)
+    """Train task ids the candidates were screened on (empty: no screening, one candidate left)."""
+    merged: list[str] = Field(default_factory=list)
+    """Archived candidates (round-K/cI) a candidate of this round was asked to merge."""
+
+
 class RoundManifest(_Tolerant):
     """The machine-readable part of a round's commit message."""
 
@@ -125,6 +169,8 @@ class RoundManifest(_Tolerant):
     """An accepted candidate on runs that did not select it (gain, interval, confirmed)."""
     checks: dict[str, Any] = Field(default_factory=dict)
     """What the candidate checks found (``leakage``: findings and the action taken)."""
+    search: SearchRecord | None = None
+    """Every candidate of a round with several (``search.candidates`` > 1); None with one."""
 
     @property
     def title(self) -> str:
@@ -315,6 +361,19 @@ def record_accepted(
         if new_best:
             vcs.tag(repo, BEST_TAG, sha, move=True)
     return sha
+
+
+def record_candidate(
+    repo: git.Repo, parent: str, overlay: Path, paths: list[str], k: int, c: CandidateRecord, summary: str
+) -> tuple[str, str]:
+    """One candidate of round k on ``refs/harnessopt/candidates/round-K/NAME`` (main untouched);
+    returns (ref, commit). Its message carries the candidate's record as the manifest."""
+    title = c.title[:60] or c.reason[:60]
+    text = message(f"harnessopt round {k} candidate {c.name}: {title}", f"{c.reason}\n\n{summary}", c)
+    sha = vcs.build_commit(repo, parent, overlay, paths, text)
+    ref = CANDIDATE_REF.format(k=k, name=c.name)
+    vcs.set_ref(repo, ref, sha)
+    return ref, sha
 
 
 def _round_message(m: RoundManifest) -> str:

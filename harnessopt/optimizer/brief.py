@@ -18,10 +18,13 @@ def render_brief(
     *,
     n_trajectories: int | None = None,
     plan_md: str | None = None,
+    focus_md: str | None = None,
 ) -> str:
     """OPTIMIZE.md for one round: what to read, what to change, what not to do, how to finish.
 
-    ``plan_md``: the round-0 proposal a person approved (harness and joint mode), to implement."""
+    ``plan_md``: the round-0 proposal a person approved (harness and joint mode), to implement.
+    ``focus_md``: with several candidates a round, which failure cluster this one addresses
+    (``render_focus``)."""
     paths = "\n".join(f"- `{g}`" for g in allowed) or "- (nothing: this round cannot change files)"
     count = f" ({n_trajectories} files)" if n_trajectories is not None else ""
     harness = (
@@ -66,7 +69,7 @@ whether it was accepted.
 - `trajectories/`, `history.md` and this file are read-only inputs; edits to them are ignored.
 - Files larger than 1 MiB and symbolic links are never copied back.
 
-{_flags(mode)}{_plan(plan_md)}## Budget
+{_flags(mode)}{_plan(plan_md)}{focus_md or ""}## Budget
 
 {budgets.rstrip()}
 
@@ -76,6 +79,45 @@ Finish with a short summary. Its first line is a one-line title of the change (i
 title). Then: the pattern, the task ids that show it, and what you changed. If you found no pattern
 worth an edit, change nothing and say why.
 """
+
+
+def render_focus(
+    name: str,
+    total: int,
+    label: str,
+    task_ids: Sequence[str],
+    taken: Sequence[tuple[str, str]],
+    *,
+    merge_md: str | None = None,
+) -> str:
+    """The section of candidate ``name`` (one of ``total``) that says which failure cluster it
+    addresses (``label``, shown by ``task_ids``), which ones the others took (``taken``: (name,
+    label)), or, for ``merge``, which archived candidates to merge (``merge_md``)."""
+    others = "; ".join(f"{lab} ({n})" for n, lab in taken) or "none"
+    head = (
+        f"## Your focus: candidate {name} of {total}\n\n"
+        f"This round {total} candidates are proposed independently, each in its own copy of these files;\n"
+        "they are screened on the train tasks and only the best goes on to validation. Each is aimed at\n"
+        "a different failure cluster of the train runs (failure classes as in `error_class` and the\n"
+        f"feedback). Taken by the other candidates: {others}. Do not work on those.\n\n"
+    )
+    if label == "merge" and merge_md:
+        return head + (
+            "Yours: **merge**. Earlier rounds left candidates that each won on different train tasks but\n"
+            "were not accepted on their own. Combine the ideas below into one edit of the current files\n"
+            "(they may not apply as they are; keep what each fixed, drop what conflicts):\n\n"
+            f"{merge_md.rstrip()}\n\n"
+        )
+    if label in ("open", "merge") or not task_ids:
+        return head + (
+            "Yours: **open**. No failure cluster is left for you: look for a different improvement than\n"
+            "the others' (a shared weakness of the passing runs, a clearer instruction), or change nothing.\n\n"
+        )
+    ids = ", ".join(f"`{t}`" for t in task_ids[:20]) + (" ..." if len(task_ids) > 20 else "")
+    return head + (
+        f"Yours: **{label}**, the failed runs of {len(task_ids)} train task(s): {ids}. Start from their\n"
+        "trajectories and fix what they share; the rules below still hold (no task-specific values).\n\n"
+    )
 
 
 def render_history(rounds: Sequence[Round]) -> str:

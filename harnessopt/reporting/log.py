@@ -51,6 +51,8 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "train_tasks": m.train_tasks,
                 "failures": {p: dict(s.failures) for p, s in m.phases.items() if s.failures},
                 "wall_s": m.wall_s,
+                "candidates": [c.model_dump() for c in m.search.candidates] if m.search else [],
+                "alpha_split": m.search.alpha_split if m.search else 1,
             }
         )
     return rows
@@ -81,7 +83,7 @@ def print_log(ws: Workspace, console: Console) -> None:
             train,
             _cost(r),
             f"[red]{len(r['violations'])}[/red]" if r["violations"] else "0",
-            f"{visible(r['summary'])}\n[dim]{visible(_with_confirmation(r))}[/dim]",
+            f"{visible(r['summary'])}\n[dim]{visible(_with_confirmation(r))}[/dim]" + _candidate_lines(r),
         )
     if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
         console = Console(width=LOG_WIDTH, highlight=False, file=console.file)
@@ -113,6 +115,20 @@ def _with_confirmation(row: dict[str, Any]) -> str:
     return reason
 
 
+def _candidate_lines(row: dict[str, Any]) -> str:
+    """A round with several candidates: one dim line each, its screen result and why."""
+    lines = []
+    for c in row.get("candidates") or []:
+        line = f"{'*' if c['chosen'] else ' '}{c['name']} "
+        if c["mean_delta"] is None:
+            line += c["reason"]
+        else:  # the numbers once, the reason without them
+            line += f"{c['mean_delta']:+.3f} on train (won {len(c['wins'])}, lost {len(c['losses'])}): "
+            line += c["reason"].rsplit(" (", 1)[0]
+        lines.append(line)
+    return "".join(f"\n[dim]{visible(line)}[/dim]" for line in lines)
+
+
 def _status_style(status: str) -> str:
     color = {"accepted": "green", "rejected": "red", "noop": "yellow", "failed": "magenta"}.get(
         status, "white"
@@ -126,11 +142,14 @@ def _fmt(x: Any, sign: bool = False) -> str:
     return f"{x:+.3f}" if sign else f"{x:.3f}"
 
 
-def round_diff(ws: Workspace, k: int) -> str:
-    """The change a round proposed (accepted or not), as a git diff of skill/ and harness/."""
+def round_diff(ws: Workspace, k: int, candidate: int | None = None) -> str:
+    """The change a round proposed (accepted or not), as a git diff of skill/ and harness/;
+    ``candidate``: candidate cI of a round with several, from its own ref."""
     r = ledger.find(ws.repo, k)
     if k == 0:
         raise UserError("round 0 is the initial state and has no diff; pick a round >= 1")
+    if candidate is not None:
+        return _candidate_diff(ws, r, candidate)
     parent = r.manifest.parent or ws.repo.commit(r.commit).parents[0].hexsha
     header = f"# round {k}: {r.status} ({r.ref} {r.commit[:10]})\n# {r.manifest.reason}\n"
     if r.manifest.violations:  # what the optimizer wrote outside the whitelist never reached the candidate
@@ -239,3 +258,22 @@ def projected_vs_spent(ws: Workspace) -> list[str]:
         + (f" (estimated, chars/4, for {guessed} calls whose upstream sent no usage)" if guessed else "")
         + f", ${cost:.4f} in {len(spent)} round(s){off}",
     ]
+
+
+def _candidate_diff(ws: Workspace, r: ledger.Round, i: int) -> str:
+    cands = r.manifest.search.candidates if r.manifest.search else []
+    c = next((c for c in cands if c.name == f"c{i}"), None)
+    if c is None:
+        known = (
+            ", ".join(c.name.removeprefix("c") for c in cands)
+            or "none (it had one candidate: drop --candidate)"
+        )
+        raise UserError(f"round {r.round} has no candidate {i}; its candidates: {known}")
+    header = f"# round {r.round} candidate {c.name}: {'validated' if c.chosen else 'not validated'}"
+    header += f" ({c.ref or 'no ref'}{' ' + c.commit[:10] if c.commit else ''})\n# {c.reason}\n"
+    if c.focus:
+        header += f"# aimed at: {c.focus}\n"
+    if not c.commit:  # ended at the checks without an edit: nothing was recorded
+        return header + "# (no change to skill/ or harness/)\n"
+    body = vcs.diff(ws.repo, r.manifest.parent or f"{c.commit}^", c.commit, EDITABLE_PATHS)
+    return header + (body if body.strip() else "# (no change to skill/ or harness/)\n")

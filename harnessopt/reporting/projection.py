@@ -154,7 +154,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     for i in range(rounds):
         incumbent = cfg.gate.rerun_incumbent or (i == 0 and not cached)
         g, aa = cfg.gate, i == 0 and not floor  # the A/A test runs it again unless the bank has it
-        banked = g.incumbent_epochs or g.epochs
+        banked = g.banked_epochs
         measured = banked + (g.epochs if aa and banked < 2 * g.epochs else 0) if incumbent else 0
         per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured))
     basis = f"{len(history)} measured round(s)" if history else "config priors (no measured round yet)"
@@ -254,7 +254,7 @@ def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
     its banked runs while they last: ``gate.incumbent_epochs``); the runs confirming an accepted
     round on both sides, on val or on the held-out tasks)."""
     g = cfg.gate
-    banked = (g.incumbent_epochs or g.epochs) - g.epochs
+    banked = g.banked_epochs - g.epochs
     sides = 1 if banked >= g.epochs + g.second_look else 2  # the bank covers the incumbent's reruns
     per = (
         sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look) if g.confirm_flips else 0.0

@@ -1,7 +1,8 @@
 """What the target's runs of one round did, per phase: a Runner observer the loop attaches.
 
 A round runs its tasks in batches (``Runner.run`` calls). Each batch belongs to a phase, told
-apart by what it runs (``phase_of``): train tasks are the *rollout*; the gate's reruns use
+apart by what it runs (``phase_of``): the incumbent's train tasks are the *rollout*, a candidate's
+the *screening* (several candidates a round, ``search``); the gate's reruns use
 epochs from ``RERUN_EPOCH`` on; the incumbent's smoke rerun made ahead (``PROBE_EPOCH``,
 ``loop.probe_jobs``) is the *probe*; the incumbent on val is *incumbent*; the candidate's first val
 batch is the *smoke* test when one is configured, later ones *validation*; test tasks are an
@@ -19,7 +20,7 @@ from harnessopt.rollout.taxonomy import phase_stats
 
 RERUN_EPOCH = 1000  # loop.gate numbers the gate's reruns from here
 PROBE_EPOCH = 3 * 10**6  # the incumbent's smoke rerun the loop makes while the optimizer works
-PHASES = ("rollout", "incumbent", "probe", "smoke", "validation", "reruns", "audit")
+PHASES = ("rollout", "screening", "incumbent", "probe", "smoke", "validation", "reruns", "audit")
 
 
 def phase_of(label: str, tasks: Sequence[Task], epochs: Sequence[int], *, smoke_next: bool) -> str:
@@ -27,7 +28,7 @@ def phase_of(label: str, tasks: Sequence[Task], epochs: Sequence[int], *, smoke_
     this round and a smoke test is configured."""
     splits = {t.split for t in tasks}
     if splits == {"train"}:
-        return "rollout"
+        return "rollout" if label == "incumbent" else "screening"
     if "test" in splits:
         return "audit"
     if list(epochs) == [PROBE_EPOCH]:

@@ -108,14 +108,21 @@ class RoundStore:
 
     # ------------------------------------------------------------------ the optimizer's candidate
 
-    def _proposal_dir(self, round_no: int, parent: str) -> Path:
-        return self.root / f"round-{round_no}" / f"candidate-{parent[:16]}"
+    def _proposal_dir(self, round_no: int, parent: str, name: str = "") -> Path:
+        return self.root / f"round-{round_no}" / (f"candidate-{parent[:16]}" + (f"-{name}" if name else ""))
 
     def save_candidate(
-        self, round_no: int, parent: str, proposal: Proposal, copied: dict[str, Any], cand_root: Path
+        self,
+        round_no: int,
+        parent: str,
+        proposal: Proposal,
+        copied: dict[str, Any],
+        cand_root: Path,
+        name: str = "",
     ) -> None:
-        """Keep the proposal and the candidate tree; written last is ``done``, so a torn save is none."""
-        d = self._proposal_dir(round_no, parent)
+        """Keep the proposal and the candidate tree; written last is ``done``, so a torn save is none.
+        ``name``: which of the round's several candidates (``search``), "" for the only one."""
+        d = self._proposal_dir(round_no, parent, name)
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
         for part in ("skill", "harness"):
@@ -125,9 +132,11 @@ class RoundStore:
         _write_atomic(d / "proposal.json", json.dumps(info, default=str))
         _write_atomic(d / "done", "")
 
-    def load_candidate(self, round_no: int, parent: str) -> tuple[Proposal, dict[str, Any], Path] | None:
+    def load_candidate(
+        self, round_no: int, parent: str, name: str = ""
+    ) -> tuple[Proposal, dict[str, Any], Path] | None:
         """(proposal, copy-back result, candidate tree) saved by an interrupted run of this round."""
-        d = self._proposal_dir(round_no, parent)
+        d = self._proposal_dir(round_no, parent, name)
         if not (d / "done").exists():
             return None
         try:

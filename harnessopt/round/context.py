@@ -13,6 +13,7 @@ from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot
 from harnessopt.protocols import GateDecision, Proposal, Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
+from harnessopt.search.state import Search
 
 Announce = Callable[[str], None]
 
@@ -59,4 +60,5 @@ class Trail:
     runs: RoundRuns = field(default_factory=lambda: RoundRuns(0))  # every run of the round, by phase
     checks: dict[str, Any] = field(default_factory=dict)  # what the leakage check found (leakage.screen)
     probe: list[TaskResult] = field(default_factory=list)  # the incumbent's smoke rerun made ahead
+    search: Search | None = None  # every candidate of the round, screened on train (search.candidates > 1)
     started: float = field(default_factory=time.monotonic)

@@ -31,6 +31,8 @@ def record(
     """Accept: one atomic commit on main + tags. Otherwise: the candidate on a ref, main untouched."""
     status, reason = ending[0], visible(ending[1], 2000)
     count_unclaimed(svc, rc, t)
+    if t.search is not None:  # every candidate on its own ref, before the round's record names them
+        t.search.write_refs(ws.repo, rc.parent, rc.k)
     m = manifest(svc, rc, t, status, reason)
     ws.journal.write(rc.k, "record", status=status, reason=reason)
     overlay = (t.candidate or rc.incumbent).root  # skill/, harness/ and this round's trajectories/
@@ -97,6 +99,7 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
         repeats=t.runs.repeats(),
         wall_s=round(time.monotonic() - t.started, 3),
         checks=t.checks,
+        search=t.search.record() if t.search else None,
     )
 
 

@@ -12,7 +12,6 @@ Ctrl-C deferred for those milliseconds.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import shutil
 import tempfile
@@ -23,20 +22,16 @@ from pathlib import Path
 
 from harnessopt.errors import UserError
 from harnessopt.gate.verdicts import split_val
-from harnessopt.ledger import round0 as proposals
-from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
-from harnessopt.optimizer.brief import render_brief, render_history
-from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
-from harnessopt.protocols import Proposal, Task, TaskResult
+from harnessopt.protocols import Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round import leakage, stop, tamper
-from harnessopt.round.checks import import_check, static_check
-from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
+from harnessopt.round.context import Announce, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
+    final_ending,
     gate,
     incumbent_outcomes,
     probe,
@@ -47,11 +42,9 @@ from harnessopt.round.evaluate import (
 from harnessopt.round.record import record
 from harnessopt.round.round0 import incumbent_broken
 from harnessopt.round.services import Services
+from harnessopt.search import steps as search
 from harnessopt.util import interrupts
-from harnessopt.util.text import visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
-
-SUMMARY_CAP = 20_000  # characters of the optimizer's summary kept in the commit message
 
 
 def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResult:
@@ -85,9 +78,10 @@ def _steps(
         return record(ws, svc, rc, t, ("failed", broken), say)
     stage(svc, rc, t.train)  # 2
     svc.runner.prefetch(rc.incumbent, probe_jobs(svc, rc), rc.k)  # made while the optimizer works
-    t.proposal, t.snapshot = propose(ws, svc, rc, view, len(t.train), say)  # 3
-    interrupts.check()
-    t.copied, t.candidate, ending = check(ws, svc, rc, t.proposal, t.snapshot)  # 4
+    t.search = search.propose_all(ws, svc, rc, t.train, view, say)  # 3, 4: one view per candidate
+    search.screen_all(ws, svc, rc, t.train, t.search, say)  # several: the best on train goes on
+    chosen, ending = t.search.outcome()
+    t.proposal, t.snapshot, t.copied, t.candidate = chosen.parts()
     if t.candidate is None or ending is not None:
         return record(ws, svc, rc, t, ending or ("failed", "no candidate"), say)
     tasks, cfg = [*ws.tasks("train"), *rc.val, *rc.held_out], svc.cfg.checks
@@ -107,7 +101,9 @@ def _steps(
     interrupts.check()
     if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
         return record(ws, svc, rc, t, ("failed", void), say)
-    return record(ws, svc, rc, t, ("accepted" if t.decision.accept else "rejected", t.decision.reason), say)
+    return record(
+        ws, svc, rc, t, final_ending(t.decision, t.confirmation, svc.cfg.gate.confirm_moves_main), say
+    )
 
 
 def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:
@@ -164,67 +160,3 @@ def stage(svc: Services, rc: RoundContext, train: list[TaskResult]) -> None:
     write_trajectories(
         rc.incumbent.root / "trajectories", train, harness_commit=rc.parent, target_model=target
     )
-
-
-def propose(
-    ws: Workspace, svc: Services, rc: RoundContext, view: Path, n_train: int, say: Announce
-) -> tuple[Proposal, ViewSnapshot | None]:
-    """The optimizer's proposal (edits are in the view); None for the snapshot when it was kept
-    from an interrupted run of this round, whose candidate ``check`` then restores."""
-    if (saved := svc.store.load_candidate(rc.k, rc.parent)) is not None:
-        say(f"round {rc.k}: reusing the optimizer's proposal of the interrupted run (no optimizer call)")
-        return saved[0], None
-    history = render_history(ledger.past_rounds(ws.repo))
-    cfg = svc.cfg
-    plan = proposals.plan_to_implement(ws.repo) if cfg.mode in ("harness", "joint") else None
-    brief = render_brief(
-        rc.k, cfg.mode, cfg.allowed_globs(), cfg.optimizer, n_trajectories=n_train, plan_md=plan
-    )
-    snapshot = build_view(rc.incumbent.root, view, history_md=history, brief_md=brief)
-    say(f"round {rc.k}: optimizer '{cfg.optimizer.backend}' is reading {n_train} trajectories")
-    ws.journal.write(rc.k, "propose", view=str(view))
-    proposal = svc.propose(view, brief, rc.k)
-    # Untrusted text: controls made visible before it reaches git, the journal or a terminal.
-    proposal.summary = visible(proposal.summary, SUMMARY_CAP).strip() or "(no summary)"
-    ws.journal.write(
-        rc.k, "proposed", summary=proposal.summary[:500], turns=proposal.turns, stopped_by=proposal.stopped_by
-    )
-    return proposal, snapshot
-
-
-def check(
-    ws: Workspace, svc: Services, rc: RoundContext, proposal: Proposal, snapshot: ViewSnapshot | None
-) -> tuple[CopyBackResult, Candidate | None, Ending | None]:
-    """Copy back only whitelisted edits into a candidate; an ``Ending`` when the round ends here."""
-    cand_root = rc.scratch / "candidate"
-    shutil.copytree(rc.incumbent.root, cand_root)
-    if snapshot is None:
-        copied = _restore_candidate(svc, rc, cand_root)
-    else:
-        cfg = svc.cfg
-        copied = copy_back(
-            snapshot.view, cand_root, cfg.allowed_globs(), snapshot=snapshot, read_only=cfg.read_only_globs()
-        )
-        svc.store.save_candidate(rc.k, rc.parent, proposal, dataclasses.asdict(copied), cand_root)
-    ws.journal.write(rc.k, "check", changed=copied.changed, violations=copied.violations)
-    if proposal.stopped_by == "error":
-        return copied, None, ("failed", f"optimizer error: {proposal.summary.splitlines()[0][:300]}")
-    if not copied.changed:
-        why = "no whitelisted edit" + (f" ({len(copied.violations)} discarded)" if copied.violations else "")
-        return copied, None, ("noop", why)
-    candidate = Candidate(cand_root, "candidate", f"candidate-of-{rc.parent[:12]}")
-    problem = static_check(cand_root)
-    if problem is None and any(p.startswith("harness/") for p in copied.changed):  # before any rollout
-        problem = import_check(svc.sandbox, cand_root, svc.cfg)
-    return copied, candidate, ("rejected", problem) if problem else None
-
-
-def _restore_candidate(svc: Services, rc: RoundContext, cand_root: Path) -> CopyBackResult:
-    saved = svc.store.load_candidate(rc.k, rc.parent)
-    assert saved is not None, "propose() found it a moment ago"
-    _, copied, tree = saved
-    for part in EDITABLE_PATHS:
-        shutil.rmtree(cand_root / part, ignore_errors=True)
-        if (tree / part).exists():
-            shutil.copytree(tree / part, cand_root / part, symlinks=True)
-    return CopyBackResult(**copied)
