@@ -141,16 +141,8 @@ def npm_install_codex(dest: Path, announce: Callable[[str], None]) -> str:
 
     Returns the CLI's version. Only the native binary of this platform and its ``rg`` are kept.
     """
-    npm = shutil.which("npm")
-    if npm is None:
-        raise UserError(
-            "npm is not installed on this host; install Node.js and npm (Debian: apt-get install nodejs npm)"
-        )
     prefix = dest.parent / "npm-prefix"
-    announce(f"npm install -g {CODEX_PACKAGE} (into the build context)")
-    argv = [npm, "install", "-g", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
-    _run(argv + [CODEX_PACKAGE], None)
-    package = prefix / "lib" / "node_modules" / CODEX_PACKAGE
+    package = _npm_install(CODEX_PACKAGE, prefix, announce)
     found = sorted(package.glob("node_modules/@openai/codex-*/vendor/*/bin/codex"))
     if not found:
         raise UserError(
@@ -173,16 +165,8 @@ def npm_install_claude_code(dest: Path, announce: Callable[[str], None]) -> str:
     Returns the CLI's version. The platform packages (copies of the native binary the package's
     postinstall put in ``bin/claude.exe``) are dropped: the image needs one copy.
     """
-    npm = shutil.which("npm")
-    if npm is None:
-        raise UserError(
-            "npm is not installed on this host; install Node.js and npm (Debian: apt-get install nodejs npm)"
-        )
     prefix = dest.parent / "npm-prefix"
-    announce(f"npm install -g {CLAUDE_CODE_PACKAGE} (into the build context)")
-    argv = [npm, "install", "-g", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
-    _run(argv + [CLAUDE_CODE_PACKAGE], None)
-    package = prefix / "lib" / "node_modules" / CLAUDE_CODE_PACKAGE
+    package = _npm_install(CLAUDE_CODE_PACKAGE, prefix, announce)
     exe = package / "bin" / "claude.exe"
     if exe.is_file() and exe.stat().st_size < _REAL_BINARY and (package / "install.cjs").is_file():
         node = shutil.which("node") or "node"
@@ -195,6 +179,19 @@ def npm_install_claude_code(dest: Path, announce: Callable[[str], None]) -> str:
     shutil.rmtree(prefix, ignore_errors=True)
     _readable_by_all(dest)
     return str(json.loads((dest / "package.json").read_text())["version"])
+
+
+def _npm_install(name: str, prefix: Path, announce: Callable[[str], None]) -> Path:
+    """``npm install -g --prefix PREFIX name`` with this host's npm; returns the package directory."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise UserError(
+            "npm is not installed on this host; install Node.js and npm (Debian: apt-get install nodejs npm)"
+        )
+    announce(f"npm install -g {name} (into the build context)")
+    argv = [npm, "install", "-g", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
+    _run(argv + [name], None)
+    return prefix / "lib" / "node_modules" / name
 
 
 def _readable_by_all(root: Path) -> None:
