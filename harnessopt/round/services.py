@@ -83,7 +83,7 @@ def open_services(
     if unpriced := unpriced_budget(cfg, with_optimizer):  # a dollar budget no call would reach
         raise UserError(unpriced)
     state_dir = root / STATE_DIR
-    model = model_for(cfg.model, root, needs_tools=cfg.template == "tool-agent")
+    model = model_for(cfg.model, root, needs_tools=cfg.template == "tool-agent", warn=say)
     # The optimizer's upstream (the target's unless optimizer.provider/base_url/api_key_env say otherwise).
     calls_model = with_optimizer and cfg.optimizer.backend != "manual"
     optimizer_model = optimizer_model_for(cfg, root, model) if calls_model else None

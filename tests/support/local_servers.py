@@ -3,10 +3,11 @@
 ``LocalServer(kind)`` serves ``GET /v1/models`` and ``POST /v1/chat/completions`` on loopback:
 
 * ``llama.cpp``: llama-server's (and llama-cpp-python's) default chat format, which puts no
-  tool definitions in the prompt: ``tools`` is accepted and ignored, the model answers text;
+  tool definitions in the prompt: ``tools`` is accepted and ignored (the prompt tokens are the
+  same with and without them, as measured on llama-cpp-python 0.3.36), the model answers text;
   ``/v1/models`` lists the one loaded model; usage is sent.
 * ``vllm``: an unknown ``model`` is a 404 ``The model `X` does not exist.``; tools are honoured
-  (a required tool is called); usage is sent.
+  (asked to ping, the model calls the first tool; tools count prompt tokens); usage is sent.
 * ``ollama``: like vLLM on tools, but (as the proxy of issue 23 imitated) no ``usage`` in the
   answer.
 * ``bare``: no ``/v1/models`` (404), tools honoured, usage sent.
@@ -71,7 +72,7 @@ class LocalServer:
         message: dict[str, Any] = {"role": "assistant", "content": self.answer}
         finish = "stop"
         tools = body.get("tools") or []
-        if tools and self.kind != "llama.cpp" and body.get("tool_choice") not in (None, "auto", "none"):
+        if tools and self.kind != "llama.cpp" and "ping" in json.dumps(body["messages"]):
             name = tools[0]["function"]["name"]
             message = {
                 "role": "assistant",
@@ -91,8 +92,9 @@ class LocalServer:
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
-        if self.kind != "ollama":
-            reply["usage"] = {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}
+        if self.kind != "ollama":  # tools in the prompt cost prompt tokens, unless the server drops them
+            prompt = 40 + (len(json.dumps(tools)) // 4 if self.kind != "llama.cpp" else 0)
+            reply["usage"] = {"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3}
         return 200, reply
 
     def __enter__(self) -> LocalServer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -91,14 +91,21 @@ def scripted_model(cfg: ModelConfig, *, root: Path) -> Model:
     return make_model("scripted", script_path=(root / cfg.script) if cfg.script else None)
 
 
-def model_for(cfg: ModelConfig, root: Path, *, setting: str = "model", needs_tools: bool = False) -> Model:
+def model_for(
+    cfg: ModelConfig,
+    root: Path,
+    *,
+    setting: str = "model",
+    needs_tools: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> Model:
     """The model named by ``cfg.provider`` (a registry name or a dotted path).
 
     A built-in upstream whose endpoint is not the official one must accept a TCP connection
     within PROBE_TIMEOUT_S, else a UserError naming ``setting``.base_url. An ``openai`` one
     must list the model among its ``/models`` when it has that list, and, with
-    ``needs_tools`` (the tool-agent template), answer a call that requires a tool with a tool
-    call (llama.cpp's default chat format drops ``tools``).
+    ``needs_tools`` (the tool-agent template), seem to read ``tools`` (llama.cpp's default chat
+    format drops them), else ``warn`` hears what to configure.
     """
     from harnessopt import registry
 
@@ -108,8 +115,8 @@ def model_for(cfg: ModelConfig, root: Path, *, setting: str = "model", needs_too
         if isinstance(model, OpenAIModel):  # a local server: is the model one it serves?
             name_setting = "model.target" if setting == "model" else "optimizer.model"
             model.check_model_name(cfg.target, name_setting)
-            if needs_tools:
-                model.check_tools(cfg.target, name_setting)
+            if needs_tools and (said := model.check_tools(cfg.target, name_setting)) and warn is not None:
+                warn(f"warning: {said}")
     return model
 
 

@@ -51,6 +51,12 @@ TOOLS_HINT = (
 )
 
 
+def _prompt_tokens(completion: dict[str, Any]) -> int | None:
+    usage = completion.get("usage")
+    value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return value if isinstance(value, int) else None
+
+
 class OpenAIModel:
     """Forwards Messages API calls, translated, to a Chat Completions endpoint."""
 
@@ -163,45 +169,51 @@ class OpenAIModel:
                 f"set {setting} to one of them"
             )
 
-    def check_tools(self, name: str, setting: str) -> None:
-        """UserError when the server ignores ``tools``: one small call that must call a tool.
+    def check_tools(self, name: str, setting: str) -> str | None:
+        """A warning when the server seems to ignore ``tools``: the same call with and without one.
 
-        llama.cpp's server without ``--jinja`` (and llama-cpp-python without a function-calling
-        chat format) drops the tools from the prompt, so a tool-using harness never gets a call.
+        llama.cpp's server without ``--jinja`` (and llama-cpp-python's default chat format) leaves
+        the tool definitions out of the prompt, so a tool-using harness never gets a call; such a
+        server counts the same prompt tokens either way and the model calls no tool. A warning,
+        not an error: a server may also misreport its usage (llama-cpp-python's
+        chatml-function-calling format does). A server that reports no usage passes.
         """
-        import openai
-
-        tool = {
-            "type": "function",
-            "function": {
-                "name": "ping",
-                "description": "Answer ping.",
-                "parameters": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
-            },
+        fn: dict[str, Any] = {
+            "name": "ping",
+            "description": "Answer a ping with pong; call it whenever asked to ping.",
         }
+        fn["parameters"] = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
         body = {
             "model": name,
             "messages": [{"role": "user", "content": "Call the ping tool."}],
-            "tools": [tool],
-            "tool_choice": {"type": "function", "function": {"name": "ping"}},
-            self.token_field: 64,
+            self.token_field: 1,
         }
+        plain = self._probe_call(body)
+        tools = [{"type": "function", "function": fn}]
+        tooled = self._probe_call({**body, "tools": tools, self.token_field: 64})  # room for a call
+        choice = (tooled.get("choices") or [{}])[0] if isinstance(tooled.get("choices"), list) else {}
+        if (choice.get("message") or {}).get("tool_calls"):
+            return None
+        without, with_tool = (_prompt_tokens(d) for d in (plain, tooled))
+        if without is not None and with_tool is not None and with_tool <= without:
+            return (
+                f"the server at {self.base_url} seems to ignore `tools` ({setting} {name!r}: a request with "
+                f"a tool counted {with_tool} prompt tokens, the same request without it {without}, and "
+                f"no tool was called): the tool-agent template may never get a tool call; {TOOLS_HINT}"
+            )
+        return None
+
+    def _probe_call(self, body: dict[str, Any]) -> dict[str, Any]:
+        import openai
+
         client = self._client.with_options(max_retries=0, timeout=TOOLS_PROBE_TIMEOUT_S)
         try:
-            raw = client.post(CHAT_PATH, body=body, cast_to=openai.APIResponse[object]).read()
-            data = self._parse(raw)
+            return self._parse(client.post(CHAT_PATH, body=body, cast_to=openai.APIResponse[object]).read())
         except (openai.OpenAIError, ModelError) as e:
             raise UserError(
-                f"the server at {self.base_url} refused a call with tools ({str(e)[:200]}); "
+                f"the server at {self.base_url} refused a check call ({str(e)[:200]}); "
                 f"the tool-agent template needs function calling: {TOOLS_HINT}"
             ) from None
-        choice = (data.get("choices") or [{}])[0] if isinstance(data.get("choices"), list) else {}
-        if not (choice.get("message") or {}).get("tool_calls"):
-            raise UserError(
-                f"the server at {self.base_url} ignored `tools` ({setting} {name!r} answered a call that "
-                f"required the tool 'ping' with text): the tool-agent template would never get a tool call; "
-                f"{TOOLS_HINT}"
-            )
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         # Not retried: a 200 means upstream did the work and billed it; asking again pays twice.
