@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--template",
         default="chat",
-        help="harness template (chat, chat-sdk, openai-chat, openai-chat-sdk, tool-agent, claude-code, command)",
+        help="harness template (chat, chat-sdk, openai-chat, openai-chat-sdk, tool-agent, claude-code, codex, command)",
     )
     init.add_argument(
         "--split",
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target", help="target model (HARNESSOPT_TARGET_MODEL)")
     run.add_argument(
         "--optimizer",
-        help="optimizer backend (anthropic, command, claude-code, manual, or package.module:Factory)",
+        help="optimizer backend (anthropic, command, claude-code, codex, manual, or package.module:Factory)",
     )
     run.add_argument(
         "--unsafe-host-optimizer",
@@ -202,14 +202,17 @@ def build_parser() -> argparse.ArgumentParser:
     sbsub = sb.add_subparsers(dest="action", required=True, parser_class=_Parser)
     build = sbsub.add_parser("build", help="build the Docker image rollouts run in")
     build.add_argument("--base", help="base image (default: a slim Python 3 image)")
-    build.add_argument("--tag", help="image tag (default harnessopt-sandbox:latest, or :claude-code with it)")
+    build.add_argument(
+        "--tag", help="image tag (default harnessopt-sandbox:latest, or :claude-code / :codex with --with)"
+    )
     build.add_argument(
         "--with",
         dest="with_",
         action="append",
         default=[],
-        choices=["claude-code"],
-        help="a variant with more inside: claude-code (Node.js and the Claude Code CLI, via npm on this host)",
+        choices=["claude-code", "codex"],
+        help="a variant with more inside: claude-code (Node.js and the Claude Code CLI) or codex "
+        "(the Codex CLI), installed with npm on this host",
     )
     sbsub.add_parser("cleanup", help="remove leftover harnessopt containers (by label)")
     return p

@@ -50,6 +50,8 @@ class ModelConfig(_Strict):
     """Scripted-model YAML (path relative to the workspace) when provider is 'scripted'."""
     allow_server_tools: bool = False
     """Let calls use server tools (web search/fetch, code execution), MCP servers and URL sources."""
+    wire_api: Literal["chat", "responses"] = "chat"
+    """API the openai provider speaks upstream: chat (POST /chat/completions) or responses (POST /responses)."""
 
 
 class RolloutConfig(_Strict):

@@ -52,6 +52,7 @@ class Exchange:
     input_tokens: int = 0
     output_tokens: int = 0
     streamed: bool = False
+    estimated: bool = False  # the upstream reported no usage: the token counts are chars/4 estimates
 
 
 @dataclass
@@ -62,12 +63,14 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    estimated_calls: int = 0  # calls whose token counts are estimates (the upstream reported none)
 
     def add(self, other: Usage) -> None:
         self.calls += other.calls
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.cost_usd += other.cost_usd
+        self.estimated_calls += other.estimated_calls
 
 
 # Request headers a client's features depend on that the gateway passes upstream. Nothing

@@ -42,6 +42,7 @@ PARTS: dict[str, dict[str, str]] = {
         "anthropic": "harnessopt.optimizer:anthropic_optimizer",
         "command": "harnessopt.optimizer:command_optimizer",
         "claude-code": "harnessopt.optimizer:claude_code_optimizer",  # a preset of command
+        "codex": "harnessopt.optimizer:codex_optimizer",  # a preset of command
         "manual": "harnessopt.optimizer:manual_optimizer",
     },
     "model": {

@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
         "gateway.http",
         "gateway.guard",
         "gateway.chat_wire",
+        "gateway.responses_wire",
         "gateway.translate",
         "sandbox.untar",
         "sandbox.prepared",

@@ -1,8 +1,8 @@
 """HTTP plumbing shared by every Messages API server harnessopt runs (gateway, test fakes).
 
 A server here knows the wire format and nothing about models: it parses ``POST /v1/messages``,
-``POST /v1/messages/count_tokens`` and ``POST /v1/chat/completions`` (whose replies and errors
-are written in that API's format, ``chat_wire``), hands an ``ApiCall`` to a backend callable,
+``POST /v1/messages/count_tokens``, ``POST /v1/chat/completions`` and ``POST /v1/responses``
+(whose replies and errors are written in that API's format, ``chat_wire``, ``responses_wire``), hands an ``ApiCall`` to a backend callable,
 and writes the reply. Backends are always non-streaming; when the client asked for
 ``"stream": true`` the full message is replayed as the SSE event sequence the real API sends, which is what the
 anthropic SDK's ``messages.stream()`` and ``create(stream=True)`` parse. Errors are Anthropic
@@ -41,6 +41,7 @@ from harnessopt.gateway.guard import (
     secure_socket,
     secure_socket_dir,
 )
+from harnessopt.gateway.responses_wire import RESPONSES_PATH, responses_sse_events
 from harnessopt.protocols import ModelError
 
 MESSAGES_PATH = "/v1/messages"
@@ -61,7 +62,10 @@ _STATUS_TYPES = {
 
 @dataclass
 class ApiCall:
-    """One parsed request: ``path`` is MESSAGES_PATH, COUNT_TOKENS_PATH or CHAT_PATH (no ``stream`` in ``body``)."""
+    """One parsed request: ``path`` is MESSAGES_PATH, COUNT_TOKENS_PATH, CHAT_PATH or RESPONSES_PATH.
+
+    ``body`` has no ``stream`` (``streamed`` says whether the client asked for it).
+    """
 
     path: str
     body: dict[str, Any]
@@ -242,6 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
             options = call.body.get("stream_options")
             usage = isinstance(options, dict) and bool(options.get("include_usage"))
             self._send_sse_chunks(chat_sse_chunks(response, usage))
+        elif call.streamed and call.path == RESPONSES_PATH:
+            self._send_sse_events((e["type"], e) for e in responses_sse_events(response))
         elif call.streamed:
             self._send_sse(response)
         else:
@@ -262,7 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise ModelError(400, "invalid_request_error", "the Content-Length header is not a length")
         self._body_pending = length > 0
         path = self.path.split("?", 1)[0].rstrip("/")
-        if path not in (MESSAGES_PATH, COUNT_TOKENS_PATH, CHAT_PATH):
+        if path not in (MESSAGES_PATH, COUNT_TOKENS_PATH, CHAT_PATH, RESPONSES_PATH):
             raise ModelError(404, "not_found_error", f"no such endpoint: POST {self.path}")
         return path, headers, length
 
@@ -288,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise ModelError(400, "invalid_request_error", f"request body is not valid JSON: {e}") from e
         if not isinstance(body, dict):
             raise ModelError(400, "invalid_request_error", "request body must be a JSON object")
-        streamed = bool(body.pop("stream", False)) and path in (MESSAGES_PATH, CHAT_PATH)
+        streamed = bool(body.pop("stream", False)) and path in (MESSAGES_PATH, CHAT_PATH, RESPONSES_PATH)
         query = self.path.partition("?")[2]
         return ApiCall(path=path, body=body, headers=headers, streamed=streamed, raw=raw, query=query)
 
@@ -310,8 +316,9 @@ class _Handler(BaseHTTPRequestHandler):
         extra = {"x-should-retry": "true" if e.retryable else "false"}
         if e.retryable and e.status in (429, 503, 529):
             extra["retry-after"] = "1"
-        chat = self.path.split("?", 1)[0].rstrip("/") == CHAT_PATH  # answer in the caller's API
-        body = chat_error_body(error_type, e.message) if chat else error_body(error_type, e.message)
+        # Answer in the caller's API: both OpenAI APIs share one error format.
+        openai_api = self.path.split("?", 1)[0].rstrip("/") in (CHAT_PATH, RESPONSES_PATH)
+        body = chat_error_body(error_type, e.message) if openai_api else error_body(error_type, e.message)
         self._send_json(e.status, body, extra)
         if self._body_pending:  # refused before its body was read: answer, then close
             self.close_connection = True
@@ -321,6 +328,10 @@ class _Handler(BaseHTTPRequestHandler):
             linger(self.connection, self.rfile, self)
 
     def _send_sse(self, message: dict[str, Any]) -> None:
+        self._send_sse_events(sse_events(message))
+
+    def _send_sse_events(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
+        """``event:`` and ``data:`` lines per event (Messages and Responses API streams)."""
         # No content-length: the body ends when the connection closes, as with a real stream.
         self.connection.settimeout(self.limits.io_timeout_s)
         self.send_response(200)
@@ -329,7 +340,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("connection", "close")
         self.end_headers()
         self.close_connection = True
-        for event, data in sse_events(message):
+        for event, data in events:
             self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
         self.wfile.flush()
 

@@ -3,8 +3,8 @@
 Every sandboxed run gets a *lease*: a fresh random token that the harness uses as its API key
 (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``) against the gateway's URL or Unix socket
 (``ANTHROPIC_BASE_URL``; ``OPENAI_BASE_URL`` is it plus ``/v1``). Harnesses may speak the
-Messages API or the Chat Completions API; a chat request is translated to a Messages body
-(``translate``), which is what the policy, the budget and the transcript see. The
+Messages API, the Chat Completions API or the Responses API; a chat or responses request is
+translated to a Messages body (``translate``), which is what the policy, the budget and the transcript see. The
 gateway checks the token on the request's headers, before reading its body; checks what the
 lease may ask for (``gateway_policy``: its role's model, ``max_tokens``, no server tools);
 reserves the most the call can cost against the run's budget; forwards the body to the
@@ -51,7 +51,13 @@ from harnessopt.gateway.policy import (
     input_bound,
     price_of,
 )
-from harnessopt.gateway.translate import chat_request_to_messages, messages_response_to_chat
+from harnessopt.gateway.responses_wire import RESPONSES_PATH
+from harnessopt.gateway.translate import (
+    chat_request_to_messages,
+    messages_response_to_chat,
+    messages_response_to_responses,
+    responses_request_to_messages,
+)
 from harnessopt.protocols import Exchange, Forward, GatewayLease, Model, ModelError, Usage
 
 __all__ = ["PRICES", "SOCKET_NAME", "Gateway", "price_of"]
@@ -247,7 +253,8 @@ class Gateway:
         """Usage per (role, round), a snapshot."""
         with self._lock:
             return {
-                k: Usage(v.calls, v.input_tokens, v.output_tokens, v.cost_usd) for k, v in self._usage.items()
+                k: Usage(v.calls, v.input_tokens, v.output_tokens, v.cost_usd, v.estimated_calls)
+                for k, v in self._usage.items()
             }
 
     def total(self) -> Usage:
@@ -384,6 +391,14 @@ class Gateway:
                 self._record(lease, call, None, e.message, time.time(), 0.0, None)
                 raise
             return messages_response_to_chat(self._forward(lease, canonical))
+        if call.path == RESPONSES_PATH:
+            cap = self.policy.of(lease.role).max_output_tokens  # Codex sends no max_output_tokens
+            try:
+                canonical = replace(call, body=responses_request_to_messages(call.body, cap))
+            except ModelError as e:
+                self._record(lease, call, None, e.message, time.time(), 0.0, None)
+                raise
+            return messages_response_to_responses(self._forward(lease, canonical), call.body)
         return self._forward(lease, call)
 
     def _forward(self, lease: _Lease, call: ApiCall) -> dict[str, Any]:
@@ -464,7 +479,10 @@ class Gateway:
             usage.get("cache_read_input_tokens") or 0
         )
         tokens_out = int(usage.get("output_tokens") or 0)
-        exchange = Exchange(call.body, response, error, started, wall, tokens_in, tokens_out, call.streamed)
+        estimated = bool(usage.get("estimated"))
+        exchange = Exchange(
+            call.body, response, error, started, wall, tokens_in, tokens_out, call.streamed, estimated
+        )
         model_name = str((response or {}).get("model") or call.body.get("model") or "")
         cost = self._cost(model_name, usage) if response is not None else 0.0
         over = hold is not None and (tokens_in > hold.input_tokens or tokens_out > hold.output_tokens)
@@ -472,7 +490,19 @@ class Gateway:
             lease.exchanges.append(exchange)
             if hold is not None:  # a refused call reached no model: it is not a call
                 self._unhold(hold)
-                self._usage[(lease.role, lease.round_no)].add(Usage(1, tokens_in, tokens_out, cost))
+                self._usage[(lease.role, lease.round_no)].add(
+                    Usage(1, tokens_in, tokens_out, cost, int(estimated))
+                )
+            if estimated:
+                self._note(
+                    f"the {lease.role}'s upstream reported no token usage: its token counts (and costs) "
+                    "are estimates, characters / 4"
+                )
+            if (response or {}).get("stop_reason") == "max_tokens":
+                self._note(
+                    f"a {lease.role} answer was cut off at its max_tokens (truncated; finish_reason "
+                    f"'length'): raise budget.{lease.role}_max_output_tokens or the harness's max_tokens"
+                )
             if over:
                 self._note(
                     f"a {model_name} call used more tokens than its reservation (budgets may be passed)"

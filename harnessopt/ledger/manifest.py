@@ -31,6 +31,8 @@ class RoleUsage(_Tolerant):
     output: int = 0
     cost_usd: float | None = None
     """Dollars at list price of this role's calls (None in rounds recorded before it was kept)."""
+    estimated_calls: int = 0
+    """Calls whose token counts are chars/4 estimates: their upstream reported no usage."""
 
 
 class PhaseStats(_Tolerant):

@@ -1,5 +1,5 @@
 """Optimizers: who edits the view (``anthropic`` tool loop, a ``command`` CLI agent such as
-``claude-code``, or ``manual``).
+``claude-code``, ``codex``, or ``manual``).
 
 The view and the whitelist copy-back live in ``view``; the brief and history in ``brief``.
 Enforcement is outside the optimizer: whatever it does in the view, only ``copy_back`` writes
@@ -160,6 +160,23 @@ def claude_code_optimizer(
     from harnessopt.optimizer import claude_code
 
     optimizer: Optimizer = claude_code.make(
+        cfg, lease_factory=lease_factory, shell_factory=shell_factory, transcript_dir=transcript_dir
+    )
+    return optimizer
+
+
+def codex_optimizer(
+    cfg: OptimizerConfig,
+    *,
+    lease_factory: Callable[[int], GatewayLease],
+    shell_factory: Callable[[Path], Shell],
+    transcript_dir: Path | None = None,
+    **_: object,
+) -> Optimizer:
+    """``codex``: the ``command`` backend running the Codex CLI (``codex exec``), able to edit the view."""
+    from harnessopt.optimizer import codex
+
+    optimizer: Optimizer = codex.make(
         cfg, lease_factory=lease_factory, shell_factory=shell_factory, transcript_dir=transcript_dir
     )
     return optimizer

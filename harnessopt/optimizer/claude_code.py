@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.config import OptimizerConfig
-from harnessopt.errors import UserError
 from harnessopt.protocols import AgentResult, GatewayLease, Proposal, Shell
 
 TOOLS = ("Bash", "Read", "Edit", "Write", "Glob", "Grep")
@@ -79,22 +78,18 @@ def make(
     transcript_dir: Path | None,
 ) -> Any:
     """The ``command`` optimizer running Claude Code; ``optimizer.command`` must be unset."""
-    from harnessopt.optimizer.command import CommandOptimizer
+    from harnessopt.optimizer.command import preset
 
-    if cfg.command:
-        raise UserError(
-            "optimizer.command is the command backend's argv; claude-code builds its own: "
-            "unset optimizer.command, or use --optimizer command"
-        )
-    return CommandOptimizer(
+    return preset(
+        "claude-code",
         claude_code_argv(cfg.model),
+        cfg.command,
         cfg.wall_s,
         lease_factory=lease_factory,
         shell_factory=shell_factory,
         env=claude_code_env(cfg),
         transcript_dir=transcript_dir,
         report=proposal,
-        name="claude-code",
         missing_hint=IMAGE_HINT,
     )
 

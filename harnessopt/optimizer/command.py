@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from harnessopt.errors import UserError
 from harnessopt.protocols import AgentResult, GatewayLease, Proposal, Shell, SupportsClose
@@ -33,7 +34,8 @@ class CommandOptimizer:
     (default: the host's ``LocalShell``). ``env`` is added to the agent's environment (nothing of
     harnessopt's own environment is). ``report`` reads a preset's output; the default takes the
     last 20 lines of stdout as the summary. The executable is looked for in the shell at once,
-    so a missing one is a ``UserError`` (ending with ``missing_hint``) before any round runs.
+    so a missing one is a ``UserError`` (ending with ``missing_hint``) before any round runs;
+    ``executable`` names it when ``argv`` starts with a wrapper (``sh -c``).
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class CommandOptimizer:
         report: Report | None = None,
         name: str = "command",
         missing_hint: str = "install it or fix the setting",
+        executable: str | None = None,
     ):
         if not argv:
             raise UserError("optimizer.command is empty; set it to an agent's argv, e.g. [codex, exec]")
@@ -63,6 +66,7 @@ class CommandOptimizer:
         self.transcript_dir = transcript_dir
         self.report = report or _tail_report
         self.name = name
+        self.executable = executable or self.argv[0]  # what must be on the shell's PATH (a preset's agent)
         self._probe(missing_hint)
 
     def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
@@ -105,7 +109,7 @@ class CommandOptimizer:
             (private / "view").mkdir()
             shell = self.shell_factory(private / "view")
             try:
-                found = shell.run(f"command -v -- {shlex.quote(self.argv[0])}", PROBE_TIMEOUT_S)
+                found = shell.run(f"command -v -- {shlex.quote(self.executable)}", PROBE_TIMEOUT_S)
             finally:
                 if isinstance(shell, SupportsClose):
                     shell.close()
@@ -113,9 +117,26 @@ class CommandOptimizer:
             shutil.rmtree(private, ignore_errors=True)
         if found.exit_code != 0:
             raise UserError(
-                f"optimizer {self.name}: {self.argv[0]!r} is not an executable where the agent runs "
+                f"optimizer {self.name}: {self.executable!r} is not an executable where the agent runs "
                 f"(its sandbox's PATH); {missing_hint}"
             )
+
+
+def preset(
+    name: str,
+    argv: list[str],
+    cfg_command: list[str] | None,
+    wall_s: float,
+    **kw: Any,
+) -> CommandOptimizer:
+    """A named preset of this backend (``claude-code``, ``codex``): it builds its own argv, so
+    ``optimizer.command`` must be unset; ``kw`` go to ``CommandOptimizer``."""
+    if cfg_command:
+        raise UserError(
+            f"optimizer.command is the command backend's argv; {name} builds its own: "
+            "unset optimizer.command, or use --optimizer command"
+        )
+    return CommandOptimizer(argv, wall_s, name=name, **kw)
 
 
 def _tail_report(result: AgentResult) -> Proposal:

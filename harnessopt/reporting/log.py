@@ -89,7 +89,7 @@ def print_log(ws: Workspace, console: Console) -> None:
             _fmt(r["dead_zone"]),
             f"+{len(r['fixed'])}/-{len(r['broken'])}" if r["n"] else "",
             train,
-            f"${r['cost_usd']:.2f}" if r["cost_usd"] is not None else "",
+            _cost(r),
             f"[red]{len(r['violations'])}[/red]" if r["violations"] else "0",
             f"{visible(r['summary'])}\n[dim]{visible(_with_confirmation(r))}[/dim]" + _candidate_lines(r),
         )
@@ -101,6 +101,14 @@ def print_log(ws: Workspace, console: Console) -> None:
 
 
 LOG_WIDTH = 100
+
+
+def _cost(row: dict[str, Any]) -> str:
+    """Dollars; ``~`` marks a cost counted from estimated tokens (an upstream that sent no usage)."""
+    if row["cost_usd"] is None:
+        return ""
+    guessed = any(u.get("estimated_calls") for u in row["tokens"].values())
+    return f"{'~' if guessed else ''}${row['cost_usd']:.2f}"
 
 
 def visible(text: str) -> str:
@@ -194,8 +202,11 @@ def status_lines(ws: Workspace) -> list[str]:
         lines.append("last run used: " + ", ".join(f"{k} {v}" for k, v in used.items()))
     lines += evidence_lines(ws)
     cost = sum(r.manifest.cost_usd or 0.0 for r in rounds) + proposals.spend(ws.repo)["cost_usd"]
+    guessed = sum(u.estimated_calls for r in rounds for u in r.manifest.tokens.values())
     lines.append(
-        f"model cost recorded: ${cost:.4f}" + (" (round 0 included)" if proposals.spend_line(ws.repo) else "")
+        f"model cost recorded: ${cost:.4f}"
+        + (" (round 0 included)" if proposals.spend_line(ws.repo) else "")
+        + (f" (~ estimated: {guessed} calls without usage)" if guessed else "")
     )
     if r0 := proposals.spend_line(ws.repo):
         lines.append(r0)
@@ -279,12 +290,15 @@ def projected_vs_spent(ws: Workspace) -> list[str]:
     spent = [r.manifest for r in ledger.past_rounds(ws.repo) if r.round in done]
     calls = sum(u.calls for m in spent for u in m.tokens.values())
     tokens = sum(u.input + u.output for m in spent for u in m.tokens.values())
+    guessed = sum(u.estimated_calls for m in spent for u in m.tokens.values())
     cost = sum(m.cost_usd or 0.0 for m in spent)
     off = f" ({(calls - p['calls']) / p['calls']:+.0%} calls)" if p.get("calls") else ""
     return [
         f"last run projected: {p.get('calls', 0)} calls, {p.get('tokens', 0)} tokens, "
         f"${p.get('cost_usd', 0.0):.4f} for {p.get('rounds', 0)} round(s) (from {p.get('basis', '?')})",
-        f"last run spent:     {calls} calls, {tokens} tokens, ${cost:.4f} in {len(spent)} round(s){off}",
+        f"last run spent:     {calls} calls, {tokens} tokens"
+        + (f" (estimated, chars/4, for {guessed} calls whose upstream sent no usage)" if guessed else "")
+        + f", ${cost:.4f} in {len(spent)} round(s){off}",
     ]
 
 

@@ -293,7 +293,9 @@ def round_lines(m: RoundManifest) -> list[str]:
         parts.append(m.reason.splitlines()[0][:120] if m.reason else "")
     calls = sum(u.calls for u in m.tokens.values())
     tokens = sum(u.input + u.output for u in m.tokens.values())
-    parts.append(f"{calls} calls, {_k(tokens)} tokens, ${m.cost_usd or 0.0:.4f}")
+    guessed = sum(u.estimated_calls for u in m.tokens.values())
+    said = f" (~ estimated for {guessed} calls)" if guessed else ""
+    parts.append(f"{calls} calls, {_k(tokens)} tokens{said}, ${m.cost_usd or 0.0:.4f}")
     lines = [" | ".join(p for p in parts if p)]
     if m.violations:
         shown = ", ".join(m.violations[:5]) + (

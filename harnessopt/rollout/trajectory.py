@@ -31,7 +31,8 @@ from harnessopt.workspace import flags as harness_flags
 
 FIELDS = (
     "task_id", "split", "round", "score", "passed", "soft", "feedback", "harness_commit",
-    "target_model", "steps", "input_tokens", "output_tokens", "wall_s", "exit_code", "error_class",
+    "target_model", "steps", "input_tokens", "output_tokens", "tokens_estimated", "truncated", "wall_s",
+    "exit_code", "error_class",
 )  # fmt: skip
 FEEDBACK_CHARS = 200  # front-matter feedback is one line; the full text is in "# Scorer feedback"
 TEXT_CHARS = 4000  # one message block, tool input or tool result
@@ -115,6 +116,10 @@ def front_matter(result: TaskResult, *, harness_commit: str, target_model: str) 
         "steps": result.steps,
         "input_tokens": result.input_tokens,
         "output_tokens": result.output_tokens,
+        "tokens_estimated": any(ex.estimated for ex in result.exchanges),
+        "truncated": sum(
+            1 for ex in result.exchanges if (ex.response or {}).get("stop_reason") == "max_tokens"
+        ),
         "wall_s": round(float(result.wall_s), 3),
         "exit_code": result.exit_code,
         "error_class": result.error_class,
@@ -202,8 +207,8 @@ def _render_call(number: int, ex: Exchange, shown: dict[str, Any], prev_history:
     if resp:
         out.append(f"- stop_reason: {resp.get('stop_reason')}")
     out += [
-        f"- input_tokens: {ex.input_tokens}",
-        f"- output_tokens: {ex.output_tokens}",
+        f"- input_tokens: {ex.input_tokens}{' (estimated)' if ex.estimated else ''}",
+        f"- output_tokens: {ex.output_tokens}{' (estimated)' if ex.estimated else ''}",
         f"- wall_s: {ex.wall_s:.3f}",
     ]
     if ex.streamed:

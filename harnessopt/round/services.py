@@ -55,13 +55,15 @@ class Services:
         for (role, round_no), u in self.gateway.usage().items():
             if round_no == k:
                 tokens[role] = {"calls": u.calls, "input": u.input_tokens, "output": u.output_tokens}
+                if u.estimated_calls:
+                    tokens[role]["estimated_calls"] = u.estimated_calls
                 cost += u.cost_usd
         return RoundUsage(tokens, round(cost, 6))
 
 
 @dataclass(frozen=True)
 class RoundUsage:
-    tokens: dict[str, dict[str, int]]  # role -> {"calls", "input", "output"}
+    tokens: dict[str, dict[str, int]]  # role -> {"calls", "input", "output"[, "estimated_calls"]}
     cost_usd: float
 
 
@@ -79,7 +81,7 @@ def open_services(
     if unpriced := unpriced_budget(cfg, with_optimizer):  # a dollar budget no call would reach
         raise UserError(unpriced)
     state_dir = root / STATE_DIR
-    model = model_for(cfg.model, root)
+    model = model_for(cfg.model, root, needs_tools=cfg.template == "tool-agent", warn=say)
     # The optimizer's upstream (the target's unless optimizer.provider/base_url/api_key_env say otherwise).
     calls_model = with_optimizer and cfg.optimizer.backend != "manual"
     optimizer_model = optimizer_model_for(cfg, root, model) if calls_model else None

@@ -136,7 +136,7 @@ def test_make_optimizer_chooses_by_backend() -> None:
     assert cmd.lease_factory(3) == GatewayLease("lease-3", "http://127.0.0.1:9", None)
     with pytest.raises(UserError, match="optimizer.command is empty"):
         make_optimizer(OptimizerConfig(backend="command", **on_host), client_factory=_client)
-    with pytest.raises(UserError, match="known: anthropic, command, claude-code, manual"):
+    with pytest.raises(UserError, match="known: anthropic, command, claude-code, codex, manual"):
         make_optimizer(
             OptimizerConfig.model_construct(backend="magic", unsafe_host=True), client_factory=_client
         )

@@ -42,6 +42,8 @@ def test_front_matter_fields_parse_back() -> None:
         "steps": 2,
         "input_tokens": 130,
         "output_tokens": 25,
+        "tokens_estimated": False,
+        "truncated": 0,
         "wall_s": 1.235,
         "exit_code": 0,
         "error_class": None,

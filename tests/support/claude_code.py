@@ -65,18 +65,21 @@ def reply(body: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]
 
 def claude_code_image(docker_client: Any) -> str:
     """The sandbox image with the CLI (built here when missing or stale; CI builds it in .ci/run)."""
+    return variant_image(docker_client, CLAUDE_CODE_IMAGE, "claude-code", ".ci/claude_code_setup.sh")
+
+
+def variant_image(docker_client: Any, tag: str, variant: str, setup: str) -> str:
+    """Image ``tag`` built ``--with variant`` (built here when missing or stale; CI runs ``setup``)."""
     from harnessopt.errors import UserError
     from harnessopt.sandbox.image.build import image_status
     from harnessopt.sandbox.image.variants import build_image_with, image_has
 
-    if image_status(docker_client, CLAUDE_CODE_IMAGE) != "ok" or not image_has(
-        docker_client, CLAUDE_CODE_IMAGE, "claude-code"
-    ):
+    if image_status(docker_client, tag) != "ok" or not image_has(docker_client, tag, variant):
         try:
-            build_image_with(None, CLAUDE_CODE_IMAGE, ["claude-code"], announce=lambda _m: None)
+            build_image_with(None, tag, [variant], announce=lambda _m: None)
         except UserError as e:
-            why = f"the Claude Code image cannot be built ({e}); run .ci/claude_code_setup.sh"
+            why = f"the {variant} image cannot be built ({e}); run {setup}"
             if os.environ.get("CI"):
                 pytest.fail(why)
             pytest.skip(why + "; set CI=true to make this a failure")
-    return CLAUDE_CODE_IMAGE
+    return tag

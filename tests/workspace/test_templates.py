@@ -44,6 +44,7 @@ def test_every_template_has_a_description_and_entry_point():
         "chat",
         "chat-sdk",
         "claude-code",
+        "codex",
         "command",
         "openai-chat",
         "openai-chat-sdk",
@@ -258,6 +259,12 @@ def test_claude_code_template_without_cli(tmp_path: Path):
     env = {"PATH": str(tmp_path / "empty-bin")}
     proc = run_template("claude-code", tmp_path, {"id": "t", "input": "q"}, env)
     assert proc.returncode == 3 and "'claude' CLI is not on PATH" in proc.stderr
+
+
+def test_codex_template_without_cli(tmp_path: Path):
+    env = {"PATH": str(tmp_path / "empty-bin")}
+    proc = run_template("codex", tmp_path, {"id": "t", "input": "q"}, env)
+    assert proc.returncode == 3 and "'codex' CLI is not on PATH" in proc.stderr
 
 
 def test_claude_code_template_with_a_stand_in_cli(tmp_path: Path):

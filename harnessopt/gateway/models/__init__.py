@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -47,6 +47,7 @@ def make_model(
     env: Mapping[str, str] | None = None,
     base_url: str | None = None,
     api_key_env: str | None = None,
+    wire_api: str = "chat",
 ) -> Model:
     """The model for ``provider``.
 
@@ -62,7 +63,7 @@ def make_model(
         key = environ.get(key_name)
         url = base_url or environ.get(DEFAULT_URL_ENV[provider]) or None
         if provider == "openai":
-            return OpenAIModel(key, url, key_name=key_name)
+            return OpenAIModel(key, url, key_name=key_name, wire_api=wire_api)
         if not key and api_key_env:
             raise UserError(f"set {key_name} in the environment (api_key_env) to call the Anthropic API")
         return AnthropicModel(key, url)
@@ -83,8 +84,8 @@ def anthropic_model(cfg: ModelConfig, *, root: Path) -> Model:
 
 
 def openai_model(cfg: ModelConfig, *, root: Path) -> Model:
-    """``openai``: an OpenAI-compatible Chat Completions endpoint (``model.base_url``)."""
-    return make_model("openai", base_url=cfg.base_url, api_key_env=cfg.api_key_env)
+    """``openai``: an OpenAI-compatible endpoint (``model.base_url``), in ``model.wire_api``."""
+    return make_model("openai", base_url=cfg.base_url, api_key_env=cfg.api_key_env, wire_api=cfg.wire_api)
 
 
 def scripted_model(cfg: ModelConfig, *, root: Path) -> Model:
@@ -92,15 +93,30 @@ def scripted_model(cfg: ModelConfig, *, root: Path) -> Model:
     return make_model("scripted", script_path=(root / cfg.script) if cfg.script else None)
 
 
-def model_for(cfg: ModelConfig, root: Path, *, setting: str = "model") -> Model:
+def model_for(
+    cfg: ModelConfig,
+    root: Path,
+    *,
+    setting: str = "model",
+    needs_tools: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> Model:
     """The model named by ``cfg.provider`` (a registry name or a dotted path).
 
     A built-in upstream whose endpoint is not the official one must accept a TCP connection
-    within PROBE_TIMEOUT_S, else a UserError naming ``setting``.base_url.
+    within PROBE_TIMEOUT_S, else a UserError naming ``setting``.base_url. An ``openai`` one
+    must list the model among its ``/models`` when it has that list, and, with
+    ``needs_tools`` (the tool-agent template), seem to read ``tools`` (llama.cpp's default chat
+    format drops them), else ``warn`` hears what to configure.
     """
     model: Model = registry.build("model", cfg.provider, cfg, root=root)
     if isinstance(model, AnthropicModel | OpenAIModel) and model.base_url not in (ANTHROPIC_URL, OPENAI_URL):
         probe(model.base_url, f"{setting}.base_url")
+        if isinstance(model, OpenAIModel):  # a local server: is the model one it serves?
+            name_setting = "model.target" if setting == "model" else "optimizer.model"
+            model.check_model_name(cfg.target, name_setting)
+            if needs_tools and (said := model.check_tools(cfg.target, name_setting)) and warn is not None:
+                warn(f"warning: {said}")
     return model
 
 

@@ -23,6 +23,11 @@ from harnessopt.gateway.translate.harness_chat import (
     chat_usage,
     messages_response_to_chat,
 )
+from harnessopt.gateway.translate.harness_responses import (
+    messages_response_to_responses,
+    responses_request_to_messages,
+    responses_usage,
+)
 from harnessopt.gateway.translate.upstream_chat import (
     BASH_SCHEMA,
     EDITOR_SCHEMA,
@@ -40,4 +45,7 @@ __all__ = [
     "chat_usage",
     "messages_request_to_chat",
     "messages_response_to_chat",
+    "messages_response_to_responses",
+    "responses_request_to_messages",
+    "responses_usage",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from harnessopt.protocols import ModelError
@@ -13,6 +14,44 @@ RAW_ARGUMENTS = "_raw_arguments"  # tool_use input key of arguments that were no
 def bad(field: str, what: str) -> ModelError:
     """The 400 that names the field: ``field: what``."""
     return ModelError(400, "invalid_request_error", f"{field}: {what}")
+
+
+def canonical_tool_choice(choice: Any, parallel: Any, function_name: Any) -> dict[str, Any] | None:
+    """An OpenAI ``tool_choice`` and ``parallel_tool_calls`` as the Messages API's ``tool_choice``.
+
+    ``function_name`` is the name of a ``{"type": "function", ...}`` choice, read by the caller
+    from its API's shape (Chat Completions nests it under ``function``, the Responses API not).
+    """
+    if choice is None and parallel in (None, True):
+        return None
+    if choice in (None, "auto"):
+        out: dict[str, Any] = {"type": "auto"}
+    elif choice == "none":
+        return {"type": "none"}
+    elif choice == "required":
+        out = {"type": "any"}
+    elif isinstance(choice, dict) and choice.get("type") == "function":
+        out = {"type": "tool", "name": function_name}
+    else:
+        raise bad("tool_choice", f"{choice!r} is not supported (auto, none, required, a function)")
+    if parallel is False:
+        out["disable_parallel_tool_use"] = True
+    return out
+
+
+def openai_tool_choice(choice: dict[str, Any], named: Callable[[Any], Any]) -> dict[str, Any]:
+    """The Messages API's ``tool_choice`` as OpenAI request fields; ``named(name)`` is one function's form."""
+    kind = choice.get("type")
+    names = {"auto": "auto", "any": "required", "none": "none"}
+    if kind == "tool":
+        out: dict[str, Any] = {"tool_choice": named(choice.get("name"))}
+    elif kind in names:
+        out = {"tool_choice": names[kind]}
+    else:
+        raise bad("tool_choice.type", f"{kind!r} is not supported (auto, any, tool, none)")
+    if choice.get("disable_parallel_tool_use"):
+        out["parallel_tool_calls"] = False
+    return out
 
 
 def plain_text(content: Any, where: str) -> str:

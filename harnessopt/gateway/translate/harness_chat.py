@@ -11,7 +11,13 @@ import re
 import time
 from typing import Any
 
-from harnessopt.gateway.translate.common import arguments, arguments_text, bad, plain_text
+from harnessopt.gateway.translate.common import (
+    arguments,
+    arguments_text,
+    bad,
+    canonical_tool_choice,
+    plain_text,
+)
 
 _CHAT_STOP = {
     "end_turn": "stop",
@@ -175,21 +181,8 @@ def _chat_tool(i: int, tool: Any) -> dict[str, Any]:
 
 
 def _chat_tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
-    if choice is None and parallel in (None, True):
-        return None
-    if choice in (None, "auto"):
-        out: dict[str, Any] = {"type": "auto"}
-    elif choice == "none":
-        out = {"type": "none"}
-    elif choice == "required":
-        out = {"type": "any"}
-    elif isinstance(choice, dict) and choice.get("type") == "function":
-        out = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
-    else:
-        raise bad("tool_choice", f"{choice!r} is not supported (auto, none, required, a function)")
-    if parallel is False and out["type"] != "none":
-        out["disable_parallel_tool_use"] = True
-    return out
+    name = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+    return canonical_tool_choice(choice, parallel, name)
 
 
 def messages_response_to_chat(message: dict[str, Any], created: int | None = None) -> dict[str, Any]:

@@ -10,7 +10,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harnessopt.gateway.translate.common import arguments, arguments_text, bad, plain_text
+from harnessopt.gateway.translate.common import (
+    arguments,
+    arguments_text,
+    bad,
+    openai_tool_choice,
+    plain_text,
+)
 from harnessopt.protocols import ModelError
 
 BASH_SCHEMA: dict[str, Any] = {
@@ -68,16 +74,7 @@ def messages_request_to_chat(body: dict[str, Any], *, token_field: str = "max_to
         out["tools"] = [_function_of(i, t) for i, t in enumerate(body["tools"])]
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
-        kind = choice.get("type")
-        names = {"auto": "auto", "any": "required", "none": "none"}
-        if kind == "tool":
-            out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
-        elif kind in names:
-            out["tool_choice"] = names[kind]
-        else:
-            raise bad("tool_choice.type", f"{kind!r} is not supported (auto, any, tool, none)")
-        if choice.get("disable_parallel_tool_use"):
-            out["parallel_tool_calls"] = False
+        out.update(openai_tool_choice(choice, lambda name: {"type": "function", "function": {"name": name}}))
     user = (body.get("metadata") or {}).get("user_id")
     if user:
         out["user"] = str(user)

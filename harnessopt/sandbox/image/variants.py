@@ -1,4 +1,9 @@
-"""Variants of the sandbox image: ``harnessopt sandbox build --with claude-code``.
+"""Variants of the sandbox image: ``harnessopt sandbox build --with claude-code`` or ``--with codex``.
+
+The ``codex`` variant (``harnessopt-sandbox:codex``) is the plain task image plus the Codex
+CLI's native binary (a static musl executable, no Node needed) and its ``rg``: ``npm install -g
+--prefix`` on this host into the build context, then ``sandbox/Dockerfile.codex`` copies the
+two files in (no network in the build).
 
 The ``claude-code`` variant (default tag ``harnessopt-sandbox:claude-code``) is the task image
 (``sandbox/Dockerfile``, the runner and the model SDKs) built FROM a base with Node.js, plus the
@@ -38,10 +43,12 @@ from harnessopt.sandbox.image.build import (
     variant_tag,
 )
 
-VARIANTS = ("claude-code",)
+VARIANTS = ("claude-code", "codex")
 WITH_LABEL = "org.harnessopt.with"
 CLAUDE_CODE_LABEL = "org.harnessopt.claude-code"
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
+CODEX_LABEL = "org.harnessopt.codex"
+CODEX_PACKAGE = "@openai/codex"
 NODE_BASE_REPO = "harnessopt-base"
 NPM_TIMEOUT_S = 900.0
 _REAL_BINARY = 1 << 20  # the package's bin/claude.exe is a small stub until its postinstall ran
@@ -65,10 +72,14 @@ def build_image_with(
 def build_variant(
     client: Any, base: str | None, tag: str, with_: Sequence[str], announce: Callable[[str], None]
 ) -> str:
-    """Build the variant ``with_`` (only ``claude-code`` exists) and tag it; returns the image id."""
+    """Build the variant ``with_`` (``claude-code`` or ``codex``, one at a time) and tag it; returns the image id."""
     unknown = sorted(set(with_) - set(VARIANTS))
     if unknown:
         raise UserError(f"unknown image variant {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    if len(set(with_)) > 1:
+        raise UserError("build one variant at a time: --with claude-code or --with codex")
+    if "codex" in with_:
+        return _add_codex(client, build_task_image(client, base, None, announce), tag, announce)
     node_base = ensure_node_base(client, base, announce)
     task_image = build_task_image(client, node_base, None, announce)
     return _add_claude_code(client, task_image, tag, announce)
@@ -103,15 +114,59 @@ def ensure_node_base(client: Any, base: str | None, announce: Callable[[str], No
 
 
 def _add_claude_code(client: Any, task_image: str, tag: str, announce: Callable[[str], None]) -> str:
-    with tempfile.TemporaryDirectory(prefix="ho-build-cc-") as tmp:
+    install = npm_install_claude_code
+    return _add_cli(
+        client, task_image, tag, announce, "claude-code", install, CLAUDE_CODE_LABEL, "Claude Code"
+    )
+
+
+def _add_codex(client: Any, task_image: str, tag: str, announce: Callable[[str], None]) -> str:
+    return _add_cli(client, task_image, tag, announce, "codex", npm_install_codex, CODEX_LABEL, "Codex")
+
+
+def _add_cli(
+    client: Any,
+    task_image: str,
+    tag: str,
+    announce: Callable[[str], None],
+    variant: str,
+    install: Callable[[Path, Callable[[str], None]], str],
+    label: str,
+    product: str,
+) -> str:
+    """``sandbox/Dockerfile.<variant>`` FROM the task image, the CLI ``install`` put in its context."""
+    with tempfile.TemporaryDirectory(prefix=f"ho-build-{variant}-") as tmp:
         ctx = Path(tmp)
-        shutil.copy2(sandbox_source_dir() / "Dockerfile.claude-code", ctx / "Dockerfile")
-        version = npm_install_claude_code(ctx / "claude-code", announce)
-        announce(f"building {tag}: the task image plus Claude Code {version}")
-        labels = {WITH_LABEL: "claude-code", CLAUDE_CODE_LABEL: version}
+        shutil.copy2(sandbox_source_dir() / f"Dockerfile.{variant}", ctx / "Dockerfile")
+        version = install(ctx / variant, announce)
+        announce(f"building {tag}: the task image plus {product} {version}")
+        labels = {WITH_LABEL: variant, label: version}
         image_id = _build(client, tmp, tag, {"BASE": task_image}, labels, network=False)
     announce(f"built {tag} ({image_id[7:19]})")
     return image_id
+
+
+def npm_install_codex(dest: Path, announce: Callable[[str], None]) -> str:
+    """``npm install -g --prefix`` the Codex CLI on this host; its ``codex`` and ``rg`` end up in ``dest``.
+
+    Returns the CLI's version. Only the native binary of this platform and its ``rg`` are kept.
+    """
+    prefix = dest.parent / "npm-prefix"
+    package = _npm_install(CODEX_PACKAGE, prefix, announce)
+    found = sorted(package.glob("node_modules/@openai/codex-*/vendor/*/bin/codex"))
+    if not found:
+        raise UserError(
+            f"npm installed {CODEX_PACKAGE} without a native binary for this platform; see {package}"
+        )
+    dest.mkdir(parents=True)
+    shutil.move(str(found[0]), str(dest / "codex"))
+    rg = found[0].parent.parent / "codex-path" / "rg"
+    if rg.is_file():
+        shutil.move(str(rg), str(dest / "rg"))
+    version = str(json.loads((package / "package.json").read_text())["version"])
+    shutil.rmtree(prefix, ignore_errors=True)
+    _readable_by_all(dest)
+    return version
 
 
 def npm_install_claude_code(dest: Path, announce: Callable[[str], None]) -> str:
@@ -120,16 +175,8 @@ def npm_install_claude_code(dest: Path, announce: Callable[[str], None]) -> str:
     Returns the CLI's version. The platform packages (copies of the native binary the package's
     postinstall put in ``bin/claude.exe``) are dropped: the image needs one copy.
     """
-    npm = shutil.which("npm")
-    if npm is None:
-        raise UserError(
-            "npm is not installed on this host; install Node.js and npm (Debian: apt-get install nodejs npm)"
-        )
     prefix = dest.parent / "npm-prefix"
-    announce(f"npm install -g {CLAUDE_CODE_PACKAGE} (into the build context)")
-    argv = [npm, "install", "-g", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
-    _run(argv + [CLAUDE_CODE_PACKAGE], None)
-    package = prefix / "lib" / "node_modules" / CLAUDE_CODE_PACKAGE
+    package = _npm_install(CLAUDE_CODE_PACKAGE, prefix, announce)
     exe = package / "bin" / "claude.exe"
     if exe.is_file() and exe.stat().st_size < _REAL_BINARY and (package / "install.cjs").is_file():
         node = shutil.which("node") or "node"
@@ -142,6 +189,19 @@ def npm_install_claude_code(dest: Path, announce: Callable[[str], None]) -> str:
     shutil.rmtree(prefix, ignore_errors=True)
     _readable_by_all(dest)
     return str(json.loads((dest / "package.json").read_text())["version"])
+
+
+def _npm_install(name: str, prefix: Path, announce: Callable[[str], None]) -> Path:
+    """``npm install -g --prefix PREFIX name`` with this host's npm; returns the package directory."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise UserError(
+            "npm is not installed on this host; install Node.js and npm (Debian: apt-get install nodejs npm)"
+        )
+    announce(f"npm install -g {name} (into the build context)")
+    argv = [npm, "install", "-g", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
+    _run(argv + [name], None)
+    return prefix / "lib" / "node_modules" / name
 
 
 def _readable_by_all(root: Path) -> None:
