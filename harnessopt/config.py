@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harnessopt import registry
 from harnessopt.errors import UserError
@@ -261,6 +261,15 @@ class Config(_Strict):
     ray: RayConfig = Field(default_factory=lambda: RayConfig())
     prices: dict[str, PricePair] = Field(default_factory=dict)
     """USD per million tokens [input, output] by model-name glob, before the built-in table."""
+
+    @model_validator(mode="after")
+    def _one_alpha_split(self) -> Config:
+        if self.search.winners > 1 and self.gate.run_alpha is not None:
+            raise ValueError(
+                "search.winners > 1 splits each round's alpha and gate.run_alpha spreads the run's; "
+                "use one of them"
+            )
+        return self
 
     def allowed_globs(self) -> list[str]:
         """Paths the optimizer may change, relative to the workspace root."""

@@ -120,7 +120,9 @@ class SearchRecord(_Tolerant):
 
     candidates: list[CandidateRecord] = Field(default_factory=list)
     winners: list[str] = Field(default_factory=list)
-    """Candidates sent to smoke and validation, in the order they were validated."""
+    """Candidates the screen chose for smoke and validation, best first (``search.winners`` of them)."""
+    validated: list[str] = Field(default_factory=list)
+    """Winners that went to smoke and validation, in turn, until one was accepted."""
     alpha_split: int = 1
     """Ways the gate's false-accept budget was split among the winners (Bonferroni; 1: not split)."""
     screen_tasks: list[str] = Field(default_factory=list)

@@ -28,7 +28,7 @@ from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round import leakage, stop, tamper
-from harnessopt.round.context import Announce, RoundContext, RoundResult, Trail
+from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
     gate,
@@ -83,24 +83,38 @@ def _steps(
     t.proposal, t.snapshot, t.copied, t.candidate = chosen.parts()
     if t.candidate is None or ending is not None:
         return record(ws, svc, rc, t, ending or ("failed", "no candidate"), say)
+    verdict: Ending = ("failed", "no screened winner")  # outcome() found one: never left so
+    for winner in t.search.in_turn():  # the screened winner(s), best first: the first accepted wins
+        t.proposal, t.snapshot, t.copied, t.candidate = winner.parts()
+        verdict = evaluate(ws, search.alpha_share(svc, t.search), rc, t, say)  # 5-8
+        if verdict[0] != "rejected":
+            break
+    interrupts.check()
+    if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
+        return record(ws, svc, rc, t, ("failed", void), say)
+    return record(ws, svc, rc, t, verdict, say)
+
+
+def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Announce) -> Ending:
+    """Steps 5-8 for ``t.candidate``: leakage check, smoke, validation, gate, confirmation."""
+    assert t.candidate is not None
+    t.cand_val, t.decision, t.confirmation = [], None, None  # a later winner starts afresh
     tasks, cfg = [*ws.tasks("train"), *rc.val, *rc.held_out], svc.cfg.checks
     t.checks["leakage"], leak = leakage.screen(
         rc.k, tasks, cfg, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, say
     )
     if leak:
-        return record(ws, svc, rc, t, ("rejected", leak), say)
-    incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
-    t.probe = probe(svc, rc)  # made ahead: counted here
+        return ("rejected", leak)
+    incumbent_val, floor = incumbent_outcomes(ws, svc, rc, say)  # cached after the first winner
+    t.noise_floor = t.noise_floor or floor
+    t.probe = t.probe or probe(svc, rc)  # made ahead: counted here
     t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say, t.probe)  # 5
     if crash is not None:
-        return record(ws, svc, rc, t, ("rejected", crash), say)
+        return ("rejected", crash)
     t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
     t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
     t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
-    interrupts.check()
-    if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
-        return record(ws, svc, rc, t, ("failed", void), say)
-    return record(ws, svc, rc, t, ("accepted" if t.decision.accept else "rejected", t.decision.reason), say)
+    return ("accepted" if t.decision.accept else "rejected", t.decision.reason)
 
 
 def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:

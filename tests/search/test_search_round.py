@@ -183,3 +183,65 @@ def test_a_rerun_after_ctrl_c_pays_neither_the_proposals_nor_the_screening_again
     assert reused >= 8 + 3 * 8  # the incumbent's train runs and every screening run
     m = ledger.find(Workspace.open(ws).repo, 1).manifest
     assert m.status == "accepted" and m.search is not None and m.search.winners == ["c2"]
+
+
+def _complementary_script(tmp_path: Path) -> Path:
+    """Round 1: c1 writes MODE-A (the target then answers australia and canada right), c3 MODE-B
+    (france and germany), c2 nothing. Round 2: only the merge candidate edits, and only when its
+    brief carries both archived diffs."""
+    script = yaml.safe_load((DEMO_DATA / "model.yaml").read_text())
+    keep = [
+        r
+        for r in script["rules"]
+        if not (r.get("role") == "optimizer" and "Round" in str(r.get("first_user")))
+    ]
+    target = [
+        {"role": "target", "system": "MODE-A", "last_user": r"\b(Australia|Canada)\b", "reply": "{lookup}"},
+        {"role": "target", "system": "MODE-B", "last_user": r"\b(France|Germany)\b", "reply": "{lookup}"},
+        {"role": "target", "system": "MODE-[AB]", "reply": "no idea"},
+    ]
+
+    def edit(when: str, line: str) -> list[dict[str, Any]]:
+        change = {"command": "str_replace", "path": "skill/SKILL.md", "old_str": OLD, "new_str": line}
+        return [
+            {"role": "optimizer", "first_user": when, "turn": 1,
+             "tool_use": [{"name": "str_replace_based_edit_tool", "input": change}]},
+            {"role": "optimizer", "first_user": when, "turn": 2, "reply": f"{line}\n\nwhy"},
+        ]  # fmt: skip
+
+    merge = r"# Round 2:(?=[\s\S]*Yours: \*\*merge\*\*)(?=[\s\S]*\+MODE-A)(?=[\s\S]*\+MODE-B)"
+    rules = [
+        *edit(r"# Round 1:[\s\S]*candidate c1 of 3", "MODE-A"),
+        *edit(r"# Round 1:[\s\S]*candidate c3 of 3", "MODE-B"),
+        *edit(merge, "MODE-A MODE-B"),
+    ]
+    script["rules"] = target + rules + keep
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(script, sort_keys=False))
+    return path
+
+
+def test_two_winners_split_alpha_and_a_later_round_merges_complementary_candidates(tmp_path: Path) -> None:
+    ws = Workspace.open(
+        make_ws(tmp_path, model=_complementary_script(tmp_path), search={"candidates": 3, "winners": 2})
+    )
+    first, second = driver.run(ws, 2, lambda _m: None)
+    s1 = first.manifest.search
+    assert s1 is not None and s1.winners == ["c1", "c3"] and s1.alpha_split == 2
+    assert s1.validated == ["c1", "c3"]  # neither gains on val (its wins are train-only): both tried
+    assert first.status == "rejected"
+    assert first.manifest.gate["confidence"] == pytest.approx(1 - (1 - ws.cfg.gate.confidence) / 2)
+    wins = {c.name: set(c.wins) for c in s1.candidates}
+    assert wins["c1"] == {"australia", "canada"} and wins["c3"] == {"france", "germany"}
+    # Round 2: the last candidate is asked to merge the archived pair, with both diffs in its brief.
+    s2 = second.manifest.search
+    assert s2 is not None and s2.merged == ["round-1/c3", "round-1/c1"]
+    merged = next(c for c in s2.candidates if c.focus == "merge")
+    # Its rule edits only when the brief holds both diffs; the other two changed nothing, so it is
+    # validated without screening.
+    assert merged.name == "c3" and merged.changed == ["skill/SKILL.md"] and merged.chosen
+    assert "the only candidate" in merged.reason and second.manifest.search.validated == ["c3"]
+    # Offered once: a third round would not offer them again.
+    from harnessopt.search import archive
+
+    assert archive.archived(ledger.past_rounds(ws.repo), 4) == []
