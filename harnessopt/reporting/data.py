@@ -61,6 +61,8 @@ def round_row(r: Round) -> dict[str, Any]:
         "summary": m.title,
         "reason": m.reason,
         "wall_s": m.wall_s,
+        "candidates": [c.model_dump() for c in m.search.candidates] if m.search else [],
+        "alpha_split": m.search.alpha_split if m.search else 1,
         "taxonomy": {
             "train": describe(merged(train)) if train else None,
             "val": describe(merged(val)) if val else None,

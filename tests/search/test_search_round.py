@@ -16,6 +16,8 @@ import yaml
 
 from harnessopt.commands.demo import DEMO_DATA
 from harnessopt.ledger import store as ledger
+from harnessopt.reporting.data import report_data
+from harnessopt.reporting.html import render_html
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.workspace.core import Workspace
@@ -118,6 +120,10 @@ def test_every_candidate_is_a_diff_on_its_own_ref(k3_round: tuple[Path, Any, flo
     ).stdout
     row = json.loads(log)[0]
     assert [c["name"] for c in row["candidates"]] == ["c2", "c1", "c3"]
+    page = render_html(report_data(Workspace.open(root)), {})
+    table = page.split("<h2>Candidates</h2>")[1].split("</table>")[0]
+    assert table.count("<tr>") == 4 and "refs/harnessopt/candidates/round-1/c3" in table
+    assert "c2 validated instead" in table
 
 
 def test_the_projection_counts_the_screening_runs(k3_round: tuple[Path, Any, float, float]) -> None:
