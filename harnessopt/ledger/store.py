@@ -110,6 +110,8 @@ class CandidateRecord(_Tolerant):
     """Paired train tasks it was screened on."""
     chosen: bool = False
     """Went on to smoke and validation."""
+    optimizer_tokens: int = 0
+    """Input + output tokens the optimizer spent proposing it."""
     ref: str | None = None
     """refs/harnessopt/candidates/round-K/NAME: its tree, reviewable with ``harnessopt diff WS K --candidate I``."""
     commit: str | None = None

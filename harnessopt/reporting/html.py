@@ -342,7 +342,18 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
     searched = [r for r in rows if r["candidates"]]
     if not searched:
         return []
-    head = ["round", "candidate", "aimed at", "train Δ", "won/lost", "validated", "why", "title", "ref"]
+    head = [
+        "round",
+        "candidate",
+        "aimed at",
+        "train Δ",
+        "won/lost",
+        "validated",
+        "why",
+        "title",
+        "optimizer tokens",
+        "ref",
+    ]
     body = []
     for r in searched:
         for c in r["candidates"]:
@@ -357,6 +368,7 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
                     "yes" if c["chosen"] else "no",
                     _e(c["reason"]),
                     _e(c["title"]),
+                    _e(f"{c['optimizer_tokens']:,}"),
                     f"<code>{_e(c['ref'])}</code>" if c["ref"] else "",
                 ]
             )
@@ -364,7 +376,7 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
         f"round {r['round']}: alpha split {r['alpha_split']} ways" for r in searched if r["alpha_split"] > 1
     ]
     note = f'<p class="muted">{_e("; ".join(split))}</p>' if split else ""
-    return ["<h2>Candidates</h2>", _table(head, body, numeric={0, 3}) + note]
+    return ["<h2>Candidates</h2>", _table(head, body, numeric={0, 3, 8}) + note]
 
 
 def _taxonomy(data: dict[str, Any]) -> str:

@@ -133,6 +133,7 @@ class Search:
             losses=list(s.losses) if s else [],
             n=s.n if s else 0,
             chosen=bool(s and s.chosen),
+            optimizer_tokens=p.proposal.input_tokens + p.proposal.output_tokens,
             ref=p.ref,
             commit=p.commit,
         )
