@@ -54,3 +54,12 @@ def test_the_brief_says_which_cluster_is_yours_and_which_are_taken() -> None:
     merge = render_focus("c3", 3, MERGE, [], [("c1", "x")], merge_md="### round-1/c1\n```diff\n+A\n```")
     assert "Yours: **merge**" in merge and "+A" in merge
     assert "Yours: **open**" in render_focus("c3", 3, OPEN, [], [])
+
+
+def test_the_live_optimizer_lines_name_the_candidate() -> None:
+    from harnessopt.reporting.progress import _TRANSCRIPT, turn_lines
+
+    m = _TRANSCRIPT.search("optimizer-round-4-c2.jsonl")
+    assert m is not None and m.group(1) == "4" and m.group(2) == "-c2"
+    raw = b'{"event": "api_error", "turn": 3, "error": "overloaded"}'
+    assert turn_lines(4, raw, "c2") == ["round 4 candidate c2 optimizer turn 3: API error: overloaded"]
