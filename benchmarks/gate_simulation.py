@@ -90,8 +90,12 @@ class Policy:
     )
 
 
+UNBANKED = {"incumbent_epochs": 1, "second_look": 2, "first_look_share": 0.2}  # the defaults before issue 21
+
+
 def _paired(**cfg: object) -> Callable[[], GatePolicy]:
-    return lambda: PairedGate(GateConfig.model_validate(cfg))
+    """harnessopt's gate; the rows below keep the pre-issue-21 settings unless they say otherwise."""
+    return lambda: PairedGate(GateConfig.model_validate({**UNBANKED, **cfg}))
 
 
 BANK = {
@@ -103,10 +107,10 @@ BANK = {
 
 HO = {"smoke": True, "confirm": True, "futility": True}
 POLICIES = [
-    Policy("harnessopt (default: secondary none)", _paired(), **HO),
+    Policy("harnessopt (default before issue 21: secondary none)", _paired(), **HO),
     Policy(f"harnessopt, run_alpha {RUN_ALPHA} over {RUN_ROUNDS} rounds", _paired(confidence=1 - RUN_ALPHA / RUN_ROUNDS), **HO),
-    Policy("harnessopt, banked incumbent (incumbent_epochs 5, second_look 4, first_look_share 0.05)", _paired(**BANK), inc_epochs=5, **HO),
-    Policy("harnessopt, looks split evenly (first_share 0.5)", lambda: PairedGate(GateConfig(), first_share=0.5), **HO),
+    Policy("harnessopt, banked incumbent (incumbent_epochs 5, second_look 4, first_look_share 0.05: the default now)", _paired(**BANK), inc_epochs=5, **HO),
+    Policy("harnessopt, looks split evenly (first_share 0.5)", lambda: PairedGate(GateConfig.model_validate(UNBANKED), first_share=0.5), **HO),
     Policy("harnessopt, secondary cost (margin 0.02)", _paired(secondary="cost"), detail="tokens", **HO),
     Policy("harnessopt, secondary soft [soft-score variant]", _paired(secondary="soft"), detail="soft", **HO),
     Policy("strict improvement [SkillOpt], 1 epoch", MeanImproved),
@@ -153,9 +157,10 @@ def _take_mass(pool: np.ndarray, gains: np.ndarray, mass: float) -> tuple[np.nda
     return pool[:k], take
 
 
-def propose(s: State, kind: str, rng: np.random.Generator) -> State:
-    """A proposal of ``kind``: fixes some tasks, breaks others; the population-mean change is exact."""
-    n, target = POPULATION, EFFECT[kind]
+def propose(s: State, kind: str, rng: np.random.Generator, effect: float | None = None) -> State:
+    """A proposal of ``kind``: fixes some tasks, breaks others; the population-mean change is exact
+    (``EFFECT[kind]``, or ``effect`` when given: a power curve's points)."""
+    n, target = POPULATION, EFFECT[kind] if effect is None else effect
     broken_mass = rng.uniform(0.01, 0.06) * n * (3 if kind == "churn" else 1)
     fixed_mass = broken_mass + target * n
     if fixed_mass < 0:  # a harmful edit that breaks more than its churn: it fixes nothing
@@ -178,13 +183,15 @@ def propose(s: State, kind: str, rng: np.random.Generator) -> State:
 _PLAIN = {(s, c): Outcome(float(s), None, 0, bool(c)) for s in (0, 1) for c in (0, 1)}
 
 
-def rollout(s: State, ids: np.ndarray, rng: np.random.Generator, runs: int = 1, detail: str = "") -> Outcomes:
-    """``runs`` runs of each task: pass ~ Bernoulli(p), a 5% flaky crash, a soft value and tokens.
+def rollout(
+    s: State, ids: np.ndarray, rng: np.random.Generator, runs: int = 1, detail: str = "", crash: float = CRASH
+) -> Outcomes:
+    """``runs`` runs of each task: pass ~ Bernoulli(p), a flaky crash (5%), a soft value and tokens.
 
     Every call draws all of them (so policies see the same runs); the Outcome carries the soft
     value or the tokens only for the policy that reads them (``detail``: "soft", "tokens")."""
     shape = (runs, len(ids))
-    crashed = rng.random(shape) < CRASH
+    crashed = rng.random(shape) < crash
     score = ((rng.random(shape) < s.p[ids]) & ~crashed).astype(int)
     soft = np.clip(0.5 * score + 0.5 * s.c[ids] + rng.normal(0.0, 0.1, shape), 0.0, 1.0)
     tokens = s.tokens[ids] * rng.lognormal(0.0, 0.2, shape) * np.where(crashed, rng.uniform(0.1, 1, shape), 1)
@@ -224,8 +231,11 @@ def decide(
     val: np.ndarray,
     inc_out: Outcomes,
     rng: np.random.Generator,
+    rollout: Callable[..., Outcomes] = rollout,
 ) -> tuple[Decision, Outcomes]:
-    """Smoke test (harnessopt), validation and the gate, as the loop runs them; the candidate's outcomes."""
+    """Smoke test (harnessopt), validation and the gate, as the loop runs them; the candidate's outcomes.
+
+    ``rollout`` draws runs (``benchmarks/run_yield.py`` passes one with correlated crashes)."""
     cand_out = rollout(cand, val, rng, pol.epochs, pol.detail)
     spent = len(val) * pol.epochs
     dec = Decision(False, 0.0, spent)
@@ -320,7 +330,7 @@ def per_round(m: int, seed: int) -> list[Tally]:
     s0 = population(world)
     val = world.permutation(POPULATION)[:m]
     aa = np.random.default_rng([seed, m, 8])  # the noise floor, as the loop measures it (own stream)
-    nf = measure(rollout(s0, val, aa), rollout(s0, val, aa), GateConfig())
+    nf = measure(rollout(s0, val, aa), rollout(s0, val, aa), GateConfig.model_validate(UNBANKED))
     out[0].noise.append((nf["flip_rate"], nf["paired_sd"], nf["detectable"]))
     for ki, kind in enumerate(EFFECT):
         cand = propose(s0, kind, np.random.default_rng([seed, m, 2, ki]))

@@ -222,7 +222,7 @@ def _du(path: Path) -> int:
 
 
 WALK = (
-    "import sys; from harnessopt import ledger; ledger.rounds = ledger.rounds_from_git; "
+    "import sys; from harnessopt.ledger import store as ledger; ledger.rounds = ledger.rounds_from_git; "
     "from harnessopt.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 """The CLI reading rounds commit by commit from git, as before the index (issue 15)."""

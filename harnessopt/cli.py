@@ -256,6 +256,10 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     if warning := concurrency_warning(ws.cfg.rollout.concurrency):  # one line, at run start
         say(warning)
+    from harnessopt.gateway.policy import unpriced_budget
+
+    if unpriced := unpriced_budget(ws.cfg):  # also for --dry-run; before the lock: nothing changed
+        raise UserError(unpriced)
     if a.dry_run:  # no lock, no model call, nothing written
         from harnessopt.reporting.projection import project
 

@@ -16,7 +16,7 @@ from harnessopt.errors import UserError
 CONFIG_NAME = "harnessopt.yaml"
 # What each mode lets the optimizer change, and what no mode or whitelist ever does (globs).
 MODE_WHITELIST = {"skill": ("skill/**",), "harness": ("harness/**",), "joint": ("skill/**", "harness/**")}
-ALWAYS_READ_ONLY = ("tasks/**", "scorer.py", "harnessopt.yaml", ".git/**")
+ALWAYS_READ_ONLY = ("tasks/**", "scorer.py", "perturb.py", "harnessopt.yaml", ".git/**")
 DEFAULT_CANDIDATES = 1
 """search.candidates when the config does not say: the yield benchmark (benchmarks/) chooses it."""
 
@@ -123,14 +123,14 @@ class GateConfig(_Strict):
     epochs: int = Field(1, ge=1)
     """Runs per val task (for stochastic targets)."""
     incumbent_epochs: int | None = Field(None, ge=1)
-    """Runs per val task measured and cached for the incumbent (default: epochs). The runs past
-    the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before running it
-    again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise floor is
-    measured on the cached runs at no extra cost."""
-    second_look: int = Field(2, ge=0)
+    """Runs per val task measured and cached for the incumbent (default: epochs + second_look). The
+    runs past the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before
+    running it again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise
+    floor is measured on the cached runs at no extra cost."""
+    second_look: int = Field(4, ge=0)
     """Runs of every val task the gate's second look adds, when the first look is promising but
     inside the dead zone (0: a single look)."""
-    first_look_share: float = Field(0.2, gt=0.0, lt=1.0)
+    first_look_share: float = Field(0.05, gt=0.0, lt=1.0)
     """Share of the primary test's alpha the first look spends; the second look gets the rest."""
     max_broken: int | None = Field(None, ge=0)
     """Reject when more val tasks broke than this."""
@@ -154,12 +154,23 @@ class GateConfig(_Strict):
     confirm: Literal["val", "holdout", "none"] = "val"
     """After an accept, runs that did not select it: fresh runs on val, or on the held-out part
     of val; ho/best moves only when they confirm the gain."""
+    confirm_moves_main: bool = True
+    """main moves only when the confirmation (``confirm``) finds the gain again; false: main keeps
+    what the gate accepted whatever the confirmation says (ho/best still waits for it)."""
     holdout_share: float = Field(0.3, gt=0.0, lt=1.0)
     """confirm: holdout: the share of val tasks set aside (by id), never seen by the gate."""
     run_alpha: float | None = Field(None, gt=0.0, lt=1.0)
     """False-accept budget of the whole run, spent evenly over run_rounds gate decisions."""
     run_rounds: int = Field(20, ge=1)
     """Gate decisions run_alpha is spread over; past them the gate accepts nothing."""
+
+    @property
+    def banked_epochs(self) -> int:
+        """Runs per val task cached for the incumbent: ``incumbent_epochs``, by default ``epochs``
+        plus the second look's runs (with no rerun of any kind, just ``epochs``)."""
+        if self.incumbent_epochs is not None:
+            return self.incumbent_epochs
+        return self.epochs + (self.second_look if self.confirm_flips else 0)
 
 
 class SearchConfig(_Strict):
@@ -233,6 +244,18 @@ class ChecksConfig(_Strict):
     """Characters those words must span (so short words and short answers never count alone)."""
     id_min_chars: int = Field(4, ge=1)
     """Task ids shorter than this are too likely to occur by chance and are not looked for."""
+    memorised: Literal["reject", "warn", "off"] = "reject"
+    """Before an accept is recorded, rerun the fixed val tasks with perturbed inputs on both sides and
+    reject (or only warn) when the gain collapses there (docs/gate.md, "Memorised answers")."""
+    memorised_variants: int = Field(1, ge=1, le=8)
+    """Perturbed variants run per fixed val task (each once, on both sides)."""
+    memorised_alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    """Level of the memorised test: the rate at which it rejects a candidate that keeps its gain."""
+    memorised_retain: float = Field(0.5, gt=0.0, le=1.0)
+    """Share of the gate's gain a candidate must keep on perturbed inputs (H0 of the test)."""
+    datalike: Literal["flag", "off"] = "flag"
+    """Flag a round for review when its diff adds data-like content (many short literals,
+    high-entropy or base64-like blobs, new data files under skill/); never a rejection by itself."""
 
 
 class Config(_Strict):
@@ -244,8 +267,8 @@ class Config(_Strict):
     whitelist: list[str] | None = None
     """Glob patterns (relative to the workspace) the optimizer may change; default per mode."""
     read_only: list[str] = Field(default_factory=list)
-    """Globs never copied back, added to the always read-only tasks/**, scorer.py, harnessopt.yaml
-    and .git/** (which no whitelist can open)."""
+    """Globs never copied back, added to the always read-only tasks/**, scorer.py, perturb.py,
+    harnessopt.yaml and .git/** (which no whitelist can open)."""
     flags: dict[str, str] = Field(default_factory=dict)
     """Feature flags exported to the harness as HO_FLAG_<NAME>."""
     model: ModelConfig = Field(default_factory=lambda: ModelConfig())

@@ -30,7 +30,11 @@ def test_wheel_carries_templates_sandbox_files_and_demo(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for template in ("chat", "tool-agent", "claude-code", "command"):
         assert f"harnessopt/workspace_templates/{template}/run.py" in names
-    for name in ("workspace_templates/scorer.py", "sandbox_files/Dockerfile", "sandbox_files/runner.py"):
+    for name in (
+        "workspace_templates/scorer.py",
+        "sandbox/image/context/Dockerfile",
+        "sandbox/image/context/runner.py",
+    ):
         assert f"harnessopt/{name}" in names
     for name in ("model.yaml", "tasks.jsonl", "skill/SKILL.md"):
         assert f"harnessopt/data/demo/{name}" in names

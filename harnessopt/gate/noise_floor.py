@@ -26,19 +26,29 @@ MAX_EPOCHS = 64
 
 
 def detectable(m: int, sd: float, cfg: GateConfig, epochs: int) -> float:
-    """The smallest true mean gain d the gate accepts with probability ``POWER``: the dead zone plus
-    z_power standard errors, at the spread a gain brings. ``sd`` is the paired SD of identical arms
-    (run noise); a gain d on pass/fail tasks fixes about d of them more than it breaks, which adds
-    d(1 - d) to the variance. One look at the level of the gate's last look (a second look's extra
-    runs make the figure a little smaller; an edit that breaks some tasks and fixes more, larger)."""
+    """The smallest true mean gain d the gate as configured accepts with probability ``POWER``.
+
+    Modelled on the look that decides a close call: with reruns and a second look
+    (``second_look`` > 0, ``confirm_flips``), the second look, at its share of alpha, on
+    ``epochs + second_look`` runs a task a side (the incumbent's from its bank): run noise, the
+    A/A paired SD ``sd`` measured at ``epochs`` runs, shrinks by sqrt(epochs / runs), and a
+    pass/fail flip moves the mean by 1/(runs m). Without them, one look on ``epochs`` runs at the
+    primary test's whole alpha. d = dead zone + z_power standard errors at the spread a gain brings:
+    a gain d on pass/fail tasks fixes about d of them more than it breaks, which adds d(1 - d) to
+    the variance. Within 10% of the gate's simulated 80% point at m = 50 on the noise of
+    ``benchmarks/gate_simulation.py`` (tests/gate/test_noise_floor.py)."""
     if m < 2:
         return math.inf
     share = cfg.secondary_share if cfg.secondary != "none" else 0.0
-    level = stats.round_levels(1.0 - cfg.confidence, 2 if cfg.confirm_flips else 1, share).looks[-1]
-    z, step = NormalDist().inv_cdf(POWER), 1.0 / max(epochs, 1)
+    looks = 2 if cfg.confirm_flips and cfg.second_look > 0 else 1
+    level = stats.round_levels(1.0 - cfg.confidence, looks, share, cfg.first_look_share).looks[-1]
+    epochs = max(epochs, 1)
+    runs = epochs + (cfg.second_look if looks == 2 else 0)
+    noise = sd * math.sqrt(epochs / runs)
+    z, step = NormalDist().inv_cdf(POWER), 1.0 / runs
     d = nxt = 0.0
-    for _ in range(60):  # the fixed point d = zone(s) + z s / sqrt(m), s^2 = sd^2 + d (1 - d)
-        s = math.sqrt(sd * sd + d * (1.0 - d))
+    for _ in range(60):  # the fixed point d = zone(s) + z s / sqrt(m), s^2 = noise^2 + d (1 - d)
+        s = math.sqrt(noise * noise + d * (1.0 - d))
         nxt = min(1.0, stats.dead_zone(m, s, level, cfg.min_effect, step=step) + z * s / math.sqrt(m))
         if abs(nxt - d) < 1e-7:
             break
@@ -82,6 +92,7 @@ def measure(first: Outcomes, second: Outcomes, cfg: GateConfig) -> dict[str, Any
     m, sd = len(ids), stats.sample_sd(diffs)
     mde = detectable(m, max(sd, stats.sd_floor(m)), cfg, epochs)
     return {
+        "blind": blind(first, second, ids),
         "m": m,
         "epochs": epochs,
         "flip_rate": flips / m if m else 0.0,
@@ -94,8 +105,30 @@ def measure(first: Outcomes, second: Outcomes, cfg: GateConfig) -> dict[str, Any
     }
 
 
+def blind(first: Outcomes, second: Outcomes, ids: list[str]) -> str:
+    """Why an A/A test measured nothing, or "": when every run of both arms scored the same (every
+    task failed, or passed, every time) there is no run noise to see, whatever the model did."""
+    scores = {o.score for t in ids for o in (*first[t], *second[t])}
+    if not ids or len(scores) != 1:
+        return ""
+    score = next(iter(scores))
+    what = "failed" if score <= 0 else "passed" if score >= 1 else f"scored {score:g}"
+    return (
+        f"every run of all {len(ids)} val tasks {what}, both times: the scores cannot show run-to-run "
+        "noise (the answers may still have changed), so a flip rate of 0 and a paired SD of 0 say nothing"
+        + (
+            "; check the model answers at all (a model that fails every task gives the gate no signal), "
+            "or use tasks it passes some of the time"
+            if score <= 0
+            else ""
+        )
+    )
+
+
 def lines(nf: dict[str, Any]) -> list[str]:
     """What ``run`` and ``status`` print about a measured noise floor."""
+    if nf.get("blind"):
+        return [f"noise floor measured nothing: {nf['blind']}"]
     out = [
         f"noise floor (incumbent against itself on {nf['m']} val tasks x {nf['epochs']} epoch(s)): "
         f"{nf['flip_rate']:.0%} of tasks flipped, paired SD {nf['paired_sd']:.3f}; the gate detects a gain "

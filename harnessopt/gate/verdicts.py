@@ -75,7 +75,7 @@ def confirmation_record(candidate: Outcomes, incumbent: Outcomes, on: str) -> di
     summary = (
         f"{'confirmed' if confirmed else 'not confirmed'} on {a['n']} {on} tasks, runs that did not "
         f"select it: {a['gain']:+.3f} (95% interval {lo:+.3f} to {hi:+.3f})"
-        + ("" if confirmed else "; main keeps it, ho/best does not move")
+        + ("" if confirmed else "; ho/best does not move")
     )
     return {
         "on": on,

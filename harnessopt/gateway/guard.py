@@ -12,7 +12,8 @@ the defences that do not depend on what is served:
 * Peer credentials: the Unix socket accepts only peers whose uid (``SO_PEERCRED``) is in
   ``unix_uids``; the TCP port only those whose uid (the client socket's owner, asked of the
   kernel) is in ``tcp_uids``. A refused peer is closed before a thread is spent.
-* ``secure_socket_dir``/``secure_socket``: the socket's directory 0750 and the socket 0660,
+* ``secure_socket_dir``/``secure_socket``: the socket's directory 0750 (the gateway's: 0710, so
+  that a container can reach its own socket but not list the others') and the socket 0660,
   both owned by a group reserved for the run, given to the task containers (``group_add``).
 """
 
@@ -121,6 +122,7 @@ class GuardedServer:
     limits: ServerLimits
     stats: ServerStats
     allowed_uids: frozenset[int] | None = None
+    on_busy: Callable[[], None] | None = None  # told of each connection refused for lack of a slot
     _slots: threading.BoundedSemaphore | None = None
 
     def peer_uid(self, request: Any, client_address: Any) -> int | None:
@@ -143,6 +145,8 @@ class GuardedServer:
             self.stats.add("refused_busy")
             answer_busy(request, self.limits.max_connections)
             self.shutdown_request(request)  # type: ignore[attr-defined]
+            if self.on_busy is not None:
+                self.on_busy()
             return
         try:
             super().process_request(request, client_address)  # type: ignore[misc]
@@ -292,12 +296,13 @@ def linger(sock: socket.socket, rfile: Any, owner: Any) -> None:
             left -= len(chunk)
 
 
-def secure_socket_dir(directory: Path, gid: int | None) -> None:
-    """Make ``directory`` 0750 owned by group ``gid`` (no-op for None)."""
+def secure_socket_dir(directory: Path, gid: int | None, mode: int = 0o750) -> None:
+    """Make ``directory`` ``mode`` (0750; 0710: the group may connect to a socket it can name, not
+    list the others) owned by group ``gid`` (no-op for None)."""
     if gid is None:
         return
     os.chown(directory, -1, gid)
-    os.chmod(directory, 0o750)
+    os.chmod(directory, mode)
 
 
 def secure_socket(path: Path, gid: int | None) -> None:

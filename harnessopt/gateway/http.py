@@ -381,8 +381,12 @@ class MessagesServer:
         socket_path: Path | None = None,
         admit: Admit | None = None,
         limits: ServerLimits | None = None,
+        dir_mode: int = 0o750,
+        on_busy: Callable[[], None] | None = None,
     ):
         self.limits = limits or ServerLimits()
+        self.dir_mode = dir_mode  # of the socket's directory, when it has a group (``secure_socket_dir``)
+        self.on_busy = on_busy  # told when the TCP listener refuses a connection for lack of a slot
         self.stats = ServerStats()
         attrs = {"backend": staticmethod(backend), "limits": self.limits, "stats": self.stats}
         if admit is not None:
@@ -393,6 +397,9 @@ class MessagesServer:
         self.socket_path = socket_path
         self._servers: list[socketserver.BaseServer] = []
         self._threads: list[threading.Thread] = []
+        self._listeners: dict[Path, tuple[socketserver.BaseServer, threading.Thread]] = {}
+        self._listeners_lock = threading.Lock()
+        self._closing: list[threading.Thread] = []  # listeners of close_listener still stopping
 
     @property
     def port(self) -> int:
@@ -408,9 +415,10 @@ class MessagesServer:
     def start(self) -> MessagesServer:
         tcp = _TCPServer((self._host, self._port), self._handler)
         tcp.limits, tcp.stats, tcp.allowed_uids = self.limits, self.stats, self.limits.tcp_uids
+        tcp.on_busy = self.on_busy
         self._servers.append(tcp)
         if self.socket_path is not None:
-            secure_socket_dir(self.socket_path.parent, self.limits.socket_gid)
+            secure_socket_dir(self.socket_path.parent, self.limits.socket_gid, self.dir_mode)
             self.socket_path.unlink(missing_ok=True)
             unix = _UnixHTTPServer(str(self.socket_path), self._handler)
             unix.limits, unix.stats, unix.allowed_uids = self.limits, self.stats, self.limits.unix_uids
@@ -426,7 +434,58 @@ class MessagesServer:
             self._threads.append(thread)
         return self
 
+    def open_listener(self, path: Path, on_busy: Callable[[], None] | None = None) -> None:
+        """Serve on one more Unix socket at ``path`` (0660, as the first), with its own
+        ``max_connections`` slots and accepting thread: what its clients do cannot take a slot
+        of another listener. ``on_busy`` is told of each connection it refuses for lack of one."""
+        unix = _UnixHTTPServer(str(path), self._handler)
+        try:
+            unix.limits, unix.stats, unix.allowed_uids = self.limits, self.stats, self.limits.unix_uids
+            unix.on_busy = on_busy
+            secure_socket(path, self.limits.socket_gid)
+        except BaseException:
+            unix.server_close()
+            path.unlink(missing_ok=True)
+            raise
+        thread = threading.Thread(target=unix.serve_forever, args=(0.05,), name="messages-unix", daemon=True)
+        with self._listeners_lock:
+            self._listeners[path] = (unix, thread)
+        thread.start()
+
+    def close_listener(self, path: Path, wait: bool = False) -> None:
+        """Remove a socket of ``open_listener`` now; its listener stops in the background (``wait``:
+        before returning), as ``shutdown`` waits for the accepting thread's next poll (~50 ms).
+        Connections being served finish."""
+        with self._listeners_lock:
+            found = self._listeners.pop(path, None)
+            self._closing = [t for t in self._closing if t.is_alive()]
+        if found is None:
+            return
+        path.unlink(missing_ok=True)  # no new client finds it
+        server, thread = found
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+
+        if wait:
+            close()
+            return
+        closer = threading.Thread(target=close, name="messages-unix-close", daemon=True)
+        closer.start()
+        with self._listeners_lock:
+            self._closing.append(closer)
+
     def stop(self) -> None:
+        with self._listeners_lock:
+            paths = list(self._listeners)
+        for path in paths:
+            self.close_listener(path, wait=True)
+        with self._listeners_lock:
+            closing, self._closing = self._closing, []
+        for closer in closing:
+            closer.join(timeout=5)
         for server in self._servers:
             server.shutdown()
             server.server_close()

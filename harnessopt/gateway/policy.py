@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harnessopt.config import BudgetConfig, Config, GatewayConfig
+from harnessopt.gateway.media import OPAQUE_KEYS, media_bound
 from harnessopt.protocols import ModelError
 
 CLIENT_TOOL_TYPES = ("custom",)
@@ -67,6 +68,29 @@ def _price(model: str, prices: Prices | None) -> tuple[float, float, bool] | Non
     return None
 
 
+def unpriced_budget(cfg: Config, with_optimizer: bool = True) -> str | None:
+    """Why ``budget.max_cost`` cannot bind this run (a role's model has no price), or None.
+
+    Calls of a model without a price are counted as $0, so a dollar budget would never refuse
+    one. The scripted model costs nothing and needs no price; the optimizer's model counts only
+    when the optimizer runs (``with_optimizer``) and calls a model (any backend but ``manual``).
+    """
+    if cfg.budget.max_cost is None:
+        return None
+    prices = {glob: (float(p[0]), float(p[1])) for glob, p in cfg.prices.items()}
+    roles = [("model.target", cfg.model.target, cfg.model.provider)]
+    if with_optimizer and cfg.optimizer.backend != "manual":
+        roles.append(("optimizer.model", cfg.optimizer.model, cfg.optimizer.provider or cfg.model.provider))
+    for setting, model, provider in roles:
+        if provider != "scripted" and price_of(model, prices) is None:
+            return (
+                f"budget.max_cost cannot bind: {setting} {model!r} has no price; add it under prices: in "
+                f"harnessopt.yaml (e.g. prices: {{{model!r}: [INPUT_USD, OUTPUT_USD]}} per million tokens) "
+                "or drop budget.max_cost"
+            )
+    return None
+
+
 def cost_of(model: str, usage: Mapping[str, Any], prices: Prices | None = None) -> float | None:
     """USD of a response's ``usage`` at list price, or None for a model without a price."""
     price = _price(model, prices)
@@ -93,12 +117,14 @@ def cost_of(model: str, usage: Mapping[str, Any], prices: Prices | None = None) 
 def input_bound(body: Mapping[str, Any], raw_len: int) -> int:
     """At most how many input tokens a request can be billed for.
 
-    A token is at least one byte of text, and images cost fewer tokens than their base64
-    bytes, so the body's byte length bounds them; each tool adds its system prompt (at most
-    about 700 tokens), counted as 1024. PDFs can exceed this (a page is text and an image).
+    A token is at least one byte of text, so the body's bytes bound its text; base64 images
+    and PDFs are counted instead at what they are billed (``media``: an image by its pixels, a
+    PDF by its pages and text); each tool adds its system prompt (at most about 700 tokens),
+    counted as 1024.
     """
+    media_bytes, media_tokens = media_bound(body)
     tools = body.get("tools")
-    return raw_len + 1024 * (1 + (len(tools) if isinstance(tools, list) else 0))
+    return raw_len - media_bytes + media_tokens + 1024 * (1 + (len(tools) if isinstance(tools, list) else 0))
 
 
 def cost_bound(
@@ -218,6 +244,42 @@ _SERVER_TOOL_WHY = (
 )
 
 
+# Sources the API reads from the request itself. Any other (``url``: fetched from the network;
+# ``file``: a Files API upload of the key's owner) is refused unless server tools are allowed.
+SOURCE_TYPES = frozenset({"base64", "text", "content"})
+# Beta names (dateless prefixes) that only change how the request is processed or answered.
+# Any other value of ``anthropic-beta`` (files API, web fetch, code execution, MCP client, skills,
+# agents, batches, ...) is not forwarded unless server tools are allowed: with them the API
+# reads files, the network or containers for the sandbox. Claude Code's own betas are here.
+SAFE_BETAS = (
+    "claude-code-",
+    "interleaved-thinking-",
+    "context-management-",
+    "fine-grained-tool-streaming-",
+    "token-efficient-tools-",
+    "prompt-caching-",
+    "extended-cache-ttl-",
+    "context-1m-",
+    "output-128k-",
+    "effort-",
+    "structured-outputs-",
+    "token-counting-",
+    "redact-thinking-",
+    "thinking-token-count-",
+    "compact-",
+    "oauth-",
+)
+
+
+def forwarded_betas(value: str, allow_server_tools: bool) -> tuple[str, list[str]]:
+    """The ``anthropic-beta`` value to forward, and the betas dropped from it (SAFE_BETAS)."""
+    betas = [b.strip() for b in value.split(",") if b.strip()]
+    if allow_server_tools:
+        return ",".join(betas), []
+    kept = [b for b in betas if b.lower().startswith(SAFE_BETAS)]
+    return ",".join(kept), [b for b in betas if b not in kept]
+
+
 def _check_network_features(body: Mapping[str, Any]) -> None:
     tools = body.get("tools")
     for i, tool in enumerate(tools if isinstance(tools, list) else []):
@@ -228,23 +290,33 @@ def _check_network_features(body: Mapping[str, Any]) -> None:
             raise _bad(f"tools[{i}].type", f"{kind!r} is a server tool: it {_SERVER_TOOL_WHY}")
     if body.get("mcp_servers"):
         raise _bad("mcp_servers", f"an MCP server connection {_SERVER_TOOL_WHY}")
-    messages = body.get("messages")
-    for i, message in enumerate(messages if isinstance(messages, list) else []):
-        content = message.get("content") if isinstance(message, dict) else None
-        if where := _url_source(content, f"messages[{i}].content"):
-            raise _bad(where, f"a 'url' source makes the API fetch from the network; it {_SERVER_TOOL_WHY}")
+    if body.get("container"):
+        raise _bad("container", f"a code execution container {_SERVER_TOOL_WHY}")
+    if found := _foreign_source(body, ""):
+        where, kind = found
+        raise _bad(
+            where, f"a {kind!r} source is read by the API from outside the request; it {_SERVER_TOOL_WHY}"
+        )
 
 
-def _url_source(content: Any, where: str) -> str | None:
-    """Path of the first block (also inside tool results) whose source is fetched by URL."""
-    if not isinstance(content, list):
+def _foreign_source(node: Any, where: str) -> tuple[str, Any] | None:
+    """(path, type) of the first ``source`` anywhere in ``node`` whose type is not in SOURCE_TYPES,
+    or of a block naming an uploaded file (``file_id``)."""
+    if isinstance(node, list):
+        for j, item in enumerate(node):
+            if found := _foreign_source(item, f"{where}[{j}]"):
+                return found
         return None
-    for j, block in enumerate(content):
-        if not isinstance(block, dict):
+    if not isinstance(node, dict):
+        return None
+    source = node.get("source")
+    if isinstance(source, dict) and source.get("type") not in SOURCE_TYPES:
+        return f"{where}.source.type".lstrip("."), source.get("type")
+    if node.get("file_id"):
+        return f"{where}.file_id".lstrip("."), "file"
+    for key, value in node.items():
+        if key in OPAQUE_KEYS or not isinstance(value, (dict, list)):
             continue
-        source = block.get("source")
-        if isinstance(source, dict) and source.get("type") == "url":
-            return f"{where}[{j}].source.type"
-        if found := _url_source(block.get("content"), f"{where}[{j}].content"):
+        if found := _foreign_source(value, f"{where}.{key}"):
             return found
     return None

@@ -42,7 +42,15 @@ from harnessopt.gateway.http import (
     api_key_of,
     estimate_input_tokens,
 )
-from harnessopt.gateway.policy import PRICES, LeasePolicy, cost_bound, cost_of, input_bound, price_of
+from harnessopt.gateway.policy import (
+    PRICES,
+    LeasePolicy,
+    cost_bound,
+    cost_of,
+    forwarded_betas,
+    input_bound,
+    price_of,
+)
 from harnessopt.gateway.translate import chat_request_to_messages, messages_response_to_chat
 from harnessopt.protocols import Exchange, Forward, GatewayLease, Model, ModelError, Usage
 
@@ -50,7 +58,13 @@ __all__ = ["PRICES", "SOCKET_NAME", "Gateway", "price_of"]
 
 SOCKET_NAME = "gateway.sock"
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+_LEASE_SOCKET_NAME = 23  # "l-" + 16 hex digits + ".sock": one lease's own socket
 _BAD_TOKEN = "invalid or expired harnessopt gateway token"
+# How the transcript says that a connection was refused for lack of a slot (before any request
+# was read): on a listener other runs share (an infrastructure failure: the run is run again),
+# or on the run's own socket (only its own connections can have filled it).
+SHARED_REFUSED = "harnessopt gateway refused a connection on a listener other runs share"
+OWN_REFUSED = "harnessopt gateway refused a connection on this run's own socket"
 
 
 @dataclass
@@ -60,6 +74,7 @@ class _Lease:
     task_id: str | None
     exchanges: list[Exchange] = field(default_factory=list)
     active: int = 0  # calls admitted and not finished
+    socket_path: Path | None = None  # its own listener (``Gateway.lease``)
 
 
 class Gateway:
@@ -88,7 +103,7 @@ class Gateway:
         settings = settings or GatewayConfig()
         self.policy = policy or LeasePolicy.build(budget, settings)
         socket_path = Path(socket_dir) / SOCKET_NAME if socket_dir is not None else None
-        if socket_path is not None and len(str(socket_path)) > _MAX_SOCKET_PATH:
+        if socket_path is not None and len(str(socket_dir)) + 1 + _LEASE_SOCKET_NAME > _MAX_SOCKET_PATH:
             raise UserError(
                 f"gateway socket path {socket_path} is too long for a Unix socket; use a shorter directory"
             )
@@ -100,7 +115,16 @@ class Gateway:
             unix_uids=uids,
             socket_gid=_socket_group(settings) if socket_path is not None else None,
         )
-        self._server = MessagesServer(self._handle, socket_path=socket_path, admit=self._admit, limits=limits)
+        # The socket dir is 0710: a container can connect to the socket it was told of, and
+        # cannot list the other leases' sockets (whose names are random).
+        self._server = MessagesServer(
+            self._handle,
+            socket_path=socket_path,
+            admit=self._admit,
+            limits=limits,
+            dir_mode=0o710,
+            on_busy=self._tcp_busy,
+        )
         self._lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
         self._usage: dict[tuple[str, int], Usage] = defaultdict(Usage)
@@ -179,16 +203,27 @@ class Gateway:
     # ------------------------------------------------------------------ leases
 
     def lease(self, role: str, round_no: int, task_id: str | None = None) -> GatewayLease:
-        """A fresh token whose calls are counted for (role, round) and recorded until released."""
+        """A fresh token whose calls are counted for (role, round) and recorded until released.
+
+        With a socket dir, the lease gets its own Unix socket there (a random name, its own
+        ``max_connections`` slots): the container it is mounted into reaches the gateway only
+        through it, so what one task's connections do cannot refuse another task's calls.
+        """
         token = "ho-" + secrets.token_urlsafe(24)
+        lease = _Lease(role, round_no, task_id)
+        if self.socket_path is not None:
+            lease.socket_path = self.socket_path.parent / f"l-{secrets.token_hex(8)}.sock"
+            self._server.open_listener(lease.socket_path, on_busy=lambda: self._own_busy(token))
         with self._lock:
-            self._leases[token] = _Lease(role, round_no, task_id)
-        return GatewayLease(token=token, base_url=self.base_url, socket_path=self.socket_path)
+            self._leases[token] = lease
+        return GatewayLease(token=token, base_url=self.base_url, socket_path=lease.socket_path)
 
     def release(self, token: str) -> list[Exchange]:
-        """Forget the token (later calls with it get 401) and return its exchanges in order."""
+        """Forget the token (later calls with it get 401), close its socket, return its exchanges in order."""
         with self._lock:
             lease = self._leases.pop(token, None)
+        if lease is not None and lease.socket_path is not None:
+            self._server.close_listener(lease.socket_path)
         return lease.exchanges if lease else []
 
     def release_round(self, role: str, round_no: int) -> int:
@@ -200,8 +235,10 @@ class Gateway:
             tokens = [
                 t for t, lease in self._leases.items() if (lease.role, lease.round_no) == (role, round_no)
             ]
-            for token in tokens:
-                del self._leases[token]
+            gone = [self._leases.pop(token) for token in tokens]
+        for lease in gone:
+            if lease.socket_path is not None:
+                self._server.close_listener(lease.socket_path)
         return len(tokens)
 
     # ------------------------------------------------------------------ accounting
@@ -302,6 +339,34 @@ class Gateway:
             lease.active += 1
         return Admission(self.policy.of(lease.role).max_body, lease, lambda: self._leave(lease))
 
+    def _own_busy(self, token: str) -> None:
+        """A lease's own socket refused a connection: only its own client can have filled it."""
+        with self._lock:
+            lease = self._leases.get(token)
+            if lease is not None:
+                self._note_refusal(lease, OWN_REFUSED)
+
+    def _tcp_busy(self) -> None:
+        """The shared TCP listener refused a connection: any task using it may have lost a call.
+
+        Who was refused cannot be told (nothing of the request was read), so every live task's
+        run is marked, and the runner runs those tasks again (``rollout.runner``). Containers
+        cannot reach this port (no network): only local-mode harnesses and host processes can.
+        """
+        with self._lock:
+            for lease in self._leases.values():
+                if lease.task_id is not None:
+                    self._note_refusal(lease, SHARED_REFUSED)
+
+    def _note_refusal(self, lease: _Lease, mark: str) -> None:
+        """Record a refused connection in the lease's transcript (caller holds the lock)."""
+        error = (
+            f"{mark}: its {self._server.limits.max_connections} slots (gateway.max_connections) were taken"
+        )
+        if lease.exchanges and lease.exchanges[-1].error == error:
+            return  # one mark per burst
+        lease.exchanges.append(Exchange({}, None, error, time.time(), 0.0))
+
     def _leave(self, lease: _Lease) -> None:
         with self._lock:
             lease.active -= 1
@@ -338,7 +403,7 @@ class Gateway:
             self._record(lease, call, None, e.message, started, 0.0, None)
             raise
         t0 = time.monotonic()
-        forward = Forward.of(call.headers, call.query)  # beta features; never the client's key
+        forward = self._forward_of(call)
         try:
             response = model.create(call.body, lease.role, forward=forward)
         except ModelError as e:
@@ -353,6 +418,21 @@ class Gateway:
             raise
         self._record(lease, call, response, None, started, t0, hold)
         return response
+
+    def _forward_of(self, call: ApiCall) -> Forward:
+        """The client's beta features (those the policy allows), its query; never its key."""
+        forward = Forward.of(call.headers, call.query)
+        if "anthropic-beta" not in forward.headers:
+            return forward
+        value, dropped = forwarded_betas(forward.headers["anthropic-beta"], self.policy.allow_server_tools)
+        if dropped:
+            with self._lock:
+                self._note(
+                    f"anthropic-beta {', '.join(dropped)} not forwarded: it unlocks features that run on the "
+                    "API's side (model.allow_server_tools)"
+                )
+        headers = {k: v for k, v in forward.headers.items() if k != "anthropic-beta"}
+        return replace(forward, headers=headers | ({"anthropic-beta": value} if value else {}))
 
     def _reserve(self, lease: _Lease, call: ApiCall) -> Usage:
         """Check the lease's policy and hold the call's worst case; 429 when it does not fit."""

@@ -37,7 +37,16 @@ MAX_CHANGED_FILES = 256  # files one copy-back writes or deletes; the rest are v
 MAX_CHANGED_BYTES = 8 << 20  # bytes one copy-back writes; the rest are violations
 MAX_VIEW_ENTRIES = 50_000  # a view with more files and directories is refused as a whole
 # Paths that never leave the view, whatever the whitelist says (a too-broad ``**`` included).
-PROTECTED = ("tasks", "scorer.py", "harnessopt.yaml", ".git", ".harnessopt", "trajectories", "best_skill.md")
+PROTECTED = (
+    "tasks",
+    "scorer.py",
+    "perturb.py",
+    "harnessopt.yaml",
+    ".git",
+    ".harnessopt",
+    "trajectories",
+    "best_skill.md",
+)
 # Editor and interpreter droppings: neither a change nor a violation.
 JUNK_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 JUNK_NAMES = re.compile(r"(.*\.py[co]|.*\.sw[op]|.*~|\.#.*|\.DS_Store|4913)$")

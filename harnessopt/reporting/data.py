@@ -13,7 +13,7 @@ from typing import Any
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.store import Round
 from harnessopt.reporting.adoption import adoption
-from harnessopt.reporting.log import projected_vs_spent, round_diff
+from harnessopt.reporting.log import projected_vs_spent, review_notes, round_diff
 from harnessopt.rollout.taxonomy import FAILURE_CLASSES, describe, merged
 from harnessopt.workspace import flags
 from harnessopt.workspace.core import Workspace
@@ -59,7 +59,7 @@ def round_row(r: Round) -> dict[str, Any]:
         "role_cost_usd": {role: u.cost_usd for role, u in m.tokens.items()},
         "violations": m.violations,
         "summary": m.title,
-        "reason": m.reason,
+        "reason": "; ".join([m.reason, *review_notes(m.checks)]),  # with what a check flags for review
         "wall_s": m.wall_s,
         "candidates": [c.model_dump() for c in m.search.candidates] if m.search else [],
         "alpha_split": m.search.alpha_split if m.search else 1,

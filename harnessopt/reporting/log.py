@@ -98,12 +98,19 @@ def visible(text: str) -> str:
     return escape(_visible(text))
 
 
+def review_notes(checks: dict[str, Any]) -> list[str]:
+    """The notes of the candidate checks that flag a round for review (``checks.<name>.note``)."""
+    return [str(c["note"]) for c in checks.values() if isinstance(c, dict) and c.get("note")]
+
+
 def _with_confirmation(row: dict[str, Any]) -> str:
     note = confirmation_note(row.get("confirmation"))
     reason = f"{row['reason']}; {note}" if note else str(row["reason"])
     leak = (row.get("checks") or {}).get("leakage") or {}
     if leak.get("action") == "warn" and leak.get("tasks"):  # checks.leakage: warn let it through
         reason += f"; leakage warning: copies task(s) {', '.join(leak['tasks'][:5])}"
+    for note in review_notes(row.get("checks") or {}):  # a check that flags the round for review
+        reason += f"; {note}"
     return reason
 
 

@@ -4,8 +4,10 @@ Per round, the task runs follow from the config: the train batch, the incumbent 
 its scores are not cached, or every round with ``gate.rerun_incumbent``; twice when no noise
 floor was measured yet under this environment: the A/A test), the incumbent's smoke rerun made
 ahead (the *probe*), with several candidates a round (``search.candidates``) each one's optimizer
-calls and its screening runs on train (plus the incumbent's on ``search.screen_tasks``), the smoke test, the rest of val times ``gate.epochs``, the gate's reruns (flips, the second look) and the confirmation of an
-accepted round (``gate.confirm``, both sides again). What the config cannot say is measured on
+calls and its screening runs on train (plus the incumbent's on ``search.screen_tasks``), the smoke
+test, the rest of val times ``gate.epochs``, the gate's reruns (flips, the second look) and the
+confirmation of an accepted round (``gate.confirm``, both sides again) and its memorised-answer check
+(``checks.memorised``: the fixed tasks' perturbed variants). What the config cannot say is measured on
 the workspace's earlier rounds (the last ``HISTORY`` that kept per-phase counts): model calls per
 task run, tokens per call, optimizer calls per round, the gate's reruns, the share of rounds that
 reach the smoke test and the validation, dollars per call and seconds per run. Before any round
@@ -37,6 +39,7 @@ PRIORS: dict[str, float] = {
     "flip_share": 0.25,  # of val tasks whose outcome flips and that the gate reruns on both sides
     "promising_share": 0.2,  # of validated rounds whose first look is promising: the second look
     "accept_share": 0.3,  # of validated rounds accepted, then confirmed (gate.confirm)
+    "fixed_share": 0.5,  # of val tasks an accepted round fixes: checks.memorised reruns them perturbed
     "target_output_per_call": 300.0,
     "optimizer_input_per_call": 8000.0,
     "optimizer_output_per_call": 400.0,
@@ -155,7 +158,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     for i in range(rounds):
         incumbent = cfg.gate.rerun_incumbent or (i == 0 and not cached)
         g, aa = cfg.gate, i == 0 and not floor  # the A/A test runs it again unless the bank has it
-        banked = g.incumbent_epochs or g.epochs
+        banked = g.banked_epochs
         measured = banked + (g.epochs if aa and banked < 2 * g.epochs else 0) if incumbent else 0
         per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured))
     basis = f"{len(history)} measured round(s)" if history else "config priors (no measured round yet)"
@@ -268,13 +271,15 @@ def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
     its banked runs while they last: ``gate.incumbent_epochs``); the runs confirming an accepted
     round on both sides, on val or on the held-out tasks)."""
     g = cfg.gate
-    banked = (g.incumbent_epochs or g.epochs) - g.epochs
+    banked = g.banked_epochs - g.epochs
     sides = 1 if banked >= g.epochs + g.second_look else 2  # the bank covers the incumbent's reruns
     per = (
         sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look) if g.confirm_flips else 0.0
     )
     confirm_tasks = {"val": n_val, "holdout": n_held}.get(g.confirm, 0)
-    return per, PRIORS["accept_share"] * 2 * g.epochs * confirm_tasks
+    c = cfg.checks  # the memorised check: the fixed tasks' variants, both sides, once each
+    memorised = 0.0 if c.memorised == "off" else 2 * c.memorised_variants * PRIORS["fixed_share"] * n_val
+    return per, PRIORS["accept_share"] * (2 * g.epochs * confirm_tasks + memorised)
 
 
 def _usd(model: str, tokens_in: float, tokens_out: float) -> float:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harnessopt.config import Config
-from harnessopt.errors import BudgetExceeded
-from harnessopt.gateway.server import Gateway
+from harnessopt.errors import BudgetExceeded, HarnessoptError
+from harnessopt.gateway.server import SHARED_REFUSED, Gateway
 from harnessopt.protocols import Outcome, RunOutput, RunSpec, Sandbox, Task, TaskResult
 from harnessopt.rollout.executors import Executor, LocalExecutor, SandboxCall, WorkerLost
 from harnessopt.rollout.run_cache import RoundStore
@@ -26,6 +26,7 @@ from harnessopt.workspace.scorer_proc import ScorerProcess
 from harnessopt.workspace.scoring import run_scorer
 
 ANSWER_CAP = 64 * 1024
+REFUSED_RERUNS = 2  # times a run is run again after the gateway refused one of its connections
 OUT_DIRS = "task-out"  # scratch/round-K/task-out/<label>/<task>.<epoch>: no candidate is called that
 EVENTS_CAP = 500
 
@@ -38,6 +39,10 @@ class Candidate:
     label: str  # "incumbent" or "candidate"
     commit: str  # the harness commit it came from (or "candidate-of-<sha>")
     flags: tuple[tuple[str, str], ...] = ()  # flag values over harnessopt.yaml's (harnessopt ablate)
+
+
+class GatewayRefused(HarnessoptError):
+    """A task's runs kept losing connections to the gateway: the round fails, nothing is scored 0."""
 
 
 class RunObserver(Protocol):
@@ -172,7 +177,8 @@ class Runner:
         out_dir = self.scratch / f"round-{round_no}" / OUT_DIRS / cand.label / name
         if cand.root.resolve() in out_dir.resolve().parents:
             raise RuntimeError(f"task output {out_dir} would be inside the candidate root {cand.root}")
-        for attempt in range(self.executor.max_retries + 1):
+        lost = refused = 0
+        while True:
             if out_dir.exists():
                 shutil.rmtree(out_dir)
             out_dir.mkdir(parents=True)
@@ -188,13 +194,23 @@ class Runner:
             try:
                 out = via(spec, out_dir)
             except WorkerLost:  # its calls stay spent; a fresh lease and run, on another node
-                if attempt == self.executor.max_retries:
+                lost += 1
+                if lost > self.executor.max_retries:
                     raise
                 continue
             finally:
                 exchanges = self.gateway.release(lease.token)
+            if any((x.error or "").startswith(SHARED_REFUSED) for x in exchanges):
+                # Another run may have taken the slots its calls needed: no evidence about it.
+                refused += 1
+                if refused > REFUSED_RERUNS:
+                    raise GatewayRefused(
+                        f"the gateway refused connections of task {task.id} on {refused} runs in a row "
+                        "(its shared listener was full); raise gateway.max_connections or lower "
+                        "rollout.concurrency"
+                    )
+                continue
             return self._score(task, round_no, epoch, out, exchanges)
-        raise AssertionError("unreachable")
 
     def _warn_once(self, error: str) -> None:
         """One run-level note per kind of scorer error (the kind: its words before any number)."""

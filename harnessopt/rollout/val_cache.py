@@ -35,6 +35,7 @@ def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = No
         val_tasks=vcs.tree_id(repo, rev, ("tasks/val.jsonl",)),
         val_subset=f"holdout:{cfg.gate.holdout_share}" if cfg.gate.confirm == "holdout" else "all",
         model=f"{cfg.model.provider}:{cfg.model.target}",
+        base_url=cfg.model.base_url or "",
         model_script=vcs.tree_id(repo, rev, (cfg.model.script,)) if cfg.model.script else "",
         server_tools=str(cfg.model.allow_server_tools),
         sandbox=sandbox_identity(cfg, sandbox),
@@ -42,9 +43,10 @@ def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: object | None = No
         limits=(
             f"timeout={r.timeout_s},memory={r.memory_mb},cpus={r.cpus},pids={r.pids},out={r.out_mb},"
             f"output_cap={r.output_cap_kb},scorer_timeout={r.scorer_timeout_s},"
+            f"scorer_memory={r.scorer_memory_mb},warm_interpreter={r.warm_interpreter},"
             f"max_output_tokens={cfg.budget.target_max_output_tokens}"
         ),
-        epochs=str(cfg.gate.epochs) + (f"/{cfg.gate.incumbent_epochs}" if cfg.gate.incumbent_epochs else ""),
+        epochs=f"{cfg.gate.epochs}/{cfg.gate.banked_epochs}",
         flags=",".join(f"{k}={v}" for k, v in sorted(cfg.flags.items())),
     )
     return parts

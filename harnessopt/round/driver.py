@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from harnessopt.errors import UserError
+from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.progress import RunProgress, round_lines
 from harnessopt.reporting.projection import project
@@ -32,14 +33,17 @@ def run(
     """Run ``rounds`` rounds after the last recorded one. Stops early when the budget is spent,
     a round fails, or the STOP file appears (``stop``). Harness and joint mode first need an
     approved round 0 (``round0.ready``; ``decide`` asks a person): without one, no round runs."""
+    if unpriced := unpriced_budget(ws.cfg):  # before anything changes
+        raise UserError(unpriced)
     ledger.recover(ws.repo, ws.journal, say)
     if not (ws.root / "harness" / "run.py").is_file():
         raise UserError(
             f"{ws.root}/harness/run.py is missing; restore it (git checkout -- harness) or add one"
         )
     if stop.requested(ws.root):  # left from before this run: it does not stop this one
+        if (problem := stop.remove(ws.root)) is not None:
+            raise UserError(f"a STOP request is left from before this run: {problem}, then run again")
         say(f"removed a STOP file left from before this run ({stop.stop_path(ws.root)})")
-        stop.stop_path(ws.root).unlink()
     start = ledger.next_round(ws.repo)
     projected = project(ws, rounds)
     say(projected.line())

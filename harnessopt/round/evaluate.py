@@ -17,7 +17,7 @@ from harnessopt.protocols import GateDecision, GatePolicy, Outcomes, Task, TaskR
 from harnessopt.rollout.phase_stats import PROBE_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
-from harnessopt.round.context import Announce, RoundContext
+from harnessopt.round.context import Announce, Ending, RoundContext
 from harnessopt.round.services import Services
 from harnessopt.workspace.core import Workspace
 
@@ -40,7 +40,7 @@ def incumbent_outcomes(
     cache, floors = ValCache(svc.state_dir), NoiseFloorStore(svc.state_dir)
     parts = key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)
     g = svc.cfg.gate
-    epochs, banked = g.epochs, g.incumbent_epochs or g.epochs
+    epochs, banked = g.epochs, g.banked_epochs
     cached = None if g.rerun_incumbent else cache.get(digest(parts))
     short = [t for t in rc.val if len((cached or {}).get(t.id, ())) < banked]
     if cached is not None and not short:
@@ -311,6 +311,17 @@ def confirm_accepted(
     say(f"round {rc.k}: {rec['summary']}")
     ws.journal.write(rc.k, "confirm", **rec)
     return rec
+
+
+def final_ending(d: GateDecision, confirmation: dict[str, Any] | None, confirm_moves_main: bool) -> Ending:
+    """The round's status and reason: the gate's verdict, unless the runs that did not select an
+    accepted candidate failed to confirm its gain (``gate.confirm_moves_main``): then main does not
+    move and the round is a rejection that says so (docs/gate.md, "What is controlled")."""
+    if not d.accept:
+        return "rejected", d.reason
+    if confirmation is not None and not confirmation.get("confirmed") and confirm_moves_main:
+        return "rejected", f"rejected: {confirmation['summary']}; main does not move (the gate: {d.reason})"
+    return "accepted", d.reason
 
 
 def _mean_score(got: Outcomes) -> float | None:

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harnessopt.config import Config
+from harnessopt.errors import UserError
 from harnessopt.gate.policy import make_gate
 from harnessopt.gateway.models import model_for, optimizer_model_for
+from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.optimizer import make_optimizer
@@ -76,6 +78,8 @@ def open_services(
     keep_rollouts: bool = True,
 ) -> Iterator[Services]:
     """Build and start the parts; everything started is stopped again, also on Ctrl-C or a crash."""
+    if unpriced := unpriced_budget(cfg, with_optimizer):  # a dollar budget no call would reach
+        raise UserError(unpriced)
     state_dir = root / STATE_DIR
     model = model_for(cfg.model, root)
     # The optimizer's upstream (the target's unless optimizer.provider/base_url/api_key_env say otherwise).

@@ -27,10 +27,11 @@ from harnessopt.protocols import Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.trajectory import write_trajectories
-from harnessopt.round import leakage, stop, tamper
+from harnessopt.round import datalike, leakage, memorised, stop, tamper
 from harnessopt.round.context import Announce, Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
+    final_ending,
     gate,
     incumbent_outcomes,
     probe,
@@ -105,6 +106,9 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
     )
     if leak:
         return ("rejected", leak)
+    t.checks.update(
+        datalike.flag(rc.k, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, cfg.datalike, say)
+    )
     incumbent_val, floor = incumbent_outcomes(ws, svc, rc, say)  # cached after the first winner
     t.noise_floor = t.noise_floor or floor
     t.probe = t.probe or probe(svc, rc)  # made ahead: counted here
@@ -113,8 +117,10 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
         return ("rejected", crash)
     t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
     t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
+    if memo := memorised.screen(ws, svc, rc, t, incumbent_val, say):  # a gain on inputs it never saw
+        return ("rejected", memo)
     t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
-    return ("accepted" if t.decision.accept else "rejected", t.decision.reason)
+    return final_ending(t.decision, t.confirmation, svc.cfg.gate.confirm_moves_main)
 
 
 def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:

@@ -1,6 +1,7 @@
 """Tamper check: what scores a round must not change while the round runs.
 
-At round start ``seal`` hashes the scorer (``scorer.py``), every task file under ``tasks/``,
+At round start ``seal`` hashes the scorer (``scorer.py``), the perturbation hook
+(``perturb.py``, ``round.memorised``), every task file under ``tasks/``,
 ``harnessopt.yaml`` and the model script as they are on disk, and the run's locked settings as
 the running code holds them: the target model and its upstream, the rollout limits and sandbox
 image (with the engine's image id), the gate, the flags and the checks. ``broken`` hashes them
@@ -54,7 +55,11 @@ def _settings_hash(cfg: Config) -> dict[str, str]:
 def seal(root: Path, cfgs: dict[str, Config], sandbox: object | None) -> Seal:
     """The round-start hashes (module docstring). ``cfgs`` names each config object a part of the
     run holds (the run's, the runner's): a plugin replacing either one's settings is seen."""
-    parts = {"scorer.py": _file_hash(root / "scorer.py"), CONFIG_NAME: _file_hash(root / CONFIG_NAME)}
+    parts = {
+        "scorer.py": _file_hash(root / "scorer.py"),
+        "perturb.py": _file_hash(root / "perturb.py"),
+        CONFIG_NAME: _file_hash(root / CONFIG_NAME),
+    }
     tasks = root / "tasks"
     if tasks.is_dir():
         for path in sorted(tasks.rglob("*")):

@@ -7,6 +7,13 @@ at the deadline, one that segfaults, exhausts its memory or calls ``os._exit`` j
 every case that task scores 0 with the reason recorded (``ScoreResult.error``); the next call gets
 a fresh child. What the scorer returned is checked on the host (``scoring.interpret``), never
 trusted as it comes.
+
+The child interpreter is started isolated and without the ``site`` module (``python -I -S``): no
+``.pth`` file, ``sitecustomize`` or ``usercustomize`` runs in it, and no ``PYTHON*`` variable
+steers it. A harness in the local sandbox without ``bwrap`` can write wherever the user can,
+site-packages and the user site included; what it plants there after harnessopt started does
+not run in the scorer. Its ``sys.path`` is the one harnessopt's own process had when it started
+(``KNOWN_PATHS``), before any harness ran (docs/sandbox.md says what remains).
 """
 
 from __future__ import annotations
@@ -28,13 +35,17 @@ from harnessopt.workspace.scoring import ScoreResult, failed, interpret
 
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+# The import path of this process as it started (site dirs and .pth files processed then, before
+# any harness ran): the scorer's child gets exactly it, and processes no site dir itself.
+KNOWN_PATHS = [_PACKAGE_ROOT, *(p for p in sys.path if os.path.isabs(p) and p != _PACKAGE_ROOT)]
+_BOOT = (
+    "import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
+    "from harnessopt.workspace.scorer_proc import _child_main; sys.exit(_child_main(sys.argv[2]))"
+)
 
 
 class _Child:
     def __init__(self, path: Path, memory_mb: int):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
         limit = memory_mb * 1024 * 1024
 
         def limits() -> None:
@@ -44,11 +55,12 @@ class _Child:
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harnessopt.workspace.scorer_proc", str(path)],
+            # -I: no PYTHON* variable, no user site, no script dir; -S: no site dir, so no .pth
+            # and no sitecustomize; -B: no bytecode written next to anything
+            [sys.executable, "-I", "-S", "-B", "-c", _BOOT, json.dumps(KNOWN_PATHS), str(path)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=env,
             preexec_fn=limits,
         )
         self.buf = b""

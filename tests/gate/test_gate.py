@@ -9,6 +9,8 @@ from harnessopt.errors import UserError
 from harnessopt.gate.policy import PairedGate, make_gate
 from harnessopt.protocols import Outcome, Outcomes
 
+TWO_RUNS = GateConfig(second_look=2, first_look_share=0.2)  # the second look these tests were written for
+
 
 def side(scores: Sequence[float], soft: Sequence[float] | None = None, epochs: int = 1) -> Outcomes:
     return {
@@ -43,14 +45,14 @@ def test_clear_gain_is_accepted_with_reason_and_details():
 
 
 def test_all_ties_rejected_without_soft_metric():
-    d = PairedGate().decide(side([1, 0] * 10), side([1, 0] * 10))
+    d = PairedGate(TWO_RUNS).decide(side([1, 0] * 10), side([1, 0] * 10))
     assert not d.accept and d.delta == 0 and d.dead_zone > 0
     assert "inside dead zone" in d.reason and "no tie-break (gate.secondary: none)" in d.reason
 
 
 def test_all_flips_at_m5_accepted_and_one_fix_rejected():
-    assert PairedGate().decide(side([1] * 5), side([0] * 5)).accept
-    one = PairedGate().decide(side([1, 0, 0, 0, 0]), side([0] * 5))
+    assert PairedGate(TWO_RUNS).decide(side([1] * 5), side([0] * 5)).accept
+    one = PairedGate(TWO_RUNS).decide(side([1, 0, 0, 0, 0]), side([0] * 5))
     assert not one.accept and one.fixed == ["t000"]
 
 
@@ -86,7 +88,7 @@ def test_token_saving_is_no_fallback_it_is_the_configured_cost_test():
     """A token saving no longer breaks a tie by itself: only ``gate.secondary: cost`` tests it, as a
     non-inferiority test on quality with a stated margin, at the secondary's share of alpha."""
     inc, cand = tokens([1] * 200, 1000), tokens([1] * 200, 500)
-    assert not PairedGate().decide(cand, inc).accept  # secondary: none (default)
+    assert not PairedGate(TWO_RUNS).decide(cand, inc).accept  # secondary: none (default)
     assert not PairedGate(GateConfig(secondary="soft")).decide(cand, inc).accept  # soft saw no gain
     cost = GateConfig(secondary="cost")  # noninferiority_margin 0.02
     d = PairedGate(cost).decide(cand, inc)
@@ -136,7 +138,7 @@ def test_every_accept_path_spends_from_one_alpha():
     assert split.looks == pytest.approx((0.9875, 0.9875)) and split.secondary == pytest.approx(0.975)
     for lv in (two, split, stats.round_levels(0.05, 1, 0.2)):
         assert lv.spent() == pytest.approx(0.05)
-    gate = PairedGate(GateConfig(secondary="soft", secondary_share=0.2))
+    gate = PairedGate(GateConfig(secondary="soft", secondary_share=0.2, second_look=2, first_look_share=0.2))
     d = gate.decide(side(CAND), side(INC), Fresh((CAND, INC)))
     assert d.details["look_levels"] == pytest.approx([0.992, 0.968]) and d.details[
         "secondary_level"
@@ -145,7 +147,7 @@ def test_every_accept_path_spends_from_one_alpha():
 
 
 def test_clear_loss_rejected_below_minus_zone():
-    d = PairedGate().decide(side([0] * 20 + [1] * 30), side([1] * 50))
+    d = PairedGate(TWO_RUNS).decide(side([0] * 20 + [1] * 30), side([1] * 50))
     assert not d.accept and "below minus dead zone" in d.reason
 
 
@@ -173,26 +175,26 @@ def test_flip_confirmation_drops_noise_and_keeps_reproduced_flips():
         and d.details["reruns"] == 12
         and d.details["raw_delta"] == pytest.approx(6 / 50)
     )
-    unconfirmed = PairedGate().decide(cand, inc)
+    unconfirmed = PairedGate(TWO_RUNS).decide(cand, inc)
     assert unconfirmed.delta == pytest.approx(6 / 50) and unconfirmed.accept and not d.accept
 
 
 def test_confirm_not_called_when_disabled_or_no_flips():
     confirm = Recorder({}, {})
     PairedGate(GateConfig(confirm_flips=False)).decide(side([1, 0]), side([0, 0]), confirm)
-    PairedGate().decide(side([1, 0]), side([1, 0]), confirm)
+    PairedGate(TWO_RUNS).decide(side([1, 0]), side([1, 0]), confirm)
     assert confirm.calls == []
 
 
 def test_epochs_average_per_task_and_flips_use_the_mean():
     inc = {f"t{i}": [Outcome(0), Outcome(0), Outcome(1)] for i in range(20)}
     cand = {f"t{i}": [Outcome(1), Outcome(1), Outcome(0)] for i in range(20)}
-    d = PairedGate().decide(cand, inc)
+    d = PairedGate(TWO_RUNS).decide(cand, inc)
     assert d.details["epochs"] == 3 and d.delta == pytest.approx(1 / 3) and len(d.fixed) == 20 and d.accept
 
 
 def test_no_common_tasks_is_a_recorded_rejection():
-    d = PairedGate().decide(side([1]), {"other": [Outcome(1)]})
+    d = PairedGate(TWO_RUNS).decide(side([1]), {"other": [Outcome(1)]})
     assert not d.accept and d.n == 0 and "no val task" in d.reason
 
 
@@ -243,7 +245,7 @@ def test_promising_first_look_spends_a_second_look_and_accepts():
     first = PairedGate(second_look=0).decide(side(CAND), side(INC), fresh)
     assert not first.accept and first.delta == pytest.approx(0.12) and first.details["look"] == 1
     fresh.calls = []
-    d = PairedGate().decide(side(CAND), side(INC), fresh)
+    d = PairedGate(TWO_RUNS).decide(side(CAND), side(INC), fresh)
     # one flip-confirmation call (the 10 flips), then two second-look calls with every task
     assert [len(c) for c in fresh.calls] == [10, 50, 50]
     assert d.details["look"] == 2 and d.details["epochs_total"] == 3
@@ -258,7 +260,7 @@ def test_promising_first_look_spends_a_second_look_and_accepts():
 def test_second_look_that_does_not_reproduce_rejects():
     same = [0] * 10 + [1] * 20 + [0] * 20
     fresh = Fresh((CAND, INC), (same, same))  # flips reproduce once, then vanish
-    d = PairedGate().decide(side(CAND), side(INC), fresh)
+    d = PairedGate(TWO_RUNS).decide(side(CAND), side(INC), fresh)
     # (0.12 + 2 * 0) / 3 = 0.04: the fresh runs outvote the first look
     assert not d.accept and d.details["look"] == 2 and d.delta == pytest.approx(0.04)
     # fixed/broken use each side's mean over all 4 runs: 2 of 4 passes is still a pass
@@ -268,9 +270,11 @@ def test_second_look_that_does_not_reproduce_rejects():
 def test_no_second_look_for_clear_results_or_weak_first_looks():
     fresh = Fresh(([1] * 50, [0] * 50))
     clear_inc, clear_cand = side([0] * 20 + [1] * 30), side([1] * 20 + [1] * 30)
-    assert PairedGate().decide(clear_cand, clear_inc, fresh).details["look"] == 1
-    tie = PairedGate().decide(side([1, 0] + [0] * 48), side([0, 1] + [0] * 48), Fresh(([0] * 50, [0] * 50)))
-    negative = PairedGate().decide(side([0] * 50), side([1, 1] + [0] * 48), fresh)
+    assert PairedGate(TWO_RUNS).decide(clear_cand, clear_inc, fresh).details["look"] == 1
+    tie = PairedGate(TWO_RUNS).decide(
+        side([1, 0] + [0] * 48), side([0, 1] + [0] * 48), Fresh(([0] * 50, [0] * 50))
+    )
+    negative = PairedGate(TWO_RUNS).decide(side([0] * 50), side([1, 1] + [0] * 48), fresh)
     assert tie.details["look"] == 1 and negative.details["look"] == 1 and not negative.accept
     weak = PairedGate(look_from=1.5).decide(side([1] + [0] * 49), side([0] * 50), fresh)
     assert weak.details["t"] == pytest.approx(1.0) and weak.details["look"] == 1
@@ -285,8 +289,8 @@ def test_second_look_levels_split_alpha():
 
     assert stats.look_levels(0.95, True) == pytest.approx((0.975, 0.975))  # the even split
     assert stats.look_levels(0.9, False) == (0.9, 0.9)
-    assert PairedGate().levels(can_rerun=True).looks == pytest.approx((0.99, 0.96))
-    assert PairedGate(first_share=0.5).levels(can_rerun=True).looks == pytest.approx((0.975, 0.975))
+    assert PairedGate(TWO_RUNS).levels(can_rerun=True).looks == pytest.approx((0.99, 0.96))
+    assert PairedGate(TWO_RUNS, first_share=0.5).levels(can_rerun=True).looks == pytest.approx((0.975, 0.975))
     one = PairedGate(second_look=0).decide(side([1] * 10 + [0] * 40), side([0] * 50))
     assert one.details["look_levels"] == [0.95]
 
@@ -296,13 +300,13 @@ def test_confirm_flips_false_tests_its_one_look_at_the_full_alpha():
     cand, inc = side([1] * 9 + [0] * 41), side([0] * 50)
     off = PairedGate(GateConfig(confirm_flips=False)).decide(cand, inc, Fresh((CAND, INC)))
     assert off.details["look_levels"] == [0.95] and off.details["level"] == 0.95
-    on = PairedGate().decide(cand, inc, Fresh(([1] * 9 + [0] * 41, [0] * 50)))
+    on = PairedGate(TWO_RUNS).decide(cand, inc, Fresh(([1] * 9 + [0] * 41, [0] * 50)))
     assert on.details["look_levels"] == pytest.approx([0.99, 0.96])
     assert off.dead_zone < on.details.get("first_look", {"dead_zone": on.dead_zone})["dead_zone"]
     # 8 fixes of 50 clear the one look at 0.95 (not a first look at 0.99)
     eight = side([1] * 8 + [0] * 42)
     assert PairedGate(GateConfig(confirm_flips=False)).decide(eight, inc).accept
-    assert PairedGate().levels(can_rerun=False).looks == (0.95,)
+    assert PairedGate(TWO_RUNS).levels(can_rerun=False).looks == (0.95,)
 
 
 class PerCall:
@@ -334,7 +338,7 @@ def test_second_look_weighs_every_run_the_same_with_k_epochs():
     inc = {f"t{i:03d}": [Outcome(0)] * 2 for i in range(50)}
     cand = {f"t{i:03d}": [Outcome(1)] * 2 if i < 4 else [Outcome(0)] * 2 for i in range(50)}
     confirm = PerCall((1.0, 0.0), (1.0, 0.0), (0.0, 0.0), (0.0, 0.0))  # flips x2, then 2 tie looks
-    d = PairedGate().decide(cand, inc, confirm)
+    d = PairedGate(TWO_RUNS).decide(cand, inc, confirm)
     assert d.details["look"] == 2 and [len(c) for c in confirm.calls] == [4, 4, 50, 50]
     # flipped tasks: first-look d = 1 (K = 2 runs), fresh d = 0 (k = 2 runs): (2*1 + 2*0) / 4
     # (the old weights (d_first + k d_fresh) / (1 + k) gave the 2 first runs the weight of one)
@@ -352,7 +356,7 @@ def test_nan_scores_never_pass():
             d.reason,
         )
     half = {t: [Outcome(score=nan)] if int(t[1:]) < 10 else [Outcome(score=1.0)] for t in inc}
-    d = PairedGate().decide(half, inc)
+    d = PairedGate(TWO_RUNS).decide(half, inc)
     assert d.delta == pytest.approx(186 / 200) and d.accept and "nan" not in d.reason
 
 
@@ -365,7 +369,7 @@ def test_a_rerun_that_omits_tasks_keeps_their_first_evidence():
                 t: v for t, v in inc.items() if t != drop[-1]
             }
 
-    d = PairedGate().decide(side(CAND), side(INC), Omitting((CAND, INC)))
+    d = PairedGate(TWO_RUNS).decide(side(CAND), side(INC), Omitting((CAND, INC)))
     assert d.details["look"] == 2 and d.details["rerun_missing"] == ["t000", "t001", "t002"]
     assert d.n == 50
 
@@ -388,7 +392,7 @@ def test_futility_stops_only_when_even_all_remaining_tasks_cannot_make_it_accept
     ids = sorted(inc)
     # the first 40 done: 10 of the incumbent's passes broken, the rest ties; 10 left, all fixable
     done = {t: [Outcome(0.0 if i < 10 else inc[t][0].score)] for i, t in enumerate(ids[:40])}
-    gate = PairedGate()
+    gate = PairedGate(TWO_RUNS)
     assert gate.futile(done, inc, ids[40:])  # best case (-10 + 10) / 50 = 0: no look can accept
     early = {t: done[t] for t in ids[:20]}
     assert not gate.futile(early, inc, ids[20:])  # 20 fixable left: best case +10 / 50

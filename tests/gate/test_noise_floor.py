@@ -25,16 +25,65 @@ def test_measure_counts_flips_and_the_paired_sd_of_identical_arms() -> None:
     assert nf["m"] == 50 and nf["flip_rate"] == pytest.approx(0.2) and nf["aa_delta"] == 0.0
     assert nf["paired_sd"] == pytest.approx(stats.sample_sd([1.0] * 5 + [-1.0] * 5 + [0.0] * 40))
     assert nf["rollouts"] == 100
-    # detectable d = the dead zone of the gate's last look + z_0.8 standard errors, at the spread
-    # s^2 = sd^2 + d (1 - d) that a gain d adds to the A/A noise
+    # detectable d = the dead zone of the gate's second look (1 + 4 runs a task a side, at 95% of
+    # alpha) + z_0.8 standard errors, at the spread s^2 = sd^2 / 5 + d (1 - d): run noise averaged
+    # over the second look's runs, and the spread a gain d adds
     sd, d = nf["paired_sd"], nf["detectable"]
-    s = math.sqrt(sd * sd + d * (1 - d))
-    zone = stats.dead_zone(50, s, 0.96, step=1.0)
+    s = math.sqrt(sd * sd / 5 + d * (1 - d))
+    zone = stats.dead_zone(50, s, 1 - 0.05 * 0.95, step=1 / 5)
     assert d == pytest.approx(zone + NormalDist().inv_cdf(0.8) * s / math.sqrt(50), abs=1e-5)
     # 50 tasks cannot see +0.05 however often they run: a gain fixes too few of them
     assert d > 0.05 and nf["reach"]["tasks"] > 50 and nf["reach"]["epochs"] is None
     text = " ".join(noisefloor.lines(nf))
     assert "20% of tasks flipped" in text and "val tasks (now 50) would reach it" in text
+
+
+def test_the_stated_detectable_gain_is_the_default_gates_simulated_80_percent_point() -> None:
+    """What the noise floor prints at m = 50 is within 10% of the gain the gate that runs (both
+    looks, the incumbent's bank, the smoke test) accepts 80% of the time, in the world of
+    benchmarks/gate_simulation.py (flip rate about 0.21, paired SD about 0.46, 5% crashes)."""
+    import numpy as np
+
+    from benchmarks import gate_simulation as sim
+    from harnessopt.gate.policy import make_gate
+
+    m, trials, effects = 50, 150, (0.10, 0.15, 0.20)
+    cfg = GateConfig()
+    pol = sim.Policy(
+        "", lambda: make_gate(cfg), smoke=True, confirm=True, futility=True, inc_epochs=cfg.banked_epochs
+    )
+    stated, power = [], dict.fromkeys(effects, 0)
+    for t in range(trials):
+        world = np.random.default_rng([t, m, 1])
+        s0 = sim.population(world)
+        val = world.permutation(sim.POPULATION)[:m]
+        aa = np.random.default_rng([t, m, 8])
+        stated.append(
+            noisefloor.measure(sim.rollout(s0, val, aa), sim.rollout(s0, val, aa), cfg)["detectable"]
+        )
+        for e in effects:
+            cand = sim.propose(s0, "+0.10", np.random.default_rng([t, m, 2]), effect=e)
+            rng = np.random.default_rng([t, m, 3, int(e * 1000)])
+            inc = sim.rollout(s0, val, rng, pol.inc_epochs)
+            power[e] += sim.decide(pol, pol.make(), s0, cand, val, inc, rng)[0].accept
+    curve = [(e, power[e] / trials) for e in effects]
+    lo, hi = next((a, b) for a, b in zip(curve, curve[1:], strict=False) if a[1] < 0.8 <= b[1])
+    point = lo[0] + (hi[0] - lo[0]) * (0.8 - lo[1]) / (hi[1] - lo[1])  # the simulated 80% point
+    said = sum(stated) / trials
+    assert abs(said / point - 1) <= 0.10, (said, point, curve)
+
+
+def test_a_noise_floor_of_all_equal_scores_says_it_measured_nothing() -> None:
+    """A model that fails every task both times shows no flip and SD 0: that is not a measurement."""
+    nf = noisefloor.measure(_runs([0] * 30), _runs([0] * 30), GateConfig())
+    text = " ".join(noisefloor.lines(nf))
+    assert nf["blind"] and text.startswith("noise floor measured nothing")
+    assert "every run of all 30 val tasks failed" in text and "0% of tasks flipped" not in text
+    assert "model answers at all" in text
+    passing = noisefloor.lines(noisefloor.measure(_runs([1] * 30), _runs([1] * 30), GateConfig()))
+    assert "passed, both times" in passing[0] and "model answers" not in passing[0]
+    mixed = noisefloor.measure(_runs([1] * 15 + [0] * 15), _runs([1] * 15 + [0] * 15), GateConfig())
+    assert not mixed["blind"]  # tasks differ: a flip rate of 0 is then a measurement
 
 
 def test_the_detectable_gain_matches_a_simulated_gate_of_that_noise() -> None:
@@ -58,7 +107,7 @@ def test_the_detectable_gain_matches_a_simulated_gate_of_that_noise() -> None:
 
 
 def test_what_reaches_the_target_more_tasks_or_more_epochs() -> None:
-    cfg = GateConfig(target_effect=0.1)
+    cfg = GateConfig(target_effect=0.1, confirm_flips=False, confidence=0.96)  # one look at 0.96
     sd = math.sqrt(0.2)
     reach = noisefloor.what_reaches(200, sd, cfg, 1)
     n = reach["tasks"]
@@ -99,5 +148,7 @@ def test_init_prints_what_its_val_set_can_detect(tmp_path) -> None:
 
     r = cli("init", tmp_path / "ws", "--skill", DEMO_DATA / "skill", "--tasks", DEMO_DATA / "tasks.jsonl")
     assert r.returncode == 0, r.stderr
-    assert "val has 14 task(s): too small to detect anything" in r.stdout
-    assert "val tasks would detect +0.050" in r.stdout and "next: harnessopt run" in r.stdout
+    # 14 val tasks: the default gate (second look on 5 runs a task) detects about +0.39, not +0.05
+    assert "val has 14 tasks: if 20% of tasks change outcome" in r.stdout
+    assert "the gate detects a gain of +0.3" in r.stdout
+    assert "val tasks (now 14) would reach it" in r.stdout and "next: harnessopt run" in r.stdout

@@ -196,10 +196,11 @@ def test_bearer_token_and_count_tokens(gateway):
 def test_unix_socket_access(tmp_path: Path):
     with Gateway(ScriptedModel.from_dict(SCRIPT), BudgetConfig(), socket_dir=tmp_path) as gw:
         lease = gw.lease("target", 1, "t1")
-        assert lease.socket_path == tmp_path / "gateway.sock"
-        # Only the run's group may pass the dir and connect (task containers get that group).
+        assert lease.socket_path is not None and lease.socket_path.parent == tmp_path  # its own socket
+        # Only the run's group may pass the dir and connect (task containers get that group), to
+        # a socket whose name it was told: the dir cannot be listed.
         assert stat.S_IMODE(os.stat(lease.socket_path).st_mode) == 0o660
-        assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o750
+        assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o710
         assert os.stat(lease.socket_path).st_gid == os.stat(tmp_path).st_gid == gw.socket_gid
         transport = httpx.HTTPTransport(uds=str(lease.socket_path))
         with httpx.Client(transport=transport, base_url="http://gateway") as http:

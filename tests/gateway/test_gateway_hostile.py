@@ -291,7 +291,7 @@ def run_as(uid: int, groups: list[int], family: str, where: str, token: str) -> 
     os.geteuid() != 0 or not Path(SYSTEM_PYTHON).exists(), reason="needs root to act as other uids"
 )
 def test_other_local_users_cannot_reach_the_gateway():
-    """The socket dir is 0750 with a group reserved for the run; peers are checked by uid."""
+    """The socket dir is 0710 with a group reserved for the run; peers are checked by uid."""
     sock_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"ho-gwtest-{os.getpid()}"
     sock_dir.mkdir(mode=0o700)
     try:
@@ -301,7 +301,7 @@ def test_other_local_users_cannot_reach_the_gateway():
             with pytest.raises(KeyError):
                 grp.getgrgid(gid)  # a group no one on the host is in
             st_dir, st_sock = os.stat(sock_dir), os.stat(sock_dir / "gateway.sock")
-            assert (stat.S_IMODE(st_dir.st_mode), st_dir.st_gid) == (0o750, gid)
+            assert (stat.S_IMODE(st_dir.st_mode), st_dir.st_gid) == (0o710, gid)
             assert (stat.S_IMODE(st_sock.st_mode), st_sock.st_gid) == (0o660, gid)
             sock = str(gw.socket_path)
             port = str(address(gw)[1])

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
-import time
 from typing import Any
 
 import anthropic
@@ -13,7 +11,8 @@ import pytest
 from harnessopt.config import BudgetConfig, Config, GatewayConfig, ModelConfig, OptimizerConfig
 from harnessopt.gateway.models import ScriptedModel
 from harnessopt.gateway.server import Gateway
-from harnessopt.protocols import Forward, Usage
+from harnessopt.protocols import Usage
+from tests.support.billed_upstream import BilledUpstream, concurrent_calls
 
 try:
     import httpx
@@ -136,57 +135,20 @@ def test_server_tools_pass_when_the_config_allows_them():
             assert post(gw, token, body(**extra)).status_code == 200
 
 
-class PricedUpstream:
-    """A slow upstream that bills each call its estimated input and its full max_tokens."""
-
-    name = "priced"
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.lock = threading.Lock()
-
-    def create(self, request: dict[str, Any], role: str, *, forward: Forward | None = None) -> dict[str, Any]:
-        with self.lock:
-            self.calls += 1
-        time.sleep(0.3)
-        chars = sum(len(m["content"]) for m in request["messages"])
-        usage = {"input_tokens": math.ceil(chars / 4), "output_tokens": request["max_tokens"]}
-        content = [{"type": "text", "text": "x"}]
-        return {"id": "msg_1", "type": "message", "role": "assistant", "model": request["model"],
-                "content": content, "stop_reason": "max_tokens", "stop_sequence": None, "usage": usage}  # fmt: skip
-
-
 @pytest.mark.parametrize(
     "budget", [BudgetConfig(max_cost=1.0), BudgetConfig(max_tokens=100_000)], ids=["cost", "tokens"]
 )
 def test_forty_concurrent_calls_never_exceed_the_budget(budget: BudgetConfig):
-    upstream = PricedUpstream()
+    # Billed its estimated input (chars / 4) and its full max_tokens.
+    upstream = BilledUpstream(lambda r: math.ceil(sum(len(m["content"]) for m in r["messages"]) / 4))
     with Gateway(upstream, budget) as gw:
-        outcomes: list[str] = []
-        start = threading.Barrier(40)
-
-        def harness() -> None:
-            lease = gw.lease("target", 1, "t")
-            client = anthropic.Anthropic(
-                base_url=lease.base_url, api_key=lease.token, max_retries=0, timeout=30
-            )
-            start.wait()
-            try:
-                client.messages.create(
-                    model="claude-sonnet-4-6",
-                    max_tokens=4000,
-                    messages=[{"role": "user", "content": "x" * 8000}],
-                )
-                outcomes.append("ok")
-            except anthropic.RateLimitError as e:
-                assert e.response.headers["x-should-retry"] == "false"
-                outcomes.append("refused")
-
-        threads = [threading.Thread(target=harness) for _ in range(40)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        outcomes = concurrent_calls(
+            gw,
+            40,
+            model="claude-sonnet-4-6",
+            max_tokens=4000,
+            messages=[{"role": "user", "content": "x" * 8000}],
+        )
         total, held = gw.total(), gw.held()
     assert len(outcomes) == 40 and outcomes.count("ok") == upstream.calls == total.calls
     assert total.calls >= 5  # the reservation is a bound, not a wall

@@ -42,8 +42,8 @@ DRIVER = """
 import json, shutil, sys, tempfile
 from pathlib import Path
 from harnessopt.optimizer.view import build_view
-from harnessopt.services import open_services
-from harnessopt.workspace import Workspace
+from harnessopt.round.services import open_services
+from harnessopt.workspace.core import Workspace
 
 ws = Workspace.open(Path(sys.argv[1]))
 with open_services(ws.root, ws.cfg, print) as svc:

@@ -10,9 +10,15 @@ from harnessopt.reporting.projection import project
 from harnessopt.workspace.core import Workspace
 from tests.support.workspace import make_ws
 
+UNBANKED = {"incumbent_epochs": 1, "second_look": 2, "first_look_share": 0.2}  # set explicitly: these
+# tests were written for a gate without a bank (the default banks since issue 21)
 
-def _runs(ws: Workspace, **gate: object) -> list[float]:
-    cfg = ws.cfg.model_copy(update={"gate": ws.cfg.gate.model_copy(update=gate)})
+
+def _runs(ws: Workspace, memorised: str = "reject", **gate: object) -> list[float]:
+    checks = ws.cfg.checks.model_copy(update={"memorised": memorised})
+    cfg = ws.cfg.model_copy(
+        update={"gate": ws.cfg.gate.model_copy(update={**UNBANKED, **gate}), "checks": checks}
+    )
     return [r.target_runs for r in project(ws, 2, cfg).rounds]
 
 
@@ -33,10 +39,11 @@ def test_reruns_and_the_confirmation_follow_the_gate_settings(tmp_path: Path) ->
     n_val = len(ws.tasks("val"))
     base = _runs(ws)[1]
     assert _runs(ws, confirm="none")[1] < base  # no confirmation of an accept
-    no_reruns = _runs(ws, confirm_flips=False, confirm="none")[1]
+    assert _runs(ws, memorised="off")[1] < base  # no memorised-answer check of an accept
+    no_reruns = _runs(ws, memorised="off", confirm_flips=False, confirm="none")[1]
     # the train batch, val once, and the incumbent's probe (its smoke rerun made ahead)
     assert no_reruns == pytest.approx(min(ws.cfg.rollout.batch_size, len(ws.tasks("train"))) + n_val + 1)
-    assert _runs(ws, confirm_flips=False, confirm="none", smoke=0)[1] == pytest.approx(no_reruns - 1)
+    assert _runs(ws, "off", confirm_flips=False, confirm="none", smoke=0)[1] == pytest.approx(no_reruns - 1)
     assert _runs(ws, second_look=4)[1] > base
 
 

@@ -48,8 +48,9 @@ def test_manifests_count_phases_and_the_failure_taxonomy(demo: Path) -> None:
     runs = {p: s.runs for p, s in r1.manifest.phases.items()}
     # round 1: 8 train, the incumbent on 14 val twice (the A/A noise floor), its smoke rerun of the
     # first smoke task made while the optimizer worked (the probe), smoke 5 + 9, the 7 fixed tasks
-    # rerun on both sides (14) and the accept confirmed on all 14 val tasks on both sides (28)
-    assert runs == {"rollout": 8, "incumbent": 28, "probe": 1, "smoke": 5, "validation": 9, "reruns": 42}
+    # rerun on both sides (14), the memorised-answer check's perturbed variant of each of the 7 on
+    # both sides (14), and the accept confirmed on all 14 val tasks on both sides (28)
+    assert runs == {"rollout": 8, "incumbent": 28, "probe": 1, "smoke": 5, "validation": 9, "reruns": 56}
     assert "incumbent" not in r2.manifest.phases  # cached from round 1's candidate
     rollout = r1.manifest.phases["rollout"]
     assert rollout.passed == 0 and rollout.failures == {"wrong answer": 8} and rollout.turns == [1] * 8
@@ -92,9 +93,9 @@ def test_report_data_of_the_demo(demo: Path) -> None:
     assert m["cells"]["brazil"][3] == "fixed"
     assert [row["train_pass_rate"] for row in data["rounds"]] == [0.0, 5 / 8, 5 / 8]
     # round 1's failed runs: 8 train, 2 x 14 incumbent (A/A), the incumbent's probe, 3 smoke + 4
-    # validation, and 28 reruns: the incumbent's 7 flip reruns, then the confirmation's 14 incumbent
-    # and 7 candidate runs
-    assert data["taxonomy"]["rounds"][0]["failures"] == {"wrong answer": 72}
+    # validation, and 35 reruns: the incumbent's 7 flip reruns, its 7 perturbed variants of the
+    # memorised-answer check, then the confirmation's 14 incumbent and 7 candidate runs
+    assert data["taxonomy"]["rounds"][0]["failures"] == {"wrong answer": 79}
     assert data["flaky"] == []  # the scripted model answers the same every time
     (audit,) = data["audits"]
     assert audit["claimed_val_gain"] == 1.0 and audit["gain"] is not None

@@ -30,7 +30,7 @@ def _phases(ws: Path) -> list[dict]:
 
 
 def test_sigkill_in_validation_then_rerun_calls_no_finished_task_again(tmp_path: Path) -> None:
-    ws = make_ws(tmp_path)
+    ws = make_ws(tmp_path, gate={"incumbent_epochs": 1})  # no bank: the A/A test runs twice
     head = git(ws, "rev-parse", "HEAD")
     proc = subprocess.Popen(
         [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local"],

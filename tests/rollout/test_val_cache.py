@@ -75,6 +75,9 @@ def test_a_committed_file_change_changes_the_key(ws: Workspace, path: str, part:
     [
         ("model", {"target": "another-model"}, "model"),
         ("model", {"allow_server_tools": True}, "server_tools"),
+        ("model", {"base_url": "http://127.0.0.1:9/v1"}, "base_url"),  # another server, another model
+        ("rollout", {"scorer_memory_mb": 4096}, "limits"),  # a scorer that ran out of memory scored 0
+        ("rollout", {"warm_interpreter": False}, "limits"),  # a cold interpreter may time out
         ("rollout", {"timeout_s": 61.0}, "limits"),
         ("rollout", {"memory_mb": 2048}, "limits"),
         ("rollout", {"cpus": 2.0}, "limits"),

@@ -238,7 +238,8 @@ def test_validation_runs_everything_while_the_candidate_can_still_win(tmp_path: 
 def test_the_first_incumbent_measurement_is_an_aa_test_and_a_change_of_environment_repeats_it(
     tmp_path: Path,
 ) -> None:
-    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(n % 2 == 0 or t < "c"), False))
+    script = lambda side, t, n: (float(n % 2 == 0 or t < "c"), False)  # noqa: E731
+    ws, svc, rc = _setup(tmp_path, script, incumbent_epochs=1)  # no bank: the A/A test runs twice
     said: list[str] = []
     got, nf = evaluate.incumbent_outcomes(ws, svc, rc, said.append)
     n = len(rc.val)
@@ -283,6 +284,24 @@ def test_an_accepted_round_is_confirmed_on_runs_that_did_not_select_it(tmp_path:
     )
     assert not ledger.is_new_best(ws2.repo, m)
     assert ledger.is_new_best(ws2.repo, m.model_copy(update={"confirmation": rec}))
+
+
+def test_main_moves_only_when_runs_that_did_not_select_the_candidate_confirm_it(tmp_path: Path) -> None:
+    from harnessopt.protocols import GateDecision
+
+    accepted = GateDecision(True, "accepted: +0.200 > dead zone 0.150 (n=14)", 14, 1.0, 0.0, 0.2, 0.15)
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (1.0, False))  # fresh runs: no gain at all
+    flat = evaluate.confirm_accepted(ws, svc, rc, CAND, accepted, lambda _m: None)
+    assert flat is not None and not flat["confirmed"]
+    status, reason = evaluate.final_ending(accepted, flat, confirm_moves_main=True)
+    assert status == "rejected" and "not confirmed" in reason and "main does not move" in reason
+    assert "accepted: +0.200" in reason  # what the gate said stays in the record
+    assert evaluate.final_ending(accepted, flat, confirm_moves_main=False) == ("accepted", accepted.reason)
+    good = {**flat, "confirmed": True}
+    assert evaluate.final_ending(accepted, good, confirm_moves_main=True) == ("accepted", accepted.reason)
+    assert evaluate.final_ending(accepted, None, confirm_moves_main=True)[0] == "accepted"  # confirm: none
+    rejected = GateDecision(False, "rejected: inside", 14, 0.0, 0.0, 0.0, 0.3)
+    assert evaluate.final_ending(rejected, None, confirm_moves_main=True) == ("rejected", "rejected: inside")
 
 
 def test_holdout_tasks_are_never_seen_by_the_gate_and_confirm_the_accept(tmp_path: Path) -> None:

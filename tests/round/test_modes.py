@@ -23,7 +23,7 @@ def test_each_mode_has_its_whitelist() -> None:
 def test_the_read_only_set_is_always_there() -> None:
     cfg = parse_config({"read_only": ["harness/vendor/**"]}, "harnessopt.yaml")
     assert cfg.read_only_globs() == [*ALWAYS_READ_ONLY, "harness/vendor/**"]
-    assert set(ALWAYS_READ_ONLY) == {"tasks/**", "scorer.py", "harnessopt.yaml", ".git/**"}
+    assert set(ALWAYS_READ_ONLY) == {"tasks/**", "scorer.py", "perturb.py", "harnessopt.yaml", ".git/**"}
 
 
 def _ws(tmp_path: Path) -> Path:

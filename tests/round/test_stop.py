@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harnessopt.ledger import store as ledger
+from harnessopt.round import stop
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git
 from tests.support.workspace import make_ws
@@ -24,9 +28,57 @@ def _journal(ws: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path) -> None:
+def _plant(path: Path, kind: str) -> None:
+    """A STOP entry of ``kind``: what a user (or a script gone wrong) may leave there."""
+    if kind == "file":
+        path.touch()
+    elif kind == "directory":
+        path.mkdir()
+        (path / "inside").write_text("x")
+    elif kind == "fifo":
+        os.mkfifo(path)  # opening it for reading would block until a writer comes: never
+    elif kind == "unreadable":
+        path.write_text("x")
+        path.chmod(0)
+    elif kind == "dangling-symlink":
+        path.symlink_to(path.parent / "nowhere")
+
+
+KINDS = ["file", "directory", "fifo", "unreadable", "dangling-symlink"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stop_entry_of_any_kind_is_a_request_and_is_removed(tmp_path: Path, kind: str) -> None:
+    (tmp_path / ".harnessopt").mkdir()
+    assert not stop.requested(tmp_path)
+    _plant(stop.stop_path(tmp_path), kind)
+    assert stop.requested(tmp_path)
+    assert "found and removed" in stop.honour(tmp_path)
+    assert not os.path.lexists(stop.stop_path(tmp_path)) and not stop.requested(tmp_path)
+
+
+def test_a_stop_entry_that_cannot_be_removed_is_said_not_raised(tmp_path: Path) -> None:
+    (tmp_path / ".harnessopt").mkdir()
+    stop.stop_path(tmp_path).mkdir()
+    (tmp_path / ".harnessopt" / "STOP" / "inside").mkdir()
+    os.chmod(tmp_path / ".harnessopt", 0o500)  # root ignores it: then it is removed, which is fine
+    try:
+        line = stop.honour(tmp_path)
+    finally:
+        os.chmod(tmp_path / ".harnessopt", 0o700)
+    assert line.startswith("stopped at your request")
+    if stop.requested(tmp_path):
+        assert "remove it yourself" in line
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path, kind: str) -> None:
+    """A STOP of any kind, left from an earlier run and made during this one: the leftover is
+    removed, the new one honoured, the run ends cleanly (a directory used to crash every run)."""
     ws = _workspace(tmp_path)
     head = git(ws, "rev-parse", "HEAD")
+    (ws / ".harnessopt").mkdir(exist_ok=True)
+    _plant(ws / ".harnessopt" / "STOP", kind)  # left from before this run: removed, not honoured
     proc = subprocess.Popen(
         [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "3", "--sandbox", "local"],
         stdout=subprocess.PIPE,
@@ -40,15 +92,16 @@ def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path) -> No
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         view = Path(next(e for e in _journal(ws) if e["phase"] == "propose")["view"])
-        (ws / ".harnessopt" / "STOP").touch()  # while the optimizer works: honoured after it
+        _plant(ws / ".harnessopt" / "STOP", kind)  # while the optimizer works: honoured after it
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
     assert proc.returncode == 0, (out, err)
+    assert "removed a STOP file left from before this run" in out
     assert "stopped at your request" in out and "Traceback" not in err
-    assert not (ws / ".harnessopt" / "STOP").exists()  # honoured, so removed
+    assert not os.path.lexists(ws / ".harnessopt" / "STOP")  # honoured, so removed
     # main stays on the incumbent; the partial round is recorded as failed: stopped, with its candidate
     assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
     repo = Workspace.open(ws).repo

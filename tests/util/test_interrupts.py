@@ -109,7 +109,7 @@ def test_sigterm_exits_through_the_exit_callbacks(tmp_path: Path) -> None:
     marker = tmp_path / "cleaned"
     script = textwrap.dedent(f"""
         import sys, time
-        from harnessopt import interrupts
+        from harnessopt.util import interrupts
         interrupts.install()
         interrupts.on_exit(lambda: open({str(marker)!r}, "w").write("yes"))
         print("ready", flush=True)

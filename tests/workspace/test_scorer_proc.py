@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -87,3 +90,34 @@ def test_a_scorer_that_does_not_import_stops_before_any_rollout(tmp_path: Path) 
     path.write_text("import nonexistent_module_xyz\n")
     with pytest.raises(UserError, match="nonexistent_module_xyz"):
         ScorerProcess(path, timeout_s=3)
+
+
+PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('ran')\n"
+
+
+def test_the_scorer_process_runs_no_pth_file_or_customize_module_a_harness_planted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local-mode harness without bwrap can write to the user's site dir (or site-packages): a
+    ``.pth`` there runs in every interpreter that processes site dirs, the scorer's included. The
+    site dir here is the user site of a PYTHONUSERBASE the test controls (the real one untouched),
+    visible to the scorer's process as the real one would be: by its inherited environment."""
+    user_base = tmp_path / "userbase"
+    site_dir = user_base / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    site_dir.mkdir(parents=True)
+    pth_marker, custom_marker = tmp_path / "pth-ran", tmp_path / "usercustomize-ran"
+    (site_dir / "zz-harness.pth").write_text(PLANTED.format(marker=str(pth_marker)))
+    (site_dir / "usercustomize.py").write_text(PLANTED.format(marker=str(custom_marker)))
+    monkeypatch.setenv("PYTHONUSERBASE", str(user_base))
+    probe = subprocess.run([sys.executable, "-c", "pass"], env=dict(os.environ), check=True)
+    assert probe.returncode == 0 and pth_marker.exists()  # the plant works on a normal interpreter
+    pth_marker.unlink()
+    custom_marker.unlink(missing_ok=True)
+    path = tmp_path / "scorer.py"
+    path.write_text("import json\n\ndef score(task, answer, out_dir):\n    return 1.0\n")
+    s = ScorerProcess(path, timeout_s=10, memory_mb=512)
+    try:
+        assert s.score({"id": "t"}, "ok", tmp_path).score == 1.0
+    finally:
+        s.close()
+    assert not pth_marker.exists() and not custom_marker.exists()

@@ -215,10 +215,10 @@ import sys
 import time
 from pathlib import Path
 import ray
-from harnessopt import interrupts
-from harnessopt.rollout import Candidate
-from harnessopt.services import open_services
-from harnessopt.workspace import Workspace
+from harnessopt.util import interrupts
+from harnessopt.rollout.runner import Candidate
+from harnessopt.round.services import open_services
+from harnessopt.workspace.core import Workspace
 
 ws, cand, address = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 interrupts.install()
@@ -321,8 +321,8 @@ import time
 from pathlib import Path
 import ray
 from ray.cluster_utils import Cluster
-from harnessopt import loop
-from harnessopt.workspace import Workspace
+from harnessopt.round import driver
+from harnessopt.workspace.core import Workspace
 
 ws = Path(sys.argv[1])
 c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})

@@ -42,7 +42,7 @@ def test_container_joins_the_runs_group_to_reach_the_gateway(
             gid = gw.socket_gid
             assert gid is not None and gid != 0
             mode = stat.S_IMODE(os.stat(sock_dir).st_mode)
-            assert mode == 0o750  # the sandbox did not open it to every local user
+            assert mode == 0o710  # the sandbox did not open it to every local user
             skill, harness = candidate(HARNESS)
             lease = gw.lease("target", 1, "t1")
             out = sandbox.run(spec_for(skill, harness, lease), tmp_path / "out")
@@ -51,7 +51,7 @@ def test_container_joins_the_runs_group_to_reach_the_gateway(
         text = (tmp_path / "out" / "answer.txt").read_text()
         assert text.startswith("Paris uid=65534 ") and str(gid) in text
         assert len(exchanges) == 1 and exchanges[0].response is not None
-        assert stat.S_IMODE(os.stat(sock_dir).st_mode) == 0o750
+        assert stat.S_IMODE(os.stat(sock_dir).st_mode) == 0o710
     finally:
         sandbox.close()
         shutil.rmtree(sock_dir, ignore_errors=True)

@@ -1,0 +1,428 @@
+"""Yield: the true gain a whole optimization run buys for a budget of rollouts, strategy by strategy.
+
+Each simulated run starts from one skill on a population of tasks with heterogeneous difficulty
+(``gate_simulation.population``: most tasks near 0 or 1, 30% in between) and spends a budget of
+rollouts (2,000 and 5,000) on rounds. Every round the optimizer proposes an edit whose true effect
+is drawn from ``MIX`` (stated, not tuned: mostly no effect or churn, some gains, some harm; the
+kinds of ``gate_simulation.propose``, each an exact change of the population's mean pass rate).
+Noise as real runs show it: every rollout is a fresh pass/fail draw (A/A flip rate and paired SD
+are printed, about 0.21 and 0.45 at m = 50), 3% of rollouts crash at random and, in a fifth of
+the batches, an outage crashes a further 10% of the batch's tasks (correlated crashes; about 5%
+in all). Tasks split into train (screening), val (m = 50, the gate's) and a held-out rest: the
+*true* quality of a skill is its mean pass probability on the held-out rest, with no sampling
+noise, so "true gain" is exact.
+
+Every decision calls the shipped code: the gate is ``harnessopt.gate.policy.make_gate`` (its
+``PairedGate``) with the smoke verdict, flip confirmation, second look and incumbent bank as the
+loop runs them (``gate_simulation.decide``); the baselines' rules are ``benchmarks/baselines.py``;
+the screen of several candidates on train is ``harnessopt.search.screen.screen``.
+
+Strategies (the same worlds and proposal streams for all):
+
+* today: the loop with the gate as configured by default before issue 21 (one incumbent run per
+  val task, second look 2, first-look share 0.2) and ``confirm: val`` (2m more rollouts after an
+  accept; main keeps the commit whatever they say).
+* default: the loop with ``GateConfig()`` as shipped now (docs/gate.md): the incumbent's bank
+  (epochs + second_look runs a task), second look 4, first-look share 0.05, and main moves only when
+  the confirmation finds the gain again (``confirm_moves_main``).
+* fixed band 0.05 [SkillOpt-Lite]: accept when the val mean rose by more than 0.05, 1 run a task.
+* minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
+  sum is higher it enters the pool and is scored on val; the final skill is the pool's best on val.
+* best-of-N: N proposals from the start, each scored on val, the best on val (or the start) wins.
+* K screened: K proposals a round, each run once on ``SCREEN`` train tasks, ``screen`` keeps one,
+  which goes through the default loop (the incumbent's train runs are the optimizer's, already
+  paid for, as in the loop).
+
+Counted: every rollout of a candidate or an incumbent on train (screening, minibatch), val, the
+gate's reruns and confirmation. Not counted: optimizer turns (printed as "proposals").
+
+    python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
+    python benchmarks/run_yield.py --quick    # a fast look
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import gate_simulation as sim  # noqa: E402
+from benchmarks.baselines import FixedDeadBand, MinibatchImproved  # noqa: E402
+from harnessopt.config import GateConfig  # noqa: E402
+from harnessopt.gate.noise_floor import measure  # noqa: E402
+from harnessopt.gate.policy import make_gate  # noqa: E402
+from harnessopt.gate.verdicts import confirmation_record  # noqa: E402
+from harnessopt.protocols import Outcome, Outcomes  # noqa: E402
+
+try:  # several candidates a round (issue 21 item 2)
+    from harnessopt.search.screen import screen
+except ImportError:  # pragma: no cover - before the search package exists
+    screen = None  # type: ignore[assignment]
+
+M = 50  # val tasks
+TRAIN = 100  # train tasks (screening, minibatches)
+SCREEN = 20  # train tasks each screened candidate runs on
+K = 4  # candidates a round for "K screened"
+MINIBATCH = 3  # GEPA's default minibatch
+CRASH, BURST_P, BURST = 0.03, 0.2, 0.1  # random crashes; an outage in 20% of batches crashes 10% more
+BUDGETS = (2000, 5000)
+ROUNDS = 20  # the per-run targets: 20-round runs
+MIX = {
+    "null": 0.35,
+    "churn": 0.2,
+    "cheap-harm": 0.05,
+    "-0.10": 0.1,
+    "+0.02": 0.1,
+    "+0.05": 0.12,
+    "+0.10": 0.08,
+}
+TODAY = {  # the gate's defaults before issue 21
+    "incumbent_epochs": 1,
+    "second_look": 2,
+    "first_look_share": 0.2,
+    "confirm_moves_main": False,
+}
+NULL_KINDS = ("null", "churn", "cheap-harm")
+
+
+def crashy(
+    s: sim.State, ids: np.ndarray, rng: np.random.Generator, runs: int = 1, detail: str = "", **_: object
+) -> Outcomes:
+    """``gate_simulation.rollout`` at a 3% random crash rate, plus correlated crashes: in a fifth of
+    the batches an outage crashes a further 10% of the batch's tasks (all their runs)."""
+    out = sim.rollout(s, ids, rng, runs, detail, crash=CRASH)
+    if rng.random() < BURST_P:
+        down = rng.random(len(ids)) < BURST
+        for t, hit in zip(ids.tolist(), down.tolist(), strict=True):
+            if hit:
+                out[f"t{t}"] = [Outcome(0.0, None, max(1, o.tokens // 10), True) for o in out[f"t{t}"]]
+    return out
+
+
+def loop_policy(gc: GateConfig) -> sim.Policy:
+    """The loop as it runs with this gate config: smoke, futility stop, reruns, the bank."""
+    return sim.Policy(
+        "", lambda: make_gate(gc), smoke=True, confirm=True, futility=True, inc_epochs=gc.banked_epochs
+    )
+
+
+@dataclass
+class Strategy:
+    label: str
+    kind: str  # "gate", "minibatch", "best-of-n", "screen"
+    policy: sim.Policy | None = None
+    gate: GateConfig | None = None  # the loop's: its confirmation after an accept (2m rollouts)
+
+    @classmethod
+    def loop(cls, label: str, kind: str = "gate", **cfg: object) -> Strategy:
+        gc = GateConfig.model_validate(cfg)
+        return cls(label, kind, loop_policy(gc), gc)
+
+
+def strategies() -> list[Strategy]:
+    out = [
+        Strategy.loop("today (gate defaults before issue 21)", **TODAY),
+        Strategy.loop("default (GateConfig() now)"),
+        Strategy("fixed band 0.05 [SkillOpt-Lite]", "gate", sim.Policy("", lambda: FixedDeadBand(0.05))),
+        Strategy("minibatch of 3 [GEPA-style]", "minibatch"),
+        Strategy("best-of-N on val", "best-of-n"),
+    ]
+    if screen is not None:
+        out.append(Strategy.loop(f"{K} screened on train, then default", "screen"))
+    return out
+
+
+@dataclass
+class Result:
+    gain: list[float] = field(default_factory=list)  # true gain of the final skill (held-out)
+    commits: int = 0
+    bad_commits: int = 0  # commits whose true effect <= 0
+    spent: list[int] = field(default_factory=list)
+    proposals: list[int] = field(default_factory=list)
+    asked_gain: int = 0  # +0.10 proposals judged (per-run power)
+    took_gain: int = 0
+
+    def merge(self, o: Result) -> None:
+        self.gain += o.gain
+        self.spent += o.spent
+        self.proposals += o.proposals
+        self.commits += o.commits
+        self.bad_commits += o.bad_commits
+        self.asked_gain += o.asked_gain
+        self.took_gain += o.took_gain
+
+
+@dataclass
+class World:
+    s0: sim.State
+    train: np.ndarray
+    val: np.ndarray
+    held: np.ndarray
+
+    def true(self, s: sim.State) -> float:
+        return float(s.p[self.held].mean())
+
+
+def world(seed: int) -> World:
+    rng = np.random.default_rng([seed, 21, 1])
+    s0 = sim.population(rng)
+    perm = rng.permutation(sim.POPULATION)
+    return World(s0, perm[:TRAIN], perm[TRAIN : TRAIN + M], perm[TRAIN + M :])
+
+
+def proposal(w: World, s: sim.State, seed: int, r: int, j: int = 0) -> tuple[str, sim.State]:
+    """The j-th proposal of round r from ``s``: its kind from MIX, the same for every strategy."""
+    kinds = list(MIX)
+    kind = kinds[int(np.random.default_rng([seed, 21, 2, r, j]).choice(len(kinds), p=list(MIX.values())))]
+    return kind, sim.propose(s, kind, np.random.default_rng([seed, 21, 3, r, j]))
+
+
+def _mean_score(out: Outcomes) -> float:
+    return statistics.fmean(statistics.fmean(o.score for o in runs) for runs in out.values())
+
+
+def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None) -> Result:
+    """The loop: one candidate a round (or the screened one of K) through smoke, validation, gate."""
+    assert st.policy is not None
+    pol, res = st.policy, Result()
+    gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
+    epochs = pol.inc_epochs or pol.epochs
+    s, inc_out = w.s0, crashy(w.s0, w.val, rng, epochs, pol.detail)
+    spent, r, inc_train, asked = M * epochs, 0, None, 0
+    while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
+        if st.kind == "screen":
+            if inc_train is None:  # the optimizer's train runs of the incumbent: already paid for
+                inc_train = crashy(s, w.train[:SCREEN], rng)
+            props = [proposal(w, s, seed, r, j) for j in range(K)]
+            runs = {f"c{j}": crashy(c, w.train[:SCREEN], rng) for j, (_, c) in enumerate(props)}
+            spent += K * SCREEN
+            chosen = [x for x in screen(runs, inc_train, keep=1) if x.chosen]
+            asked += K
+            if not chosen:
+                r += 1
+                continue
+            kind, cand = props[int(chosen[0].name[1:])]
+        else:
+            kind, cand = proposal(w, s, seed, r)
+            asked += 1
+        dec, cand_out = sim.decide(pol, gate, s, cand, w.val, inc_out, rng, rollout=crashy)
+        spent += dec.rollouts
+        r += 1
+        res.asked_gain += kind == "+0.10"
+        if not dec.accept:
+            continue
+        if st.gate is not None and st.gate.confirm == "val":  # fresh runs on val, both sides
+            spent += 2 * M * pol.epochs
+            if not confirmed(st, w, cand, s, rng):
+                continue  # main does not move
+        res.took_gain += kind == "+0.10"
+        res.commits += 1
+        res.bad_commits += w.true(cand) - w.true(s) <= 0
+        s, inc_out, inc_train = cand, cand_out, None
+        if pol.inc_epochs > pol.epochs:  # topped up to incumbent_epochs, as the loop does
+            more = crashy(s, w.val, rng, pol.inc_epochs - pol.epochs, pol.detail)
+            inc_out = {t: list(inc_out[t]) + more[t] for t in inc_out}
+            spent += M * (pol.inc_epochs - pol.epochs)
+    res.gain.append(w.true(s) - w.true(w.s0))
+    res.spent.append(spent)
+    res.proposals.append(asked)
+    return res
+
+
+def run_minibatch(w: World, seed: int, budget: int) -> Result:
+    """GEPA-style: accept on a minibatch of 3 train tasks, score the accepted on val, return the best."""
+    res, rng = Result(), np.random.default_rng([seed, 21, 5])
+    gate = MinibatchImproved(MINIBATCH, seed)
+    s = w.s0
+    pool = [(_mean_score(crashy(w.s0, w.val, rng)), w.s0)]
+    spent, r = M, 0
+    while budget - spent >= M + 2 * MINIBATCH:
+        kind, cand = proposal(w, s, seed, r)
+        r += 1
+        ids = rng.choice(w.train, MINIBATCH, replace=False)
+        d = gate.decide(crashy(cand, ids, rng), crashy(s, ids, rng))
+        spent += 2 * MINIBATCH
+        res.asked_gain += kind == "+0.10"
+        if not d.accept:
+            continue
+        res.took_gain += kind == "+0.10"
+        res.commits += 1
+        res.bad_commits += w.true(cand) - w.true(s) <= 0
+        pool.append((_mean_score(crashy(cand, w.val, rng)), cand))
+        spent += M
+        s = cand
+    best = max(pool, key=lambda x: x[0])[1]
+    res.gain.append(w.true(best) - w.true(w.s0))
+    res.spent.append(spent)
+    res.proposals.append(r)
+    return res
+
+
+def run_best_of_n(w: World, seed: int, budget: int) -> Result:
+    """N proposals from the start, each scored once on val; the best on val (the start included)."""
+    res, rng = Result(), np.random.default_rng([seed, 21, 6])
+    best_score, best = _mean_score(crashy(w.s0, w.val, rng)), w.s0
+    spent, n = M, 0
+    while budget - spent >= M:
+        _, cand = proposal(w, w.s0, seed, n)
+        n += 1
+        spent += M
+        score = _mean_score(crashy(cand, w.val, rng))
+        if score > best_score:
+            best_score, best = score, cand
+    if best is not w.s0:
+        res.commits += 1
+        res.bad_commits += w.true(best) <= w.true(w.s0)
+    res.gain.append(w.true(best) - w.true(w.s0))
+    res.spent.append(spent)
+    res.proposals.append(n)
+    return res
+
+
+def run_one(st: Strategy, w: World, seed: int, budget: int, rounds: int | None = None) -> Result:
+    if st.kind == "minibatch":
+        return run_minibatch(w, seed, budget)
+    if st.kind == "best-of-n":
+        return run_best_of_n(w, seed, budget)
+    return run_gate(st, w, seed, budget, rounds)
+
+
+def per_round(st: Strategy, seed: int) -> dict[str, int]:
+    """Each null kind and +0.10 once against a freshly measured incumbent (m = 50)."""
+    assert st.policy is not None
+    w, pol, out = world(seed), st.policy, {}
+    for ki, kind in enumerate((*NULL_KINDS, "+0.10")):
+        cand = sim.propose(w.s0, kind, np.random.default_rng([seed, 21, 7, ki]))
+        rng = np.random.default_rng([seed, 21, 8, ki])
+        inc_out = crashy(w.s0, w.val, rng, pol.inc_epochs or pol.epochs)
+        dec, _ = sim.decide(pol, pol.make(), w.s0, cand, w.val, inc_out, rng, rollout=crashy)
+        out[kind] = int(dec.accept and confirmed(st, w, cand, w.s0, rng))
+        out["rollouts"] = out.get("rollouts", 0) + dec.rollouts
+    return out
+
+
+def confirmed(st: Strategy, w: World, cand: sim.State, s: sim.State, rng: np.random.Generator) -> bool:
+    """Does main move after the gate accepted? Not when the loop waits for its confirmation (fresh
+    runs on val, both sides: ``confirm_accepted``, ``confirmation_record``) and it fails."""
+    if st.gate is None or st.gate.confirm != "val" or not st.gate.confirm_moves_main:
+        return True
+    again = (crashy(cand, w.val, rng, st.gate.epochs), crashy(s, w.val, rng, st.gate.epochs))
+    return bool(confirmation_record(*again, "val")["confirmed"])
+
+
+def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
+    what, budget, seeds = job
+    sts = strategies()
+    if what == "round":
+        tallies: list[object] = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in sts[:2]]
+        for seed in seeds:
+            for st, t in zip(sts[:2], tallies, strict=True):
+                for k, v in per_round(st, seed).items():
+                    t[k] += v  # type: ignore[index]
+        return what, budget, tallies
+    if what == "noise":
+        rows: list[object] = []
+        for seed in seeds:
+            w, rng = world(seed), np.random.default_rng([seed, 21, 9])
+            nf = measure(crashy(w.s0, w.val, rng), crashy(w.s0, w.val, rng), GateConfig())
+            rows.append((nf["flip_rate"], nf["paired_sd"]))
+        return what, budget, rows
+    results: list[object] = [Result() for _ in sts]
+    for seed in seeds:
+        w = world(seed)
+        for st, res in zip(sts, results, strict=True):
+            if what == "runs" and st.kind not in ("gate", "screen"):
+                continue
+            res.merge(run_one(st, w, seed, budget, ROUNDS if what == "runs" else None))  # type: ignore[attr-defined]
+    return what, budget, results
+
+
+def _q(xs: list[float], q: float) -> float:
+    return float(np.quantile(np.array(xs), q)) if xs else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=120, help="simulated runs per strategy and budget")
+    ap.add_argument("--trials", type=int, default=500, help="per-round trials per proposal kind")
+    ap.add_argument("--quick", action="store_true", help="30 runs and 200 trials: a fast look")
+    ap.add_argument("--workers", type=int, default=2)
+    a = ap.parse_args(argv)
+    runs, trials = (30, 200) if a.quick else (a.runs, a.trials)
+    started = time.monotonic()
+    sts = strategies()
+    chunks = 4 * a.workers
+    jobs = [("round", 0, list(range(w, trials, chunks))) for w in range(chunks)]
+    jobs += [("noise", 0, list(range(w, 100, chunks))) for w in range(chunks)]
+    jobs += [("runs", 0, list(range(w, runs, chunks))) for w in range(chunks)]
+    jobs += [("yield", b, list(range(w, runs, chunks))) for b in BUDGETS for w in range(chunks)]
+    with mp.Pool(a.workers) as pool:
+        parts = pool.map(work, jobs)
+    rounds = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in sts[:2]]
+    noise: list[tuple[float, float]] = []
+    res = {key: [Result() for _ in sts] for key in ("runs", *BUDGETS)}
+    for what, budget, got in parts:
+        if what == "round":
+            for t, g in zip(rounds, got, strict=True):
+                for k in t:
+                    t[k] += g[k]  # type: ignore[index]
+        elif what == "noise":
+            noise += got  # type: ignore[arg-type]
+        else:
+            for r, g in zip(res["runs" if what == "runs" else budget], got, strict=True):
+                r.merge(g)  # type: ignore[arg-type]
+    flip, sd = (statistics.fmean(x) for x in zip(*noise, strict=True))
+    print(
+        f"world: m={M} val, {TRAIN} train, held-out rest of {sim.POPULATION}; A/A at m={M} (mean of "
+        f"{len(noise)}): flip rate {flip:.3f}, paired SD {sd:.3f}; crashes {CRASH:.0%} random + outages "
+        f"({BURST_P:.0%} of batches, {BURST:.0%} of their tasks); proposal mix {MIX}"
+    )
+    print(
+        f"\nper round at m={M} ({trials} trials a kind, fresh unselected incumbent; a commit: the gate "
+        "accepts and, where main waits for it, the confirmation confirms)"
+    )
+    print("| strategy | FA null | FA churn | FA cheap-harm | power +0.10 | rollouts/round (candidate side "
+          "and reruns; the incumbent's bank is paid once an accept) |\n|---|---|---|---|---|---|")  # fmt: skip
+    for st, t in zip(sts[:2], rounds, strict=True):
+        cells = " | ".join(f"{t[k] / trials:.3f}" for k in (*NULL_KINDS, "+0.10"))
+        print(f"| {st.label} | {cells} | {t['rollouts'] / (4 * trials):.1f} |")
+    print(f"\nper run: {runs} runs x {ROUNDS} rounds, mixed proposals")
+    print("| strategy | commits/run | share of commits with true effect <= 0 | P(final below start) "
+          "| power +0.10 in runs | mean true gain |\n|---|---|---|---|---|---|")  # fmt: skip
+    for st, r in zip(sts, res["runs"], strict=True):
+        if st.kind not in ("gate", "screen"):
+            continue
+        print(
+            f"| {st.label} | {r.commits / runs:.2f} | {r.bad_commits / max(1, r.commits):.3f} "
+            f"| {statistics.fmean(g < 0 for g in r.gain):.3f} | {r.took_gain / max(1, r.asked_gain):.3f} "
+            f"| {statistics.fmean(r.gain):+.4f} |"
+        )
+    for b in BUDGETS:
+        print(f"\nyield at {b} rollouts ({runs} runs a strategy, true gain on the held-out population)")
+        print("| strategy | E[true gain] | 10th pct | P(final below start) | share of commits <= 0 "
+              "| rollouts per true point | proposals | x today |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+        today = statistics.fmean(res[b][0].gain)
+        for st, r in zip(sts, res[b], strict=True):
+            g = statistics.fmean(r.gain)
+            per_point = f"{statistics.fmean(r.spent) / (100 * g):.0f}" if g > 0 else "-"
+            ratio = f"{g / today:.2f}" if today > 0 else "-"
+            print(
+                f"| {st.label} | {g:+.4f} ±{statistics.stdev(r.gain) / len(r.gain) ** 0.5:.4f} "
+                f"| {_q(r.gain, 0.1):+.4f} | {statistics.fmean(x < 0 for x in r.gain):.3f} "
+                f"| {r.bad_commits / max(1, r.commits):.3f} | {per_point} "
+                f"| {statistics.fmean(r.proposals):.1f} | {ratio} |"
+            )
+    print(f"\nwall time {time.monotonic() - started:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

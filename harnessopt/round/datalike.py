@@ -1,0 +1,116 @@
+"""A cheap static signal: does a candidate's diff add data rather than instructions or code?
+
+The lines a candidate adds (``leakage.added_lines``) and the files it adds under ``skill/`` are
+looked at for what an answer table looks like, whatever its encoding:
+
+* many short literals: ``SHORT_LITERALS`` or more quoted strings of at most 40 characters;
+* blobs: a run of ``BLOB_CHARS`` or more base64 or hex characters, or a token of 20+ characters
+  whose character entropy is at least ``ENTROPY_BITS`` bits (a hash, an encoded string);
+* data files: a new file under ``skill/`` with a data extension, or one that is not UTF-8 text.
+
+A finding flags the round for review (``checks.datalike``: recorded in the manifest, said in the
+round's output, shown by ``log`` and the report); it never rejects by itself: a skill may well
+ship a lookup table of unit conversions. The behavioural check (``round.memorised``) decides.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harnessopt.round.leakage import added_lines
+
+SHORT_LITERALS = 25  # quoted short strings in the added lines
+BLOB_CHARS = 40  # base64/hex characters in a row
+ENTROPY_BITS = 4.2  # bits per character of a 20+ character token (English words: ~3-3.5)
+DATA_SUFFIXES = (
+    ".json", ".jsonl", ".csv", ".tsv", ".pkl", ".pickle", ".npy", ".npz", ".db", ".sqlite",
+    ".parquet", ".bin", ".dat", ".gz", ".zip", ".b64", ".yaml", ".yml",
+)  # fmt: skip
+_LITERAL = re.compile(r"""(["'])((?:(?!\1)[^\\\n]|\\.){1,40})\1""")
+_BLOB = re.compile(rf"[A-Za-z0-9+/_-]{{{BLOB_CHARS},}}={{0,2}}|[0-9a-fA-F]{{{BLOB_CHARS // 2 * 2},}}")
+_TOKEN = re.compile(r"\S{20,}")
+
+
+def entropy(text: str) -> float:
+    """Shannon entropy of the characters of ``text``, in bits per character."""
+    counts = Counter(text)
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in counts.values()) if n else 0.0
+
+
+def _encoded(blob: str) -> bool:
+    """Hex, or base64's mix of both cases and digits (a long identifier or path is neither)."""
+    if re.fullmatch(r"[0-9a-fA-F]+", blob):
+        return True
+    return (
+        any(c.isupper() for c in blob) and any(c.islower() for c in blob) and any(c.isdigit() for c in blob)
+    )
+
+
+def scan(incumbent: Path, candidate: Path, parts: Sequence[str]) -> dict[str, Any]:
+    """The manifest's ``checks.datalike`` record: the signals found and whether the round is flagged."""
+    signals: list[str] = []
+    literals, blobs = 0, []
+    for path, lines in added_lines(incumbent, candidate, parts).items():
+        for no, text in lines:
+            literals += len(_LITERAL.findall(text))
+            found = [m.group(0) for m in _BLOB.finditer(text) if _encoded(m.group(0))]
+            found += [t for t in _TOKEN.findall(text) if entropy(t) >= ENTROPY_BITS and t not in found]
+            blobs += [f"{path}:{no}: {b[:32]}..." for b in found]
+    if literals >= SHORT_LITERALS:
+        signals.append(f"{literals} short quoted literals added")
+    if blobs:
+        signals.append(f"{len(blobs)} encoded or high-entropy blob(s) added, e.g. {blobs[0]}")
+    new_files = _new_data_files(incumbent, candidate)
+    if new_files:
+        signals.append(f"new data file(s) under skill/: {', '.join(new_files[:5])}")
+    rec: dict[str, Any] = {"flagged": bool(signals), "signals": signals}
+    if signals:
+        rec["note"] = "review: data-like additions (" + "; ".join(signals) + ")"
+    return rec
+
+
+def _new_data_files(incumbent: Path, candidate: Path) -> list[str]:
+    base = candidate / "skill"
+    out = []
+    for path in sorted(base.rglob("*")) if base.is_dir() else []:
+        rel = path.relative_to(candidate)
+        if (
+            not path.is_file()
+            or path.is_symlink()
+            or (incumbent / rel).exists()
+            or "__pycache__" in rel.parts
+        ):
+            continue
+        if path.suffix.lower() in DATA_SUFFIXES or not _is_text(path):
+            out.append(str(rel))
+    return out
+
+
+def _is_text(path: Path) -> bool:
+    data = path.read_bytes()[:65536]
+    if b"\0" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:  # a character cut at the 64 KiB mark is still text
+        return e.start >= len(data) - 3
+    return True
+
+
+def flag(
+    k: int, incumbent: Path, candidate: Path, parts: Sequence[str], mode: str, say: Any
+) -> dict[str, Any]:
+    """The round's static step: ``{"datalike": record}`` for ``Trail.checks`` (nothing when
+    ``checks.datalike: off``), said when flagged."""
+    if mode == "off":
+        return {}
+    rec = scan(incumbent, candidate, parts)
+    if rec["flagged"]:
+        say(f"round {k}: {rec['note']}")
+    return {"datalike": rec}

@@ -1,0 +1,38 @@
+"""The yield benchmark behind docs/gate.md ("Yield") runs end to end on a few runs and decides with
+the shipped gate (the real figures take minutes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks import run_yield as y
+
+
+def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert y.main(["--runs", "2", "--trials", "2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    for i, st in enumerate(y.strategies()):
+        per_round = i < 2  # today and the default
+        assert out.count(f"| {st.label} |") == (3 if st.kind in ("gate", "screen") else 2) + per_round
+    for b in y.BUDGETS:
+        assert f"yield at {b} rollouts" in out
+
+
+def test_a_run_spends_no_more_than_its_budget_and_counts_true_effects() -> None:
+    w = y.world(3)
+    for st in y.strategies():
+        r = y.run_one(st, w, 3, 600)
+        assert r.spent[0] <= 600 + 2 * y.M * 5 + y.M * 6  # the last round may finish past the budget
+        assert 0 <= r.bad_commits <= r.commits
+        assert len(r.gain) == 1 and np.isfinite(r.gain[0])
+
+
+def test_correlated_crashes_take_whole_tasks_down_in_some_batches() -> None:
+    w, rng = y.world(1), np.random.default_rng(0)
+    crashed = [
+        sum(o.crashed for runs in y.crashy(w.s0, w.val, rng, 2).values() for o in runs) for _ in range(200)
+    ]
+    rate = sum(crashed) / (200 * 2 * y.M)
+    assert 0.03 < rate < 0.07  # 3% at random plus outages: about 5%
+    assert max(crashed) > 3 * 2 * y.M * y.CRASH  # some batches far above the random rate
