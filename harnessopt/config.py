@@ -313,6 +313,15 @@ class Config(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _one_alpha_split(self) -> Config:
+        if self.search.winners > 1 and self.gate.run_alpha is not None:
+            raise ValueError(
+                "search.winners > 1 splits each round's alpha and gate.run_alpha spreads the run's; "
+                "use one of them"
+            )
+        return self
+
     def allowed_globs(self) -> list[str]:
         """Paths the optimizer may change, relative to the workspace root (a trigger round: SKILL.md,
         whose description fields alone are then kept, ``objective.fields``)."""

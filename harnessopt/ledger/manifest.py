@@ -196,6 +196,8 @@ class CandidateRecord(_Tolerant):
     ref: str | None = None
     """refs/harnessopt/candidates/round-K/NAME: its tree, reviewable with ``harnessopt diff WS K --candidate I``."""
     commit: str | None = None
+    optimizer_tokens: int = 0
+    """Input + output tokens the optimizer spent proposing it."""
 
 
 class SearchRecord(_Tolerant):
@@ -203,7 +205,9 @@ class SearchRecord(_Tolerant):
 
     candidates: list[CandidateRecord] = Field(default_factory=list)
     winners: list[str] = Field(default_factory=list)
-    """Candidates sent to smoke and validation, in the order they were validated."""
+    """Candidates the screen chose for smoke and validation, best first (``search.winners`` of them)."""
+    validated: list[str] = Field(default_factory=list)
+    """Winners that went to smoke and validation, in turn, until one was accepted."""
     alpha_split: int = 1
     """Ways the gate's false-accept budget was split among the winners (Bonferroni; 1: not split)."""
     screen_tasks: list[str] = Field(default_factory=list)

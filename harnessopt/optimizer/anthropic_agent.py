@@ -20,6 +20,7 @@ import anthropic
 
 from harnessopt.config import OptimizerConfig
 from harnessopt.optimizer.tools import BASH_TOOL, EDITOR_TOOL, BashTool, EditorTool
+from harnessopt.optimizer.view import transcript_stem
 from harnessopt.protocols import Proposal, Shell, SupportsClose
 
 SYSTEM_PROMPT = (
@@ -102,8 +103,8 @@ class AnthropicOptimizer:
 
     def _default_transcript(self, view: Path, round_no: int) -> Path:
         if self.transcript_dir is not None:
-            return Path(self.transcript_dir) / f"optimizer-round-{round_no}.jsonl"
-        return view.parent / f"{view.name}.optimizer-round-{round_no}.jsonl"
+            return Path(self.transcript_dir) / f"{transcript_stem(view, round_no)}.jsonl"
+        return view.parent / f"{view.name}.{transcript_stem(view, round_no)}.jsonl"
 
 
 class _Loop:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt.errors import UserError
+from harnessopt.optimizer.view import transcript_stem
 from harnessopt.protocols import AgentResult, GatewayLease, Proposal, Shell, SupportsClose
 
 _SUMMARY_LINES = 20
@@ -90,7 +91,7 @@ class CommandOptimizer:
 
     def _save(self, view: Path, round_no: int, result: AgentResult) -> Path:
         """The agent's stdout (a preset's JSONL transcript), stderr after it when there is any."""
-        name = f"optimizer-round-{round_no}.{'jsonl' if self.report is not _tail_report else 'log'}"
+        name = f"{transcript_stem(view, round_no)}.{'jsonl' if self.report is not _tail_report else 'log'}"
         if self.transcript_dir is not None:
             path = Path(self.transcript_dir) / name
         else:

@@ -115,6 +115,12 @@ def matches_any(rel: str, globs: list[str]) -> bool:
 # --------------------------------------------------------------------------- build
 
 
+def transcript_stem(view: Path, round_no: int) -> str:
+    """``optimizer-round-K``, with the candidate's name when the round has several (its view is
+    ``view-cI``), so that one candidate's transcript never overwrites another's."""
+    return f"optimizer-round-{round_no}{view.name.removeprefix('view')}"
+
+
 def build_view(ws: Path, view: Path, *, history_md: str, brief_md: str) -> ViewSnapshot:
     """Fill a fresh ``view`` directory from workspace ``ws``; return the pristine snapshot.
 

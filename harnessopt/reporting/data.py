@@ -64,6 +64,8 @@ def round_row(r: Round) -> dict[str, Any]:
         "reason": "; ".join([m.reason, *review_notes(m.checks)]),  # with what a check flags for review
         "wall_s": m.wall_s,
         "trigger": trigger_row(m.trigger),
+        "candidates": [c.model_dump() for c in m.search.candidates] if m.search else [],
+        "alpha_split": m.search.alpha_split if m.search else 1,
         "taxonomy": {
             "train": describe(merged(train)) if train else None,
             "val": describe(merged(val)) if val else None,

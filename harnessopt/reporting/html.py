@@ -282,6 +282,7 @@ def render_html(data: dict[str, Any], plots: dict[str, Path]) -> str:
     ]
     parts += [f"<p>{_e(line)}</p>" for line in data["spend"]]
     parts += ["<h2>Rounds</h2>", _rounds_table(data["rounds"])]
+    parts += _candidates(data["rounds"])
     parts += [
         "<h2>Val score per round</h2>",
         _img(plots, "scores", "candidate and incumbent val score per round"),
@@ -355,6 +356,49 @@ def _rounds_table(rows: list[dict[str, Any]]) -> str:
             ]
         )
     return _table(head, body, numeric={0, 2, 3, 4, 5, 7, 8})
+
+
+def _candidates(rows: list[dict[str, Any]]) -> list[str]:
+    """Rounds with several candidates: each one, its screen result on train and why it was or was
+    not validated (docs/optimizer.md, "Search")."""
+    searched = [r for r in rows if r["candidates"]]
+    if not searched:
+        return []
+    head = [
+        "round",
+        "candidate",
+        "aimed at",
+        "train Δ",
+        "won/lost",
+        "validated",
+        "why",
+        "title",
+        "optimizer tokens",
+        "ref",
+    ]
+    body = []
+    for r in searched:
+        for c in r["candidates"]:
+            screened = c["mean_delta"] is not None
+            body.append(
+                [
+                    _e(r["round"]),
+                    _e(c["name"]),
+                    _e(c["focus"]),
+                    _num(c["mean_delta"], "+.3f"),
+                    f"{len(c['wins'])}/{len(c['losses'])}" if screened else "",
+                    "yes" if c["chosen"] else "no",
+                    _e(c["reason"]),
+                    _e(c["title"]),
+                    _e(f"{c['optimizer_tokens']:,}"),
+                    f"<code>{_e(c['ref'])}</code>" if c["ref"] else "",
+                ]
+            )
+    split = [
+        f"round {r['round']}: alpha split {r['alpha_split']} ways" for r in searched if r["alpha_split"] > 1
+    ]
+    note = f'<p class="muted">{_e("; ".join(split))}</p>' if split else ""
+    return ["<h2>Candidates</h2>", _table(head, body, numeric={0, 3, 8}) + note]
 
 
 def _taxonomy(data: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from harnessopt.protocols import Task, TaskResult, Usage
 PLAIN_EVERY_S = 30.0
 POLL_S = 0.5
 ARG_CHARS = 70
-_TRANSCRIPT = re.compile(r"optimizer-round-(\d+)\.jsonl$")
+_TRANSCRIPT = re.compile(r"optimizer-round-(\d+)(-c\d+)?\.jsonl$")  # -cI: one of several candidates
 
 
 @dataclass
@@ -239,19 +239,21 @@ class TranscriptWatcher:
             self._offsets[path] = self._offsets.get(path, 0) + len(complete)
             m = _TRANSCRIPT.search(path.name)
             for raw in complete.splitlines():
-                for line in turn_lines(int(m.group(1)) if m else 0, raw):
+                for line in turn_lines(int(m.group(1)) if m else 0, raw, (m.group(2) or "")[1:] if m else ""):
                     self.say(line)
 
 
-def turn_lines(round_no: int, raw: bytes) -> list[str]:
-    """The lines one transcript event is shown as: a tool call (name and a short argument)."""
+def turn_lines(round_no: int, raw: bytes, candidate: str = "") -> list[str]:
+    """The lines one transcript event is shown as: a tool call (name and a short argument);
+    ``candidate``: which of the round's several candidates the conversation proposes."""
     try:
         event = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return []
     if not isinstance(event, dict):
         return []
-    head = f"round {round_no} optimizer turn {event.get('turn', '?')}"
+    who = f" candidate {candidate}" if candidate else ""
+    head = f"round {round_no}{who} optimizer turn {event.get('turn', '?')}"
     if event.get("event") == "api_error":
         return [f"{head}: API error: {_short(str(event.get('error', '')))}"]
     if event.get("event") != "response":

@@ -3,8 +3,10 @@
 Per round, the task runs follow from the config: the train batch, the incumbent on val (only when
 its scores are not cached, or every round with ``gate.rerun_incumbent``; twice when no noise
 floor was measured yet under this environment: the A/A test), the incumbent's smoke rerun made
-ahead (the *probe*), the smoke test, the rest of val times ``gate.epochs``, the gate's reruns (flips, the second look) and the confirmation of an
-accepted round (``gate.confirm``, both sides again) and its memorised-answer check
+ahead (the *probe*), with several candidates a round (``search.candidates``) each one's optimizer
+calls and its screening runs on train (plus the incumbent's on ``search.screen_tasks``), the smoke
+test, the rest of val times ``gate.epochs``, the gate's reruns (flips, the second look) and the
+confirmation of an accepted round (``gate.confirm``, both sides again) and its memorised-answer check
 (``checks.memorised``: the fixed tasks' perturbed variants). What the config cannot say is measured on
 the workspace's earlier rounds (the last ``HISTORY`` that kept per-phase counts): model calls per
 task run, tokens per call, optimizer calls per round, the gate's reruns, the share of rounds that
@@ -194,18 +196,31 @@ def _round(
 ) -> RoundCost:
     """``incumbent_epochs``: runs of each val task of the incumbent this round (0 when cached)."""
     epochs, smoke = cfg.gate.epochs, min(cfg.gate.smoke, n_val)
-    runs: float = min(cfg.rollout.batch_size, n_train) + n_val * incumbent_epochs
+    batch = min(cfg.rollout.batch_size, n_train)
+    runs: float = batch + n_val * incumbent_epochs + _screening_runs(cfg, rates, n_train, batch)
     runs += rates["reach_smoke"] * smoke + rates.get("probe_runs", 1.0 if smoke else 0.0)
     runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
     runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
-    return _priced(cfg, rates, runs)
+    return _priced(cfg, rates, runs, proposals=cfg.search.candidates)
 
 
-def _priced(cfg: Config, rates: dict[str, float], runs: float) -> RoundCost:
-    """A round of ``runs`` task runs and one optimizer's calls, in calls, tokens, dollars and time."""
+def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: int) -> float:
+    """Train runs that screen a round's candidates: each screened one on the batch and the extra
+    screening tasks, and the incumbent on those extra tasks (none with one candidate and no floor)."""
+    s = cfg.search
+    if s.candidates == 1 and s.screen_floor is None:
+        return 0.0
+    extra = min(s.screen_tasks, n_train - batch)
+    screened = s.candidates * rates.get("screened_share", 1.0)
+    return screened * (batch + extra) + extra
+
+
+def _priced(cfg: Config, rates: dict[str, float], runs: float, proposals: int = 1) -> RoundCost:
+    """A round of ``runs`` task runs and ``proposals`` optimizer conversations, in calls, tokens,
+    dollars and time."""
     r = RoundCost(target_runs=runs)
     r.target_calls = runs * rates["target_calls_per_run"]
-    r.optimizer_calls = rates["optimizer_calls"]
+    r.optimizer_calls = rates["optimizer_calls"] * proposals
     r.tokens = (
         r.target_calls * rates["target_tokens_per_call"]
         + r.optimizer_calls * rates["optimizer_tokens_per_call"]
@@ -289,6 +304,9 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
     t_calls = sum(u.calls for u in target if u) or 1
     o_calls = sum(u.calls for u in optimizer if u)
     proposed = [m for m in history if m.optimizer is not None] or history
+    conversations = sum(len(m.search.candidates) if m.search else 1 for m in proposed)
+    searched = [m.search for m in history if m.search]
+    screened = sum(sum(c.n > 0 for c in s.candidates) for s in searched)
     smoked = [m for m in history if "smoke" in m.phases or "validation" in m.phases]
     validated = [m for m in history if "validation" in m.phases]
     n_val = max((m.n or 0 for m in validated), default=0) or 1
@@ -300,7 +318,8 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
         "target_calls_per_run": calls / target_runs,
         "target_tokens_per_call": sum(u.input + u.output for u in target if u) / t_calls,
         "target_usd_per_call": sum(u.cost_usd or 0.0 for u in target if u) / t_calls,
-        "optimizer_calls": o_calls / len(proposed),
+        "optimizer_calls": o_calls / conversations,  # per candidate: search.candidates multiplies it
+        "screened_share": screened / sum(len(s.candidates) for s in searched) if searched else 1.0,
         "optimizer_tokens_per_call": sum(u.input + u.output for u in optimizer if u) / max(o_calls, 1),
         "optimizer_usd_per_call": sum(u.cost_usd or 0.0 for u in optimizer if u) / max(o_calls, 1),
         "reruns_per_val_task": reruns / len(validated) / n_val if validated else 0.0,

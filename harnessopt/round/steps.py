@@ -28,7 +28,7 @@ from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round import datalike, leakage, memorised, stop, tamper
-from harnessopt.round.context import RoundContext, RoundResult, Trail
+from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
     final_ending,
@@ -86,31 +86,44 @@ def _steps(
     t.proposal, t.snapshot, t.copied, t.candidate = chosen.parts()
     if t.candidate is None or ending is not None:
         return record(ws, svc, rc, t, ending or ("failed", "no candidate"), say)
+    verdict: Ending = ("failed", "no screened winner")  # outcome() found one: never left so
+    for winner in t.search.in_turn():  # the screened winner(s), best first: the first accepted wins
+        t.proposal, t.snapshot, t.copied, t.candidate = winner.parts()
+        verdict = evaluate(ws, search.alpha_share(svc, t.search), rc, t, say)  # 5-8
+        if verdict[0] != "rejected":
+            break
+    interrupts.check()
+    if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
+        return record(ws, svc, rc, t, ("failed", void), say)
+    return record(ws, svc, rc, t, verdict, say)
+
+
+def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Announce) -> Ending:
+    """Steps 5-8 for ``t.candidate``: leakage check, smoke, validation, gate, confirmation."""
+    assert t.candidate is not None
+    t.cand_val, t.decision, t.confirmation = [], None, None  # a later winner starts afresh
     tasks, cfg = [*ws.tasks("train"), *rc.val, *rc.held_out], svc.cfg.checks
     t.checks["leakage"], leak = leakage.screen(
         rc.k, tasks, cfg, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, say
     )
     if leak:
-        return record(ws, svc, rc, t, ("rejected", leak), say)
+        return ("rejected", leak)
     t.checks.update(
         datalike.flag(rc.k, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, cfg.datalike, say)
     )
-    t.incumbent_val, t.noise_floor = incumbent_outcomes(ws, svc, rc, say)
-    t.probe = probe(svc, rc)  # made ahead: counted here
-    t.cand_val, crash = smoke(ws, svc, rc, t.candidate, t.incumbent_val, say, t.probe)  # 5
+    incumbent_val, floor = incumbent_outcomes(ws, svc, rc, say)  # cached after the first winner
+    t.incumbent_val = incumbent_val
+    t.noise_floor = t.noise_floor or floor
+    t.probe = t.probe or probe(svc, rc)  # made ahead: counted here
+    t.cand_val, crash = smoke(ws, svc, rc, t.candidate, incumbent_val, say, t.probe)  # 5
     if crash is not None:
-        return record(ws, svc, rc, t, ("rejected", crash), say)
-    t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, t.incumbent_val, say)  # 6
-    t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, t.incumbent_val)  # 7
-    if memo := memorised.screen(ws, svc, rc, t, t.incumbent_val, say):  # a gain on inputs it never saw
-        return record(ws, svc, rc, t, ("rejected", memo), say)
+        return ("rejected", crash)
+    t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
+    t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
+    if memo := memorised.screen(ws, svc, rc, t, incumbent_val, say):  # a gain on inputs it never saw
+        return ("rejected", memo)
     t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
-    interrupts.check()
-    if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
-        return record(ws, svc, rc, t, ("failed", void), say)
-    return record(
-        ws, svc, rc, t, final_ending(t.decision, t.confirmation, svc.cfg.gate.confirm_moves_main), say
-    )
+    return final_ending(t.decision, t.confirmation, svc.cfg.gate.confirm_moves_main)
 
 
 def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,6 +55,13 @@ class Search:
     proposed: list[Proposed]
     screen_tasks: list[str] = field(default_factory=list)
     merged: list[str] = field(default_factory=list)
+    validated: list[str] = field(default_factory=list)  # winners that went to smoke and validation
+
+    def in_turn(self) -> Iterator[Proposed]:
+        """The winners, best first, each noted as validated when its turn comes."""
+        for p in self.winners:
+            self.validated.append(p.name)
+            yield p
 
     @property
     def several(self) -> bool:
@@ -105,6 +113,7 @@ class Search:
         return SearchRecord(
             candidates=[self._record(p) for p in sorted(self.proposed, key=_rank_key)],
             winners=winners,
+            validated=self.validated,
             alpha_split=alpha_split([p.screened for p in self.proposed if p.screened]),
             screen_tasks=self.screen_tasks,
             merged=self.merged,
@@ -124,6 +133,7 @@ class Search:
             losses=list(s.losses) if s else [],
             n=s.n if s else 0,
             chosen=bool(s and s.chosen),
+            optimizer_tokens=p.proposal.input_tokens + p.proposal.output_tokens,
             ref=p.ref,
             commit=p.commit,
         )

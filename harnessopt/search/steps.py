@@ -11,10 +11,12 @@ With one candidate nothing changes: one proposal, no screening.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 from pathlib import Path
 
+from harnessopt.gate.policy import make_gate
 from harnessopt.ledger import store as ledger
 from harnessopt.optimizer.brief import render_focus
 from harnessopt.protocols import Announce, Task, TaskResult
@@ -24,7 +26,7 @@ from harnessopt.round.propose import check, propose
 from harnessopt.round.services import Services
 from harnessopt.search import archive
 from harnessopt.search.clusters import Focus, assign
-from harnessopt.search.screen import screen
+from harnessopt.search.screen import alpha_split, screen
 from harnessopt.search.state import Proposed, Search, attach
 from harnessopt.util import interrupts
 from harnessopt.workspace.core import Workspace
@@ -90,6 +92,19 @@ def screen_all(
     for s in screened:
         say(f"round {rc.k}: candidate {s.name}: {s.reason}")
     return more
+
+
+def alpha_share(svc: Services, found: Search) -> Services:
+    """The services whose gate spends the round's false-accept budget split among the screened
+    winners (Bonferroni: each is tested at alpha / n, so the round's chance of a false accept stays
+    at most alpha whichever of them is accepted); the same services with one winner."""
+    n = alpha_split([p.screened for p in found.proposed if p.screened])
+    if n == 1:
+        return svc
+    g = svc.cfg.gate
+    gate_cfg = g.model_copy(update={"confidence": 1.0 - (1.0 - g.confidence) / n})
+    cfg = svc.cfg.model_copy(update={"gate": gate_cfg})
+    return dataclasses.replace(svc, cfg=cfg, gate=make_gate(gate_cfg))
 
 
 def _drop_duplicates(svc: Services, found: Search) -> None:

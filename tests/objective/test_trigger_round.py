@@ -97,9 +97,9 @@ def test_a_round_of_objective_both_gates_each_family_at_half_alpha(tmp_path: Pat
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (one,) = ledger.past_rounds(Workspace.open(ws).repo)
-    objectives = one.manifest.gate["objectives"]
+    objectives = one.manifest.gate.objectives
     assert set(objectives) == {"task", "trigger"}, one.manifest.gate
     assert objectives["trigger"]["accept"] and one.status == "accepted", one.manifest.reason
-    assert abs(objectives["task"]["alpha"] - 0.025) < 1e-9 and abs(one.manifest.gate["alpha"] - 0.05) < 1e-9
+    assert abs(objectives["task"]["alpha"] - 0.025) < 1e-9 and abs(one.manifest.gate.alpha - 0.05) < 1e-9
     t = one.manifest.trigger
     assert t is not None and t.objective == "both" and t.runs_loaded > 0 and t.pass_when_loaded == 1.0

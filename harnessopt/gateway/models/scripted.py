@@ -14,6 +14,7 @@ import json
 import math
 import re
 import string
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,6 +68,8 @@ class Script(_Strict):
     rules: list[Rule] = Field(default_factory=list)
     default: str | None = None
     """Reply when no rule matches; without it an unmatched request is a 400 error."""
+    latency_s: float = Field(0.0, ge=0.0, le=600.0)
+    """Seconds every reply waits before it is returned (a real model's latency, for benchmarks)."""
 
     @field_validator("rules")
     @classmethod
@@ -157,6 +160,8 @@ class ScriptedModel(Model):
         )
 
     def _response(self, request: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.script.latency_s:
+            time.sleep(self.script.latency_s)
         key = json.dumps(request, sort_keys=True, default=str) + json.dumps(content, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()
         for i, block in enumerate(content):

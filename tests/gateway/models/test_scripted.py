@@ -150,3 +150,13 @@ def test_from_yaml_and_make_model(tmp_path: Path):
         make_model("scripted")
     with pytest.raises(UserError, match="known providers: anthropic, openai, scripted"):
         make_model("gemini")
+
+
+def test_latency_holds_each_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("harnessopt.gateway.models.scripted.time.sleep", slept.append)
+    m = ScriptedModel.from_dict({"default": "ok", "latency_s": 1.5})
+    req = {"model": "x", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    assert m.create(req, "target")["content"][0]["text"] == "ok" and slept == [1.5]
+    with pytest.raises(UserError, match="latency_s"):
+        ScriptedModel.from_dict({"default": "ok", "latency_s": -1})

@@ -1,0 +1,85 @@
+"""A whole run against the model-bound ideal (issue 21's latency target), with K candidates a round.
+
+    python benchmarks/run_vs_ideal.py [--candidates 1 3] [--sandbox local] [--latency 1] [--rounds 2] [--concurrency 4]
+
+For each K: the demo's workspace (its skill, tasks and scripted model, which plays K distinct
+candidates a round) with every model reply held ``--latency`` seconds (the scripted model's
+``latency_s``), then ``harnessopt run WS --rounds R`` through the real CLI, timed end to end
+(start-up, rollout, optimizer, screening, probe, smoke, validation, flip reruns, confirmation,
+git). Prints the wall time, the ideal ``target calls x latency / C + optimizer calls x latency``
+(calls counted from the rounds' manifests) and their ratio. The optimizer's calls are
+sequential (one conversation after another), the target's run C at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harnessopt.commands.demo import DEMO_DATA  # noqa: E402
+from harnessopt.ledger import store as ledger  # noqa: E402
+from harnessopt.workspace.core import Workspace  # noqa: E402
+from tests.support.workspace import make_ws  # noqa: E402
+
+
+def one(
+    k: int, sandbox: str, latency: float, rounds: int, concurrency: int
+) -> tuple[float, int, int, list[str]]:
+    """(wall seconds, target calls, optimizer calls, statuses) of one run."""
+    with tempfile.TemporaryDirectory(prefix="ho-run-ideal-") as tmp:
+        script = yaml.safe_load((DEMO_DATA / "model.yaml").read_text())
+        script["latency_s"] = latency
+        path = Path(tmp) / "model.yaml"
+        path.write_text(yaml.safe_dump(script, sort_keys=False))
+        ws = make_ws(
+            Path(tmp),
+            model=path,
+            rollout={"concurrency": concurrency, "sandbox": sandbox},
+            search={"candidates": k},
+        )
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", str(rounds)],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        wall = time.monotonic() - t0
+        if r.returncode not in (0,):
+            print(r.stdout[-1500:], r.stderr[-1500:], sep="\n")
+        found = ledger.past_rounds(Workspace.open(ws).repo)
+        calls = {role: sum(x.manifest.tokens[role].calls for x in found if role in x.manifest.tokens)
+                 for role in ("target", "optimizer")}  # fmt: skip
+        return wall, calls["target"], calls["optimizer"], [x.status for x in found]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--candidates", type=int, nargs="+", default=[1, 3])
+    ap.add_argument("--sandbox", default="local")
+    ap.add_argument("--latency", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=4)
+    a = ap.parse_args()
+    print(f"run_vs_ideal: sandbox {a.sandbox}, latency {a.latency} s, C = {a.concurrency}, {a.rounds} rounds")
+    print(f"{'K':>3}  {'wall s':>7}  {'target':>6}  {'optim.':>6}  {'ideal s':>7}  {'ratio':>5}  statuses")
+    for k in a.candidates:
+        wall, target, optimizer, statuses = one(k, a.sandbox, a.latency, a.rounds, a.concurrency)
+        ideal = target * a.latency / a.concurrency + optimizer * a.latency
+        print(
+            f"{k:>3}  {wall:>7.1f}  {target:>6}  {optimizer:>6}  {ideal:>7.1f}  {wall / ideal:>5.2f}  {' '.join(statuses)}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
