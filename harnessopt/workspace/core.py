@@ -143,7 +143,7 @@ def init_workspace(
             )
     tasks = assign_splits(loaded, parse_ratio(ratio), seed)
     check_splits(tasks, suggest=works)
-    if config is None:  # trigger tasks only: objective trigger; some: both
+    if "objective" not in cfg.model_fields_set:  # trigger tasks only: objective trigger; some: both
         cfg = cfg.model_copy(update={"objective": default_objective(tasks)})
     cfg = cfg.model_copy(update={"template": template})
     needs = template_image(template)  # the image the template runs in, unless the config names one

@@ -71,7 +71,7 @@ SMALL = {  # a round of a few minutes with the real CLI: 4 train, 6 val (4 misse
 
 def write_trigger_inputs(root: Path, small: bool = False) -> tuple[Path, Path, Path]:
     """(skill dir, tasks file, distractors dir) under ``root``; ``small``: only the SMALL queries."""
-    skill = root / "skill-src"
+    skill = root / "csv-to-json"  # the spec: a skill folder is named as the skill
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(SKILL_MD)
     distractors = root / "distractors"
