@@ -80,7 +80,7 @@ def upstream_script() -> dict[str, Any]:
     The upstream cannot see roles (the gateway forwards plain requests), so the optimizer's rules
     match its brief ("# Round K:") and the target's rules match the task text.
     """
-    say = r"Say the word: (?P<w>\w+)"
+    say = r"Say\s+the\s+word:\s+(?P<w>\w+)"  # whitespace does not change the task, as for a real model
     return {
         "rules": [
             *_edit(1, "Respond politely to the user.", ROUND1_EDIT),
