@@ -224,6 +224,12 @@ class Gateway:
             self._leases[token] = lease
         return GatewayLease(token=token, base_url=self.base_url, socket_path=lease.socket_path)
 
+    def recorded(self, token: str) -> list[Exchange]:
+        """What a live lease's transcript holds so far (a copy; empty for an unknown token)."""
+        with self._lock:
+            lease = self._leases.get(token)
+            return list(lease.exchanges) if lease else []
+
     def release(self, token: str) -> list[Exchange]:
         """Forget the token (later calls with it get 401), close its socket, return its exchanges in order."""
         with self._lock:

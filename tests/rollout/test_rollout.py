@@ -107,7 +107,10 @@ def test_a_batch_goes_before_runs_started_ahead(runner) -> None:
     r.prefetch(cand, [(t, 0) for t in ahead], 1, phase="validation")  # 2 start, 4 queue
     r.run(cand, asked, 1, phase="validation")
     order = _runs(log)
-    assert order.index("now") <= 2, order  # it waited for a slot, not for the queued ones
+    # It waited for a slot, not for the queued ones: it starts when the first two end, beside the
+    # next queued run (two slots free at once), so it is among the first four runs (without its
+    # priority it would be the seventh).
+    assert order.index("now") <= 3, order
     r.drop_prefetched()
 
 
