@@ -206,6 +206,30 @@ def rollout(
     }
 
 
+def measure_incumbent(
+    s: State,
+    ids: np.ndarray,
+    rng: np.random.Generator,
+    runs: int,
+    detail: str = "",
+    rollout: Callable[..., Outcomes] = rollout,
+    retry: bool = False,
+) -> tuple[Outcomes, int]:
+    """The incumbent's cached val runs and the rollouts they took: with ``retry`` (the banked gate,
+    as ``round.evaluate.rerun_crashed``) each crashed run is run once more and the rerun takes its place."""
+    out = {t: list(r) for t, r in rollout(s, ids, rng, runs, detail).items()}
+    spent = len(ids) * runs
+    if retry:
+        slots = [(t, i) for t, r in out.items() for i, o in enumerate(r) if o.crashed]
+        for layer in sorted({i for _, i in slots}):
+            keys = [t for t, i in slots if i == layer]
+            again = rollout(s, _ids(keys), rng, 1, detail)
+            spent += len(keys)
+            for t in keys:
+                out[t][layer] = again[t][0]
+    return out, spent
+
+
 def _ids(keys: list[str]) -> np.ndarray:
     return np.array([int(t[1:]) for t in keys], dtype=int)
 
@@ -253,11 +277,13 @@ def decide(
             return dec, cand_out
 
     bank = IncumbentBank(inc_out, pol.epochs)  # as loop.gate: the first look sees `epochs` runs
+    banked = gate.bank_first_look  # the banked gate: every cached run, reruns of the candidate only
+    first = inc_out if banked else bank.first
     if pol.futility and isinstance(gate, PairedGate):
         order = [f"t{t}" for t in val.tolist()]
         for j in range(SMOKE if pol.smoke else CHECK_EVERY, len(order), CHECK_EVERY):
             done = {t: cand_out[t] for t in order[:j]}
-            if gate.futile(done, bank.first, order[j:], can_rerun=pol.confirm):
+            if gate.futile(done, first, order[j:], can_rerun=pol.confirm):
                 dec.saved = (len(order) - j) * pol.epochs
                 dec.rollouts -= dec.saved
                 return dec, cand_out
@@ -265,13 +291,15 @@ def decide(
     def confirm(ids: object) -> tuple[Outcomes, Outcomes]:
         keys = list(ids)  # type: ignore[call-overload]
         dec.rollouts += len(keys)
+        if banked:
+            return rollout(cand, _ids(keys), rng, 1, pol.detail), {}
         base = bank.draw(keys, lambda miss: rollout(inc, _ids(miss), rng, 1, pol.detail))
         dec.rollouts += bank.ran - ran[0]  # the incumbent's runs the bank did not cover
         ran[0] = bank.ran
         return rollout(cand, _ids(keys), rng, 1, pol.detail), base
 
     ran = [0]
-    d = gate.decide(cand_out, bank.first, confirm if pol.confirm else None)
+    d = gate.decide(cand_out, first, confirm if pol.confirm else None)
     dec.accept, dec.delta = d.accept, d.delta
     return dec, cand_out
 

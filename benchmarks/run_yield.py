@@ -85,12 +85,15 @@ MIX = {
     "+0.10": 0.08,
 }
 TODAY = {  # the gate's defaults before issue 21
+    "policy": "paired",
     "incumbent_epochs": 1,
     "second_look": 2,
     "first_look_share": 0.2,
     "confirm_moves_main": False,
 }
 NULL_KINDS = ("null", "churn", "cheap-harm")
+import json, os
+EXTRA = json.loads(os.environ.get("EXTRA", "[]"))
 
 
 def crashy(
@@ -131,6 +134,7 @@ def strategies() -> list[Strategy]:
     out = [
         Strategy.loop("today (gate defaults before issue 21)", **TODAY),
         Strategy.loop("default (GateConfig() now)"),
+        *[Strategy.loop(f"x {c}", **c) for c in EXTRA],
         Strategy("fixed band 0.05 [SkillOpt-Lite]", "gate", sim.Policy("", lambda: FixedDeadBand(0.05))),
         Strategy("minibatch of 3 [GEPA-style]", "minibatch"),
         Strategy("best-of-N on val", "best-of-n"),
@@ -194,9 +198,10 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
     assert st.policy is not None
     pol, res = st.policy, Result()
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
-    epochs = pol.inc_epochs or pol.epochs
-    s, inc_out = w.s0, crashy(w.s0, w.val, rng, epochs, pol.detail)
-    spent, r, inc_train, asked = M * epochs, 0, None, 0
+    epochs, retry = pol.inc_epochs or pol.epochs, gate.bank_first_look
+    s = w.s0
+    inc_out, spent = sim.measure_incumbent(s, w.val, rng, epochs, pol.detail, crashy, retry)
+    r, inc_train, asked = 0, None, 0
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
         if st.kind == "screen":
             if inc_train is None:  # the optimizer's train runs of the incumbent: already paid for
@@ -228,9 +233,9 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
         res.bad_commits += w.true(cand) - w.true(s) <= 0
         s, inc_out, inc_train = cand, cand_out, None
         if pol.inc_epochs > pol.epochs:  # topped up to incumbent_epochs, as the loop does
-            more = crashy(s, w.val, rng, pol.inc_epochs - pol.epochs, pol.detail)
+            more, n = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs - pol.epochs, pol.detail, crashy, retry)
             inc_out = {t: list(inc_out[t]) + more[t] for t in inc_out}
-            spent += M * (pol.inc_epochs - pol.epochs)
+            spent += n
     res.gain.append(w.true(s) - w.true(w.s0))
     res.spent.append(spent)
     res.proposals.append(asked)
@@ -302,8 +307,11 @@ def per_round(st: Strategy, seed: int) -> dict[str, int]:
     for ki, kind in enumerate((*NULL_KINDS, "+0.10")):
         cand = sim.propose(w.s0, kind, np.random.default_rng([seed, 21, 7, ki]))
         rng = np.random.default_rng([seed, 21, 8, ki])
-        inc_out = crashy(w.s0, w.val, rng, pol.inc_epochs or pol.epochs)
-        dec, _ = sim.decide(pol, pol.make(), w.s0, cand, w.val, inc_out, rng, rollout=crashy)
+        gate = pol.make()
+        inc_out, _ = sim.measure_incumbent(
+            w.s0, w.val, rng, pol.inc_epochs or pol.epochs, pol.detail, crashy, gate.bank_first_look
+        )
+        dec, _ = sim.decide(pol, gate, w.s0, cand, w.val, inc_out, rng, rollout=crashy)
         out[kind] = int(dec.accept and confirmed(st, w, cand, w.s0, rng))
         out["rollouts"] = out.get("rollouts", 0) + dec.rollouts
     return out

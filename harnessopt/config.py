@@ -118,8 +118,10 @@ class OptimizerConfig(_Strict):
 
 
 class GateConfig(_Strict):
-    policy: GateName = "paired"
-    """The gate policy (docs/gate.md); a dotted path plugs in your own."""
+    policy: GateName = "banked"
+    """The gate policy (docs/gate.md): ``banked`` (a paired t-test against the incumbent's bank of
+    cached runs, two looks) or ``paired`` (flip confirmation, the gate before the bank); a dotted
+    path plugs in your own."""
     smoke: int = Field(5, ge=0)
     """Val tasks run first; any crash or timeout there rejects without spending the rest."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
@@ -131,7 +133,7 @@ class GateConfig(_Strict):
     runs past the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before
     running it again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise
     floor is measured on the cached runs at no extra cost."""
-    second_look: int = Field(4, ge=0)
+    second_look: int = Field(10, ge=0)
     """Runs of every val task the gate's second look adds, when the first look is promising but
     inside the dead zone (0: a single look)."""
     first_look_share: float = Field(0.05, gt=0.0, lt=1.0)
@@ -158,7 +160,7 @@ class GateConfig(_Strict):
     confirm: Literal["val", "holdout", "none"] = "val"
     """After an accept, runs that did not select it: fresh runs on val, or on the held-out part
     of val; ho/best moves only when they confirm the gain."""
-    confirm_moves_main: bool = True
+    confirm_moves_main: bool = False
     """main moves only when the confirmation (``confirm``) finds the gain again; false: main keeps
     what the gate accepted whatever the confirmation says (ho/best still waits for it)."""
     holdout_share: float = Field(0.3, gt=0.0, lt=1.0)

@@ -428,6 +428,11 @@ class GatePolicy(Protocol):
     """
 
     name: str
+    bank_first_look: bool = False
+    """True: ``decide`` and ``futile`` get every cached run of the incumbent (its bank) as
+    ``incumbent``, and ``decide``'s ``confirm`` runs the candidate alone (its incumbent side is
+    empty). False: they get the incumbent's first ``epochs`` runs, and ``confirm`` draws the
+    incumbent's side from the bank (``harnessopt.gate.bank``)."""
 
     def decide(
         self, candidate: Outcomes, incumbent: Outcomes, confirm: ConfirmFn | None = None

@@ -51,6 +51,7 @@ PARTS: dict[str, dict[str, str]] = {
         "scripted": "harnessopt.gateway.models:scripted_model",
     },
     "gate": {
+        "banked": "harnessopt.gate.banked:BankedGate",
         "paired": "harnessopt.gate.policy:PairedGate",
     },
     "executor": {

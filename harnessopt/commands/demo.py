@@ -41,7 +41,9 @@ def demo_config(sandbox: str) -> Config:
         # transcript and figures (docs, tests/reporting/test_report.py) were measured with it, and
         # the projection's priors do not yet foresee the second looks the new defaults spend on 14
         # val tasks (docs/gate.md, "Yield")
-        gate=GateConfig(smoke=5, incumbent_epochs=1, second_look=2, first_look_share=0.2),
+        gate=GateConfig(
+            policy="paired", smoke=5, incumbent_epochs=1, second_look=2, first_look_share=0.2, confirm_moves_main=True
+        ),
     )
 
 

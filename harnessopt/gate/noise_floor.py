@@ -30,8 +30,9 @@ def detectable(m: int, sd: float, cfg: GateConfig, epochs: int) -> float:
 
     Modelled on the look that decides a close call: with reruns and a second look
     (``second_look`` > 0, ``confirm_flips``), the second look, at its share of alpha, on
-    ``epochs + second_look`` runs a task a side (the incumbent's from its bank): run noise, the
-    A/A paired SD ``sd`` measured at ``epochs`` runs, shrinks by sqrt(epochs / runs), and a
+    ``epochs + second_look`` runs a task of the candidate against the incumbent's bank
+    (``banked_epochs`` runs; the paired gate: as many as the candidate): run noise, the A/A paired
+    SD ``sd`` measured at ``epochs`` runs a side, shrinks by sqrt(epochs (1/runs + 1/bank) / 2), and a
     pass/fail flip moves the mean by 1/(runs m). Without them, one look on ``epochs`` runs at the
     primary test's whole alpha. d = dead zone + z_power standard errors at the spread a gain brings:
     a gain d on pass/fail tasks fixes about d of them more than it breaks, which adds d(1 - d) to
@@ -44,7 +45,9 @@ def detectable(m: int, sd: float, cfg: GateConfig, epochs: int) -> float:
     level = stats.round_levels(1.0 - cfg.confidence, looks, share, cfg.first_look_share).looks[-1]
     epochs = max(epochs, 1)
     runs = epochs + (cfg.second_look if looks == 2 else 0)
-    noise = sd * math.sqrt(epochs / runs)
+    # the banked gate: the incumbent's side is the mean of its whole bank, the candidate's of its runs
+    bank = cfg.banked_epochs if cfg.policy == "banked" and cfg.secondary == "none" else runs
+    noise = sd * math.sqrt(epochs / 2 * (1 / runs + 1 / bank))
     z, step = NormalDist().inv_cdf(POWER), 1.0 / runs
     d = nxt = 0.0
     for _ in range(60):  # the fixed point d = zone(s) + z s / sqrt(m), s^2 = noise^2 + d (1 - d)

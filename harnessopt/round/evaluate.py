@@ -16,7 +16,13 @@ from harnessopt.gate.stats import mean, run_alpha_for, task_means
 from harnessopt.ledger import store as ledger
 from harnessopt.objective import both
 from harnessopt.protocols import Announce, GateDecision, GatePolicy, Outcomes, Task, TaskResult
-from harnessopt.rollout.run_cache import CONFIRM_EPOCH, PROBE_EPOCH, RERUN_EPOCH, SMOKE_RERUN_EPOCH
+from harnessopt.rollout.run_cache import (
+    CONFIRM_EPOCH,
+    CRASH_RERUN_EPOCH,
+    PROBE_EPOCH,
+    RERUN_EPOCH,
+    SMOKE_RERUN_EPOCH,
+)
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
 from harnessopt.round.context import Ending, RoundContext
@@ -51,9 +57,10 @@ def incumbent_outcomes(
     got = {t: list(runs) for t, runs in (cached or {}).items()}
     for n in sorted(set(have.values())):  # a top-up runs only the epochs a task lacks
         tasks = [t for t in short if have[t.id] == n]
-        for t, runs in outcomes(
-            svc.runner.run(rc.incumbent, tasks, rc.k, epochs=range(n, banked), phase="incumbent")
-        ).items():
+        res = svc.runner.run(rc.incumbent, tasks, rc.k, epochs=range(n, banked), phase="incumbent")
+        if svc.gate.bank_first_look:  # the bank is the incumbent's side of every look: no outage in it
+            res = rerun_crashed(svc, rc, tasks, res)
+        for t, runs in outcomes(res).items():
             got.setdefault(t, []).extend(runs)
     cache.put(digest(parts), got)
     ws.journal.write(rc.k, "incumbent_val", n=len(got), score=_mean_score(got))
@@ -71,6 +78,22 @@ def incumbent_outcomes(
         say(f"round {rc.k}: {line}")
     ws.journal.write(rc.k, "noise_floor", **nf)
     return got, nf
+
+
+def rerun_crashed(
+    svc: Services, rc: RoundContext, tasks: Sequence[Task], results: list[TaskResult]
+) -> list[TaskResult]:
+    """The incumbent's banked runs with each crashed one run once more (at ``CRASH_RERUN_EPOCH`` plus
+    its epoch); the rerun takes its place, and a crash that reproduces stays, scoring 0
+    (docs/gate.md, "The banked gate": the candidate's crashes are rerun by the gate itself)."""
+    crashed = [r for r in results if r.crashed]
+    by_id = {t.id: t for t in tasks}
+    again: dict[tuple[str, int], TaskResult] = {}
+    for e in sorted({r.epoch for r in crashed}):
+        redo = [by_id[r.task_id] for r in crashed if r.epoch == e and r.task_id in by_id]
+        for r in svc.runner.run(rc.incumbent, redo, rc.k, epochs=[CRASH_RERUN_EPOCH + e], phase="incumbent"):
+            again[(r.task_id, e)] = r
+    return [again.get((r.task_id, r.epoch), r) if r.crashed else r for r in results]
 
 
 def probe_jobs(svc: Services, rc: RoundContext) -> list[tuple[Task, int]]:
@@ -220,7 +243,7 @@ def validate(
         svc.runner.prefetch(cand, plan[used : used + conc], rc.k, phase="validation")
         results += svc.runner.run(cand, again, rc.k, epochs=range(1, epochs), phase="validation")
     chunk = _chunk(svc)
-    first = first_look(inc, epochs)
+    first = inc if svc.gate.bank_first_look else first_look(inc, epochs)
     for i in range(0, len(rest), chunk):
         if svc.gate.futile(outcomes(results), first, [t.id for t in rest[i:]], svc.cfg.gate.confirm_flips):
             say(f"round {rc.k}: validation stopped for futility; {len(rest) - i} val tasks not run")
@@ -257,11 +280,14 @@ def gate(
     by_id = {t.id: t for t in rc.val}
     rerun_epoch = iter(range(RERUN_EPOCH, SMOKE_RERUN_EPOCH))
     bank = IncumbentBank(inc, svc.cfg.gate.epochs)  # the incumbent's runs past the first look
-    inc = bank.first
+    banked = svc.gate.bank_first_look  # the gate reads the whole bank; its reruns are the candidate's
+    inc = inc if banked else bank.first
 
     def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
         epoch = next(rerun_epoch)
         again = svc.runner.run(cand, [by_id[i] for i in ids], rc.k, epochs=[epoch], phase="reruns")
+        if banked:
+            return outcomes(again), {}
         base = bank.draw(
             ids,
             lambda miss: outcomes(

@@ -212,9 +212,9 @@ def test_baselines_and_make_gate():
     assert mb.n == 3
     assert isinstance(make_gate(GateConfig()), PairedGate)
     assert make_gate(GateConfig(policy="tests.gate.test_gate:band_gate")).name == "deadband"
-    with pytest.raises(ValidationError, match="known: paired"):
+    with pytest.raises(ValidationError, match="known: banked, paired"):
         GateConfig(policy="nope")
-    with pytest.raises(UserError, match="known: paired"):
+    with pytest.raises(UserError, match="known: banked, paired"):
         make_gate(GateConfig.model_construct(**{**GateConfig().model_dump(), "policy": "nope"}))
 
 

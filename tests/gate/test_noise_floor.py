@@ -25,12 +25,13 @@ def test_measure_counts_flips_and_the_paired_sd_of_identical_arms() -> None:
     assert nf["m"] == 50 and nf["flip_rate"] == pytest.approx(0.2) and nf["aa_delta"] == 0.0
     assert nf["paired_sd"] == pytest.approx(stats.sample_sd([1.0] * 5 + [-1.0] * 5 + [0.0] * 40))
     assert nf["rollouts"] == 100
-    # detectable d = the dead zone of the gate's second look (1 + 4 runs a task a side, at 95% of
-    # alpha) + z_0.8 standard errors, at the spread s^2 = sd^2 / 5 + d (1 - d): run noise averaged
-    # over the second look's runs, and the spread a gain d adds
+    # detectable d = the dead zone of the banked gate's second look (1 + 10 runs a task of the
+    # candidate against the incumbent's bank of 11, at 95% of alpha) + z_0.8 standard errors, at the
+    # spread s^2 = sd^2 / 11 + d (1 - d): run noise averaged over both sides' runs, and the spread
+    # a gain d adds
     sd, d = nf["paired_sd"], nf["detectable"]
-    s = math.sqrt(sd * sd / 5 + d * (1 - d))
-    zone = stats.dead_zone(50, s, 1 - 0.05 * 0.95, step=1 / 5)
+    s = math.sqrt(sd * sd / 11 + d * (1 - d))
+    zone = stats.dead_zone(50, s, 1 - 0.05 * 0.95, step=1 / 11)
     assert d == pytest.approx(zone + NormalDist().inv_cdf(0.8) * s / math.sqrt(50), abs=1e-5)
     # 50 tasks cannot see +0.05 however often they run: a gain fixes too few of them
     assert d > 0.05 and nf["reach"]["tasks"] > 50 and nf["reach"]["epochs"] is None
@@ -64,8 +65,9 @@ def test_the_stated_detectable_gain_is_the_default_gates_simulated_80_percent_po
         for e in effects:
             cand = sim.propose(s0, "+0.10", np.random.default_rng([t, m, 2]), effect=e)
             rng = np.random.default_rng([t, m, 3, int(e * 1000)])
-            inc = sim.rollout(s0, val, rng, pol.inc_epochs)
-            power[e] += sim.decide(pol, pol.make(), s0, cand, val, inc, rng)[0].accept
+            gate = pol.make()
+            inc, _ = sim.measure_incumbent(s0, val, rng, pol.inc_epochs, retry=gate.bank_first_look)
+            power[e] += sim.decide(pol, gate, s0, cand, val, inc, rng)[0].accept
     curve = [(e, power[e] / trials) for e in effects]
     lo, hi = next((a, b) for a, b in zip(curve, curve[1:], strict=False) if a[1] < 0.8 <= b[1])
     point = lo[0] + (hi[0] - lo[0]) * (0.8 - lo[1]) / (hi[1] - lo[1])  # the simulated 80% point
