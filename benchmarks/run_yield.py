@@ -92,8 +92,6 @@ TODAY = {  # the gate's defaults before issue 21
     "confirm_moves_main": False,
 }
 NULL_KINDS = ("null", "churn", "cheap-harm")
-import json, os
-EXTRA = json.loads(os.environ.get("EXTRA", "[]"))
 
 
 def crashy(
@@ -134,7 +132,6 @@ def strategies() -> list[Strategy]:
     out = [
         Strategy.loop("today (gate defaults before issue 21)", **TODAY),
         Strategy.loop("default (GateConfig() now)"),
-        *[Strategy.loop(f"x {c}", **c) for c in EXTRA],
         Strategy("fixed band 0.05 [SkillOpt-Lite]", "gate", sim.Policy("", lambda: FixedDeadBand(0.05))),
         Strategy("minibatch of 3 [GEPA-style]", "minibatch"),
         Strategy("best-of-N on val", "best-of-n"),
@@ -233,7 +230,9 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
         res.bad_commits += w.true(cand) - w.true(s) <= 0
         s, inc_out, inc_train = cand, cand_out, None
         if pol.inc_epochs > pol.epochs:  # topped up to incumbent_epochs, as the loop does
-            more, n = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs - pol.epochs, pol.detail, crashy, retry)
+            more, n = sim.measure_incumbent(
+                s, w.val, rng, pol.inc_epochs - pol.epochs, pol.detail, crashy, retry
+            )
             inc_out = {t: list(inc_out[t]) + more[t] for t in inc_out}
             spent += n
     res.gain.append(w.true(s) - w.true(w.s0))

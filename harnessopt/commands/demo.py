@@ -42,7 +42,12 @@ def demo_config(sandbox: str) -> Config:
         # the projection's priors do not yet foresee the second looks the new defaults spend on 14
         # val tasks (docs/gate.md, "Yield")
         gate=GateConfig(
-            policy="paired", smoke=5, incumbent_epochs=1, second_look=2, first_look_share=0.2, confirm_moves_main=True
+            policy="paired",
+            smoke=5,
+            incumbent_epochs=1,
+            second_look=2,
+            first_look_share=0.2,
+            confirm_moves_main=True,
         ),
     )
 

@@ -38,7 +38,6 @@ from harnessopt.gate import stats
 from harnessopt.gate.policy import PairedGate, _base_details, _merge, _Paired
 from harnessopt.protocols import ConfirmFn, GateDecision, Outcomes
 
-
 LOOK_STEP = 2
 """The second look adds its runs this many at a time; after each step (but the last) it stops,
 rejecting, when the t statistic of all runs so far is at or below ``look_from`` (futility: a stop
@@ -88,7 +87,8 @@ class BankedGate(PairedGate):
                     more = _merge(more, self._only(confirm(p.ids)[0], p.ids))
                 added += step
                 details["reruns"] += sum(len(r) for r in more.values())
-                cand = self._retry_crashes(_merge(cand, more), confirm, details)
+                merged = {t: list(r) for t, r in _merge(cand, more).items()}
+                cand = self._retry_crashes(merged, confirm, details)
                 dec = self._look(cand, incumbent, p.ids, lv.looks[-1], details)
                 if added < self.second_look and details["t"] <= self.look_from:
                     details["second_look_stopped"] = {"runs": added, "of": self.second_look}
@@ -108,17 +108,16 @@ class BankedGate(PairedGate):
         """Each crashed run that has not been rerun yet is run once more; the rerun takes its place."""
         if confirm is None:
             return cand
-        done = details.setdefault("_retried", {})
-        crashed = [t for t, runs in cand.items() if sum(o.crashed for o in runs) > done.get(t, 0)]
-        while crashed:
+        done = details.setdefault("_retried", {})  # per task: crashes that reproduced (they stay)
+        while crashed := [t for t, runs in cand.items() if sum(o.crashed for o in runs) > done.get(t, 0)]:
             again = self._only(confirm(crashed)[0], crashed)
             details["reruns"] += sum(len(r) for r in again.values())
             details["crash_reruns"] = details.get("crash_reruns", 0) + len(again)
-            for t, runs in again.items():
+            for t in crashed:
                 i = [k for k, o in enumerate(cand[t]) if o.crashed][done.get(t, 0)]
-                cand[t][i] = runs[0]  # the rerun replaces the crash; if it crashed too, it scores 0
-                done[t] = done.get(t, 0) + (1 if runs[0].crashed else 0)
-            crashed = []  # one rerun per crash
+                if again.get(t):
+                    cand[t][i] = again[t][0]  # the rerun replaces the crash; if it crashed too, it scores 0
+                done[t] = done.get(t, 0) + int(not again.get(t) or again[t][0].crashed)
         return cand
 
     def _look(

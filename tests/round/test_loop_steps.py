@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from harnessopt.gate.banked import BankedGate
 from harnessopt.gate.policy import PairedGate
 from harnessopt.ledger import store as ledger
 from harnessopt.protocols import Outcome, Sandbox, Task, TaskResult
@@ -391,3 +392,29 @@ def test_a_cached_incumbent_with_fewer_runs_than_incumbent_epochs_is_topped_up(t
     assert all(len(r) == 3 for r in got.values())
     assert evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None)[0] == got  # cached now: no run
     assert len(svc.runner.batches) == 1
+
+
+def test_the_loop_hands_a_banked_gate_the_whole_bank_and_reruns_only_the_candidate(tmp_path: Path) -> None:
+    """``evaluate.incumbent_outcomes`` reruns the bank's crashed runs once; ``evaluate.gate`` passes
+    every banked run and a ``confirm`` that runs the candidate alone."""
+    fixed: set[str] = set()
+
+    def script(side: str, t: str, n: int) -> tuple[float, bool]:
+        if side == "incumbent" and t == sorted(fixed)[0] and n == 0:
+            return 0.0, True  # the incumbent's first banked run of this task crashes; the rerun passes
+        return float(side == "candidate" or t not in fixed), False
+
+    ws, svc, rc = _setup(tmp_path, script, incumbent_epochs=4, second_look=2)
+    svc.gate = BankedGate(ws.cfg.gate)
+    fixed.update(sorted(t.id for t in rc.val)[:4])
+    inc, _ = evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None)
+    crashed_task = sorted(fixed)[0]
+    assert ("incumbent", [crashed_task], [evaluate.CRASH_RERUN_EPOCH]) in svc.runner.batches
+    assert all(len(r) == 4 for r in inc.values()) and not any(o.crashed for r in inc.values() for o in r)
+    before = len(svc.runner.batches)
+    cand_val = svc.runner.run(CAND, rc.val, 1, phase="validation")
+    d = evaluate.gate(ws, svc, rc, CAND, cand_val, inc)
+    after = svc.runner.batches[before + 1 :]
+    assert d.details["incumbent_runs"] == 4 and d.details["design"] == "banked"
+    assert after and all(label == "candidate" for label, _, _ in after)  # no incumbent rerun
+    assert d.details["incumbent_banked_runs"] == 0
