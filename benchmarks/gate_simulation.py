@@ -230,6 +230,27 @@ def measure_incumbent(
     return out, spent
 
 
+def top_up(
+    s: State,
+    cached: Outcomes,
+    runs: int,
+    rng: np.random.Generator,
+    detail: str = "",
+    rollout: Callable[..., Outcomes] = rollout,
+    retry: bool = False,
+) -> tuple[Outcomes, int]:
+    """A new incumbent's cached runs topped up to ``runs`` a task, as ``round.evaluate.incumbent_outcomes``
+    does after an accept (only the runs each task lacks); and the rollouts that took."""
+    out, spent = {t: list(r) for t, r in cached.items()}, 0
+    for n in sorted({len(r) for r in out.values() if len(r) < runs}):
+        keys = [t for t, r in out.items() if len(r) == n]
+        more, k = measure_incumbent(s, _ids(keys), rng, runs - n, detail, rollout, retry)
+        spent += k
+        for t in keys:
+            out[t] += more[t]
+    return out, spent
+
+
 def _ids(keys: list[str]) -> np.ndarray:
     return np.array([int(t[1:]) for t in keys], dtype=int)
 
@@ -406,11 +427,12 @@ def run(m: int, seed: int, kinds: list[str], confirm_checks: bool) -> list[Tally
                 infl["val rerun"].append(_gain(s, cand, val, rng, pol.epochs) - true)
                 infl["held-out"].append(_gain(s, cand, holdout, rng, 1) - true)
                 confirm_spent += 2 * (len(val) * pol.epochs)
-            s, inc_out = cand, cand_out
+            s = cand
             if pol.inc_epochs > pol.epochs:  # as loop.incumbent_outcomes: topped up to incumbent_epochs
-                more = rollout(s, val, rng, pol.inc_epochs - pol.epochs, pol.detail)
-                inc_out = {t: list(inc_out[t]) + more[t] for t in inc_out}
-                tally.rollouts[-1] += len(val) * (pol.inc_epochs - pol.epochs)
+                inc_out, n = top_up(s, cand_out, pol.inc_epochs, rng, pol.detail, retry=gate.bank_first_look)
+                tally.rollouts[-1] += n
+            else:
+                inc_out = cand_out
         tally.final.append(float(s.p.mean()))
         tally.inflation_run.append(reported - float(s.p.mean() - s0.p.mean()))
         tally.confirm_rollouts.append(confirm_spent / len(kinds))

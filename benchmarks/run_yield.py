@@ -221,7 +221,14 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
         res.asked_gain += kind == "+0.10"
         if not dec.accept:
             continue
-        if st.gate is not None and st.gate.confirm == "val":  # fresh runs on val, both sides
+        fresh = None
+        if st.gate is not None and st.gate.confirm == "val" and retry:
+            # the banked gate (round.evaluate.confirm_banked): the winner's bank, measured fresh, confirms
+            ok, fresh, n = confirm_banked(st, w, cand, inc_out, rng)
+            spent += n
+            if st.gate.confirm_moves_main and not ok:
+                continue
+        elif st.gate is not None and st.gate.confirm == "val":  # fresh runs on val, both sides
             spent += 2 * M * pol.epochs
             if not confirmed(st, w, cand, s, rng):
                 continue  # main does not move
@@ -229,11 +236,10 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
         res.commits += 1
         res.bad_commits += w.true(cand) - w.true(s) <= 0
         s, inc_out, inc_train = cand, cand_out, None
-        if pol.inc_epochs > pol.epochs:  # topped up to incumbent_epochs, as the loop does
-            more, n = sim.measure_incumbent(
-                s, w.val, rng, pol.inc_epochs - pol.epochs, pol.detail, crashy, retry
-            )
-            inc_out = {t: list(inc_out[t]) + more[t] for t in inc_out}
+        if fresh is not None:
+            inc_out = fresh
+        elif pol.inc_epochs > pol.epochs:  # topped up to incumbent_epochs, as the loop does
+            inc_out, n = sim.top_up(s, cand_out, pol.inc_epochs, rng, pol.detail, crashy, retry)
             spent += n
     res.gain.append(w.true(s) - w.true(w.s0))
     res.spent.append(spent)
@@ -311,16 +317,37 @@ def per_round(st: Strategy, seed: int) -> dict[str, int]:
             w.s0, w.val, rng, pol.inc_epochs or pol.epochs, pol.detail, crashy, gate.bank_first_look
         )
         dec, _ = sim.decide(pol, gate, w.s0, cand, w.val, inc_out, rng, rollout=crashy)
-        out[kind] = int(dec.accept and confirmed(st, w, cand, w.s0, rng))
+        bank = inc_out if gate.bank_first_look else None
+        out[kind] = int(dec.accept and confirmed(st, w, cand, w.s0, rng, bank))
         out["rollouts"] = out.get("rollouts", 0) + dec.rollouts
     return out
 
 
-def confirmed(st: Strategy, w: World, cand: sim.State, s: sim.State, rng: np.random.Generator) -> bool:
-    """Does main move after the gate accepted? Not when the loop waits for its confirmation (fresh
-    runs on val, both sides: ``confirm_accepted``, ``confirmation_record``) and it fails."""
+def confirm_banked(
+    st: Strategy, w: World, cand: sim.State, bank: Outcomes, rng: np.random.Generator
+) -> tuple[bool, Outcomes, int]:
+    """The banked gate's confirmation (``round.evaluate.confirm_banked``): the winner's own bank,
+    measured fresh on val, against the incumbent's; (confirmed, the runs, the rollouts they took)."""
+    assert st.gate is not None and st.policy is not None
+    fresh, n = sim.measure_incumbent(cand, w.val, rng, st.gate.banked_epochs, "", crashy, True)
+    return bool(confirmation_record(fresh, bank, "val")["confirmed"]), fresh, n
+
+
+def confirmed(
+    st: Strategy,
+    w: World,
+    cand: sim.State,
+    s: sim.State,
+    rng: np.random.Generator,
+    bank: Outcomes | None = None,
+) -> bool:
+    """Does main move after the gate accepted? Not when the loop waits for its confirmation and it
+    fails: fresh runs on val, both sides (``confirm_accepted``); with the banked gate, the winner's
+    fresh bank against the incumbent's (``bank``)."""
     if st.gate is None or st.gate.confirm != "val" or not st.gate.confirm_moves_main:
         return True
+    if bank is not None:
+        return confirm_banked(st, w, cand, bank, rng)[0]
     again = (crashy(cand, w.val, rng, st.gate.epochs), crashy(s, w.val, rng, st.gate.epochs))
     return bool(confirmation_record(*again, "val")["confirmed"])
 

@@ -160,7 +160,7 @@ class GateConfig(_Strict):
     confirm: Literal["val", "holdout", "none"] = "val"
     """After an accept, runs that did not select it: fresh runs on val, or on the held-out part
     of val; ho/best moves only when they confirm the gain."""
-    confirm_moves_main: bool = False
+    confirm_moves_main: bool = True
     """main moves only when the confirmation (``confirm``) finds the gain again; false: main keeps
     what the gate accepted whatever the confirmation says (ho/best still waits for it)."""
     holdout_share: float = Field(0.3, gt=0.0, lt=1.0)

@@ -125,7 +125,9 @@ def test_a_minimal_policy_and_sandbox_get_the_declared_defaults() -> None:
 
 
 def test_a_part_that_lacks_a_member_is_refused_with_what_it_lacks() -> None:
-    with pytest.raises(UserError, match=r"NoFutile has no futile; subclass harnessopt.protocols.GatePolicy"):
+    with pytest.raises(
+        UserError, match=r"NoFutile has no bank_first_look, futile; subclass harnessopt.protocols.GatePolicy"
+    ):
         registry.build("gate", "tests.test_registry:NoFutile", GateConfig())
 
 

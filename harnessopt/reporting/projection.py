@@ -38,6 +38,7 @@ PRIORS: dict[str, float] = {
     "optimizer_turn_share": 0.5,  # of optimizer.max_turns used per round
     "flip_share": 0.25,  # of val tasks whose outcome flips and that the gate reruns on both sides
     "promising_share": 0.2,  # of validated rounds whose first look is promising: the second look
+    "crash_share": 0.05,  # of val runs that crash and that the banked gate reruns once
     "accept_share": 0.3,  # of validated rounds accepted, then confirmed (gate.confirm)
     "fixed_share": 0.5,  # of val tasks an accepted round fixes: checks.memorised reruns them perturbed
     "target_output_per_call": 300.0,
@@ -275,18 +276,25 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
 def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
     """Before any round is measured: (reruns per val task: the flips rerun on both sides and the
     second look, ``gate.second_look`` runs of every task on both sides (the incumbent's drawn from
-    its banked runs while they last: ``gate.incumbent_epochs``); the runs confirming an accepted
-    round on both sides, on val or on the held-out tasks)."""
+    its banked runs while they last: ``gate.incumbent_epochs``), or with the banked gate its crash
+    reruns and second look, the candidate's side only; the runs confirming an accepted round on
+    both sides, on val or on the held-out tasks, or with the banked gate the winner's fresh bank)."""
     g = cfg.gate
     banked = g.banked_epochs - g.epochs
     sides = 1 if banked >= g.epochs + g.second_look else 2  # the bank covers the incumbent's reruns
     per = (
         sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look) if g.confirm_flips else 0.0
     )
+    banked_gate = g.policy == "banked" and g.secondary == "none"
+    if banked_gate and g.confirm_flips:  # no flip reruns; crash reruns and the second look, the candidate's
+        per = PRIORS["crash_share"] + PRIORS["promising_share"] * g.second_look
     confirm_tasks = {"val": n_val, "holdout": n_held}.get(g.confirm, 0)
+    confirm_runs = 2 * g.epochs * confirm_tasks
+    if banked_gate and g.confirm == "val":  # evaluate.confirm_banked: the winner's fresh bank, one side
+        confirm_runs = g.banked_epochs * n_val
     c = cfg.checks  # the memorised check: the fixed tasks' variants, both sides, once each
     memorised = 0.0 if c.memorised == "off" else 2 * c.memorised_variants * PRIORS["fixed_share"] * n_val
-    return per, PRIORS["accept_share"] * (2 * g.epochs * confirm_tasks + memorised)
+    return per, PRIORS["accept_share"] * (confirm_runs + memorised)
 
 
 def _usd(cfg: Config, model: str, tokens_in: float, tokens_out: float) -> float:

@@ -38,7 +38,7 @@ RERUN_EPOCH = 1000  # the gate's reruns (flip confirmation, second look), number
 SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's reruns' epochs)
 CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
 PROBE_EPOCH = 3 * 10**6  # the incumbent's smoke rerun made while the optimizer works
-CRASH_RERUN_EPOCH = 4 * 10**6  # the rerun of a crashed banked run of the incumbent (plus its epoch)
+CRASH_RERUN_EPOCH = 5 * 10**6  # the rerun of a crashed banked run of the incumbent (plus its epoch)
 
 RESUME_DIR = "resume"
 

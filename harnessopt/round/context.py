@@ -58,4 +58,5 @@ class Trail:
     probe: list[TaskResult] = field(default_factory=list)  # the incumbent's smoke rerun made ahead
     search: Search | None = None  # every candidate of the round, screened on train (search.candidates > 1)
     incumbent_val: Outcomes = field(default_factory=dict)  # the incumbent's val runs the gate compared
+    new_bank: Outcomes = field(default_factory=dict)  # the banked gate's confirmation: the winner's bank
     started: float = field(default_factory=time.monotonic)

@@ -81,17 +81,22 @@ def incumbent_outcomes(
 
 
 def rerun_crashed(
-    svc: Services, rc: RoundContext, tasks: Sequence[Task], results: list[TaskResult]
+    svc: Services,
+    rc: RoundContext,
+    tasks: Sequence[Task],
+    results: list[TaskResult],
+    who: Candidate | None = None,
+    phase: str = "incumbent",
 ) -> list[TaskResult]:
-    """The incumbent's banked runs with each crashed one run once more (at ``CRASH_RERUN_EPOCH`` plus
-    its epoch); the rerun takes its place, and a crash that reproduces stays, scoring 0
-    (docs/gate.md, "The banked gate": the candidate's crashes are rerun by the gate itself)."""
+    """A bank's runs (the incumbent's, or ``who``'s) with each crashed one run once more (at
+    ``CRASH_RERUN_EPOCH`` plus its epoch); the rerun takes its place, and a crash that reproduces
+    stays, scoring 0 (docs/gate.md, "The banked gate": the gate reruns the candidate's own)."""
     crashed = [r for r in results if r.crashed]
     by_id = {t.id: t for t in tasks}
     again: dict[tuple[str, int], TaskResult] = {}
     for e in sorted({r.epoch for r in crashed}):
         redo = [by_id[r.task_id] for r in crashed if r.epoch == e and r.task_id in by_id]
-        for r in svc.runner.run(rc.incumbent, redo, rc.k, epochs=[CRASH_RERUN_EPOCH + e], phase="incumbent"):
+        for r in svc.runner.run(who or rc.incumbent, redo, rc.k, epochs=[CRASH_RERUN_EPOCH + e], phase=phase):
             again[(r.task_id, e)] = r
     return [again.get((r.task_id, r.epoch), r) if r.crashed else r for r in results]
 
@@ -352,6 +357,31 @@ def confirm_accepted(
     say(f"round {rc.k}: {rec['summary']}")
     ws.journal.write(rc.k, "confirm", **rec)
     return rec
+
+
+def confirm_banked(
+    svc: Services,
+    rc: RoundContext,
+    cand: Candidate | None,
+    d: GateDecision | None,
+    bank: Outcomes,
+    say: Announce,
+) -> tuple[dict[str, Any] | None, Outcomes]:
+    """The banked gate's confirmation (``gate.confirm: val``): the accepted candidate measured fresh
+    on val, ``incumbent_epochs`` runs a task (crashes rerun once, as any bank's), against the
+    incumbent's bank. Neither side's runs selected the candidate, so the gain between them is free
+    of the gate's selection; and the runs are the new incumbent's bank, so an accept costs no
+    top-up and no separate confirmation. Returns the record and the runs."""
+    if cand is None or d is None or not d.accept:
+        return None, {}
+    n = svc.cfg.gate.banked_epochs
+    say(f"round {rc.k}: confirming on {len(rc.val)} val tasks x {n} fresh runs (the new incumbent's bank)")
+    epochs = range(CONFIRM_EPOCH, CONFIRM_EPOCH + n)
+    got = svc.runner.run(cand, rc.val, rc.k, epochs=epochs, phase="reruns")
+    fresh = outcomes(rerun_crashed(svc, rc, rc.val, got, who=cand, phase="reruns"))
+    rec = confirmation_record(fresh, {t: bank[t] for t in fresh if t in bank}, "val")
+    say(f"round {rc.k}: {rec['summary']}")
+    return rec, fresh
 
 
 def final_ending(d: GateDecision, confirmation: dict[str, Any] | None, confirm_moves_main: bool) -> Ending:

@@ -46,8 +46,7 @@ def record(
             shutil.copy2(overlay / "skill" / "SKILL.md", overlay / "best_skill.md")
             paths.append("best_skill.md")
         sha = ledger.record_accepted(ws.repo, ws.journal, rc.parent, overlay, paths, m, new_best=new_best)
-        cache = ValCache(svc.state_dir)
-        cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox), outcomes(t.cand_val))
+        cache_accepted(ws, svc, sha, t)
     else:
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
@@ -57,6 +56,14 @@ def record(
         say(f"round {rc.k}: reused {svc.store.reused} finished rollout(s) of an interrupted run")
     say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
     return RoundResult(rc.k, status, reason, sha, m)
+
+
+def cache_accepted(ws: Workspace, svc: Services, sha: str, t: Trail) -> None:
+    """The accepted candidate's val runs become the new incumbent's cached ones: its bank, measured
+    fresh by the banked gate's confirmation (``evaluate.confirm_banked``), else its validation runs,
+    which the next round tops up to ``gate.incumbent_epochs`` (docs/gate.md, "The banked gate")."""
+    cache = ValCache(svc.state_dir)
+    cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox), t.new_bank or outcomes(t.cand_val))
 
 
 def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: str) -> RoundManifest:

@@ -31,6 +31,7 @@ from harnessopt.round import datalike, leakage, memorised, stop, tamper
 from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
     confirm_accepted,
+    confirm_banked,
     final_ending,
     gate,
     incumbent_outcomes,
@@ -101,7 +102,7 @@ def _steps(
 def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Announce) -> Ending:
     """Steps 5-8 for ``t.candidate``: leakage check, smoke, validation, gate, confirmation."""
     assert t.candidate is not None
-    t.cand_val, t.decision, t.confirmation = [], None, None  # a later winner starts afresh
+    t.cand_val, t.decision, t.confirmation, t.new_bank = [], None, None, {}  # a later winner starts afresh
     tasks, cfg = [*ws.tasks("train"), *rc.val, *rc.held_out], svc.cfg.checks
     t.checks["leakage"], leak = leakage.screen(
         rc.k, tasks, cfg, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, say
@@ -122,7 +123,12 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
     t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
     if memo := memorised.screen(ws, svc, rc, t, incumbent_val, say):  # a gain on inputs it never saw
         return ("rejected", memo)
-    t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
+    if svc.gate.bank_first_look and svc.cfg.gate.confirm == "val":  # 8: the winner's bank, fresh
+        t.confirmation, t.new_bank = confirm_banked(svc, rc, t.candidate, t.decision, incumbent_val, say)
+        if t.confirmation is not None:
+            ws.journal.write(rc.k, "confirm", **t.confirmation)
+    else:
+        t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
     return final_ending(t.decision, t.confirmation, svc.cfg.gate.confirm_moves_main)
 
 

@@ -418,3 +418,52 @@ def test_the_loop_hands_a_banked_gate_the_whole_bank_and_reruns_only_the_candida
     assert d.details["incumbent_runs"] == 4 and d.details["design"] == "banked"
     assert after and all(label == "candidate" for label, _, _ in after)  # no incumbent rerun
     assert d.details["incumbent_banked_runs"] == 0
+
+
+def test_the_banked_confirmation_is_the_winners_fresh_bank_and_the_next_round_needs_no_top_up(
+    tmp_path: Path,
+) -> None:
+    """After a banked accept the candidate runs ``incumbent_epochs`` fresh times on val (a crash
+    rerun once); against the incumbent's bank that is the confirmation, and cached as the new
+    incumbent's runs it is its bank: the next round runs nothing for it."""
+    from harnessopt.rollout.val_cache import ValCache, digest, key_parts
+    from harnessopt.round.record import cache_accepted
+
+    fixed: set[str] = set()
+    armed: list[str] = []
+
+    def script(side: str, t: str, n: int) -> tuple[float, bool]:
+        if side == "candidate" and t in armed:
+            armed.remove(t)
+            return 0.0, True  # its first confirmation run of this task crashes; the rerun passes
+        return float(side == "candidate" or t not in fixed), False
+
+    ws, svc, rc = _setup(tmp_path, script, incumbent_epochs=4, second_look=2)
+    svc.gate = BankedGate(ws.cfg.gate)
+    fixed.update(sorted(t.id for t in rc.val)[:4])
+    inc, _ = evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None)
+    d = evaluate.gate(ws, svc, rc, CAND, svc.runner.run(CAND, rc.val, 1, phase="validation"), inc)
+    assert d.accept, d.reason
+    svc.runner.batches.clear()
+    armed.append(sorted(fixed)[0])
+    said: list[str] = []
+    rec, fresh = evaluate.confirm_banked(svc, rc, CAND, d, inc, said.append)
+    n = len(rc.val)
+    first = sorted(fixed)[0]
+    assert svc.runner.batches[0] == (
+        "candidate",
+        sorted(t.id for t in rc.val),
+        [2 * 10**6 + e for e in range(4)],
+    )
+    assert ("candidate", [first], [evaluate.CRASH_RERUN_EPOCH + 2 * 10**6]) in svc.runner.batches
+    assert all(len(r) == 4 and not any(o.crashed for o in r) for r in fresh.values()) and len(fresh) == n
+    assert rec is not None and rec["confirmed"] and rec["gain"] == pytest.approx(4 / n)
+    assert "x 4 fresh runs (the new incumbent's bank)" in said[0]
+    cache_accepted(ws, svc, "HEAD", context.Trail(decision=d, new_bank=fresh))
+    cached = ValCache(svc.state_dir).get(digest(key_parts(ws.repo, "HEAD", svc.cfg, svc.sandbox)))
+    assert cached is not None and {t: len(r) for t, r in cached.items()} == {t: 4 for t in fresh}
+    rc2 = context.RoundContext(2, tmp_path / "scratch2", rc.incumbent, "HEAD", rc.val)
+    svc.runner.batches.clear()
+    evaluate.incumbent_outcomes(ws, svc, rc2, lambda _m: None)
+    assert svc.runner.batches == []  # its bank is complete: nothing to top up
+    assert evaluate.confirm_banked(svc, rc, CAND, None, inc, said.append) == (None, {})
