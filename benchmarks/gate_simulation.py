@@ -43,7 +43,7 @@ from benchmarks.baselines import FixedDeadBand, MeanImproved  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
 from harnessopt.gate.bank import IncumbentBank
 from harnessopt.gate.noise_floor import measure
-from harnessopt.gate.policy import PairedGate
+from harnessopt.gate.policy import PairedGate, make_gate
 from harnessopt.gate.smoke import smoke_verdict
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
 
@@ -109,7 +109,8 @@ HO = {"smoke": True, "confirm": True, "futility": True}
 POLICIES = [
     Policy("harnessopt (default before issue 21: secondary none)", _paired(), **HO),
     Policy(f"harnessopt, run_alpha {RUN_ALPHA} over {RUN_ROUNDS} rounds", _paired(confidence=1 - RUN_ALPHA / RUN_ROUNDS), **HO),
-    Policy("harnessopt, banked incumbent (incumbent_epochs 5, second_look 4, first_look_share 0.05: the default now)", _paired(**BANK), inc_epochs=5, **HO),
+    Policy("harnessopt, banked incumbent (incumbent_epochs 5, second_look 4, first_look_share 0.05: the paired gate's defaults since issue 21)", _paired(**BANK), inc_epochs=5, **HO),
+    Policy("harnessopt, the banked gate (policy banked, incumbent_epochs 11, second_look 10: the default now)", lambda: make_gate(GateConfig()), inc_epochs=GateConfig().banked_epochs, **HO),
     Policy("harnessopt, looks split evenly (first_share 0.5)", lambda: PairedGate(GateConfig.model_validate(UNBANKED), first_share=0.5), **HO),
     Policy("harnessopt, secondary cost (margin 0.02)", _paired(secondary="cost"), detail="tokens", **HO),
     Policy("harnessopt, secondary soft [soft-score variant]", _paired(secondary="soft"), detail="soft", **HO),
@@ -385,8 +386,10 @@ def per_round(m: int, seed: int) -> list[Tally]:
         cand = propose(s0, kind, np.random.default_rng([seed, m, 2, ki]))
         for pol, tally in zip(POLICIES, out, strict=True):
             rng = np.random.default_rng([seed, m, 3, ki])  # common random numbers
-            inc_out = rollout(s0, val, rng, pol.inc_epochs or pol.epochs, pol.detail)
-            dec, _ = decide(pol, pol.make(), s0, cand, val, inc_out, rng)
+            gate = pol.make()
+            runs = pol.inc_epochs or pol.epochs
+            inc_out, _ = measure_incumbent(s0, val, rng, runs, pol.detail, retry=gate.bank_first_look)
+            dec, _ = decide(pol, gate, s0, cand, val, inc_out, rng)
             tally.asked[kind] += 1
             tally.accepted[kind] += dec.accept
             tally.rollouts.append(dec.rollouts)
@@ -408,7 +411,8 @@ def run(m: int, seed: int, kinds: list[str], confirm_checks: bool) -> list[Tally
     for pi, (pol, tally) in enumerate(zip(POLICIES, out, strict=True)):
         gate, rng = pol.make(), np.random.default_rng([seed, m, 5, pi])
         s, reported, accepted_null = s0, 0.0, 0
-        inc_out = rollout(s0, val, rng, pol.inc_epochs or pol.epochs, pol.detail)
+        runs = pol.inc_epochs or pol.epochs
+        inc_out, _ = measure_incumbent(s0, val, rng, runs, pol.detail, retry=gate.bank_first_look)
         confirm_spent = 0
         for r, kind in enumerate(kinds):
             cand = propose(s, kind, np.random.default_rng([seed, m, 6, r]))
@@ -428,7 +432,10 @@ def run(m: int, seed: int, kinds: list[str], confirm_checks: bool) -> list[Tally
                 infl["held-out"].append(_gain(s, cand, holdout, rng, 1) - true)
                 confirm_spent += 2 * (len(val) * pol.epochs)
             s = cand
-            if pol.inc_epochs > pol.epochs:  # as loop.incumbent_outcomes: topped up to incumbent_epochs
+            if gate.bank_first_look:  # the banked gate's confirmation: the winner's bank, measured fresh
+                inc_out, n = measure_incumbent(s, val, rng, pol.inc_epochs, pol.detail, retry=True)
+                tally.rollouts[-1] += n
+            elif pol.inc_epochs > pol.epochs:  # as loop.incumbent_outcomes: topped up to incumbent_epochs
                 inc_out, n = top_up(s, cand_out, pol.inc_epochs, rng, pol.detail, retry=gate.bank_first_look)
                 tally.rollouts[-1] += n
             else:

@@ -385,8 +385,8 @@ def _q(xs: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=120, help="simulated runs per strategy and budget")
-    ap.add_argument("--trials", type=int, default=500, help="per-round trials per proposal kind")
+    ap.add_argument("--runs", type=int, default=200, help="simulated runs per strategy and budget")
+    ap.add_argument("--trials", type=int, default=2000, help="per-round trials per proposal kind")
     ap.add_argument("--quick", action="store_true", help="30 runs and 200 trials: a fast look")
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args(argv)

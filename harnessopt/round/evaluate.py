@@ -290,7 +290,10 @@ def gate(
 
     def confirm(ids: Sequence[str]) -> tuple[Outcomes, Outcomes]:
         epoch = next(rerun_epoch)
-        again = svc.runner.run(cand, [by_id[i] for i in ids], rc.k, epochs=[epoch], phase="reruns")
+        tasks = [by_id[i] for i in ids]
+        if banked and len(tasks) == len(by_id):  # the second look: its next run of every task starts
+            svc.runner.prefetch(cand, [(t, epoch + 1) for t in tasks], rc.k, phase="reruns")  # in free slots
+        again = svc.runner.run(cand, tasks, rc.k, epochs=[epoch], phase="reruns")
         if banked:
             return outcomes(again), {}
         base = bank.draw(
