@@ -90,7 +90,12 @@ class Policy:
     )
 
 
-UNBANKED = {"incumbent_epochs": 1, "second_look": 2, "first_look_share": 0.2}  # the defaults before issue 21
+UNBANKED = {
+    "policy": "paired",
+    "incumbent_epochs": 1,
+    "second_look": 2,
+    "first_look_share": 0.2,
+}  # before issue 21
 
 
 def _paired(**cfg: object) -> Callable[[], GatePolicy]:
@@ -430,7 +435,8 @@ def run(m: int, seed: int, kinds: list[str], confirm_checks: bool) -> list[Tally
                 infl["claimed"].append(dec.delta - true)
                 infl["val rerun"].append(_gain(s, cand, val, rng, pol.epochs) - true)
                 infl["held-out"].append(_gain(s, cand, holdout, rng, 1) - true)
-                confirm_spent += 2 * (len(val) * pol.epochs)
+                if not gate.bank_first_look:  # the banked gate's confirmation is the winner's fresh bank
+                    confirm_spent += 2 * (len(val) * pol.epochs)  # (counted in its rollouts/round)
             s = cand
             if gate.bank_first_look:  # the banked gate's confirmation: the winner's bank, measured fresh
                 inc_out, n = measure_incumbent(s, val, rng, pol.inc_epochs, pol.detail, retry=True)

@@ -2,8 +2,10 @@
 in the world of benchmarks/gate_simulation.py (docs/gate.md, "Memorised answers").
 
 Honest candidates: a real gain (+0.05, +0.10, +0.20 of the population's mean pass rate) is
-proposed against a fresh incumbent; the REAL gate (PairedGate, default settings, with its flip
-reruns) decides on m val tasks; for every accept, the check runs as the loop does: the gate's
+proposed against a fresh incumbent; the REAL gate (``make_gate(GateConfig())``, the default: the
+banked gate, against the incumbent's bank of cached runs, its crash reruns and second look;
+``--paired`` for the paired gate with its flip reruns) decides on m val tasks; for every accept,
+the check runs as the loop does: the gate's
 fixed tasks, ``variants`` perturbed variants each, one fresh run per side. A perturbation keeps
 the task's meaning, so a variant's pass probability is the task's own; a second row also lets
 the perturbation itself flip 5% of runs on both sides (an input that got a little harder or
@@ -32,15 +34,33 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.gate_simulation import EFFECT, POPULATION, State, population, propose, rollout  # noqa: E402
+from benchmarks.gate_simulation import (  # noqa: E402
+    EFFECT,
+    POPULATION,
+    State,
+    measure_incumbent,
+    population,
+    propose,
+    rollout,
+)
 from harnessopt.config import ChecksConfig, GateConfig  # noqa: E402
+from harnessopt.gate.bank import first_look  # noqa: E402
 from harnessopt.gate.memorised import decide, gate_gains  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
-from harnessopt.gate.policy import PairedGate  # noqa: E402
+from harnessopt.gate.policy import make_gate  # noqa: E402
 from harnessopt.protocols import Outcome, Outcomes  # noqa: E402
 
 EFFECT.setdefault("+0.20", 0.20)  # a larger real gain than the gate simulation's mix
 CHECKS = ChecksConfig()  # the shipped defaults; --alpha and --variants try others
+GATE = GateConfig()  # the shipped gate; --paired: the paired gate
+
+
+def _incumbent(inc: State, val: np.ndarray, w: np.random.Generator) -> Outcomes:
+    """The incumbent's val runs as the loop caches them for the gate: its bank (crashes rerun
+    once) for the banked gate, one run a task for the paired gate (as the simulation's baseline)."""
+    if make_gate(GATE).bank_first_look:
+        return measure_incumbent(inc, val, w, GATE.banked_epochs, retry=True)[0]
+    return rollout(inc, val, w)
 
 
 def _confirm(w: np.random.Generator, inc: State, cand: State, table: set[int] | None = None) -> Any:
@@ -51,7 +71,7 @@ def _confirm(w: np.random.Generator, inc: State, cand: State, table: set[int] | 
         got = rollout(cand, keys, w)
         if table is not None:
             got = {t: [Outcome(1.0, None, 0, False)] if int(t[1:]) in table else r for t, r in got.items()}
-        return got, rollout(inc, keys, w)
+        return got, ({} if make_gate(GATE).bank_first_look else rollout(inc, keys, w))
 
     return confirm
 
@@ -73,7 +93,8 @@ def _check(
     gate_cand: Outcomes, gate_inc: Outcomes, fixed: list[str], pc: Outcomes, pi: Outcomes, variants: int
 ) -> bool | None:
     """The shipped check's verdict: True collapsed (reject), False kept, None not tested."""
-    gains = gate_gains(fixed, gate_cand, gate_inc)
+    base = gate_inc if make_gate(GATE).bank_first_look else first_look(gate_inc, GATE.epochs)
+    gains = gate_gains(fixed, gate_cand, base)  # as round.memorised
     of = {t: [f"{t}~{v}" for v in range(variants)] for t in fixed}
     verdict = decide(gains, pc, pi, of, alpha=CHECKS.memorised_alpha, retain=CHECKS.memorised_retain)
     return None if verdict.p is None else verdict.collapsed
@@ -82,13 +103,13 @@ def _check(
 def honest(m: int, kind: str, trials: int, flip: float, seed: int) -> tuple[int, int, int]:
     """(accepted, tested, rejected by the check) over ``trials`` proposals of a real gain."""
     accepted = tested = rejected = 0
-    gate = PairedGate(GateConfig())
+    gate = make_gate(GATE)
     for i in range(trials):
         world = np.random.default_rng([seed, m, i])
         inc = population(world)
         val = world.permutation(POPULATION)[:m]
         cand = propose(inc, kind, world)
-        inc_out, cand_out = rollout(inc, val, world), rollout(cand, val, world)
+        inc_out, cand_out = _incumbent(inc, val, world), rollout(cand, val, world)
         d = gate.decide(cand_out, inc_out, _confirm(world, inc, cand))
         if not d.accept:
             continue
@@ -104,13 +125,13 @@ def honest(m: int, kind: str, trials: int, flip: float, seed: int) -> tuple[int,
 def memorised(m: int, share: float, trials: int, seed: int) -> tuple[int, int, int]:
     """(accepted, tested, rejected) for a table that answers ``share`` of val right."""
     accepted = tested = rejected = 0
-    gate = PairedGate(GateConfig())
+    gate = make_gate(GATE)
     for i in range(trials):
         world = np.random.default_rng([seed, m, 10**6 + i])
         inc = population(world)
         val = world.permutation(POPULATION)[:m]
         table = set(val[: int(share * m)].tolist())
-        inc_out = rollout(inc, val, world)
+        inc_out = _incumbent(inc, val, world)
         base = rollout(inc, val, world)
         cand_out = {
             t: [Outcome(1.0, None, 0, False)] if int(t[1:]) in table else runs for t, runs in base.items()
@@ -145,12 +166,14 @@ def main() -> None:
     ap.add_argument("--variants", type=int, default=ChecksConfig().memorised_variants)
     ap.add_argument("--retain", type=float, default=ChecksConfig().memorised_retain)
     ap.add_argument("--m", type=int, nargs="+", default=[50, 100])
+    ap.add_argument("--paired", action="store_true", help="the paired gate (flip reruns, second look 4)")
     a = ap.parse_args()
-    global CHECKS  # noqa: PLW0603 (one setting for the whole script)
+    global CHECKS, GATE  # noqa: PLW0603 (one setting for the whole script)
+    GATE = GateConfig(policy="paired", second_look=4) if a.paired else GateConfig()
     CHECKS = ChecksConfig(memorised_alpha=a.alpha, memorised_variants=a.variants, memorised_retain=a.retain)
     trials = 300 if a.quick else 1000
     print(
-        f"memorised check: alpha {CHECKS.memorised_alpha}, retain {CHECKS.memorised_retain}, "
+        f"memorised check (gate: {GATE.policy}): alpha {CHECKS.memorised_alpha}, retain {CHECKS.memorised_retain}, "
         f"{CHECKS.memorised_variants} variants per fixed task; {trials} proposals per row"
     )
     for m in a.m:

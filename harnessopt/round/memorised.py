@@ -58,7 +58,9 @@ def screen(
     if cfg.memorised == "off" or d is None or not d.accept or t.candidate is None:
         return None
     fixed = [x for x in d.fixed if any(v.id == x for v in rc.val)]
-    gains = gate_gains(fixed, outcomes(t.cand_val), first_look(incumbent, svc.cfg.gate.epochs))
+    # the gate's gains: against the incumbent's whole bank where the gate compared with it
+    base = incumbent if svc.gate.bank_first_look else first_look(incumbent, svc.cfg.gate.epochs)
+    gains = gate_gains(fixed, outcomes(t.cand_val), base)
     if len(gains) < min_tasks(cfg.memorised_alpha):  # cannot reject: spend nothing on it
         v = decide(gains, {}, {}, {}, alpha=cfg.memorised_alpha, retain=cfg.memorised_retain)
         return _recorded(ws, rc, t, v, cfg.memorised, say)
