@@ -229,7 +229,8 @@ try:
         svc.runner.run(Candidate(cand, "incumbent", "c0"), w.tasks("val"), 1, phase="incumbent")
 except KeyboardInterrupt:
     # Still connected: were the tasks cancelled before the driver let go (not killed after it)?
-    deadline = time.monotonic() + 5
+    # Bounded well below the tasks' 90 s: Ray's resource view lags its cancels on a loaded machine.
+    deadline = time.monotonic() + 30
     while ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0):
         if time.monotonic() > deadline:
             break
