@@ -26,13 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harnessopt.commands.demo import DEMO_DATA  # noqa: E402
+from harnessopt.config import GateConfig  # noqa: E402
 from harnessopt.ledger import store as ledger  # noqa: E402
 from harnessopt.workspace.core import Workspace  # noqa: E402
 from tests.support.workspace import make_ws  # noqa: E402
 
 
 def one(
-    k: int, sandbox: str, latency: float, rounds: int, concurrency: int
+    k: int, sandbox: str, latency: float, rounds: int, concurrency: int, gate: str = "default"
 ) -> tuple[float, int, int, list[str]]:
     """(wall seconds, target calls, optimizer calls, statuses) of one run."""
     with tempfile.TemporaryDirectory(prefix="ho-run-ideal-") as tmp:
@@ -45,6 +46,8 @@ def one(
             model=path,
             rollout={"concurrency": concurrency, "sandbox": sandbox},
             search={"candidates": k},
+            # the shipped gate (GateConfig(): the banked gate), or the demo's (the paired gate)
+            **({"gate": GateConfig(smoke=5)} if gate == "default" else {}),
         )
         t0 = time.monotonic()
         r = subprocess.run(
@@ -69,11 +72,16 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--gate", choices=("default", "demo"), default="default",
+                    help="GateConfig() (the banked gate) or the demo's config (the paired gate of before issue 21)")  # fmt: skip
     a = ap.parse_args()
-    print(f"run_vs_ideal: sandbox {a.sandbox}, latency {a.latency} s, C = {a.concurrency}, {a.rounds} rounds")
+    print(
+        f"run_vs_ideal: sandbox {a.sandbox}, latency {a.latency} s, C = {a.concurrency}, {a.rounds} rounds, "
+        f"gate {a.gate}"
+    )
     print(f"{'K':>3}  {'wall s':>7}  {'target':>6}  {'optim.':>6}  {'ideal s':>7}  {'ratio':>5}  statuses")
     for k in a.candidates:
-        wall, target, optimizer, statuses = one(k, a.sandbox, a.latency, a.rounds, a.concurrency)
+        wall, target, optimizer, statuses = one(k, a.sandbox, a.latency, a.rounds, a.concurrency, a.gate)
         ideal = target * a.latency / a.concurrency + optimizer * a.latency
         print(
             f"{k:>3}  {wall:>7.1f}  {target:>6}  {optimizer:>6}  {ideal:>7.1f}  {wall / ideal:>5.2f}  {' '.join(statuses)}"
