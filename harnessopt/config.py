@@ -178,6 +178,12 @@ class GateConfig(_Strict):
             return self.incumbent_epochs
         return self.epochs + (self.second_look if self.confirm_flips else 0)
 
+    @property
+    def judges_bank(self) -> bool:
+        """The gate compares with the incumbent's whole bank (``policy: banked`` without a secondary
+        test, ``gate.banked.BankedGate``): what the noise floor and the projection model."""
+        return self.policy == "banked" and self.secondary == "none"
+
 
 class SearchConfig(_Strict):
     candidates: int = Field(DEFAULT_CANDIDATES, ge=1, le=16)

@@ -74,7 +74,8 @@ class BankedGate(PairedGate):
         lv = self.levels(confirm is not None)
         details.update(alpha=lv.alpha, look_levels=list(lv.looks), secondary_level=None, reruns=0)
         cand = {t: list(candidate[t]) for t in p.ids}
-        cand = self._retry_crashes(cand, confirm, details)
+        reproduced: dict[str, int] = {}  # per task: crashes whose rerun crashed too (they stay)
+        cand = self._retry_crashes(cand, confirm, details, reproduced)
         dec = self._look(cand, incumbent, p.ids, lv.looks[0], details)
         details.update(look=1)
         if confirm is not None and self._promising(dec):
@@ -88,14 +89,13 @@ class BankedGate(PairedGate):
                 added += step
                 details["reruns"] += sum(len(r) for r in more.values())
                 merged = {t: list(r) for t, r in _merge(cand, more).items()}
-                cand = self._retry_crashes(merged, confirm, details)
+                cand = self._retry_crashes(merged, confirm, details, reproduced)
                 dec = self._look(cand, incumbent, p.ids, lv.looks[-1], details)
                 if added < self.second_look and details["t"] <= self.look_from:
                     details["second_look_stopped"] = {"runs": added, "of": self.second_look}
                     break
             dec.details.update(look=2, first_look=first, second_look_runs=added)
         dec.accept, dec.reason = self._verdict(dec, cand, incumbent, p.ids, None)
-        dec.details.pop("_retried", None)
         return dec
 
     @staticmethod
@@ -103,12 +103,16 @@ class BankedGate(PairedGate):
         return {t: list(got[t]) for t in ids if t in got}
 
     def _retry_crashes(
-        self, cand: dict[str, list[Any]], confirm: ConfirmFn | None, details: dict[str, Any]
+        self,
+        cand: dict[str, list[Any]],
+        confirm: ConfirmFn | None,
+        details: dict[str, Any],
+        done: dict[str, int],
     ) -> dict[str, list[Any]]:
-        """Each crashed run that has not been rerun yet is run once more; the rerun takes its place."""
+        """Each crashed run that has not been rerun yet is run once more; the rerun takes its place.
+        ``done``: per task, the crashes already rerun that crashed again (counted up here)."""
         if confirm is None:
             return cand
-        done = details.setdefault("_retried", {})  # per task: crashes that reproduced (they stay)
         while crashed := [t for t, runs in cand.items() if sum(o.crashed for o in runs) > done.get(t, 0)]:
             again = self._only(confirm(crashed)[0], crashed)
             details["reruns"] += sum(len(r) for r in again.values())

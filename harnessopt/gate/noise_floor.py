@@ -46,7 +46,7 @@ def detectable(m: int, sd: float, cfg: GateConfig, epochs: int) -> float:
     epochs = max(epochs, 1)
     runs = epochs + (cfg.second_look if looks == 2 else 0)
     # the banked gate: the incumbent's side is the mean of its whole bank, the candidate's of its runs
-    bank = cfg.banked_epochs if cfg.policy == "banked" and cfg.secondary == "none" else runs
+    bank = cfg.banked_epochs if cfg.judges_bank else runs
     noise = sd * math.sqrt(epochs / 2 * (1 / runs + 1 / bank))
     z, step = NormalDist().inv_cdf(POWER), 1.0 / runs
     d = nxt = 0.0

@@ -280,18 +280,19 @@ def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
     reruns and second look, the candidate's side only; the runs confirming an accepted round on
     both sides, on val or on the held-out tasks, or with the banked gate the winner's fresh bank)."""
     g = cfg.gate
-    banked = g.banked_epochs - g.epochs
-    sides = 1 if banked >= g.epochs + g.second_look else 2  # the bank covers the incumbent's reruns
-    per = (
-        sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look) if g.confirm_flips else 0.0
-    )
-    banked_gate = g.policy == "banked" and g.secondary == "none"
-    if banked_gate and g.confirm_flips:  # no flip reruns; crash reruns and the second look, the candidate's
+    if not g.confirm_flips:
+        per = 0.0
+    elif g.judges_bank:  # no flip reruns; crash reruns and the second look, the candidate's side
         per = PRIORS["crash_share"] + PRIORS["promising_share"] * g.second_look
-    confirm_tasks = {"val": n_val, "holdout": n_held}.get(g.confirm, 0)
-    confirm_runs = 2 * g.epochs * confirm_tasks
-    if banked_gate and g.confirm == "val":  # evaluate.confirm_banked: the winner's fresh bank, one side
+    else:
+        sides = (
+            1 if g.banked_epochs - g.epochs >= g.epochs + g.second_look else 2
+        )  # the bank covers the incumbent's
+        per = sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look)
+    if g.judges_bank and g.confirm == "val":  # evaluate.confirm_banked: the winner's fresh bank, one side
         confirm_runs = g.banked_epochs * n_val
+    else:
+        confirm_runs = 2 * g.epochs * {"val": n_val, "holdout": n_held}.get(g.confirm, 0)
     c = cfg.checks  # the memorised check: the fixed tasks' variants, both sides, once each
     memorised = 0.0 if c.memorised == "off" else 2 * c.memorised_variants * PRIORS["fixed_share"] * n_val
     return per, PRIORS["accept_share"] * (confirm_runs + memorised)

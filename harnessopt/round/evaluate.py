@@ -363,6 +363,7 @@ def confirm_accepted(
 
 
 def confirm_banked(
+    ws: Workspace,
     svc: Services,
     rc: RoundContext,
     cand: Candidate | None,
@@ -384,6 +385,7 @@ def confirm_banked(
     fresh = outcomes(rerun_crashed(svc, rc, rc.val, got, who=cand, phase="reruns"))
     rec = confirmation_record(fresh, {t: bank[t] for t in fresh if t in bank}, "val")
     say(f"round {rc.k}: {rec['summary']}")
+    ws.journal.write(rc.k, "confirm", **rec)
     return rec, fresh
 
 

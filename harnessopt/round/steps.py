@@ -124,9 +124,7 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
     if memo := memorised.screen(ws, svc, rc, t, incumbent_val, say):  # a gain on inputs it never saw
         return ("rejected", memo)
     if svc.gate.bank_first_look and svc.cfg.gate.confirm == "val":  # 8: the winner's bank, fresh
-        t.confirmation, t.new_bank = confirm_banked(svc, rc, t.candidate, t.decision, incumbent_val, say)
-        if t.confirmation is not None:
-            ws.journal.write(rc.k, "confirm", **t.confirmation)
+        t.confirmation, t.new_bank = confirm_banked(ws, svc, rc, t.candidate, t.decision, incumbent_val, say)
     else:
         t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
     return final_ending(t.decision, t.confirmation, svc.cfg.gate.confirm_moves_main)

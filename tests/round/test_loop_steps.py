@@ -447,7 +447,7 @@ def test_the_banked_confirmation_is_the_winners_fresh_bank_and_the_next_round_ne
     svc.runner.batches.clear()
     armed.append(sorted(fixed)[0])
     said: list[str] = []
-    rec, fresh = evaluate.confirm_banked(svc, rc, CAND, d, inc, said.append)
+    rec, fresh = evaluate.confirm_banked(ws, svc, rc, CAND, d, inc, said.append)
     n = len(rc.val)
     first = sorted(fixed)[0]
     assert svc.runner.batches[0] == (
@@ -459,6 +459,7 @@ def test_the_banked_confirmation_is_the_winners_fresh_bank_and_the_next_round_ne
     assert all(len(r) == 4 and not any(o.crashed for o in r) for r in fresh.values()) and len(fresh) == n
     assert rec is not None and rec["confirmed"] and rec["gain"] == pytest.approx(4 / n)
     assert "x 4 fresh runs (the new incumbent's bank)" in said[0]
+    assert '"phase": "confirm"' in (ws.root / ".harnessopt" / "journal.jsonl").read_text()
     cache_accepted(ws, svc, "HEAD", context.Trail(decision=d, new_bank=fresh))
     cached = ValCache(svc.state_dir).get(digest(key_parts(ws.repo, "HEAD", svc.cfg, svc.sandbox)))
     assert cached is not None and {t: len(r) for t, r in cached.items()} == {t: 4 for t in fresh}
@@ -466,4 +467,4 @@ def test_the_banked_confirmation_is_the_winners_fresh_bank_and_the_next_round_ne
     svc.runner.batches.clear()
     evaluate.incumbent_outcomes(ws, svc, rc2, lambda _m: None)
     assert svc.runner.batches == []  # its bank is complete: nothing to top up
-    assert evaluate.confirm_banked(svc, rc, CAND, None, inc, said.append) == (None, {})
+    assert evaluate.confirm_banked(ws, svc, rc, CAND, None, inc, said.append) == (None, {})
