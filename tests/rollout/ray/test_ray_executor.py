@@ -7,6 +7,7 @@ budget holds under concurrency. Skipped without Ray, except in CI (CI=true), whe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 
 from harnessopt.config import ModelConfig
@@ -305,14 +307,16 @@ def _remove_ray_workers_containers(client: Any) -> None:
     """The containers this test's Ray worker processes made (warm ones outlive a batch)."""
     from harnessopt.sandbox.image.build import LABEL
 
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
+    # A pool's reaper may remove a container between the listing and its inspection or removal.
+    for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         pid = (c.labels or {}).get(f"{LABEL}.pid", "")
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if pid.isdigit() else b""
         except OSError:
             cmdline = b""
         if cmdline.startswith(b"ray::"):  # a Ray worker process of this machine (this test's cluster)
-            c.remove(force=True)
+            with contextlib.suppress(docker.errors.NotFound):
+                c.remove(force=True)
 
 
 VANISH_DRIVER = """
