@@ -143,10 +143,12 @@ class GuardedServer:
             self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         if not self._slots.acquire(blocking=False):
             self.stats.add("refused_busy")
-            answer_busy(request, self.limits.max_connections)
-            self.shutdown_request(request)  # type: ignore[attr-defined]
+            # Told before the client is answered: a client that reads the refusal may end its run
+            # (and its lease) at once, and a refusal noted after that would be lost.
             if self.on_busy is not None:
                 self.on_busy()
+            answer_busy(request, self.limits.max_connections)
+            self.shutdown_request(request)  # type: ignore[attr-defined]
             return
         try:
             super().process_request(request, client_address)  # type: ignore[misc]

@@ -21,6 +21,8 @@ import anthropic
 import pytest
 
 from harnessopt.config import BudgetConfig, GatewayConfig
+from harnessopt.gateway.guard import ServerLimits
+from harnessopt.gateway.http import MessagesServer
 from harnessopt.gateway.models import ScriptedModel
 from harnessopt.gateway.server import Gateway
 from harnessopt.protocols import Forward, Model
@@ -171,6 +173,28 @@ def test_connections_past_the_limit_get_503_at_once():
             s.close()
         time.sleep(0.3)
         assert ask_ok(gw, retries=0) == "Paris"
+
+
+def test_a_refusal_is_noted_before_the_refused_client_can_read_it():
+    """A run whose call was refused may end (and give back its lease) as soon as it reads the
+    503; the refusal is noted first, or the runner would score a starved run as evidence."""
+    noted = threading.Event()
+
+    def slow_note() -> None:  # a server thread preempted under load, made certain
+        time.sleep(0.3)
+        noted.set()
+
+    limits = ServerLimits(max_connections=1, io_timeout_s=5.0)
+    with MessagesServer(lambda call: {}, limits=limits, on_busy=slow_note) as server:
+        held = socket.create_connection(("127.0.0.1", server.port))
+        time.sleep(0.2)  # accepted: it holds the one slot
+        refused = socket.create_connection(("127.0.0.1", server.port))
+        refused.settimeout(3)
+        answer = refused.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503")
+        assert noted.is_set()
+        held.close()
+        refused.close()
 
 
 def test_the_token_is_checked_before_the_body_and_target_bodies_are_capped():
