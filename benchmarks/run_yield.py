@@ -23,15 +23,24 @@ Strategies (the same worlds and proposal streams for all):
   val task, second look 2, first-look share 0.2) and ``confirm: val`` (2m more rollouts after an
   accept; main keeps the commit whatever they say).
 * default: the loop with ``GateConfig()`` as shipped now (docs/gate.md): the incumbent's bank
-  (epochs + second_look runs a task), second look 4, first-look share 0.05, and main moves only when
-  the confirmation finds the gain again (``confirm_moves_main``).
+  (epochs + second_look runs a task), second look 10, first-look share 0.05, and main moves only
+  when the confirmation finds the gain again (``confirm_moves_main``).
 * fixed band 0.05 [SkillOpt-Lite]: accept when the val mean rose by more than 0.05, 1 run a task.
 * minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
   sum is higher it enters the pool and is scored on val; the final skill is the pool's best on val.
 * best-of-N: N proposals from the start, each scored on val, the best on val (or the start) wins.
-* K screened: K proposals a round, each run once on ``SCREEN`` train tasks, ``screen`` keeps one,
-  which goes through the default loop (the incumbent's train runs are the optimizer's, already
-  paid for, as in the loop).
+* explore E [not shipped]: a design measured for the next step, not a mode of the loop. Each
+  proposal is built on an exploration head, not on main, and replaces the head when it beats it
+  on the round's train batch (the shipped ``screen`` with a floor just above 0: GEPA's rule on a
+  batch of ``rollout.batch_size`` tasks; the head's runs there are the optimizer's, the
+  candidate's are paid). Every E proposals the head, if it moved, goes through the default gate
+  and its confirmation against main's bank; main moves only when both pass; a rejected head is
+  kept and explored further. One round is one proposal (20 rounds: two gate tests).
+* K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
+  K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
+  drawn afresh each round) plus ``SCREEN_EXTRA`` more train tasks; ``screen`` keeps one, which goes
+  through the default loop. As in the loop, the incumbent's runs on the batch are the optimizer's
+  (already paid for) and its runs on the extra tasks are paid every round.
 
 Counted: every rollout of a candidate or an incumbent on train (screening, minibatch), val, the
 gate's reruns and confirmation. Not counted: optimizer turns (printed as "proposals").
@@ -56,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import gate_simulation as sim  # noqa: E402
 from benchmarks.baselines import FixedDeadBand, MinibatchImproved  # noqa: E402
-from harnessopt.config import GateConfig  # noqa: E402
+from harnessopt.config import GateConfig, RolloutConfig, SearchConfig  # noqa: E402
 from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
@@ -69,8 +78,11 @@ except ImportError:  # pragma: no cover - before the search package exists
 
 M = 50  # val tasks
 TRAIN = 100  # train tasks (screening, minibatches)
-SCREEN = 20  # train tasks each screened candidate runs on
-K = 4  # candidates a round for "K screened"
+BATCH = RolloutConfig().batch_size  # the round's train batch: the optimizer's runs of the incumbent
+SCREEN_EXTRA = 12  # search.screen_tasks for "K screened": train tasks added for screening only
+K = 4  # search.candidates for "K screened"
+EXPLORE = 10  # proposals between gate tests for "explore E"
+EXPLORE_FLOOR = 1e-9  # a proposal replaces the head only when strictly better on the batch
 MINIBATCH = 3  # GEPA's default minibatch
 CRASH, BURST_P, BURST = 0.03, 0.2, 0.1  # random crashes; an outage in 20% of batches crashes 10% more
 BUDGETS = (2000, 5000)
@@ -118,14 +130,24 @@ def loop_policy(gc: GateConfig) -> sim.Policy:
 @dataclass
 class Strategy:
     label: str
-    kind: str  # "gate", "minibatch", "best-of-n", "screen"
+    kind: str  # "gate", "minibatch", "best-of-n", "screen", "explore"
     policy: sim.Policy | None = None
     gate: GateConfig | None = None  # the loop's: its confirmation after an accept (2m rollouts)
+    search: SearchConfig = field(default_factory=SearchConfig)  # the loop's (kind "screen")
 
     @classmethod
-    def loop(cls, label: str, kind: str = "gate", **cfg: object) -> Strategy:
+    def loop(
+        cls, label: str, kind: str = "gate", search: SearchConfig | None = None, **cfg: object
+    ) -> Strategy:
         gc = GateConfig.model_validate(cfg)
-        return cls(label, kind, loop_policy(gc), gc)
+        return cls(label, kind, loop_policy(gc), gc, search or SearchConfig())
+
+
+def round_strategies() -> list[Strategy]:
+    """The per-round table's rows: today, the default, and the default with a shorter second look
+    (what a user who wants fewer rollouts a round gives up in power)."""
+    shorter = [Strategy.loop(f"default, second look {n}", second_look=n) for n in (4, 6)]
+    return [*strategies()[:2], *shorter]
 
 
 def strategies() -> list[Strategy]:
@@ -137,7 +159,9 @@ def strategies() -> list[Strategy]:
         Strategy("best-of-N on val", "best-of-n"),
     ]
     if screen is not None:
-        out.append(Strategy.loop(f"{K} screened on train, then default", "screen"))
+        search = SearchConfig(candidates=K, screen_tasks=SCREEN_EXTRA)
+        out.append(Strategy.loop(f"{K} screened on train, then default", "screen", search))
+        out.append(Strategy.loop(f"explore {EXPLORE} on train, then default [not shipped]", "explore"))
     return out
 
 
@@ -198,16 +222,18 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
     epochs, retry = pol.inc_epochs or pol.epochs, gate.bank_first_look
     s = w.s0
     inc_out, spent = sim.measure_incumbent(s, w.val, rng, epochs, pol.detail, crashy, retry)
-    r, inc_train, asked = 0, None, 0
+    r, asked, sc = 0, 0, st.search
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
         if st.kind == "screen":
-            if inc_train is None:  # the optimizer's train runs of the incumbent: already paid for
-                inc_train = crashy(s, w.train[:SCREEN], rng)
-            props = [proposal(w, s, seed, r, j) for j in range(K)]
-            runs = {f"c{j}": crashy(c, w.train[:SCREEN], rng) for j, (_, c) in enumerate(props)}
-            spent += K * SCREEN
-            chosen = [x for x in screen(runs, inc_train, keep=1) if x.chosen]
-            asked += K
+            # The round's batch (the optimizer's runs of the incumbent: paid for) and the extra
+            # screening tasks (the incumbent runs them too, paid for here), as ``search.steps``.
+            tasks = rng.permutation(w.train)[: BATCH + sc.screen_tasks]
+            inc_train = crashy(s, tasks, rng)
+            props = [proposal(w, s, seed, r, j) for j in range(sc.candidates)]
+            runs = {f"c{j}": crashy(c, tasks, rng) for j, (_, c) in enumerate(props)}
+            spent += sc.candidates * len(tasks) + sc.screen_tasks
+            chosen = [x for x in screen(runs, inc_train, keep=sc.winners, floor=sc.screen_floor) if x.chosen]
+            asked += sc.candidates
             if not chosen:
                 r += 1
                 continue
@@ -235,7 +261,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
         res.took_gain += kind == "+0.10"
         res.commits += 1
         res.bad_commits += w.true(cand) - w.true(s) <= 0
-        s, inc_out, inc_train = cand, cand_out, None
+        s, inc_out = cand, cand_out
         if fresh is not None:
             inc_out = fresh
         elif pol.inc_epochs > pol.epochs:  # topped up to incumbent_epochs, as the loop does
@@ -244,6 +270,41 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
     res.gain.append(w.true(s) - w.true(w.s0))
     res.spent.append(spent)
     res.proposals.append(asked)
+    return res
+
+
+def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | None) -> Result:
+    """Proposals chained on an exploration head accepted on train; the head gated every EXPLORE."""
+    assert st.policy is not None and st.gate is not None
+    pol, res = st.policy, Result()
+    gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
+    s = head = w.s0
+    inc_out, spent = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs, pol.detail, crashy, True)
+    r = 0
+    while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
+        kind, cand = proposal(w, head, seed, r)
+        r += 1
+        tasks = rng.permutation(w.train)[:BATCH]
+        runs = {"c1": crashy(cand, tasks, rng)}
+        spent += BATCH
+        if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=EXPLORE_FLOOR)):
+            head = cand
+        if r % EXPLORE or head is s:
+            continue
+        dec, cand_out = sim.decide(pol, gate, s, head, w.val, inc_out, rng, rollout=crashy)
+        spent += dec.rollouts
+        if not dec.accept:
+            continue
+        ok, fresh, n = confirm_banked(st, w, head, inc_out, rng)
+        spent += n
+        if not ok:
+            continue
+        res.commits += 1
+        res.bad_commits += w.true(head) - w.true(s) <= 0
+        s, inc_out = head, fresh
+    res.gain.append(w.true(s) - w.true(w.s0))
+    res.spent.append(spent)
+    res.proposals.append(r)
     return res
 
 
@@ -302,6 +363,8 @@ def run_one(st: Strategy, w: World, seed: int, budget: int, rounds: int | None =
         return run_minibatch(w, seed, budget)
     if st.kind == "best-of-n":
         return run_best_of_n(w, seed, budget)
+    if st.kind == "explore":
+        return run_explore(st, w, seed, budget, rounds)
     return run_gate(st, w, seed, budget, rounds)
 
 
@@ -356,9 +419,11 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     what, budget, seeds = job
     sts = strategies()
     if what == "round":
-        tallies: list[object] = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in sts[:2]]
+        tallies: list[object] = [
+            dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in round_strategies()
+        ]
         for seed in seeds:
-            for st, t in zip(sts[:2], tallies, strict=True):
+            for st, t in zip(round_strategies(), tallies, strict=True):
                 for k, v in per_round(st, seed).items():
                     t[k] += v  # type: ignore[index]
         return what, budget, tallies
@@ -373,7 +438,7 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     for seed in seeds:
         w = world(seed)
         for st, res in zip(sts, results, strict=True):
-            if what == "runs" and st.kind not in ("gate", "screen"):
+            if what == "runs" and st.kind not in ("gate", "screen", "explore"):
                 continue
             res.merge(run_one(st, w, seed, budget, ROUNDS if what == "runs" else None))  # type: ignore[attr-defined]
     return what, budget, results
@@ -400,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs += [("yield", b, list(range(w, runs, chunks))) for b in BUDGETS for w in range(chunks)]
     with mp.Pool(a.workers) as pool:
         parts = pool.map(work, jobs)
-    rounds = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in sts[:2]]
+    rounds = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in round_strategies()]
     noise: list[tuple[float, float]] = []
     res = {key: [Result() for _ in sts] for key in ("runs", *BUDGETS)}
     for what, budget, got in parts:
@@ -425,18 +490,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| strategy | FA null | FA churn | FA cheap-harm | power +0.10 | rollouts/round (candidate side "
           "and reruns; the incumbent's bank is paid once an accept) |\n|---|---|---|---|---|---|")  # fmt: skip
-    for st, t in zip(sts[:2], rounds, strict=True):
+    for st, t in zip(round_strategies(), rounds, strict=True):
         cells = " | ".join(f"{t[k] / trials:.3f}" for k in (*NULL_KINDS, "+0.10"))
         print(f"| {st.label} | {cells} | {t['rollouts'] / (4 * trials):.1f} |")
     print(f"\nper run: {runs} runs x {ROUNDS} rounds, mixed proposals")
     print("| strategy | commits/run | share of commits with true effect <= 0 | P(final below start) "
           "| power +0.10 in runs | mean true gain |\n|---|---|---|---|---|---|")  # fmt: skip
     for st, r in zip(sts, res["runs"], strict=True):
-        if st.kind not in ("gate", "screen"):
+        if st.kind not in ("gate", "screen", "explore"):
             continue
+        power = f"{r.took_gain / r.asked_gain:.3f}" if r.asked_gain else "- (gates heads)"
         print(
             f"| {st.label} | {r.commits / runs:.2f} | {r.bad_commits / max(1, r.commits):.3f} "
-            f"| {statistics.fmean(g < 0 for g in r.gain):.3f} | {r.took_gain / max(1, r.asked_gain):.3f} "
+            f"| {statistics.fmean(g < 0 for g in r.gain):.3f} | {power} "
             f"| {statistics.fmean(r.gain):+.4f} |"
         )
     for b in BUDGETS:

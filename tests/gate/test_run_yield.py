@@ -14,9 +14,13 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     out = capsys.readouterr().out
     for i, st in enumerate(y.strategies()):
         per_round = i < 2  # today and the default
-        assert out.count(f"| {st.label} |") == (3 if st.kind in ("gate", "screen") else 2) + per_round
+        assert (
+            out.count(f"| {st.label} |") == (3 if st.kind in ("gate", "screen", "explore") else 2) + per_round
+        )
     for b in y.BUDGETS:
         assert f"yield at {b} rollouts" in out
+    for st in y.round_strategies()[2:]:  # per round only
+        assert out.count(f"| {st.label} |") == 1
 
 
 def test_a_run_spends_no_more_than_its_budget_and_counts_true_effects() -> None:
@@ -36,3 +40,13 @@ def test_correlated_crashes_take_whole_tasks_down_in_some_batches() -> None:
     rate = sum(crashed) / (200 * 2 * y.M)
     assert 0.03 < rate < 0.07  # 3% at random plus outages: about 5%
     assert max(crashed) > 3 * 2 * y.M * y.CRASH  # some batches far above the random rate
+
+
+def test_explore_moves_main_only_through_the_gate_every_explore_proposals() -> None:
+    st = next(s for s in y.strategies() if s.kind == "explore")
+    for seed in range(6):
+        early = y.run_explore(st, y.world(seed), seed, 10**6, y.EXPLORE - 1)
+        assert early.commits == 0 and early.gain == [0.0]  # the head moved on train; main did not
+    runs = [y.run_explore(st, y.world(seed), seed, 10**6, 4 * y.EXPLORE) for seed in range(6)]
+    assert any(r.commits for r in runs)  # four gate tests a run: some head gets through
+    assert all(r.commits <= 4 and r.proposals == [4 * y.EXPLORE] for r in runs)
