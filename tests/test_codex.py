@@ -168,7 +168,9 @@ def test_a_round_with_codex_as_target_and_optimizer(image, docker_client, tmp_pa
         git(ws, "commit", "-qam", "codex image")
         r = cli(
             "run", ws, "--rounds", "1", "--batch-size", "2", "--sandbox", "docker",
-            "--optimizer", "codex", "-c", "gate.smoke=1", env=env, timeout=900,
+            "--optimizer", "codex", "-c", "gate.smoke=1",
+            "-c", "gate.second_look=1",  # the default gate with a bank of 2 runs a task, not 11
+            env=env, timeout=900,
         )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (round1,) = ledger.past_rounds(Workspace.open(ws).repo)

@@ -12,7 +12,7 @@ from tests.support.workspace import make_ws
 def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) -> None:
     # the manual optimizer (chosen on the command line, not in harnessopt.yaml) waits for a person:
     # the run reliably sits in round 1's propose step
-    ws = make_ws(tmp_path, optimizer={"settle_s": 0.5, "wall_s": 120})
+    ws = make_ws(tmp_path, optimizer={"settle_s": 0.5, "wall_s": 40})  # STOP waits for it to end
     run = ["run", str(ws), "--rounds", "2", "--sandbox", "local", "--optimizer", "manual"]
     proc = start_cli(*run)
     try:
