@@ -482,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"world: m={M} val, {TRAIN} train, held-out rest of {sim.POPULATION}; A/A at m={M} (mean of "
         f"{len(noise)}): flip rate {flip:.3f}, paired SD {sd:.3f}; crashes {CRASH:.0%} random + outages "
-        f"({BURST_P:.0%} of batches, {BURST:.0%} of their tasks); proposal mix {MIX}"
+        f"({BURST_P:.0%} of batches, {BURST:.0%} of their tasks); proposal mix {MIX}, mean effect a "
+        f"proposal {sum(p * sim.EFFECT[k] for k, p in MIX.items()):+.4f}"
     )
     print(
         f"\nper round at m={M} ({trials} trials a kind, fresh unselected incumbent; a commit: the gate "
