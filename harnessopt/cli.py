@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--candidate",
         type=int,
         metavar="I",
-        help="candidate cI of a round with several (search.candidates), from its own ref",
+        help="candidate cI of a round with several (search.candidates), or step sI of an explore round "
+        "(search.explore), from its own ref",
     )
     ap = sub.add_parser("approve", help="approve the round-0 proposal (harness and joint mode)")
     ap.add_argument("ws", type=Path)

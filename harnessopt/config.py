@@ -199,6 +199,20 @@ class SearchConfig(_Strict):
     (none: the best screened candidate always is)."""
     archive: int = Field(4, ge=0)
     """Candidates of earlier rounds that won on some train tasks offered to a later brief to merge (0: none)."""
+    explore: int = Field(0, ge=0, le=50)
+    """Proposals chained in a round, each built on the last one that beat its base on a train batch;
+    only the chain's end is validated (0: off; docs/optimizer.md, "Explore")."""
+
+    @model_validator(mode="after")
+    def _explore_is_a_chain(self) -> SearchConfig:
+        if self.explore == 1:
+            raise ValueError("search.explore: 1 chains nothing; use 0 (off) or 2 or more")
+        if self.explore and self.candidates > 1:
+            raise ValueError(
+                "search.explore chains one proposal at a time and search.candidates > 1 proposes several "
+                "side by side; use one of them"
+            )
+        return self
 
 
 class BudgetConfig(_Strict):
@@ -318,6 +332,15 @@ class Config(_Strict):
             raise ValueError(
                 f"objective: trigger changes only SKILL.md's description, which mode {self.mode} does not "
                 "optimize; use mode: skill (or objective: both)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _explore_on_tasks(self) -> Config:
+        if self.search.explore and self.objective != "task":
+            raise ValueError(
+                f"search.explore screens each step on task runs; objective {self.objective} is not "
+                "supported with it: use objective: task or search.explore: 0"
             )
         return self
 

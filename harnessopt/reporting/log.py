@@ -304,12 +304,9 @@ def projected_vs_spent(ws: Workspace) -> list[str]:
 
 def _candidate_diff(ws: Workspace, r: ledger.Round, i: int) -> str:
     cands = r.manifest.search.candidates if r.manifest.search else []
-    c = next((c for c in cands if c.name == f"c{i}"), None)
+    c = next((c for c in cands if c.name in (f"c{i}", f"s{i}")), None)  # a candidate, or an explore step
     if c is None:
-        known = (
-            ", ".join(c.name.removeprefix("c") for c in cands)
-            or "none (it had one candidate: drop --candidate)"
-        )
+        known = ", ".join(c.name[1:] for c in cands) or "none (it had one candidate: drop --candidate)"
         raise UserError(f"round {r.round} has no candidate {i}; its candidates: {known}")
     header = f"# round {r.round} candidate {c.name}: {'validated' if c.chosen else 'not validated'}"
     header += f" ({c.ref or 'no ref'}{' ' + c.commit[:10] if c.commit else ''})\n# {c.reason}\n"

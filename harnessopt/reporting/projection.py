@@ -202,13 +202,16 @@ def _round(
     runs += rates["reach_smoke"] * smoke + rates.get("probe_runs", 1.0 if smoke else 0.0)
     runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
     runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
-    return _priced(cfg, rates, runs, proposals=cfg.search.candidates)
+    return _priced(cfg, rates, runs, proposals=cfg.search.explore or cfg.search.candidates)
 
 
 def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: int) -> float:
     """Train runs that screen a round's candidates: each screened one on the batch and the extra
-    screening tasks, and the incumbent on those extra tasks (none with one candidate and no floor)."""
+    screening tasks, and the incumbent on those extra tasks (none with one candidate and no floor);
+    with ``search.explore``, each step on its batch and its base on every batch after the first."""
     s = cfg.search
+    if s.explore:  # each step on its batch, and its base on each fresh batch after the first
+        return s.explore * batch * rates.get("screened_share", 1.0) + (s.explore - 1) * batch
     if s.candidates == 1 and s.screen_floor is None:
         return 0.0
     extra = min(s.screen_tasks, n_train - batch)

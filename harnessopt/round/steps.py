@@ -44,6 +44,7 @@ from harnessopt.round.record import record
 from harnessopt.round.round0 import incumbent_broken
 from harnessopt.round.services import Services
 from harnessopt.search import steps as search
+from harnessopt.search.explore import explore
 from harnessopt.util import interrupts
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -81,8 +82,13 @@ def _steps(
     svc.runner.prefetch(
         rc.incumbent, probe_jobs(svc, rc), rc.k, phase="probe"
     )  # made while the optimizer works
-    t.search = search.propose_all(ws, svc, rc, t.train, view, say)  # 3, 4: one view per candidate
-    search.screen_all(ws, svc, rc, t.train, t.search, say)  # several: the best on train goes on
+    if steps := svc.cfg.search.explore:  # 3, 4 chained: each step on the last that beat its base
+        size, split = svc.cfg.rollout.batch_size, ws.tasks("train")
+        batch_of = lambda j: train_batch(split, (rc.k - 1) * steps + j, size)  # noqa: E731
+        t.search = explore(ws, svc, rc, t.train, view, say, batch_of)
+    else:
+        t.search = search.propose_all(ws, svc, rc, t.train, view, say)  # 3, 4: one view per candidate
+        search.screen_all(ws, svc, rc, t.train, t.search, say)  # several: the best on train goes on
     chosen, ending = t.search.outcome()
     t.proposal, t.snapshot, t.copied, t.candidate = chosen.parts()
     if t.candidate is None or ending is not None:

@@ -22,7 +22,7 @@ from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git
-from tests.support.workspace import make_ws
+from tests.support.workspace import make_ws, scripted_edits
 
 OLD = "Be friendly and helpful. Explain your answer so the user learns something."
 GOOD = "Reply with only the city name: no sentence, no explanation, no punctuation."
@@ -35,23 +35,10 @@ EDITS = {  # candidate -> the line it writes over OLD; only c2's makes the scrip
 
 def _script(tmp_path: Path) -> Path:
     """The demo's script with round 1's optimizer rules replaced by one edit per candidate."""
-    script = yaml.safe_load((DEMO_DATA / "model.yaml").read_text())
-    keep = [
-        r
-        for r in script["rules"]
-        if not (r.get("role") == "optimizer" and "Round" in str(r.get("first_user")))
-    ]
-    mine: list[dict[str, Any]] = []
-    for name, line in EDITS.items():
-        when = f"# Round 1:[\\s\\S]*candidate {name} of 3"
-        edit = {"command": "str_replace", "path": "skill/SKILL.md", "old_str": OLD, "new_str": line}
-        mine.append({"role": "optimizer", "first_user": when, "turn": 1,
-                     "tool_use": [{"name": "str_replace_based_edit_tool", "input": edit}]})  # fmt: skip
-        mine.append({"role": "optimizer", "first_user": when, "turn": 2, "reply": f"Edit of {name}\n\nwhy"})
-    script["rules"] = mine + keep
-    path = tmp_path / "model.yaml"
-    path.write_text(yaml.safe_dump(script, sort_keys=False))
-    return path
+    return scripted_edits(
+        tmp_path,
+        {name: (f"# Round 1:[\\s\\S]*candidate {name} of 3", OLD, line) for name, line in EDITS.items()},
+    )
 
 
 def _ws(tmp_path: Path, **search: Any) -> Path:

@@ -38,6 +38,28 @@ def make_ws(
     return ws
 
 
+def scripted_edits(tmp_path: Path, edits: dict[str, tuple[str, str, str]]) -> Path:
+    """The demo's script with its per-round optimizer rules replaced: for each ``name: (when, old,
+    new)`` a brief matching ``when`` (a regex on the first user message) makes one edit of
+    skill/SKILL.md, ``old`` to ``new``, and replies "Edit of NAME"."""
+    script = yaml.safe_load((DEMO_DATA / "model.yaml").read_text())
+    keep = [
+        r
+        for r in script["rules"]
+        if not (r.get("role") == "optimizer" and "Round" in str(r.get("first_user")))
+    ]
+    mine: list[dict[str, Any]] = []
+    for name, (when, old, new) in edits.items():
+        edit = {"command": "str_replace", "path": "skill/SKILL.md", "old_str": old, "new_str": new}
+        mine.append({"role": "optimizer", "first_user": when, "turn": 1,
+                     "tool_use": [{"name": "str_replace_based_edit_tool", "input": edit}]})  # fmt: skip
+        mine.append({"role": "optimizer", "first_user": when, "turn": 2, "reply": f"Edit of {name}\n\nwhy"})
+    script["rules"] = mine + keep
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(script, sort_keys=False))
+    return path
+
+
 MOTTO = "Every ship that enters the harbour must signal twice before sunset"
 
 

@@ -1,0 +1,131 @@
+"""Explore (``search.explore``), end to end on the demo workspace with the scripted model: three
+chained steps; s1 fixes the answers' form, s2 (on s1's files) fixes the capitals, s3 (on s2's)
+changes nothing the scorer sees. The chain s1 -> s2 is validated once, as one commit."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harnessopt.config import Config
+from harnessopt.ledger import store as ledger
+from harnessopt.reporting.projection import project
+from harnessopt.round import driver
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import cli, git, start_cli, wait_for_phase
+from tests.support.workspace import make_ws, scripted_edits
+
+OLD = "Be friendly and helpful. Explain your answer so the user learns something."
+FORM = "Reply with only the city name: no sentence, no explanation, no punctuation."
+SEAT = "A country's capital is often not its largest city: name the seat of government."
+TAIL = "Keep it short."
+STEPS = {  # step -> (old, new): each applies only to the files of the chain before it
+    "s1": (OLD, FORM),
+    "s2": (FORM, f"{FORM}\n\n{SEAT}"),
+    "s3": (SEAT, f"{SEAT} {TAIL}"),
+}
+
+
+def _script(tmp_path: Path) -> Path:
+    """The demo's script with round 1's optimizer rules replaced by one edit per step."""
+    return scripted_edits(
+        tmp_path,
+        {name: (f"# Round 1:[\\s\\S]*Your step: {name},", old, new) for name, (old, new) in STEPS.items()},
+    )
+
+
+@pytest.fixture(scope="module")
+def explored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, float]:
+    tmp = tmp_path_factory.mktemp("explore")
+    ws = Workspace.open(make_ws(tmp, model=_script(tmp), search={"explore": 3}))
+    plain = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"explore": 0})})
+    added = project(ws, 1).rounds[0].target_runs - project(ws, 1, plain).rounds[0].target_runs
+    [result] = driver.run(ws, 1, lambda _m: None)
+    return ws.root, result, added
+
+
+def test_the_chain_of_steps_that_beat_their_base_is_validated_once(explored: tuple[Path, Any, float]) -> None:
+    root, result, _ = explored
+    m = result.manifest
+    assert result.status == "accepted" and m.search is not None, m.reason
+    by_name = {c.name: c for c in m.search.candidates}
+    assert sorted(by_name) == ["s1", "s2", "s3"]
+    assert m.search.winners == ["s2"] and m.search.validated == ["s2"] and m.search.alpha_split == 1
+    assert by_name["s1"].mean_delta > 0 and not by_name["s1"].chosen
+    assert (
+        "beat the incumbent on train" in by_name["s1"].reason
+        and "a later step built on it" in by_name["s1"].reason
+    )
+    assert by_name["s2"].chosen and by_name["s2"].mean_delta > 0
+    assert by_name["s2"].reason.startswith("validated: the chain's end (s1 -> s2); beat s1 on train")
+    # s3 was built on s2's files (its edit finds SEAT), changed nothing the scorer sees, and was dropped
+    assert (
+        by_name["s3"].outcome == "screened" and by_name["s3"].mean_delta == 0.0 and not by_name["s3"].chosen
+    )
+    assert "did not beat s2 on train" in by_name["s3"].reason
+    # one commit with the whole chain: both steps' lines, the first line names the chain
+    skill = (root / "skill" / "SKILL.md").read_text()
+    assert FORM in skill and SEAT in skill and TAIL not in skill and OLD not in skill
+    assert m.summary.startswith("s1 -> s2: Edit of s1; Edit of s2") and m.changed == ["skill/SKILL.md"]
+    # each step ran its batch; s2 and s3 each read their base's runs on a fresh batch
+    assert m.phases["screening"].runs == 3 * 8 and m.phases["rollout"].runs == 3 * 8
+    assert m.phases["smoke"].runs == 5  # the chain's end alone went on to smoke and validation
+
+
+def test_each_step_is_a_diff_against_main_on_its_own_ref(explored: tuple[Path, Any, float]) -> None:
+    root, _, _ = explored
+    refs = git(root, "for-each-ref", "--format=%(refname)", "refs/harnessopt/candidates/").split()
+    assert refs == [f"refs/harnessopt/candidates/round-1/s{i}" for i in (1, 2, 3)]
+    out = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "diff", str(root), "1", "--candidate", "3"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "# round 1 candidate s3: not validated" in out
+    assert f"-{OLD}" in out and f"+{FORM}" in out and f"+{SEAT} {TAIL}" in out  # cumulative from main
+
+
+def test_the_projection_counts_the_steps_runs(explored: tuple[Path, Any, float]) -> None:
+    """What explore adds to a round's projection is what it ran on train beyond the round's batch."""
+    _, result, added = explored
+    phases = result.manifest.phases
+    assert added == phases["screening"].runs + phases["rollout"].runs - 8 == 3 * 8 + 2 * 8
+
+
+@pytest.mark.parametrize(
+    ("search", "objective", "words"),
+    [
+        ({"explore": 1}, "task", "search.explore: 1 chains nothing"),
+        ({"explore": 3, "candidates": 2}, "task", "use one of them"),
+        ({"explore": 3}, "trigger", "objective trigger is not supported"),
+    ],
+)
+def test_a_config_explore_cannot_run_says_why(search: dict[str, int], objective: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        Config.model_validate({"search": search, "objective": objective})
+
+
+def test_a_rerun_after_ctrl_c_pays_for_no_step_again(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, model=_script(tmp_path), search={"explore": 3})
+    proc = start_cli("run", ws, "--rounds", "1")
+    try:
+        wait_for_phase(ws, proc, "explore")  # every step proposed, checked and screened
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert git(ws, "rev-list", "--count", "main") == "1"  # main did not move
+    again = cli("run", ws, "--rounds", "1", timeout=600)
+    assert again.returncode == 0, again.stderr
+    out = again.stdout + again.stderr
+    for name in STEPS:
+        assert f"round 1 candidate {name}: reusing the optimizer's proposal" in out
+    reused = int(out.split("round 1: reused ")[1].split()[0])
+    assert reused >= 8 + 2 * 8 + 3 * 8  # the round's batch, each later base's batch, every step's runs
+    m = ledger.find(Workspace.open(ws).repo, 1).manifest
+    assert m.status == "accepted" and m.search is not None and m.search.winners == ["s2"]
