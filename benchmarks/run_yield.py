@@ -29,13 +29,16 @@ Strategies (the same worlds and proposal streams for all):
 * minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
   sum is higher it enters the pool and is scored on val; the final skill is the pool's best on val.
 * best-of-N: N proposals from the start, each scored on val, the best on val (or the start) wins.
-* explore E [not shipped]: a design measured for the next step, not a mode of the loop. Each
-  proposal is built on an exploration head, not on main, and replaces the head when it beats it
-  on the round's train batch (the shipped ``screen`` with a floor just above 0: GEPA's rule on a
-  batch of ``rollout.batch_size`` tasks; the head's runs there are the optimizer's, the
-  candidate's are paid). Every E proposals the head, if it moved, goes through the default gate
-  and its confirmation against main's bank; main moves only when both pass; a rejected head is
-  kept and explored further. One round is one proposal (20 rounds: two gate tests).
+* explore E: the loop with ``search.explore: E`` (``harnessopt.search.explore``): each round
+  chains E proposals, each built on the last one that beat its base on a train batch of
+  ``rollout.batch_size`` tasks (the shipped ``screen`` with ``STEP_FLOOR``: strictly better); the
+  chain's end, if it moved, goes through the default gate and its confirmation against main's
+  bank. A round's first step reads the round's batch (the optimizer's, as everywhere here); each
+  later step's base runs a fresh batch, which is paid. One round of the per-run table is one
+  proposal (20 rounds: two gate tests).
+* explore E, head kept across rounds [not shipped]: the same, but a head the gate rejects is kept
+  and explored further in the next round instead of starting again from main (the base's batch
+  runs are the rounds' own and not paid). A design measured for the next step, not a mode.
 * K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
   K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
   drawn afresh each round) plus ``SCREEN_EXTRA`` more train tasks; ``screen`` keeps one, which goes
@@ -70,6 +73,7 @@ from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
 from harnessopt.protocols import Outcome, Outcomes  # noqa: E402
+from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
 
 try:  # several candidates a round (issue 21 item 2)
     from harnessopt.search.screen import screen
@@ -81,8 +85,7 @@ TRAIN = 100  # train tasks (screening, minibatches)
 BATCH = RolloutConfig().batch_size  # the round's train batch: the optimizer's runs of the incumbent
 SCREEN_EXTRA = 12  # search.screen_tasks for "K screened": train tasks added for screening only
 K = 4  # search.candidates for "K screened"
-EXPLORE = 10  # proposals between gate tests for "explore E"
-EXPLORE_FLOOR = 1e-9  # a proposal replaces the head only when strictly better on the batch
+EXPLORE = 10  # search.explore for the explore rows: proposals chained between gate tests
 MINIBATCH = 3  # GEPA's default minibatch
 CRASH, BURST_P, BURST = 0.03, 0.2, 0.1  # random crashes; an outage in 20% of batches crashes 10% more
 BUDGETS = (2000, 5000)
@@ -130,7 +133,7 @@ def loop_policy(gc: GateConfig) -> sim.Policy:
 @dataclass
 class Strategy:
     label: str
-    kind: str  # "gate", "minibatch", "best-of-n", "screen", "explore"
+    kind: str  # "gate", "minibatch", "best-of-n", "screen", "explore", "explore-carry"
     policy: sim.Policy | None = None
     gate: GateConfig | None = None  # the loop's: its confirmation after an accept (2m rollouts)
     search: SearchConfig = field(default_factory=SearchConfig)  # the loop's (kind "screen")
@@ -161,7 +164,11 @@ def strategies() -> list[Strategy]:
     if screen is not None:
         search = SearchConfig(candidates=K, screen_tasks=SCREEN_EXTRA)
         out.append(Strategy.loop(f"{K} screened on train, then default", "screen", search))
-        out.append(Strategy.loop(f"explore {EXPLORE} on train, then default [not shipped]", "explore"))
+        chain = SearchConfig(explore=EXPLORE)
+        out.append(Strategy.loop(f"explore {EXPLORE} a round (search.explore: {EXPLORE})", "explore", chain))
+        out.append(
+            Strategy.loop(f"explore {EXPLORE}, head kept across rounds [not shipped]", "explore-carry", chain)
+        )
     return out
 
 
@@ -274,22 +281,29 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
 
 
 def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | None) -> Result:
-    """Proposals chained on an exploration head accepted on train; the head gated every EXPLORE."""
+    """Proposals chained on a head that each replaces only when better on a train batch; the head
+    gated every ``search.explore`` proposals. Kind "explore" is the loop's (``search.explore``: the
+    head starts from main each round, and the base's runs on each fresh batch after a round's first
+    are paid); kind "explore-carry" keeps a rejected head for the next round (not shipped)."""
     assert st.policy is not None and st.gate is not None
-    pol, res = st.policy, Result()
+    pol, res, steps, carry = st.policy, Result(), st.search.explore, st.kind == "explore-carry"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
     s = head = w.s0
     inc_out, spent = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs, pol.detail, crashy, True)
     r = 0
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
+        if r % steps == 0 and not carry:
+            head = s  # a round's chain starts from main
         kind, cand = proposal(w, head, seed, r)
-        r += 1
         tasks = rng.permutation(w.train)[:BATCH]
-        runs = {"c1": crashy(cand, tasks, rng)}
+        if r % steps and not carry:
+            spent += BATCH  # the base's runs on a fresh batch after the round's first (search.explore)
+        r += 1
+        runs = {"s": crashy(cand, tasks, rng)}
         spent += BATCH
-        if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=EXPLORE_FLOOR)):
+        if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=STEP_FLOOR)):
             head = cand
-        if r % EXPLORE or head is s:
+        if r % steps or head is s:
             continue
         dec, cand_out = sim.decide(pol, gate, s, head, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
@@ -363,7 +377,7 @@ def run_one(st: Strategy, w: World, seed: int, budget: int, rounds: int | None =
         return run_minibatch(w, seed, budget)
     if st.kind == "best-of-n":
         return run_best_of_n(w, seed, budget)
-    if st.kind == "explore":
+    if st.kind in ("explore", "explore-carry"):
         return run_explore(st, w, seed, budget, rounds)
     return run_gate(st, w, seed, budget, rounds)
 
@@ -438,7 +452,7 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     for seed in seeds:
         w = world(seed)
         for st, res in zip(sts, results, strict=True):
-            if what == "runs" and st.kind not in ("gate", "screen", "explore"):
+            if what == "runs" and st.kind not in ("gate", "screen", "explore", "explore-carry"):
                 continue
             res.merge(run_one(st, w, seed, budget, ROUNDS if what == "runs" else None))  # type: ignore[attr-defined]
     return what, budget, results
@@ -498,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| strategy | commits/run | share of commits with true effect <= 0 | P(final below start) "
           "| power +0.10 in runs | mean true gain |\n|---|---|---|---|---|---|")  # fmt: skip
     for st, r in zip(sts, res["runs"], strict=True):
-        if st.kind not in ("gate", "screen", "explore"):
+        if st.kind not in ("gate", "screen", "explore", "explore-carry"):
             continue
         power = f"{r.took_gain / r.asked_gain:.3f}" if r.asked_gain else "- (gates heads)"
         print(

@@ -15,7 +15,8 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     for i, st in enumerate(y.strategies()):
         per_round = i < 2  # today and the default
         assert (
-            out.count(f"| {st.label} |") == (3 if st.kind in ("gate", "screen", "explore") else 2) + per_round
+            out.count(f"| {st.label} |")
+            == (3 if st.kind in ("gate", "screen", "explore", "explore-carry") else 2) + per_round
         )
     for b in y.BUDGETS:
         assert f"yield at {b} rollouts" in out
@@ -43,10 +44,19 @@ def test_correlated_crashes_take_whole_tasks_down_in_some_batches() -> None:
 
 
 def test_explore_moves_main_only_through_the_gate_every_explore_proposals() -> None:
-    st = next(s for s in y.strategies() if s.kind == "explore")
-    for seed in range(6):
-        early = y.run_explore(st, y.world(seed), seed, 10**6, y.EXPLORE - 1)
-        assert early.commits == 0 and early.gain == [0.0]  # the head moved on train; main did not
-    runs = [y.run_explore(st, y.world(seed), seed, 10**6, 4 * y.EXPLORE) for seed in range(6)]
-    assert any(r.commits for r in runs)  # four gate tests a run: some head gets through
-    assert all(r.commits <= 4 and r.proposals == [4 * y.EXPLORE] for r in runs)
+    for kind in ("explore", "explore-carry"):
+        st = next(s for s in y.strategies() if s.kind == kind)
+        for seed in range(6):
+            early = y.run_explore(st, y.world(seed), seed, 10**6, y.EXPLORE - 1)
+            assert early.commits == 0 and early.gain == [0.0]  # the head moved on train; main did not
+        runs = [y.run_explore(st, y.world(seed), seed, 10**6, 4 * y.EXPLORE) for seed in range(6)]
+        assert any(r.commits for r in runs)  # four gate tests a run: some head gets through
+        assert all(r.commits <= 4 and r.proposals == [4 * y.EXPLORE] for r in runs)
+
+
+def test_the_loops_explore_pays_for_each_later_base_batch() -> None:
+    """Same proposals and draws: the loop's explore pays (EXPLORE - 1) base batches a round more."""
+    loop, carry = (next(s for s in y.strategies() if s.kind == k) for k in ("explore", "explore-carry"))
+    w = y.world(0)
+    a, b = y.run_explore(loop, w, 0, 10**6, y.EXPLORE - 1), y.run_explore(carry, w, 0, 10**6, y.EXPLORE - 1)
+    assert a.spent[0] - b.spent[0] == (y.EXPLORE - 2) * y.BATCH  # steps 2..E-1 of the first round
