@@ -34,12 +34,15 @@ class Archived:
 
 
 def archived(rounds: Sequence[Round], limit: int) -> list[Archived]:
-    """The ``limit`` most recent candidates with a train win that are not part of ``main``."""
+    """The ``limit`` most recent candidates with a train win that are not part of ``main`` (never
+    an explore step: each is judged against the one before it, and the kept ones are its chain's)."""
     offered = {key for r in rounds if r.manifest.search for key in r.manifest.search.merged}
     out = []
     for r in rounds:
         for c in r.manifest.search.candidates if r.manifest.search else []:
             if not c.wins or not c.commit or (c.chosen and r.status == "accepted"):
+                continue
+            if c.name.startswith("s"):  # an explore step: its wins are over the step before it
                 continue
             entry = Archived(r.round, c.name, c.commit, tuple(c.wins), c.title)
             if entry.key not in offered:

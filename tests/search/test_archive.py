@@ -29,3 +29,9 @@ def test_a_merge_needs_two_candidates_that_each_add_a_win() -> None:
     a, b = Archived(1, "c1", "x", ("t1", "t2"), ""), Archived(2, "c1", "y", ("t2",), "")
     assert complementary([a, b]) == [b, a]  # most recent first; a adds t1
     assert complementary([b, Archived(3, "c2", "z", ("t2",), "")]) == []  # the same win: nothing to merge
+
+
+def test_explore_steps_are_never_archived() -> None:
+    """Each step's wins are over the step before it, and a kept step is part of its chain's end."""
+    rounds = [_round(1, "accepted", _c("s1", ["a"]), _c("s2", ["b"], chosen=True), _c("s3", ["c"]))]
+    assert archived(rounds, 10) == []
