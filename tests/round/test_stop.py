@@ -82,6 +82,9 @@ def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path, kind:
         _plant(ws / ".harnessopt" / "STOP", kind)  # while the optimizer works: honoured after it
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
+        # The edit may land before the manual optimizer watches the view (then it would wait out its
+        # wall clock): DONE ends its wait either way, as a person who has finished would.
+        (view / "DONE").touch()
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
