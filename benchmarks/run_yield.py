@@ -74,11 +74,7 @@ from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
 from harnessopt.protocols import Outcome, Outcomes  # noqa: E402
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
-
-try:  # several candidates a round (issue 21 item 2)
-    from harnessopt.search.screen import screen
-except ImportError:  # pragma: no cover - before the search package exists
-    screen = None  # type: ignore[assignment]
+from harnessopt.search.screen import screen  # noqa: E402
 
 M = 50  # val tasks
 TRAIN = 100  # train tasks (screening, minibatches)
@@ -107,6 +103,7 @@ TODAY = {  # the gate's defaults before issue 21
     "confirm_moves_main": False,
 }
 NULL_KINDS = ("null", "churn", "cheap-harm")
+LOOP_KINDS = ("gate", "screen", "explore", "explore-carry")  # run as rounds of a loop: the per-run table
 
 
 def crashy(
@@ -161,14 +158,13 @@ def strategies() -> list[Strategy]:
         Strategy("minibatch of 3 [GEPA-style]", "minibatch"),
         Strategy("best-of-N on val", "best-of-n"),
     ]
-    if screen is not None:
-        search = SearchConfig(candidates=K, screen_tasks=SCREEN_EXTRA)
-        out.append(Strategy.loop(f"{K} screened on train, then default", "screen", search))
-        chain = SearchConfig(explore=EXPLORE)
-        out.append(Strategy.loop(f"explore {EXPLORE} a round (search.explore: {EXPLORE})", "explore", chain))
-        out.append(
-            Strategy.loop(f"explore {EXPLORE}, head kept across rounds [not shipped]", "explore-carry", chain)
-        )
+    search = SearchConfig(candidates=K, screen_tasks=SCREEN_EXTRA)
+    out.append(Strategy.loop(f"{K} screened on train, then default", "screen", search))
+    chain = SearchConfig(explore=EXPLORE)
+    out.append(Strategy.loop(f"explore {EXPLORE} a round (search.explore: {EXPLORE})", "explore", chain))
+    out.append(
+        Strategy.loop(f"explore {EXPLORE}, head kept across rounds [not shipped]", "explore-carry", chain)
+    )
     return out
 
 
@@ -433,11 +429,10 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     what, budget, seeds = job
     sts = strategies()
     if what == "round":
-        tallies: list[object] = [
-            dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in round_strategies()
-        ]
+        rows = round_strategies()
+        tallies: list[object] = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in rows]
         for seed in seeds:
-            for st, t in zip(round_strategies(), tallies, strict=True):
+            for st, t in zip(rows, tallies, strict=True):
                 for k, v in per_round(st, seed).items():
                     t[k] += v  # type: ignore[index]
         return what, budget, tallies
@@ -452,7 +447,7 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     for seed in seeds:
         w = world(seed)
         for st, res in zip(sts, results, strict=True):
-            if what == "runs" and st.kind not in ("gate", "screen", "explore", "explore-carry"):
+            if what == "runs" and st.kind not in LOOP_KINDS:
                 continue
             res.merge(run_one(st, w, seed, budget, ROUNDS if what == "runs" else None))  # type: ignore[attr-defined]
     return what, budget, results
@@ -479,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs += [("yield", b, list(range(w, runs, chunks))) for b in BUDGETS for w in range(chunks)]
     with mp.Pool(a.workers) as pool:
         parts = pool.map(work, jobs)
-    rounds = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in round_strategies()]
+    rows = round_strategies()
+    rounds = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in rows]
     noise: list[tuple[float, float]] = []
     res = {key: [Result() for _ in sts] for key in ("runs", *BUDGETS)}
     for what, budget, got in parts:
@@ -505,14 +501,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| strategy | FA null | FA churn | FA cheap-harm | power +0.10 | rollouts/round (candidate side "
           "and reruns; the incumbent's bank is paid once an accept) |\n|---|---|---|---|---|---|")  # fmt: skip
-    for st, t in zip(round_strategies(), rounds, strict=True):
+    for st, t in zip(rows, rounds, strict=True):
         cells = " | ".join(f"{t[k] / trials:.3f}" for k in (*NULL_KINDS, "+0.10"))
         print(f"| {st.label} | {cells} | {t['rollouts'] / (4 * trials):.1f} |")
     print(f"\nper run: {runs} runs x {ROUNDS} rounds, mixed proposals")
     print("| strategy | commits/run | share of commits with true effect <= 0 | P(final below start) "
           "| power +0.10 in runs | mean true gain |\n|---|---|---|---|---|---|")  # fmt: skip
     for st, r in zip(sts, res["runs"], strict=True):
-        if st.kind not in ("gate", "screen", "explore", "explore-carry"):
+        if st.kind not in LOOP_KINDS:
             continue
         power = f"{r.took_gain / r.asked_gain:.3f}" if r.asked_gain else "- (gates heads)"
         print(

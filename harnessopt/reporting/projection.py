@@ -287,10 +287,8 @@ def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
         per = 0.0
     elif g.judges_bank:  # no flip reruns; crash reruns and the second look, the candidate's side
         per = PRIORS["crash_share"] + PRIORS["promising_share"] * g.second_look
-    else:
-        sides = (
-            1 if g.banked_epochs - g.epochs >= g.epochs + g.second_look else 2
-        )  # the bank covers the incumbent's
+    else:  # one side when the bank covers the incumbent's reruns too
+        sides = 1 if g.banked_epochs - g.epochs >= g.epochs + g.second_look else 2
         per = sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look)
     if g.judges_bank and g.confirm == "val":  # evaluate.confirm_banked: the winner's fresh bank, one side
         confirm_runs = g.banked_epochs * n_val

@@ -73,17 +73,21 @@ def explore(
         runs = svc.runner.run(candidate, [t for t in batch if t.id in ran], rc.k, phase="screening")
         interrupts.check()
         (s,) = screen({name: outcomes(runs)}, outcomes(base_runs), floor=STEP_FLOOR)
-        base_name = chain[-1].name if chain else "the incumbent"
-        p.screened, p.rank = dataclasses.replace(s, chosen=False, reason=_step_reason(s, base_name)), j
+        base_name = _name_of(chain)
+        outcome = "kept" if s.chosen else "dropped"
+        p.screened, p.rank = (
+            dataclasses.replace(s, chosen=False, reason=_step_reason(s, base_name, outcome)),
+            j,
+        )
         if s.chosen:
             chain.append(p)
-            base, base_runs = candidate, runs
+            base = candidate  # the next step rebases it onto its own fresh batch
             say(
                 f"round {rc.k}: step {name} beat {base_name} on {s.n} train tasks ({s.mean_delta:+.3f}): kept"
             )
         else:
             say(f"round {rc.k}: step {name} did not beat {base_name} on train ({s.mean_delta:+.3f}): dropped")
-    _end(found, chain)
+    _end(chain)
     ws.journal.write(
         rc.k,
         "explore",
@@ -130,28 +134,31 @@ def _rebased(
     return rebased, runs
 
 
-def _step_reason(s: Screened, base: str) -> str:
+def _name_of(chain: list[Proposed]) -> str:
+    """The base a step was built on: the last kept step, or the incumbent."""
+    return chain[-1].name if chain else "the incumbent"
+
+
+def _step_reason(s: Screened, base: str, outcome: str, chain: str = "") -> str:
+    """Why a step was kept (``kept``: a later one built on it), ``dropped``, or validated (``end``:
+    the end of ``chain``)."""
     summary = f"{s.mean_delta:+.3f} on {s.n} train tasks, won {len(s.wins)}, lost {len(s.losses)}"
-    if s.chosen:
+    if outcome == "end":
+        return f"validated: the chain's end ({chain}); beat {base} on train ({summary})"
+    if outcome == "kept":
         return f"not validated: beat {base} on train ({summary}); a later step built on it"
     return f"not validated: did not beat {base} on train ({summary}); dropped"
 
 
-def _end(found: Search, chain: list[Proposed]) -> None:
+def _end(chain: list[Proposed]) -> None:
     """The chain's end is the round's one winner: its diff and summary are the whole chain's."""
     if not chain:
         return
     end = chain[-1]
     assert end.screened is not None
     names = " -> ".join(p.name for p in chain)
-    end.screened = dataclasses.replace(
-        end.screened,
-        chosen=True,
-        reason=end.screened.reason.replace(
-            "not validated: ", "validated: the chain's end (" + names + "); "
-        ).replace("; a later step built on it", ""),
-    )
-    end.rank = 0
+    reason = _step_reason(end.screened, _name_of(chain[:-1]), "end", names)
+    end.screened, end.rank = dataclasses.replace(end.screened, chosen=True, reason=reason), 0
     if len(chain) > 1:
         changed = sorted({c for p in chain for c in p.copied.changed})
         violations = sorted({v for p in chain for v in p.copied.violations})

@@ -14,10 +14,7 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     out = capsys.readouterr().out
     for i, st in enumerate(y.strategies()):
         per_round = i < 2  # today and the default
-        assert (
-            out.count(f"| {st.label} |")
-            == (3 if st.kind in ("gate", "screen", "explore", "explore-carry") else 2) + per_round
-        )
+        assert out.count(f"| {st.label} |") == (3 if st.kind in y.LOOP_KINDS else 2) + per_round
     for b in y.BUDGETS:
         assert f"yield at {b} rollouts" in out
     for st in y.round_strategies()[2:]:  # per round only
