@@ -284,7 +284,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     assert st.policy is not None and st.gate is not None
     pol, res, steps, carry = st.policy, Result(), st.search.explore, st.kind == "explore-carry"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
-    s = head = w.s0
+    s = head = tested = w.s0
     inc_out, spent = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs, pol.detail, crashy, True)
     r = 0
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
@@ -292,15 +292,16 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             head = s  # a round's chain starts from main
         kind, cand = proposal(w, head, seed, r)
         tasks = rng.permutation(w.train)[:BATCH]
-        if r % steps and not carry:
+        if r % steps:
             spent += BATCH  # the base's runs on a fresh batch after the round's first (search.explore)
         r += 1
         runs = {"s": crashy(cand, tasks, rng)}
         spent += BATCH
         if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=STEP_FLOOR)):
             head = cand
-        if r % steps or head is s:
-            continue
+        if r % steps or head is tested:
+            continue  # a head the gate has judged is not judged again until a step moves it
+        tested = head
         dec, cand_out = sim.decide(pol, gate, s, head, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
         if not dec.accept:
@@ -312,6 +313,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         res.commits += 1
         res.bad_commits += w.true(head) - w.true(s) <= 0
         s, inc_out = head, fresh
+        tested = s
     res.gain.append(w.true(s) - w.true(w.s0))
     res.spent.append(spent)
     res.proposals.append(r)

@@ -214,6 +214,9 @@ class SearchRecord(_Tolerant):
     """Train task ids the candidates were screened on (empty: no screening, one candidate left)."""
     merged: list[str] = Field(default_factory=list)
     """Archived candidates (round-K/cI) a candidate of this round was asked to merge."""
+    head: str = ""
+    """search.explore: the kept head this round's chain started from (``round-K/sJ``, an earlier
+    round's chain end the gate did not accept); empty: the chain started from main."""
 
 
 class TriggerSide(_Tolerant):

@@ -42,6 +42,7 @@ ROUND_TAG = "ho/round-{k}"
 BEST_TAG = "ho/best"
 RECORD_REF = "refs/harnessopt/{status}/round-{k}"
 CANDIDATE_REF = "refs/harnessopt/candidates/round-{k}/{name}"
+EXPLORE_HEAD_REF = "refs/harnessopt/explore/head"  # search.explore: a chain end the gate did not accept
 
 RecordStatus = Literal["rejected", "noop", "failed"]
 RECORD_STATUSES: tuple[RecordStatus, ...] = ("rejected", "noop", "failed")

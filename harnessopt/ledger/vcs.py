@@ -146,6 +146,12 @@ def set_ref(repo: git.Repo, ref: str, sha: str) -> None:
     repo.git.update_ref(ref, sha)
 
 
+def delete_ref(repo: git.Repo, ref: str) -> None:
+    """Remove ``ref`` if it exists."""
+    if ref_exists(repo, ref):
+        repo.git.update_ref("-d", ref)
+
+
 def tag(repo: git.Repo, name: str, sha: str, *, move: bool = False) -> None:
     repo.create_tag(name, ref=sha, force=move)
 

@@ -57,6 +57,7 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "wall_s": m.wall_s,
                 "candidates": [c.model_dump() for c in m.search.candidates] if m.search else [],
                 "alpha_split": m.search.alpha_split if m.search else 1,
+                "explore_head": m.search.head if m.search else "",
                 "trigger": trigger_row(m.trigger),
             }
         )

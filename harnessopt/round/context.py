@@ -59,4 +59,5 @@ class Trail:
     search: Search | None = None  # every candidate of the round, screened on train (search.candidates > 1)
     incumbent_val: Outcomes = field(default_factory=dict)  # the incumbent's val runs the gate compared
     new_bank: Outcomes = field(default_factory=dict)  # the banked gate's confirmation: the winner's bank
+    judged: bool = False  # the ending is the gate's (and its confirmation's), not a check's
     started: float = field(default_factory=time.monotonic)

@@ -14,6 +14,7 @@ from harnessopt.rollout.runner import outcomes
 from harnessopt.rollout.val_cache import ValCache
 from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.services import Services
+from harnessopt.search.explore import keep_head
 from harnessopt.util.text import visible
 from harnessopt.workspace.core import RECORD_PATHS, Workspace
 
@@ -51,6 +52,8 @@ def record(
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
     ws.journal.write(rc.k, "recorded", status=status, commit=sha)
+    if svc.cfg.search.explore:  # after the record: a crash before it leaves the head the round began with
+        keep_head(ws.repo, rc.k, t.search, status, t.judged, say)
     svc.store.clear(rc.k)  # git holds the round now
     if svc.store.reused:
         say(f"round {rc.k}: reused {svc.store.reused} finished rollout(s) of an interrupted run")

@@ -44,7 +44,7 @@ from harnessopt.round.record import record
 from harnessopt.round.round0 import incumbent_broken
 from harnessopt.round.services import Services
 from harnessopt.search import steps as search
-from harnessopt.search.explore import explore
+from harnessopt.search.explore import Head, carried_head, drop_head, explore
 from harnessopt.util import interrupts
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -75,17 +75,21 @@ def _steps(
     ws: Workspace, svc: Services, rc: RoundContext, t: Trail, view: Path, say: Announce
 ) -> RoundResult:
     sealed = tamper.seal_run(ws.root, svc)  # scorer, tasks, locked settings: checked before record
-    t.train = rollout_train(ws, svc, rc, say)  # 1
+    head = carried_head(ws, rc, say) if svc.cfg.search.explore else None  # a chain to go on with
+    t.train = rollout_train(ws, svc, rc, say, head)  # 1
+    if head is not None and incumbent_broken(t.train):
+        drop_head(ws, rc.k, "it failed every task of the round's train batch", say)
+        head, t.train = None, rollout_train(ws, svc, rc, say)
     if broken := incumbent_broken(t.train):  # nothing to learn from: spend nothing on the optimizer
         return record(ws, svc, rc, t, ("failed", broken), say)
-    stage(svc, rc, t.train)  # 2
+    stage(svc, rc, t.train, head)  # 2
     svc.runner.prefetch(
         rc.incumbent, probe_jobs(svc, rc), rc.k, phase="probe"
     )  # made while the optimizer works
     if steps := svc.cfg.search.explore:  # 3, 4 chained: each step on the last that beat its base
         size, split = svc.cfg.rollout.batch_size, ws.tasks("train")
         batch_of = lambda j: train_batch(split, (rc.k - 1) * steps + j, size)  # noqa: E731
-        t.search = explore(ws, svc, rc, t.train, view, say, batch_of)
+        t.search = explore(ws, svc, rc, t.train, view, say, batch_of, head)
     else:
         t.search = search.propose_all(ws, svc, rc, t.train, view, say)  # 3, 4: one view per candidate
         search.screen_all(ws, svc, rc, t.train, t.search, say)  # several: the best on train goes on
@@ -108,7 +112,7 @@ def _steps(
 def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Announce) -> Ending:
     """Steps 5-8 for ``t.candidate``: leakage check, smoke, validation, gate, confirmation."""
     assert t.candidate is not None
-    t.cand_val, t.decision, t.confirmation, t.new_bank = [], None, None, {}  # a later winner starts afresh
+    t.cand_val, t.decision, t.confirmation, t.new_bank, t.judged = [], None, None, {}, False  # afresh
     tasks, cfg = [*ws.tasks("train"), *rc.val, *rc.held_out], svc.cfg.checks
     t.checks["leakage"], leak = leakage.screen(
         rc.k, tasks, cfg, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, say
@@ -133,6 +137,7 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
         t.confirmation, t.new_bank = confirm_banked(ws, svc, rc, t.candidate, t.decision, incumbent_val, say)
     else:
         t.confirmation = confirm_accepted(ws, svc, rc, t.candidate, t.decision, say)  # 8
+    t.judged = True  # the ending is the gate's and its confirmation's, not a check's
     return final_ending(t.decision, t.confirmation, svc.cfg.gate.confirm_moves_main)
 
 
@@ -163,11 +168,16 @@ def _view_dir(k: int) -> Iterator[Path]:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def rollout_train(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> list[TaskResult]:
+def rollout_train(
+    ws: Workspace, svc: Services, rc: RoundContext, say: Announce, head: Head | None = None
+) -> list[TaskResult]:
+    """The round's train batch, run by the incumbent (or by the kept explore head the round starts from)."""
     batch = train_batch(ws.tasks("train"), rc.k, svc.cfg.rollout.batch_size)
-    say(f"round {rc.k}: rollout of the incumbent on {len(batch)} train tasks")
-    train = svc.runner.run(rc.incumbent, batch, rc.k, phase="rollout")
-    ws.journal.write(rc.k, "rollout", tasks=[r.task_id for r in train], passed=sum(r.passed for r in train))
+    who, named = (f"the kept head {head.name}", {"candidate": "head"}) if head else ("the incumbent", {})
+    say(f"round {rc.k}: rollout of {who} on {len(batch)} train tasks")
+    train = svc.runner.run(head.candidate if head else rc.incumbent, batch, rc.k, phase="rollout")
+    passed = sum(r.passed for r in train)
+    ws.journal.write(rc.k, "rollout", tasks=[r.task_id for r in train], passed=passed, **named)
     return train
 
 
@@ -184,9 +194,9 @@ def train_batch(train: Sequence[Task], k: int, size: int) -> list[Task]:
     return [order[(start + i) % len(order)] for i in range(size)]
 
 
-def stage(svc: Services, rc: RoundContext, train: list[TaskResult]) -> None:
-    """One flat Markdown file per train trajectory, beside the incumbent copy the view is made from."""
-    target = svc.cfg.model.target
-    write_trajectories(
-        rc.incumbent.root / "trajectories", train, harness_commit=rc.parent, target_model=target
-    )
+def stage(svc: Services, rc: RoundContext, train: list[TaskResult], head: Head | None = None) -> None:
+    """One flat Markdown file per train trajectory, beside the incumbent copy the view is made from
+    (and the kept head's, when the round starts there: its runs, and the round's record, read them)."""
+    target, ran = svc.cfg.model.target, head.candidate if head else rc.incumbent
+    for root in {rc.incumbent.root, ran.root}:
+        write_trajectories(root / "trajectories", train, harness_commit=ran.commit, target_model=target)

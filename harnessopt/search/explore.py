@@ -9,6 +9,13 @@ runs the round's batch) and is screened on that batch. After E steps the chain's
 moved it, goes to smoke and validation against the incumbent as the round's one candidate: its
 cumulative diff is what the leakage and memorised checks, the gate, the commit and the review see.
 
+A chain end the gate judged and did not accept is kept on ``refs/harnessopt/explore/head``, and
+the next round's chain starts from it (the head runs the round's batch instead of main) rather
+than from main: the steps it took are not thrown away because one validation missed their sum.
+An accept drops the head (main has it now); a head whose base is no longer main's skill and
+harness (a rollback, a person's commit) is dropped when a round finds it. A chain end rejected
+by a check (leakage, smoke, the memorised-answer check) is never kept.
+
 Train is not val: choosing along the chain on train costs the val gate nothing, and main moves
 only through the gate (docs/optimizer.md, "Explore"; the yield benchmark's "explore" row).
 """
@@ -16,10 +23,16 @@ only through the gate (docs/optimizer.md, "Explore"; the yield benchmark's "expl
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import git
+
+from harnessopt.ledger import vcs
+from harnessopt.ledger.store import EXPLORE_HEAD_REF
 from harnessopt.optimizer.view import CopyBackResult
 from harnessopt.protocols import Announce, Task, TaskResult
 from harnessopt.rollout.runner import Candidate, outcomes
@@ -34,6 +47,59 @@ from harnessopt.util import interrupts
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
 STEP_FLOOR = 1e-9  # a step moves the chain only when strictly better than its base on the batch
+_SUBJECT = re.compile(r"harnessopt round (\d+) candidate (s\d+): (.*)")
+
+
+@dataclass(frozen=True)
+class Head:
+    """A chain end the gate did not accept, kept on ``EXPLORE_HEAD_REF``; a round's chain starts there."""
+
+    candidate: Candidate  # its skill/ and harness/, exported into the round's scratch
+    name: str  # round-K/sJ: the round and step it ended
+    title: str  # its summary's first line (as far as its commit's subject has it)
+    changed: list[str]  # the files it changes against main
+
+
+def carried_head(ws: Workspace, rc: RoundContext, say: Announce) -> Head | None:
+    """The kept head as round ``rc.k``'s start, or None (no head, or one built on a skill and
+    harness main no longer has: dropped, and said)."""
+    repo = ws.repo
+    if not vcs.ref_exists(repo, EXPLORE_HEAD_REF):
+        return None
+    commit = repo.commit(EXPLORE_HEAD_REF)
+    base = commit.parents[0].hexsha if commit.parents else ""
+    if not base or vcs.tree_id(repo, base, EDITABLE_PATHS) != vcs.tree_id(repo, rc.parent, EDITABLE_PATHS):
+        drop_head(ws, rc.k, "main's skill or harness changed since it was kept", say)
+        return None
+    got = _SUBJECT.match(commit.summary if isinstance(commit.summary, str) else "")
+    name, title = (f"round-{got[1]}/{got[2]}", got[3]) if got else (commit.hexsha[:10], "")
+    root = rc.scratch / "head"
+    shutil.rmtree(root, ignore_errors=True)
+    vcs.export(repo, commit.hexsha, EDITABLE_PATHS, root)
+    changed = repo.git.diff("--name-only", rc.parent, commit.hexsha, "--", *EDITABLE_PATHS).split()
+    ws.journal.write(rc.k, "explore-head", head=name, commit=commit.hexsha)
+    say(f"round {rc.k}: exploring on from the kept head {name} ({commit.hexsha[:10]}), not from main")
+    return Head(Candidate(root, "head", commit.hexsha), name, title, changed)
+
+
+def drop_head(ws: Workspace, k: int, why: str, say: Announce) -> None:
+    vcs.delete_ref(ws.repo, EXPLORE_HEAD_REF)
+    ws.journal.write(k, "explore-head", dropped=why)
+    say(f"round {k}: dropped the kept explore head: {why}; this round explores from main")
+
+
+def keep_head(repo: git.Repo, k: int, found: Search | None, status: str, judged: bool, say: Announce) -> None:
+    """After round k is recorded: an accept drops the head (main has it); a chain end the gate (or
+    its confirmation) judged and did not accept becomes the head; anything else leaves it as it was."""
+    if status == "accepted":
+        vcs.delete_ref(repo, EXPLORE_HEAD_REF)
+        return
+    end = next((p for p in found.proposed if p.name in found.validated), None) if found else None
+    if status == "rejected" and judged and end is not None and end.commit:
+        vcs.set_ref(repo, EXPLORE_HEAD_REF, end.commit)
+        say(
+            f"round {k}: kept {end.name}, the chain's end, as the explore head: the next round goes on from it"
+        )
 
 
 def explore(
@@ -44,28 +110,31 @@ def explore(
     view: Path,
     say: Announce,
     batch_of: Callable[[int], list[Task]],
+    head: Head | None = None,
 ) -> Search:
     """The round's chain of ``search.explore`` steps; its end (if it moved) is the one winner.
 
-    ``train``: the incumbent's runs on the round's batch (step 1's trajectories and its bar).
-    ``batch_of(j)``: the fresh train batch of step j > 1."""
+    ``train``: the start's runs on the round's batch (step 1's trajectories and its bar); the
+    start is ``head`` when one is kept, else the incumbent. ``batch_of(j)``: the fresh train batch
+    of step j > 1."""
     steps = svc.cfg.search.explore
     by_id = {t.id: t for t in ws.tasks("train")}
     batch = list({r.task_id: by_id[r.task_id] for r in train if r.task_id in by_id}.values())
-    base, base_runs, chain = rc.incumbent, train, list[Proposed]()
-    found = Search([])
+    base, base_runs, chain = head.candidate if head else rc.incumbent, train, list[Proposed]()
+    found = Search([], head=head.name if head else "")
     for j in range(1, steps + 1):
         name = f"s{j}"
         if j > 1:  # a fresh batch: the base's runs on it are the step's trajectories and its bar
             batch = batch_of(j)
             base, base_runs = _rebased(ws, svc, rc, base, name, batch)
         step = dataclasses.replace(rc, incumbent=base)
-        brief = render_step(name, j, steps, [p.name for p in chain])
+        brief = render_step(name, j, steps, [p.name for p in chain], head)
         sview = view.with_name(f"{view.name}-{name}")
         proposal, snapshot = propose(ws, svc, step, sview, len(base_runs), say, name=name, focus_md=brief)
         interrupts.check()
         copied, candidate, ending = check(ws, svc, step, proposal, snapshot, name=name)
-        p = Proposed(name, Focus(f"step {j}"), proposal, snapshot, copied, candidate, ending)
+        focus = Focus(f"step {j}" + (f" on the kept head {head.name}" if head else ""))
+        p = Proposed(name, focus, proposal, snapshot, copied, candidate, ending)
         found.proposed.append(p)
         if candidate is None or ending is not None:
             continue
@@ -73,7 +142,7 @@ def explore(
         runs = svc.runner.run(candidate, [t for t in batch if t.id in ran], rc.k, phase="screening")
         interrupts.check()
         (s,) = screen({name: outcomes(runs)}, outcomes(base_runs), floor=STEP_FLOOR)
-        base_name = _name_of(chain)
+        base_name = _name_of(chain, head)
         outcome = "kept" if s.chosen else "dropped"
         p.screened, p.rank = (
             dataclasses.replace(s, chosen=False, reason=_step_reason(s, base_name, outcome)),
@@ -87,10 +156,11 @@ def explore(
             )
         else:
             say(f"round {rc.k}: step {name} did not beat {base_name} on train ({s.mean_delta:+.3f}): dropped")
-    _end(chain)
+    _end(chain, head)
     ws.journal.write(
         rc.k,
         "explore",
+        head=head.name if head else None,
         steps={
             p.name: [round(p.screened.mean_delta, 4) if p.screened else None, p in chain]
             for p in found.proposed
@@ -100,9 +170,15 @@ def explore(
     return found
 
 
-def render_step(name: str, j: int, steps: int, chain: list[str]) -> str:
+def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | None = None) -> str:
     """The brief's section for step ``name`` (j of ``steps``) of an explore round."""
-    base = f"the incumbent with the edits of {', '.join(chain)}" if chain else "the incumbent"
+    start = "the incumbent"
+    if head is not None:
+        start = (
+            f"the kept head {head.name} (an earlier round's chain, whose edits beat their bases on train;\n"
+            "the gate has not accepted them yet)"
+        )
+    base = f"{start} with the edits of {', '.join(chain)}" if chain else start
     return (
         f"## Your step: {name}, step {j} of {steps}\n\n"
         f"This round chains {steps} edits. The files here are {base}: each earlier edit that beat its\n"
@@ -134,9 +210,11 @@ def _rebased(
     return rebased, runs
 
 
-def _name_of(chain: list[Proposed]) -> str:
-    """The base a step was built on: the last kept step, or the incumbent."""
-    return chain[-1].name if chain else "the incumbent"
+def _name_of(chain: list[Proposed], head: Head | None = None) -> str:
+    """The base a step was built on: the last kept step, the kept head, or the incumbent."""
+    if chain:
+        return chain[-1].name
+    return f"the kept head {head.name}" if head else "the incumbent"
 
 
 def _step_reason(s: Screened, base: str, outcome: str, chain: str = "") -> str:
@@ -150,20 +228,24 @@ def _step_reason(s: Screened, base: str, outcome: str, chain: str = "") -> str:
     return f"not validated: did not beat {base} on train ({summary}); dropped"
 
 
-def _end(chain: list[Proposed]) -> None:
-    """The chain's end is the round's one winner: its diff and summary are the whole chain's."""
+def _end(chain: list[Proposed], head: Head | None = None) -> None:
+    """The chain's end is the round's one winner: its diff and summary are the whole chain's, from
+    main (the kept head's edits included)."""
     if not chain:
         return
     end = chain[-1]
     assert end.screened is not None
-    names = " -> ".join(p.name for p in chain)
-    reason = _step_reason(end.screened, _name_of(chain[:-1]), "end", names)
+    names = " -> ".join([*([head.name] if head else []), *(p.name for p in chain)])
+    reason = _step_reason(end.screened, _name_of(chain[:-1], head), "end", names)
     end.screened, end.rank = dataclasses.replace(end.screened, chosen=True, reason=reason), 0
-    if len(chain) > 1:
-        changed = sorted({c for p in chain for c in p.copied.changed})
+    if len(chain) > 1 or head is not None:
+        changed = sorted({*(head.changed if head else []), *(c for p in chain for c in p.copied.changed)})
         violations = sorted({v for p in chain for v in p.copied.violations})
         ignored = sorted({i for p in chain for i in p.copied.ignored})
         end.copied = CopyBackResult(changed=changed, violations=violations, ignored=ignored)
-        titles = "; ".join(p.proposal.summary.splitlines()[0] for p in chain)
-        body = "\n\n".join(f"{p.name}: {p.proposal.summary}" for p in chain)
+        lines = [(p.name, p.proposal.summary) for p in chain]
+        if head is not None:
+            lines.insert(0, (f"{head.name} (the kept head)", head.title))
+        titles = "; ".join(text.splitlines()[0] if text else "" for _, text in lines)
+        body = "\n\n".join(f"{who}: {text}" for who, text in lines)
         end.proposal = dataclasses.replace(end.proposal, summary=f"{names}: {titles}"[:200] + "\n\n" + body)

@@ -55,6 +55,7 @@ class Search:
     proposed: list[Proposed]
     screen_tasks: list[str] = field(default_factory=list)
     merged: list[str] = field(default_factory=list)
+    head: str = ""  # search.explore: the kept head the chain started from (round-K/sJ)
     validated: list[str] = field(default_factory=list)  # winners that went to smoke and validation
 
     def in_turn(self) -> Iterator[Proposed]:
@@ -117,6 +118,7 @@ class Search:
             alpha_split=alpha_split([p.screened for p in self.proposed if p.screened]),
             screen_tasks=self.screen_tasks,
             merged=self.merged,
+            head=self.head,
         )
 
     def _record(self, p: Proposed) -> CandidateRecord:
