@@ -1,6 +1,7 @@
-"""A whole run against the model-bound ideal (issue 21's latency target), with K candidates a round.
+"""A whole run against the model-bound ideal (issue 21's latency target), with K candidates a round
+or an explore chain of E steps.
 
-    python benchmarks/run_vs_ideal.py [--candidates 1 3] [--sandbox local] [--latency 1] [--rounds 2] [--concurrency 4]
+    python benchmarks/run_vs_ideal.py [--candidates 1 3] [--explore 3] [--sandbox local] [--latency 1] [--rounds 2] [--concurrency 4]
 
 For each K: the demo's workspace (its skill, tasks and scripted model, which plays K distinct
 candidates a round) with every model reply held ``--latency`` seconds (the scripted model's
@@ -9,6 +10,12 @@ candidates a round) with every model reply held ``--latency`` seconds (the scrip
 git). Prints the wall time, the ideal ``target calls x latency / C + optimizer calls x latency``
 (calls counted from the rounds' manifests) and their ratio. The optimizer's calls are
 sequential (one conversation after another), the target's run C at a time.
+
+With ``--explore E`` (one row a value, after the K rows) the round chains E steps
+(``search.explore``): the scripted optimizer's step s1 of round 1 fixes the answers' form, s2
+the capitals, s3 changes nothing the scorer sees (the explore tests' script); later steps and
+rounds make no edit the rules match. Each step's screening and its base's fresh batch are target
+calls like any other, and every step is an optimizer conversation.
 """
 
 from __future__ import annotations
@@ -29,15 +36,34 @@ from harnessopt.commands.demo import DEMO_DATA  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
 from harnessopt.ledger import store as ledger  # noqa: E402
 from harnessopt.workspace.core import Workspace  # noqa: E402
-from tests.support.workspace import make_ws  # noqa: E402
+from tests.support.workspace import make_ws, scripted_edits  # noqa: E402
+
+OLD = "Be friendly and helpful. Explain your answer so the user learns something."
+FORM = "Reply with only the city name: no sentence, no explanation, no punctuation."
+SEAT = "A country's capital is often not its largest city: name the seat of government."
+STEPS = {  # explore's steps in round 1: (old, new), each on the files of the chain before it
+    "s1": (OLD, FORM),
+    "s2": (FORM, f"{FORM}\n\n{SEAT}"),
+    "s3": (SEAT, f"{SEAT} Keep it short."),
+}
 
 
 def one(
-    k: int, sandbox: str, latency: float, rounds: int, concurrency: int, gate: str = "default"
+    k: int,
+    sandbox: str,
+    latency: float,
+    rounds: int,
+    concurrency: int,
+    gate: str = "default",
+    explore: int = 0,
 ) -> tuple[float, int, int, list[str]]:
     """(wall seconds, target calls, optimizer calls, statuses) of one run."""
     with tempfile.TemporaryDirectory(prefix="ho-run-ideal-") as tmp:
-        script = yaml.safe_load((DEMO_DATA / "model.yaml").read_text())
+        model = DEMO_DATA / "model.yaml"
+        if explore:
+            when = r"# Round 1:[\s\S]*Your step: {},"
+            model = scripted_edits(Path(tmp), {n: (when.format(n), *e) for n, e in STEPS.items()})
+        script = yaml.safe_load(model.read_text())
         script["latency_s"] = latency
         path = Path(tmp) / "model.yaml"
         path.write_text(yaml.safe_dump(script, sort_keys=False))
@@ -45,7 +71,7 @@ def one(
             Path(tmp),
             model=path,
             rollout={"concurrency": concurrency, "sandbox": sandbox},
-            search={"candidates": k},
+            search={"candidates": k, "explore": explore},
             # the shipped gate (GateConfig(): the banked gate), or the demo's (the paired gate)
             **({"gate": GateConfig(smoke=5)} if gate == "default" else {}),
         )
@@ -68,6 +94,7 @@ def one(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", type=int, nargs="+", default=[1, 3])
+    ap.add_argument("--explore", type=int, nargs="*", default=[], help="explore rows: steps a round")
     ap.add_argument("--sandbox", default="local")
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
@@ -79,12 +106,14 @@ def main() -> int:
         f"run_vs_ideal: sandbox {a.sandbox}, latency {a.latency} s, C = {a.concurrency}, {a.rounds} rounds, "
         f"gate {a.gate}"
     )
-    print(f"{'K':>3}  {'wall s':>7}  {'target':>6}  {'optim.':>6}  {'ideal s':>7}  {'ratio':>5}  statuses")
-    for k in a.candidates:
-        wall, target, optimizer, statuses = one(k, a.sandbox, a.latency, a.rounds, a.concurrency, a.gate)
+    print(f"{'K/E':>4}  {'wall s':>7}  {'target':>6}  {'optim.':>6}  {'ideal s':>7}  {'ratio':>5}  statuses")
+    rows = [(f"K={k}", k, 0) for k in a.candidates] + [(f"E={e}", 1, e) for e in a.explore]
+    for label, k, e in rows:
+        wall, target, optimizer, statuses = one(k, a.sandbox, a.latency, a.rounds, a.concurrency, a.gate, e)
         ideal = target * a.latency / a.concurrency + optimizer * a.latency
         print(
-            f"{k:>3}  {wall:>7.1f}  {target:>6}  {optimizer:>6}  {ideal:>7.1f}  {wall / ideal:>5.2f}  {' '.join(statuses)}"
+            f"{label:>4}  {wall:>7.1f}  {target:>6}  {optimizer:>6}  {ideal:>7.1f}  {wall / ideal:>5.2f}  "
+            f"{' '.join(statuses)}"
         )
     return 0
 

@@ -22,9 +22,11 @@ Strategies (the same worlds and proposal streams for all):
 * today: the loop with the gate as configured by default before issue 21 (one incumbent run per
   val task, second look 2, first-look share 0.2) and ``confirm: val`` (2m more rollouts after an
   accept; main keeps the commit whatever they say).
-* default: the loop with ``GateConfig()`` as shipped now (docs/gate.md): the incumbent's bank
-  (epochs + second_look runs a task), second look 10, first-look share 0.05, and main moves only
-  when the confirmation finds the gain again (``confirm_moves_main``).
+* default: the loop as a new workspace runs it (``Config()``): ``search.explore: 10`` (below)
+  through ``GateConfig()`` as shipped now (docs/gate.md): the incumbent's bank (epochs +
+  second_look runs a task), second look 10, first-look share 0.05, and main moves only when the
+  confirmation finds the gain again (``confirm_moves_main``).
+* one proposal a round: the same gate, ``search.explore: 0`` (the default of the previous stop).
 * fixed band 0.05 [SkillOpt-Lite]: accept when the val mean rose by more than 0.05, 1 run a task.
 * minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
   sum is higher it enters the pool and is scored on val; the final skill is the pool's best on val.
@@ -32,13 +34,13 @@ Strategies (the same worlds and proposal streams for all):
 * explore E: the loop with ``search.explore: E`` (``harnessopt.search.explore``): each round
   chains E proposals, each built on the last one that beat its base on a train batch of
   ``rollout.batch_size`` tasks (the shipped ``screen`` with ``STEP_FLOOR``: strictly better); the
-  chain's end, if it moved, goes through the default gate and its confirmation against main's
-  bank. A round's first step reads the round's batch (the optimizer's, as everywhere here); each
-  later step's base runs a fresh batch, which is paid. One round of the per-run table is one
-  proposal (20 rounds: two gate tests).
-* explore E, head kept across rounds [not shipped]: the same, but a head the gate rejects is kept
-  and explored further in the next round instead of starting again from main (the base's batch
-  runs are the rounds' own and not paid). A design measured for the next step, not a mode.
+  chain's end, if it moved since the gate last judged it, goes through the default gate and its
+  confirmation against main's bank. A chain end the gate rejects is kept and the next round goes on
+  from it (``refs/harnessopt/explore/head``). A round's first step reads the round's batch (the
+  optimizer's, as everywhere here); each later step's base runs a fresh batch, which is paid. A
+  round of the per-run table is a gate test (E proposals).
+* explore E, each round from main [previous stop]: the same, but every round's chain starts from
+  main (how ``search.explore`` ran before the kept head).
 * K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
   K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
   drawn afresh each round) plus ``SCREEN_EXTRA`` more train tasks; ``screen`` keeps one, which goes
@@ -46,7 +48,10 @@ Strategies (the same worlds and proposal streams for all):
   (already paid for) and its runs on the extra tasks are paid every round.
 
 Counted: every rollout of a candidate or an incumbent on train (screening, minibatch), val, the
-gate's reruns and confirmation. Not counted: optimizer turns (printed as "proposals").
+gate's reruns and confirmation. Optimizer turns (printed as "proposals") are free in the first
+yield tables; the last ones price each at ``TURN_PRICE`` rollouts, a stated assumption, not a
+measurement (an optimizer turn reads a batch of trajectories with a stronger model than the
+target's), so that strategies that propose more pay for it.
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
     python benchmarks/run_yield.py --quick    # a fast look
@@ -68,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import gate_simulation as sim  # noqa: E402
 from benchmarks.baselines import FixedDeadBand, MinibatchImproved  # noqa: E402
-from harnessopt.config import GateConfig, RolloutConfig, SearchConfig  # noqa: E402
+from harnessopt.config import Config, GateConfig, RolloutConfig, SearchConfig  # noqa: E402
 from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
@@ -81,10 +86,12 @@ TRAIN = 100  # train tasks (screening, minibatches)
 BATCH = RolloutConfig().batch_size  # the round's train batch: the optimizer's runs of the incumbent
 SCREEN_EXTRA = 12  # search.screen_tasks for "K screened": train tasks added for screening only
 K = 4  # search.candidates for "K screened"
-EXPLORE = 10  # search.explore for the explore rows: proposals chained between gate tests
+EXPLORE = 20  # search.explore of the longer-chain row (the default's is DEFAULT_EXPLORE)
+TURN_PRICE = 20  # rollouts an optimizer turn is priced at in the last tables: an assumption
 MINIBATCH = 3  # GEPA's default minibatch
 CRASH, BURST_P, BURST = 0.03, 0.2, 0.1  # random crashes; an outage in 20% of batches crashes 10% more
 BUDGETS = (2000, 5000)
+YIELDS = ("yield", "priced")  # optimizer turns free; priced at TURN_PRICE rollouts
 ROUNDS = 20  # the per-run targets: 20-round runs
 MIX = {
     "null": 0.35,
@@ -103,7 +110,7 @@ TODAY = {  # the gate's defaults before issue 21
     "confirm_moves_main": False,
 }
 NULL_KINDS = ("null", "churn", "cheap-harm")
-LOOP_KINDS = ("gate", "screen", "explore", "explore-carry")  # run as rounds of a loop: the per-run table
+LOOP_KINDS = ("gate", "screen", "explore", "explore-main")  # run as rounds of a loop: the per-run table
 
 
 def crashy(
@@ -130,7 +137,7 @@ def loop_policy(gc: GateConfig) -> sim.Policy:
 @dataclass
 class Strategy:
     label: str
-    kind: str  # "gate", "minibatch", "best-of-n", "screen", "explore", "explore-carry"
+    kind: str  # "gate", "minibatch", "best-of-n", "screen", "explore", "explore-main"
     policy: sim.Policy | None = None
     gate: GateConfig | None = None  # the loop's: its confirmation after an accept (2m rollouts)
     search: SearchConfig = field(default_factory=SearchConfig)  # the loop's (kind "screen")
@@ -144,28 +151,33 @@ class Strategy:
 
 
 def round_strategies() -> list[Strategy]:
-    """The per-round table's rows: today, the default, and the default with a shorter second look
-    (what a user who wants fewer rollouts a round gives up in power)."""
-    shorter = [Strategy.loop(f"default, second look {n}", second_look=n) for n in (4, 6)]
-    return [*strategies()[:2], *shorter]
+    """The per-round table's rows: today, the default gate, and the default gate with a shorter
+    second look (what a user who wants fewer rollouts a round gives up in power)."""
+    shorter = [Strategy.loop(f"default gate, second look {n}", second_look=n) for n in (4, 6)]
+    return [strategies()[0], Strategy.loop("default gate (GateConfig() now)"), *shorter]
 
 
 def strategies() -> list[Strategy]:
-    out = [
+    default = SearchConfig(explore=Config().explore_steps)  # what a new workspace runs
+    return [
         Strategy.loop("today (gate defaults before issue 21)", **TODAY),
-        Strategy.loop("default (GateConfig() now)"),
+        Strategy.loop(f"default (Config() now: search.explore {default.explore})", "explore", default),
+        Strategy.loop("one proposal a round (search.explore: 0, the default gate)", "gate"),
         Strategy("fixed band 0.05 [SkillOpt-Lite]", "gate", sim.Policy("", lambda: FixedDeadBand(0.05))),
         Strategy("minibatch of 3 [GEPA-style]", "minibatch"),
         Strategy("best-of-N on val", "best-of-n"),
+        Strategy.loop(
+            f"{K} screened on train, then the default gate",
+            "screen",
+            SearchConfig(candidates=K, screen_tasks=SCREEN_EXTRA),
+        ),
+        Strategy.loop(
+            f"explore {EXPLORE} (search.explore: {EXPLORE})", "explore", SearchConfig(explore=EXPLORE)
+        ),
+        Strategy.loop(
+            f"explore {default.explore}, each round from main [previous stop]", "explore-main", default
+        ),
     ]
-    search = SearchConfig(candidates=K, screen_tasks=SCREEN_EXTRA)
-    out.append(Strategy.loop(f"{K} screened on train, then default", "screen", search))
-    chain = SearchConfig(explore=EXPLORE)
-    out.append(Strategy.loop(f"explore {EXPLORE} a round (search.explore: {EXPLORE})", "explore", chain))
-    out.append(
-        Strategy.loop(f"explore {EXPLORE}, head kept across rounds [not shipped]", "explore-carry", chain)
-    )
-    return out
 
 
 @dataclass
@@ -217,7 +229,7 @@ def _mean_score(out: Outcomes) -> float:
     return statistics.fmean(statistics.fmean(o.score for o in runs) for runs in out.values())
 
 
-def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None) -> Result:
+def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None, turn: int = 0) -> Result:
     """The loop: one candidate a round (or the screened one of K) through smoke, validation, gate."""
     assert st.policy is not None
     pol, res = st.policy, Result()
@@ -234,7 +246,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
             inc_train = crashy(s, tasks, rng)
             props = [proposal(w, s, seed, r, j) for j in range(sc.candidates)]
             runs = {f"c{j}": crashy(c, tasks, rng) for j, (_, c) in enumerate(props)}
-            spent += sc.candidates * len(tasks) + sc.screen_tasks
+            spent += sc.candidates * (len(tasks) + turn) + sc.screen_tasks
             chosen = [x for x in screen(runs, inc_train, keep=sc.winners, floor=sc.screen_floor) if x.chosen]
             asked += sc.candidates
             if not chosen:
@@ -244,6 +256,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
         else:
             kind, cand = proposal(w, s, seed, r)
             asked += 1
+            spent += turn
         dec, cand_out = sim.decide(pol, gate, s, cand, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
         r += 1
@@ -276,18 +289,20 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None)
     return res
 
 
-def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | None) -> Result:
+def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | None, turn: int = 0) -> Result:
     """Proposals chained on a head that each replaces only when better on a train batch; the head
-    gated every ``search.explore`` proposals. Kind "explore" is the loop's (``search.explore``: the
-    head starts from main each round, and the base's runs on each fresh batch after a round's first
-    are paid); kind "explore-carry" keeps a rejected head for the next round (not shipped)."""
+    gated every ``search.explore`` proposals when it moved since the gate last judged it (the base's
+    runs on each fresh batch after a round's first are paid). Kind "explore" is the loop's: a head
+    the gate rejects is where the next round goes on; kind "explore-main" starts every round from
+    main (the previous stop's). ``rounds``: gate tests (each ``search.explore`` proposals)."""
     assert st.policy is not None and st.gate is not None
-    pol, res, steps, carry = st.policy, Result(), st.search.explore, st.kind == "explore-carry"
+    pol, res, steps, carry = st.policy, Result(), st.search.explore, st.kind == "explore"
+    assert steps, "an explore strategy names its steps"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
     s = head = tested = w.s0
     inc_out, spent = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs, pol.detail, crashy, True)
     r = 0
-    while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
+    while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
         if r % steps == 0 and not carry:
             head = s  # a round's chain starts from main
         kind, cand = proposal(w, head, seed, r)
@@ -296,7 +311,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             spent += BATCH  # the base's runs on a fresh batch after the round's first (search.explore)
         r += 1
         runs = {"s": crashy(cand, tasks, rng)}
-        spent += BATCH
+        spent += BATCH + turn
         if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=STEP_FLOOR)):
             head = cand
         if r % steps or head is tested:
@@ -320,7 +335,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     return res
 
 
-def run_minibatch(w: World, seed: int, budget: int) -> Result:
+def run_minibatch(w: World, seed: int, budget: int, turn: int = 0) -> Result:
     """GEPA-style: accept on a minibatch of 3 train tasks, score the accepted on val, return the best."""
     res, rng = Result(), np.random.default_rng([seed, 21, 5])
     gate = MinibatchImproved(MINIBATCH, seed)
@@ -332,7 +347,7 @@ def run_minibatch(w: World, seed: int, budget: int) -> Result:
         r += 1
         ids = rng.choice(w.train, MINIBATCH, replace=False)
         d = gate.decide(crashy(cand, ids, rng), crashy(s, ids, rng))
-        spent += 2 * MINIBATCH
+        spent += 2 * MINIBATCH + turn
         res.asked_gain += kind == "+0.10"
         if not d.accept:
             continue
@@ -349,7 +364,7 @@ def run_minibatch(w: World, seed: int, budget: int) -> Result:
     return res
 
 
-def run_best_of_n(w: World, seed: int, budget: int) -> Result:
+def run_best_of_n(w: World, seed: int, budget: int, turn: int = 0) -> Result:
     """N proposals from the start, each scored once on val; the best on val (the start included)."""
     res, rng = Result(), np.random.default_rng([seed, 21, 6])
     best_score, best = _mean_score(crashy(w.s0, w.val, rng)), w.s0
@@ -357,7 +372,7 @@ def run_best_of_n(w: World, seed: int, budget: int) -> Result:
     while budget - spent >= M:
         _, cand = proposal(w, w.s0, seed, n)
         n += 1
-        spent += M
+        spent += M + turn
         score = _mean_score(crashy(cand, w.val, rng))
         if score > best_score:
             best_score, best = score, cand
@@ -370,14 +385,17 @@ def run_best_of_n(w: World, seed: int, budget: int) -> Result:
     return res
 
 
-def run_one(st: Strategy, w: World, seed: int, budget: int, rounds: int | None = None) -> Result:
+def run_one(
+    st: Strategy, w: World, seed: int, budget: int, rounds: int | None = None, turn: int = 0
+) -> Result:
+    """One run of ``st``; ``turn``: what an optimizer turn (a proposal) costs, in rollouts."""
     if st.kind == "minibatch":
-        return run_minibatch(w, seed, budget)
+        return run_minibatch(w, seed, budget, turn)
     if st.kind == "best-of-n":
-        return run_best_of_n(w, seed, budget)
-    if st.kind in ("explore", "explore-carry"):
-        return run_explore(st, w, seed, budget, rounds)
-    return run_gate(st, w, seed, budget, rounds)
+        return run_best_of_n(w, seed, budget, turn)
+    if st.kind in ("explore", "explore-main"):
+        return run_explore(st, w, seed, budget, rounds, turn)
+    return run_gate(st, w, seed, budget, rounds, turn)
 
 
 def per_round(st: Strategy, seed: int) -> dict[str, int]:
@@ -451,7 +469,8 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
         for st, res in zip(sts, results, strict=True):
             if what == "runs" and st.kind not in LOOP_KINDS:
                 continue
-            res.merge(run_one(st, w, seed, budget, ROUNDS if what == "runs" else None))  # type: ignore[attr-defined]
+            turn = TURN_PRICE if what == "priced" else 0
+            res.merge(run_one(st, w, seed, budget, ROUNDS if what == "runs" else None, turn))  # type: ignore[attr-defined]
     return what, budget, results
 
 
@@ -473,13 +492,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [("round", 0, list(range(w, trials, chunks))) for w in range(chunks)]
     jobs += [("noise", 0, list(range(w, 100, chunks))) for w in range(chunks)]
     jobs += [("runs", 0, list(range(w, runs, chunks))) for w in range(chunks)]
-    jobs += [("yield", b, list(range(w, runs, chunks))) for b in BUDGETS for w in range(chunks)]
+    jobs += [(y, b, list(range(w, runs, chunks))) for y in YIELDS for b in BUDGETS for w in range(chunks)]
     with mp.Pool(a.workers) as pool:
         parts = pool.map(work, jobs)
     rows = round_strategies()
     rounds = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in rows]
     noise: list[tuple[float, float]] = []
-    res = {key: [Result() for _ in sts] for key in ("runs", *BUDGETS)}
+    res = {key: [Result() for _ in sts] for key in [("runs", 0), *((y, b) for y in YIELDS for b in BUDGETS)]}
     for what, budget, got in parts:
         if what == "round":
             for t, g in zip(rounds, got, strict=True):
@@ -488,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         elif what == "noise":
             noise += got  # type: ignore[arg-type]
         else:
-            for r, g in zip(res["runs" if what == "runs" else budget], got, strict=True):
+            for r, g in zip(res[(what, budget)], got, strict=True):
                 r.merge(g)  # type: ignore[arg-type]
     flip, sd = (statistics.fmean(x) for x in zip(*noise, strict=True))
     print(
@@ -509,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nper run: {runs} runs x {ROUNDS} rounds, mixed proposals")
     print("| strategy | commits/run | share of commits with true effect <= 0 | P(final below start) "
           "| power +0.10 in runs | mean true gain |\n|---|---|---|---|---|---|")  # fmt: skip
-    for st, r in zip(sts, res["runs"], strict=True):
+    for st, r in zip(sts, res[("runs", 0)], strict=True):
         if st.kind not in LOOP_KINDS:
             continue
         power = f"{r.took_gain / r.asked_gain:.3f}" if r.asked_gain else "- (gates heads)"
@@ -518,12 +537,15 @@ def main(argv: list[str] | None = None) -> int:
             f"| {statistics.fmean(g < 0 for g in r.gain):.3f} | {power} "
             f"| {statistics.fmean(r.gain):+.4f} |"
         )
-    for b in BUDGETS:
-        print(f"\nyield at {b} rollouts ({runs} runs a strategy, true gain on the held-out population)")
+    for y, b in ((y, b) for y in YIELDS for b in BUDGETS):
+        cost = (
+            f"{b} rollouts" if y == "yield" else f"a cost of {b} rollouts, an optimizer turn at {TURN_PRICE}"
+        )
+        print(f"\nyield at {cost} ({runs} runs a strategy, true gain on the held-out population)")
         print("| strategy | E[true gain] | 10th pct | P(final below start) | share of commits <= 0 "
               "| rollouts per true point | proposals | x today |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
-        today = statistics.fmean(res[b][0].gain)
-        for st, r in zip(sts, res[b], strict=True):
+        today = statistics.fmean(res[(y, b)][0].gain)
+        for st, r in zip(sts, res[(y, b)], strict=True):
             g = statistics.fmean(r.gain)
             per_point = f"{statistics.fmean(r.spent) / (100 * g):.0f}" if g > 0 else "-"
             ratio = f"{g / today:.2f}" if today > 0 else "-"

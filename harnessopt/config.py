@@ -19,6 +19,9 @@ MODE_WHITELIST = {"skill": ("skill/**",), "harness": ("harness/**",), "joint": (
 ALWAYS_READ_ONLY = ("tasks/**", "scorer.py", "perturb.py", "harnessopt.yaml", ".git/**")
 DEFAULT_CANDIDATES = 1
 """search.candidates when the config does not say: the yield benchmark (benchmarks/) chooses it."""
+DEFAULT_EXPLORE = 10
+"""Steps a round chains when ``search.explore`` is null (the default) and chaining can run (one
+candidate a round, the task objective): the yield benchmark's choice (docs/gate.md, "Yield")."""
 
 
 class _Strict(BaseModel):
@@ -199,9 +202,11 @@ class SearchConfig(_Strict):
     (none: the best screened candidate always is)."""
     archive: int = Field(4, ge=0)
     """Candidates of earlier rounds that won on some train tasks offered to a later brief to merge (0: none)."""
-    explore: int = Field(0, ge=0, le=50)
+    explore: int | None = Field(None, ge=0, le=50)
     """Proposals chained in a round, each built on the last one that beat its base on a train batch;
-    only the chain's end is validated (0: off; docs/optimizer.md, "Explore")."""
+    only the chain's end is validated (0: off, one proposal a round; docs/optimizer.md, "Explore").
+    Null (the default): ``DEFAULT_EXPLORE``, or 0 when search.candidates > 1 or the objective is
+    not task (``Config.explore_steps``)."""
 
     @model_validator(mode="after")
     def _explore_is_a_chain(self) -> SearchConfig:
@@ -210,7 +215,7 @@ class SearchConfig(_Strict):
         if self.explore and self.candidates > 1:
             raise ValueError(
                 "search.explore chains one proposal at a time and search.candidates > 1 proposes several "
-                "side by side; use one of them"
+                "side by side; use one of them (search.explore: 0 for several candidates a round)"
             )
         return self
 
@@ -325,6 +330,14 @@ class Config(_Strict):
     """Trigger runs (objective trigger or both; docs/workspace.md "Objectives")."""
     prices: dict[str, PricePair] = Field(default_factory=dict)
     """USD per million tokens [input, output] by model-name glob, before the built-in table."""
+
+    @property
+    def explore_steps(self) -> int:
+        """Steps a round chains (0: one proposal a round): ``search.explore``, or when it is null
+        ``DEFAULT_EXPLORE`` where a chain can run (one candidate a round, the task objective)."""
+        if self.search.explore is not None:
+            return self.search.explore
+        return DEFAULT_EXPLORE if self.search.candidates == 1 and self.objective == "task" else 0
 
     @model_validator(mode="after")
     def _trigger_in_skill_mode(self) -> Config:

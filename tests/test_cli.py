@@ -49,6 +49,7 @@ def _init(tmp_path: Path, env: dict[str, str]) -> Path:
     cfg = yaml.safe_load((ws / "harnessopt.yaml").read_text())
     cfg["flags"] = {"stream": "1"}
     cfg["rollout"]["concurrency"] = 2
+    cfg["search"]["explore"] = 0  # one proposal a round, as the upstream's script plays them
     (ws / "harnessopt.yaml").write_text(yaml.safe_dump(cfg))
     git(ws, "commit", "-qam", "stream the target")
     return ws

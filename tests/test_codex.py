@@ -170,6 +170,7 @@ def test_a_round_with_codex_as_target_and_optimizer(image, docker_client, tmp_pa
             "run", ws, "--rounds", "1", "--batch-size", "2", "--sandbox", "docker",
             "--optimizer", "codex", "-c", "gate.smoke=1",
             "-c", "gate.second_look=1",  # the default gate with a bank of 2 runs a task, not 11
+            "-c", "search.explore=0",  # one proposal a round: the fake plays one Codex conversation
             env=env, timeout=900,
         )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

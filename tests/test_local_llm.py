@@ -123,6 +123,7 @@ def test_a_real_round_with_the_local_model_as_target(llm: LocalLLM, tmp_path: Pa
     }
     cfg["rollout"] |= {"sandbox": "local", "batch_size": 2, "concurrency": 1, "timeout_s": 300}
     cfg["gate"] |= {"smoke": 2, "epochs": 1}
+    cfg["search"] |= {"explore": 0}  # one proposal a round: the script plays one optimizer conversation
     (ws / "harnessopt.yaml").write_text(yaml.safe_dump(cfg))
     git(ws, "add", "-A")
     git(ws, "commit", "-qm", "local model as target")

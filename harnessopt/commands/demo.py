@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harnessopt.config import Config, GateConfig, ModelConfig, OptimizerConfig, RolloutConfig
+from harnessopt.config import Config, GateConfig, ModelConfig, OptimizerConfig, RolloutConfig, SearchConfig
 from harnessopt.errors import HarnessoptError
 from harnessopt.reporting.log import print_log
 from harnessopt.reporting.progress import progress_for
@@ -49,6 +49,8 @@ def demo_config(sandbox: str) -> Config:
             first_look_share=0.2,
             confirm_moves_main=True,
         ),
+        # one proposal a round, as the demo's script and its measured transcript have it
+        search=SearchConfig(explore=0),
     )
 
 

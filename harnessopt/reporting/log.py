@@ -201,6 +201,12 @@ def status_lines(ws: Workspace) -> list[str]:
     ]
     if used := last_run_parts(ws):
         lines.append("last run used: " + ", ".join(f"{k} {v}" for k, v in used.items()))
+    if vcs.ref_exists(ws.repo, ledger.EXPLORE_HEAD_REF):
+        kept = ws.repo.commit(ledger.EXPLORE_HEAD_REF)
+        lines.append(
+            f"explore head: {kept.hexsha[:10]} ({visible(str(kept.summary)[:100])}): the next round goes on "
+            f"from it (git update-ref -d {ledger.EXPLORE_HEAD_REF} to start again from main)"
+        )
     lines += evidence_lines(ws)
     cost = sum(r.manifest.cost_usd or 0.0 for r in rounds) + proposals.spend(ws.repo)["cost_usd"]
     guessed = sum(u.estimated_calls for r in rounds for u in r.manifest.tokens.values())

@@ -79,6 +79,7 @@ class Projection:
     rates: dict[str, float] = field(default_factory=dict)
     budget: dict[str, float] = field(default_factory=dict)  # the run's limits that are set
     round0: RoundCost | None = None  # harness/joint mode before an approved proposal: the diagnosis
+    explore: int = 0  # proposals chained a round (search.explore), each an optimizer conversation
 
     def total(self) -> RoundCost:
         out = RoundCost()
@@ -110,6 +111,12 @@ class Projection:
             f"{t.optimizer_calls:,.0f} optimizer), ~{_tokens(t.tokens)} tokens, ~${t.cost_usd:,.2f}, "
             f"~{_duration(t.wall_s)} (from {self.basis}){self.budget_note()}"
             + ("; round 0 (the diagnosis) first, the rounds only once it is approved" if self.round0 else "")
+            + (
+                f"; each round chains {self.explore} proposals, an optimizer conversation each "
+                "(search.explore; 0 for one a round)"
+                if self.explore
+                else ""
+            )
         )
 
     def budget_note(self) -> str:
@@ -176,7 +183,8 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
         "max_cost": cfg.budget.max_cost,
     }
     r0 = _round0(cfg, rates, n_train) if _round0_pending(ws, cfg) else None
-    return Projection(per_round, basis, rates, {k: float(v) for k, v in limits.items() if v is not None}, r0)
+    budget = {k: float(v) for k, v in limits.items() if v is not None}
+    return Projection(per_round, basis, rates, budget, r0, cfg.explore_steps)
 
 
 def _round0_pending(ws: Workspace, cfg: Config) -> bool:
@@ -202,16 +210,16 @@ def _round(
     runs += rates["reach_smoke"] * smoke + rates.get("probe_runs", 1.0 if smoke else 0.0)
     runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
     runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
-    return _priced(cfg, rates, runs, proposals=cfg.search.explore or cfg.search.candidates)
+    return _priced(cfg, rates, runs, proposals=cfg.explore_steps or cfg.search.candidates)
 
 
 def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: int) -> float:
     """Train runs that screen a round's candidates: each screened one on the batch and the extra
     screening tasks, and the incumbent on those extra tasks (none with one candidate and no floor);
     with ``search.explore``, each step on its batch and its base on every batch after the first."""
-    s = cfg.search
-    if s.explore:  # each step on its batch, and its base on each fresh batch after the first
-        return s.explore * batch * rates.get("screened_share", 1.0) + (s.explore - 1) * batch
+    s, steps = cfg.search, cfg.explore_steps
+    if steps:  # each step on its batch, and its base on each fresh batch after the first
+        return steps * batch * rates.get("screened_share", 1.0) + (steps - 1) * batch
     if s.candidates == 1 and s.screen_floor is None:
         return 0.0
     extra = min(s.screen_tasks, n_train - batch)

@@ -52,7 +52,7 @@ def record(
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
     ws.journal.write(rc.k, "recorded", status=status, commit=sha)
-    if svc.cfg.search.explore:  # after the record: a crash before it leaves the head the round began with
+    if svc.cfg.explore_steps:  # after the record: a crash before it leaves the head the round began with
         keep_head(ws.repo, rc.k, t.search, status, t.judged, say)
     svc.store.clear(rc.k)  # git holds the round now
     if svc.store.reused:

@@ -75,7 +75,7 @@ def _steps(
     ws: Workspace, svc: Services, rc: RoundContext, t: Trail, view: Path, say: Announce
 ) -> RoundResult:
     sealed = tamper.seal_run(ws.root, svc)  # scorer, tasks, locked settings: checked before record
-    head = carried_head(ws, rc, say) if svc.cfg.search.explore else None  # a chain to go on with
+    head = carried_head(ws, rc, say) if svc.cfg.explore_steps else None  # a chain to go on with
     t.train = rollout_train(ws, svc, rc, say, head)  # 1
     if head is not None and incumbent_broken(t.train):
         drop_head(ws, rc.k, "it failed every task of the round's train batch", say)
@@ -86,7 +86,7 @@ def _steps(
     svc.runner.prefetch(
         rc.incumbent, probe_jobs(svc, rc), rc.k, phase="probe"
     )  # made while the optimizer works
-    if steps := svc.cfg.search.explore:  # 3, 4 chained: each step on the last that beat its base
+    if steps := svc.cfg.explore_steps:  # 3, 4 chained: each step on the last that beat its base
         size, split = svc.cfg.rollout.batch_size, ws.tasks("train")
         batch_of = lambda j: train_batch(split, (rc.k - 1) * steps + j, size)  # noqa: E731
         t.search = explore(ws, svc, rc, t.train, view, say, batch_of, head)

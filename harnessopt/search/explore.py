@@ -117,7 +117,7 @@ def explore(
     ``train``: the start's runs on the round's batch (step 1's trajectories and its bar); the
     start is ``head`` when one is kept, else the incumbent. ``batch_of(j)``: the fresh train batch
     of step j > 1."""
-    steps = svc.cfg.search.explore
+    steps = svc.cfg.explore_steps
     by_id = {t.id: t for t in ws.tasks("train")}
     batch = list({r.task_id: by_id[r.task_id] for r in train if r.task_id in by_id}.values())
     base, base_runs, chain = head.candidate if head else rc.incumbent, train, list[Proposed]()

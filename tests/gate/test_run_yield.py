@@ -12,22 +12,33 @@ from benchmarks import run_yield as y
 def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.CaptureFixture[str]) -> None:
     assert y.main(["--runs", "2", "--trials", "2", "--workers", "1"]) == 0
     out = capsys.readouterr().out
-    for i, st in enumerate(y.strategies()):
-        per_round = i < 2  # today and the default
-        assert out.count(f"| {st.label} |") == (3 if st.kind in y.LOOP_KINDS else 2) + per_round
+    per_round = {st.label for st in y.round_strategies()}
+    for st in y.strategies():
+        runs = st.kind in y.LOOP_KINDS
+        assert out.count(f"| {st.label} |") == runs + len(y.YIELDS) * len(y.BUDGETS) + (st.label in per_round)
     for b in y.BUDGETS:
         assert f"yield at {b} rollouts" in out
-    for st in y.round_strategies()[2:]:  # per round only
+        assert f"yield at a cost of {b} rollouts, an optimizer turn at {y.TURN_PRICE}" in out
+    for st in y.round_strategies()[1:]:  # the gate's rows: per round only
         assert out.count(f"| {st.label} |") == 1
+    assert "| default (Config() now: search.explore 10) |" in out  # the shipped default is a row
 
 
 def test_a_run_spends_no_more_than_its_budget_and_counts_true_effects() -> None:
     w = y.world(3)
     for st in y.strategies():
-        r = y.run_one(st, w, 3, 600)
-        assert r.spent[0] <= 600 + 2 * y.M * 5 + y.M * 6  # the last round may finish past the budget
-        assert 0 <= r.bad_commits <= r.commits
-        assert len(r.gain) == 1 and np.isfinite(r.gain[0])
+        for turn in (0, y.TURN_PRICE):
+            r = y.run_one(st, w, 3, 600, turn=turn)
+            assert r.spent[0] <= 600 + 2 * y.M * 5 + y.M * 6 + 10 * turn  # the last round may finish past it
+            assert 0 <= r.bad_commits <= r.commits
+            assert len(r.gain) == 1 and np.isfinite(r.gain[0])
+
+
+def test_a_priced_optimizer_turn_buys_fewer_proposals_for_the_same_budget() -> None:
+    w = y.world(5)
+    for st in y.strategies():
+        free, priced = (y.run_one(st, w, 5, 2000, turn=t) for t in (0, y.TURN_PRICE))
+        assert priced.proposals[0] < free.proposals[0], st.label
 
 
 def test_correlated_crashes_take_whole_tasks_down_in_some_batches() -> None:
@@ -40,20 +51,22 @@ def test_correlated_crashes_take_whole_tasks_down_in_some_batches() -> None:
     assert max(crashed) > 3 * 2 * y.M * y.CRASH  # some batches far above the random rate
 
 
-def test_explore_moves_main_only_through_the_gate_every_explore_proposals() -> None:
-    for kind in ("explore", "explore-carry"):
+def test_explore_moves_main_only_through_the_gate_once_a_round() -> None:
+    for kind in ("explore", "explore-main"):
         st = next(s for s in y.strategies() if s.kind == kind)
-        for seed in range(6):
-            early = y.run_explore(st, y.world(seed), seed, 10**6, y.EXPLORE - 1)
-            assert early.commits == 0 and early.gain == [0.0]  # the head moved on train; main did not
-        runs = [y.run_explore(st, y.world(seed), seed, 10**6, 4 * y.EXPLORE) for seed in range(6)]
-        assert any(r.commits for r in runs)  # four gate tests a run: some head gets through
-        assert all(r.commits <= 4 and r.proposals == [4 * y.EXPLORE] for r in runs)
+        steps = st.search.explore
+        runs = [y.run_explore(st, y.world(seed), seed, 10**6, 4) for seed in range(6)]
+        assert any(r.commits for r in runs)  # four gate tests a run: some chain end gets through
+        assert all(r.commits <= 4 and r.proposals == [4 * steps] for r in runs)
 
 
-def test_the_loops_explore_pays_for_each_later_base_batch() -> None:
-    """Same proposals and draws: the loop's explore pays (EXPLORE - 1) base batches a round more."""
-    loop, carry = (next(s for s in y.strategies() if s.kind == k) for k in ("explore", "explore-carry"))
-    w = y.world(0)
-    a, b = y.run_explore(loop, w, 0, 10**6, y.EXPLORE - 1), y.run_explore(carry, w, 0, 10**6, y.EXPLORE - 1)
-    assert a.spent[0] - b.spent[0] == (y.EXPLORE - 2) * y.BATCH  # steps 2..E-1 of the first round
+def test_the_kept_head_acts_only_across_rounds() -> None:
+    """Same proposals and draws: one round of the loop's explore and of the previous stop's (every
+    round from main) is the same round; only later rounds differ."""
+    kept, fresh = (next(s for s in y.strategies() if s.kind == k) for k in ("explore", "explore-main"))
+    for seed in range(4):
+        w = y.world(seed)
+        a, b = y.run_explore(kept, w, seed, 10**6, 1), y.run_explore(fresh, w, seed, 10**6, 1)
+        assert (a.spent, a.gain, a.commits) == (b.spent, b.gain, b.commits)
+    longer = [y.run_explore(k, y.world(s), s, 10**6, 6) for k in (kept, fresh) for s in range(4)]
+    assert [r.gain for r in longer[:4]] != [r.gain for r in longer[4:]]

@@ -45,6 +45,7 @@ def run_env(tmp_path: Path):
         cfg = yaml.safe_load((ws / "harnessopt.yaml").read_text())
         cfg["model"]["target"] = "claude-haiku-4-5"  # a model with a list price: dollars are counted
         cfg["optimizer"]["model"] = "claude-sonnet-4-5"
+        cfg["search"]["explore"] = 0  # one proposal a round, validated: the figures below are a round's
         (ws / "harnessopt.yaml").write_text(yaml.safe_dump(cfg))
         git(ws, "commit", "-qam", "priced models")
         yield ws, env, fake

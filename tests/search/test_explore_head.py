@@ -61,6 +61,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list, str]
     said: list[str] = []
     [first] = driver.run(Workspace.open(root), 1, said.append)
     head_after_first = git(root, "rev-parse", EXPLORE_HEAD_REF)
+    said.append(cli("status", root).stdout)
     _commit_config(root, min_effect=0.0)
     [second] = driver.run(Workspace.open(root), 1, said.append)
     return root, [first, second, said], head_after_first
@@ -73,6 +74,12 @@ def test_a_chain_end_the_gate_rejects_is_kept_as_the_head(two_runs: tuple[Path, 
     assert m.search is not None and m.search.validated == ["s1"] and m.search.head == ""
     assert head == git(root, "rev-parse", "refs/harnessopt/candidates/round-1/s1")
     assert "round 1: kept s1, the chain's end, as the explore head: the next round goes on from it" in said
+    status = next(
+        line for text in said if "workspace:" in text for line in text.splitlines() if "explore head" in line
+    )
+    assert status.startswith(f"explore head: {head[:10]} (harnessopt round 1 candidate s1: ") and (
+        "the next round goes on from it (git update-ref -d refs/harnessopt/explore/head" in status
+    )
 
 
 def test_the_next_round_goes_on_from_the_head_and_its_accept_takes_the_whole_chain(

@@ -45,6 +45,8 @@ def explored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, float
     ws = Workspace.open(make_ws(tmp, model=_script(tmp), search={"explore": 3}))
     plain = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"explore": 0})})
     added = project(ws, 1).rounds[0].target_runs - project(ws, 1, plain).rounds[0].target_runs
+    assert "; each round chains 3 proposals, an optimizer conversation each" in project(ws, 1).line()
+    assert "chains" not in project(ws, 1, plain).line()
     [result] = driver.run(ws, 1, lambda _m: None)
     return ws.root, result, added
 
