@@ -93,7 +93,7 @@ def one(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--candidates", type=int, nargs="+", default=[1, 3])
+    ap.add_argument("--candidates", type=int, nargs="*", default=[1, 3])
     ap.add_argument("--explore", type=int, nargs="*", default=[], help="explore rows: steps a round")
     ap.add_argument("--sandbox", default="local")
     ap.add_argument("--latency", type=float, default=1.0)
