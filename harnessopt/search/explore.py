@@ -73,13 +73,36 @@ def carried_head(ws: Workspace, rc: RoundContext, say: Announce) -> Head | None:
         return None
     got = _SUBJECT.match(commit.summary if isinstance(commit.summary, str) else "")
     name, title = (f"round-{got[1]}/{got[2]}", got[3]) if got else (commit.hexsha[:10], "")
+    changed = repo.git.diff("--name-only", "-z", rc.parent, commit.hexsha, "--", *EDITABLE_PATHS).split("\0")
+    changed = [path for path in changed if path]
     root = rc.scratch / "head"
     shutil.rmtree(root, ignore_errors=True)
-    vcs.export(repo, commit.hexsha, EDITABLE_PATHS, root)
-    changed = repo.git.diff("--name-only", rc.parent, commit.hexsha, "--", *EDITABLE_PATHS).split()
+    for part in EDITABLE_PATHS:  # the incumbent's copy (what main runs, ignored files and links too)
+        if (rc.incumbent.root / part).exists():
+            shutil.copytree(rc.incumbent.root / part, root / part, symlinks=True)
+    _overlay(commit, changed, root)
     ws.journal.write(rc.k, "explore-head", head=name, commit=commit.hexsha)
     say(f"round {rc.k}: exploring on from the kept head {name} ({commit.hexsha[:10]}), not from main")
     return Head(Candidate(root, "head", commit.hexsha), name, title, changed)
+
+
+def _overlay(commit: git.Commit, paths: list[str], root: Path) -> None:
+    """Write ``paths`` as ``commit`` has them into ``root`` (a path it lacks is removed), never
+    through a link: each one's directory must resolve inside ``root``."""
+    inside = root.resolve()
+    for path in paths:
+        target = root.joinpath(*path.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.resolve().is_relative_to(inside):
+            raise RuntimeError(f"the kept head's {path} lies under a link out of the workspace copy")
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        try:
+            blob = commit.tree / path
+        except KeyError:
+            continue  # the head deleted it
+        target.write_bytes(blob.data_stream.read())
+        target.chmod(0o755 if blob.mode & 0o111 else 0o644)
 
 
 def drop_head(ws: Workspace, k: int, why: str, say: Announce) -> None:

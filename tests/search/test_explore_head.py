@@ -20,7 +20,7 @@ from harnessopt.rollout.runner import Candidate
 from harnessopt.round import driver
 from harnessopt.round.context import RoundContext
 from harnessopt.search.clusters import Focus
-from harnessopt.search.explore import carried_head, keep_head
+from harnessopt.search.explore import _overlay, carried_head, keep_head
 from harnessopt.search.state import Proposed, Search
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import cli, git
@@ -136,11 +136,17 @@ def _rc(ws: Workspace, tmp_path: Path, k: int = 4) -> RoundContext:
 def test_a_head_on_mains_skill_is_exported_with_its_edits(tmp_path: Path) -> None:
     ws, sha = _ws_with_head(tmp_path)
     _commit_config(ws.root, min_effect=0.1)  # main moves, its skill and harness do not
+    (ws.root / "harness" / "warm.pyc").write_bytes(b"\x00ignored by git")  # what main runs, not in git
     said: list[str] = []
     head = carried_head(ws, _rc(ws, tmp_path), said.append)
     assert head is not None and head.name == "round-3/s2" and head.title == "Edit of s2"
     assert head.candidate.commit == sha and head.changed == ["skill/SKILL.md"]
     assert FORM in (head.candidate.root / "skill" / "SKILL.md").read_text()
+    # the head is main's copy with the head's changes: a file git ignores comes along
+    assert (head.candidate.root / "harness" / "warm.pyc").read_bytes() == b"\x00ignored by git"
+    assert (head.candidate.root / "harness" / "run.py").read_text() == (
+        ws.root / "harness" / "run.py"
+    ).read_text()
     assert OLD in (ws.root / "skill" / "SKILL.md").read_text()  # main's files are untouched
     assert said == [f"round 4: exploring on from the kept head round-3/s2 ({sha[:10]}), not from main"]
 
@@ -190,3 +196,14 @@ def test_which_round_endings_move_the_head(
     assert (git(ws.root, "rev-parse", EXPLORE_HEAD_REF) if want else None) == want
     assert vcs.ref_exists(ws.repo, EXPLORE_HEAD_REF) == (want is not None)
     assert ledger.EXPLORE_HEAD_REF == "refs/harnessopt/explore/head"  # the contract docs/workspace.md names
+
+
+def test_a_head_is_never_written_through_a_link_out_of_the_copy(tmp_path: Path) -> None:
+    ws, sha = _ws_with_head(tmp_path)
+    outside, root = tmp_path / "outside", tmp_path / "copy"
+    outside.mkdir()
+    (root / "harness").mkdir(parents=True)
+    (root / "harness" / "out").symlink_to(outside)
+    with pytest.raises(RuntimeError, match="under a link out of the workspace copy"):
+        _overlay(ws.repo.commit(sha), ["harness/out/SKILL.md"], root)
+    assert list(outside.iterdir()) == []
