@@ -200,4 +200,9 @@ def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
     ]
     assert tools_used == ["Read", "Edit"] and transcript[-1]["type"] == "result"
     assert round1.manifest.tokens["optimizer"].calls == len(optimizer_requests) >= 3  # through the gateway
+    # the default chains 10 steps (search.explore), each a Claude Code conversation of its own; the
+    # script's edit changes nothing the fake target's answers show, so each is dropped on train
+    search = round1.manifest.search
+    assert search is not None and {c.name for c in search.candidates} == {f"s{j}" for j in range(1, 11)}
+    assert all(c.changed == ["skill/SKILL.md"] and "did not beat" in c.reason for c in search.candidates)
     _check_forwarded(optimizer_requests)
