@@ -170,12 +170,16 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     cached, floor = _measured_state(ws, cfg)
     rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
     per_round = []
+    # The incumbent's val runs are measured when a candidate reaches smoke: every such round with
+    # gate.rerun_incumbent, else once, by the first that does (none may: explore rounds screened out)
+    reach = rates["reach_smoke"]
     for i in range(rounds):
         incumbent = cfg.gate.rerun_incumbent or (i == 0 and not cached)
         g, aa = cfg.gate, i == 0 and not floor  # the A/A test runs it again unless the bank has it
         banked = g.banked_epochs
         measured = banked + (g.epochs if aa and banked < 2 * g.epochs else 0) if incumbent else 0
-        per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured))
+        odds = reach if g.rerun_incumbent else 1 - (1 - reach) ** rounds
+        per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured * odds))
     basis = f"{len(history)} measured round(s)" if history else PRIOR_BASIS
     limits = {
         "max_calls": cfg.budget.max_calls,
@@ -201,9 +205,9 @@ def _round0(cfg: Config, rates: dict[str, float], n_train: int) -> RoundCost:
 
 
 def _round(
-    cfg: Config, rates: dict[str, float], n_train: int, n_val: int, *, incumbent_epochs: int
+    cfg: Config, rates: dict[str, float], n_train: int, n_val: int, *, incumbent_epochs: float
 ) -> RoundCost:
-    """``incumbent_epochs``: runs of each val task of the incumbent this round (0 when cached)."""
+    """``incumbent_epochs``: runs of each val task of the incumbent expected this round (0 when cached)."""
     epochs, smoke = cfg.gate.epochs, min(cfg.gate.smoke, n_val)
     batch = min(cfg.rollout.batch_size, n_train)
     runs: float = batch + n_val * incumbent_epochs + _screening_runs(cfg, rates, n_train, batch)

@@ -100,3 +100,21 @@ def test_failed_rounds_teach_the_projection_nothing(tmp_path: Path) -> None:
     assert [r.status for r in ledger.past_rounds(ws.repo)] == ["failed"]
     after = project(Workspace.open(ws.root), 1)
     assert after.basis == before.basis and after.total().calls == pytest.approx(before.total().calls)
+
+
+def test_rounds_screened_out_on_train_are_not_charged_the_incumbents_val_runs(tmp_path: Path) -> None:
+    """An explore round whose every step is dropped on train never reaches smoke, so it never
+    measures the incumbent on val: projected from such a round, the next is what it ran."""
+    from harnessopt.round import driver
+    from tests.support.workspace import scripted_edits
+
+    old = "Be friendly and helpful. Explain your answer so the user learns something."
+    when = r"# Round (?P<r>\d+):[\s\S]*Your step: (?P<s>s\d+),"  # a sentence the answers ignore
+    model = scripted_edits(tmp_path, {"step": (when, old, old + " Be kind (round {r}, {s}).")})
+    ws = Workspace.open(make_ws(tmp_path, model=model, search={"explore": 2}))
+    assert project(ws, 1).rounds[0].target_runs > 2 * len(ws.tasks("val"))  # priors: the bank too
+    [first] = driver.run(ws, 1, lambda _m: None)
+    assert first.status == "rejected" and "screened out on train" in first.reason
+    made = sum(p.runs for p in first.manifest.phases.values())
+    assert set(first.manifest.phases) == {"rollout", "screening", "probe"}  # nothing on val but the probe
+    assert project(Workspace.open(ws.root), 2).rounds[0].target_runs == pytest.approx(made)
