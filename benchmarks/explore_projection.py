@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.projection_accuracy import print_against  # noqa: E402
 from harnessopt.commands.demo import DEMO_DATA  # noqa: E402
 from harnessopt.ledger import store as ledger  # noqa: E402
 from harnessopt.workspace.core import Workspace  # noqa: E402
@@ -64,23 +65,12 @@ def main() -> int:
         starts = [e for e in w.journal.entries() if e["phase"] == "run_start"]
         projected = starts[-1]["projected"]
         later = ledger.past_rounds(w.repo)[1:]
-        made = {
-            role: sum(r.manifest.tokens[role].calls for r in later if role in r.manifest.tokens)
-            for role in ("target", "optimizer")
-        }
-        total = sum(made.values())
         statuses = json.dumps([r.status for r in later])
         print(
             f"explore {a.explore}, {have + len(extra)} train tasks: rounds 2-{a.rounds + 1} ({statuses}), "
             f"projection from {projected['basis']}"
         )
-        print(f"{'':10} {'projected':>9} {'made':>6} {'error':>7}")
-        for role in ("target", "optimizer"):
-            want = projected[f"{role}_calls"]
-            print(f"{role:10} {want:>9} {made[role]:>6} {(want - made[role]) / max(made[role], 1):>+7.1%}")
-        print(
-            f"{'calls':10} {projected['calls']:>9} {total:>6} {(projected['calls'] - total) / total:>+7.1%}"
-        )
+        print_against(projected, later)
     return 0
 
 

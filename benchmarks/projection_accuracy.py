@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from harnessopt.ledger import store as ledger
 from harnessopt.workspace.core import Workspace
@@ -33,19 +34,8 @@ def main() -> int:
         (start,) = [e for e in ws.journal.entries() if e["phase"] == "run_start"]
         projected = start["projected"]
         rounds = ledger.past_rounds(ws.repo)
-        made = {
-            role: sum(r.manifest.tokens[role].calls for r in rounds if role in r.manifest.tokens)
-            for role in ("target", "optimizer")
-        }
-        total = sum(made.values())
         print(f"demo, {len(rounds)} rounds, projection from {projected['basis']}")
-        print(f"{'':10} {'projected':>9} {'made':>6} {'error':>7}")
-        for role in ("target", "optimizer"):
-            want = projected[f"{role}_calls"]
-            print(f"{role:10} {want:>9} {made[role]:>6} {(want - made[role]) / max(made[role], 1):>+7.1%}")
-        print(
-            f"{'calls':10} {projected['calls']:>9} {total:>6} {(projected['calls'] - total) / total:>+7.1%}"
-        )
+        print_against(projected, rounds)
         if a.screenshot:
             out = Path(tmp) / "report"
             subprocess.run(
@@ -54,6 +44,20 @@ def main() -> int:
             _screenshot(out / "report.html", a.screenshot.resolve(), Path(tmp) / "profile")
             print(f"screenshot: {a.screenshot}")
     return 0
+
+
+def print_against(projected: dict[str, Any], rounds: list[ledger.Round]) -> None:
+    """The projection (journal ``run_start``) beside the calls ``rounds`` made, per role and in all."""
+    made = {
+        role: sum(r.manifest.tokens[role].calls for r in rounds if role in r.manifest.tokens)
+        for role in ("target", "optimizer")
+    }
+    total = sum(made.values())
+    print(f"{'':10} {'projected':>9} {'made':>6} {'error':>7}")
+    for role in ("target", "optimizer"):
+        want = projected[f"{role}_calls"]
+        print(f"{role:10} {want:>9} {made[role]:>6} {(want - made[role]) / max(made[role], 1):>+7.1%}")
+    print(f"{'calls':10} {projected['calls']:>9} {total:>6} {(projected['calls'] - total) / total:>+7.1%}")
 
 
 def _screenshot(page: Path, target: Path, profile: Path) -> None:
