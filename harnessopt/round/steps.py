@@ -78,7 +78,7 @@ def _steps(
     head = carried_head(ws, rc, say) if svc.cfg.explore_steps else None  # a chain to go on with
     t.train = rollout_train(ws, svc, rc, say, head)  # 1
     if head is not None and incumbent_broken(t.train):
-        drop_head(ws, rc.k, "it failed every task of the round's train batch", say)
+        drop_head(ws, rc.k, "most of its runs on the round's train batch crashed", say)
         head, t.train = None, rollout_train(ws, svc, rc, say)
     if broken := incumbent_broken(t.train):  # nothing to learn from: spend nothing on the optimizer
         return record(ws, svc, rc, t, ("failed", broken), say)

@@ -207,3 +207,26 @@ def test_a_head_is_never_written_through_a_link_out_of_the_copy(tmp_path: Path) 
     with pytest.raises(RuntimeError, match="under a link out of the workspace copy"):
         _overlay(ws.repo.commit(sha), ["harness/out/SKILL.md"], root)
     assert list(outside.iterdir()) == []
+
+
+def test_a_head_whose_runs_crash_is_dropped_and_the_round_runs_from_main(tmp_path: Path) -> None:
+    ws = Workspace.open(make_ws(tmp_path, search={"explore": 2}))
+    broken = tmp_path / "broken"
+    vcs.export(ws.repo, "HEAD", ["harness"], broken)
+    (broken / "harness" / "run.py").write_text("raise SystemExit('the kept head cannot start')\n")
+    parent = vcs.head_sha(ws.repo)
+    sha = vcs.build_commit(
+        ws.repo, parent, broken, ["harness"], "harnessopt round 1 candidate s2: Edit of s2\n"
+    )
+    vcs.set_ref(ws.repo, EXPLORE_HEAD_REF, sha)
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    assert (
+        "round 1: dropped the kept explore head: most of its runs on the round's train batch crashed; "
+        "this round explores from main" in said
+    )
+    assert "round 1: rollout of the incumbent on 8 train tasks" in said  # again, from main
+    m = result.manifest
+    assert m.search is not None and m.search.head == "" and m.train_tasks == 8
+    assert m.phases["rollout"].failures["harness crash"] == 8  # the head's batch; main's ran fine
+    assert result.status == "accepted" and not vcs.ref_exists(ws.repo, EXPLORE_HEAD_REF)  # the demo's edit
