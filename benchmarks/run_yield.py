@@ -49,9 +49,11 @@ Strategies (the same worlds and proposal streams for all):
 
 Counted: every rollout of a candidate or an incumbent on train (screening, minibatch), val, the
 gate's reruns and confirmation. Optimizer turns (printed as "proposals") are free in the first
-yield tables; the last ones price each at ``TURN_PRICE`` rollouts, a stated assumption, not a
+yield tables; the next ones price each at ``TURN_PRICE`` rollouts, a stated assumption, not a
 measurement (an optimizer turn reads a batch of trajectories with a stronger model than the
-target's), so that strategies that propose more pay for it.
+target's), so that strategies that propose more pay for it; the last ones at
+``PRIORS_TURN_PRICE``, what the projection's priors make of a conversation against a target run
+(default models, the demo's skill), for budgets of as many rollouts as a user's dollars buy there.
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
     python benchmarks/run_yield.py --quick    # a fast look
@@ -91,7 +93,16 @@ TURN_PRICE = 20  # rollouts an optimizer turn is priced at in the last tables: a
 MINIBATCH = 3  # GEPA's default minibatch
 CRASH, BURST_P, BURST = 0.03, 0.2, 0.1  # random crashes; an outage in 20% of batches crashes 10% more
 BUDGETS = (2000, 5000)
-YIELDS = ("yield", "priced")  # optimizer turns free; priced at TURN_PRICE rollouts
+# An optimizer conversation as the projection's priors price it for the demo's skill and tasks with
+# the default models (`harnessopt run --dry-run` prints the rates: optimizer_calls 20 at
+# optimizer_usd_per_call 0.15, against target_usd_per_call 0.00489 a run): about 610 target runs.
+PRIORS_TURN_PRICE = 600
+PRIORS_BUDGETS = (20_000, 50_000)  # at the priors' target price, about $98 and $245
+YIELDS = {  # the yield tables: (what an optimizer turn costs in rollouts, the budgets)
+    "yield": (0, BUDGETS),
+    "priced": (TURN_PRICE, BUDGETS),
+    "priors": (PRIORS_TURN_PRICE, PRIORS_BUDGETS),
+}
 ROUNDS = 20  # the per-run targets: 20-round runs
 MIX = {
     "null": 0.35,
@@ -469,7 +480,7 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
         for st, res in zip(sts, results, strict=True):
             if what == "runs" and st.kind not in LOOP_KINDS:
                 continue
-            turn = TURN_PRICE if what == "priced" else 0
+            turn = YIELDS[what][0] if what in YIELDS else 0
             res.merge(run_one(st, w, seed, budget, ROUNDS if what == "runs" else None, turn))  # type: ignore[attr-defined]
     return what, budget, results
 
@@ -492,13 +503,14 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [("round", 0, list(range(w, trials, chunks))) for w in range(chunks)]
     jobs += [("noise", 0, list(range(w, 100, chunks))) for w in range(chunks)]
     jobs += [("runs", 0, list(range(w, runs, chunks))) for w in range(chunks)]
-    jobs += [(y, b, list(range(w, runs, chunks))) for y in YIELDS for b in BUDGETS for w in range(chunks)]
+    tables = [(y, b) for y, (_, budgets) in YIELDS.items() for b in budgets]
+    jobs += [(y, b, list(range(w, runs, chunks))) for y, b in tables for w in range(chunks)]
     with mp.Pool(a.workers) as pool:
         parts = pool.map(work, jobs)
     rows = round_strategies()
     rounds = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in rows]
     noise: list[tuple[float, float]] = []
-    res = {key: [Result() for _ in sts] for key in [("runs", 0), *((y, b) for y in YIELDS for b in BUDGETS)]}
+    res = {key: [Result() for _ in sts] for key in [("runs", 0), *tables]}
     for what, budget, got in parts:
         if what == "round":
             for t, g in zip(rounds, got, strict=True):
@@ -537,10 +549,9 @@ def main(argv: list[str] | None = None) -> int:
             f"| {statistics.fmean(g < 0 for g in r.gain):.3f} | {power} "
             f"| {statistics.fmean(r.gain):+.4f} |"
         )
-    for y, b in ((y, b) for y in YIELDS for b in BUDGETS):
-        cost = (
-            f"{b} rollouts" if y == "yield" else f"a cost of {b} rollouts, an optimizer turn at {TURN_PRICE}"
-        )
+    for y, b in tables:
+        turn = YIELDS[y][0]
+        cost = f"{b} rollouts" if not turn else f"a cost of {b} rollouts, an optimizer turn at {turn}"
         print(f"\nyield at {cost} ({runs} runs a strategy, true gain on the held-out population)")
         print("| strategy | E[true gain] | 10th pct | P(final below start) | share of commits <= 0 "
               "| rollouts per true point | proposals | x today |\n|---|---|---|---|---|---|---|---|")  # fmt: skip

@@ -15,10 +15,13 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     per_round = {st.label for st in y.round_strategies()}
     for st in y.strategies():
         runs = st.kind in y.LOOP_KINDS
-        assert out.count(f"| {st.label} |") == runs + len(y.YIELDS) * len(y.BUDGETS) + (st.label in per_round)
+        tables = sum(len(budgets) for _, budgets in y.YIELDS.values())
+        assert out.count(f"| {st.label} |") == runs + tables + (st.label in per_round)
     for b in y.BUDGETS:
         assert f"yield at {b} rollouts" in out
         assert f"yield at a cost of {b} rollouts, an optimizer turn at {y.TURN_PRICE}" in out
+    for b in y.PRIORS_BUDGETS:
+        assert f"yield at a cost of {b} rollouts, an optimizer turn at {y.PRIORS_TURN_PRICE}" in out
     for st in y.round_strategies()[1:]:  # the gate's rows: per round only
         assert out.count(f"| {st.label} |") == 1
     assert "| default (Config() now: search.explore 10) |" in out  # the shipped default is a row
