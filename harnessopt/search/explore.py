@@ -75,20 +75,26 @@ def carried_head(ws: Workspace, rc: RoundContext, say: Announce) -> Head | None:
     name, title = (f"round-{got[1]}/{got[2]}", got[3]) if got else (commit.hexsha[:10], "")
     changed = repo.git.diff("--name-only", "-z", rc.parent, commit.hexsha, "--", *EDITABLE_PATHS).split("\0")
     changed = [path for path in changed if path]
-    root = rc.scratch / "head"
-    shutil.rmtree(root, ignore_errors=True)
-    for part in EDITABLE_PATHS:  # the incumbent's copy (what main runs, ignored files and links too)
-        if (rc.incumbent.root / part).exists():
-            shutil.copytree(rc.incumbent.root / part, root / part, symlinks=True)
-    _overlay(commit, changed, root)
+    root = _copy_editable(rc.incumbent.root, rc.scratch / "head")  # what main runs, ignored files too
+    _overlay(repo, commit.hexsha, changed, root)
     ws.journal.write(rc.k, "explore-head", head=name, commit=commit.hexsha)
     say(f"round {rc.k}: exploring on from the kept head {name} ({commit.hexsha[:10]}), not from main")
     return Head(Candidate(root, "head", commit.hexsha), name, title, changed)
 
 
-def _overlay(commit: git.Commit, paths: list[str], root: Path) -> None:
-    """Write ``paths`` as ``commit`` has them into ``root`` (a path it lacks is removed), never
-    through a link: each one's directory must resolve inside ``root``."""
+def _copy_editable(src: Path, root: Path) -> Path:
+    """A fresh ``root`` with ``src``'s skill/ and harness/ as they are on disk (links kept as links)."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for part in EDITABLE_PATHS:
+        if (src / part).exists():
+            shutil.copytree(src / part, root / part, symlinks=True)
+    return root
+
+
+def _overlay(repo: git.Repo, sha: str, paths: list[str], root: Path) -> None:
+    """Write ``paths`` as commit ``sha`` has them into ``root`` (a path it lacks is removed), never
+    through a link: each one's directory must resolve inside ``root``; ``vcs.export`` writes them."""
     inside = root.resolve()
     for path in paths:
         target = root.joinpath(*path.split("/"))
@@ -97,12 +103,8 @@ def _overlay(commit: git.Commit, paths: list[str], root: Path) -> None:
             raise RuntimeError(f"the kept head's {path} lies under a link out of the workspace copy")
         if target.is_symlink() or target.is_file():
             target.unlink()
-        try:
-            blob = commit.tree / path
-        except KeyError:
-            continue  # the head deleted it
-        target.write_bytes(blob.data_stream.read())
-        target.chmod(0o755 if blob.mode & 0o111 else 0o644)
+    if paths:  # export with no path would write the whole tree
+        vcs.export(repo, sha, paths, root)
 
 
 def drop_head(ws: Workspace, k: int, why: str, say: Announce) -> None:
@@ -217,12 +219,7 @@ def _rebased(
 ) -> tuple[Candidate, list[TaskResult]]:
     """A copy of the base's files for step ``name``, with its runs on ``tasks`` staged as the
     step's trajectories (the copy has the base's content, so those runs are the base's)."""
-    root = rc.scratch / f"base-{name}"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    for part in EDITABLE_PATHS:
-        if (base.root / part).exists():
-            shutil.copytree(base.root / part, root / part, symlinks=True)
+    root = _copy_editable(base.root, rc.scratch / f"base-{name}")
     rebased = dataclasses.replace(base, root=root)
     runs = svc.runner.run(rebased, tasks, rc.k, phase="rollout")
     write_trajectories(

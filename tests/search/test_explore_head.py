@@ -205,7 +205,7 @@ def test_a_head_is_never_written_through_a_link_out_of_the_copy(tmp_path: Path) 
     (root / "harness").mkdir(parents=True)
     (root / "harness" / "out").symlink_to(outside)
     with pytest.raises(RuntimeError, match="under a link out of the workspace copy"):
-        _overlay(ws.repo.commit(sha), ["harness/out/SKILL.md"], root)
+        _overlay(ws.repo, sha, ["harness/out/SKILL.md"], root)
     assert list(outside.iterdir()) == []
 
 
