@@ -30,9 +30,7 @@ from benchmarks.projection_accuracy import print_against  # noqa: E402
 from harnessopt.commands.demo import DEMO_DATA  # noqa: E402
 from harnessopt.ledger import store as ledger  # noqa: E402
 from harnessopt.workspace.core import Workspace  # noqa: E402
-from tests.support.workspace import make_ws, scripted_edits  # noqa: E402
-
-OLD = "Be friendly and helpful. Explain your answer so the user learns something."
+from tests.support.workspace import DEMO_LINE, make_ws, scripted_edits  # noqa: E402
 
 
 def main() -> int:
@@ -56,7 +54,9 @@ def main() -> int:
         tasks = Path(tmp) / "tasks.jsonl"
         tasks.write_text("\n".join([*lines, *map(json.dumps, extra)]) + "\n")
         when = r"# Round (?P<r>\d+):[\s\S]*Your step: (?P<s>s\d+),"  # a sentence of its own a step
-        model = scripted_edits(Path(tmp), {"step": (when, OLD, OLD + " Be kind (round {r}, {s}).")})
+        model = scripted_edits(
+            Path(tmp), {"step": (when, DEMO_LINE, DEMO_LINE + " Be kind (round {r}, {s}).")}
+        )
         ws = make_ws(Path(tmp), tasks=tasks, model=model, search={"explore": a.explore})
         for rounds in (1, a.rounds):
             run = [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", str(rounds)]

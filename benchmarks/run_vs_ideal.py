@@ -36,13 +36,10 @@ from harnessopt.commands.demo import DEMO_DATA  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
 from harnessopt.ledger import store as ledger  # noqa: E402
 from harnessopt.workspace.core import Workspace  # noqa: E402
-from tests.support.workspace import make_ws, scripted_edits  # noqa: E402
+from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits  # noqa: E402
 
-OLD = "Be friendly and helpful. Explain your answer so the user learns something."
-FORM = "Reply with only the city name: no sentence, no explanation, no punctuation."
-SEAT = "A country's capital is often not its largest city: name the seat of government."
 STEPS = {  # explore's steps in round 1: (old, new), each on the files of the chain before it
-    "s1": (OLD, FORM),
+    "s1": (DEMO_LINE, FORM),
     "s2": (FORM, f"{FORM}\n\n{SEAT}"),
     "s3": (SEAT, f"{SEAT} Keep it short."),
 }

@@ -106,9 +106,9 @@ def test_rounds_screened_out_on_train_are_not_charged_the_incumbents_val_runs(tm
     """An explore round whose every step is dropped on train never reaches smoke, so it never
     measures the incumbent on val: projected from such a round, the next is what it ran."""
     from harnessopt.round import driver
+    from tests.support.workspace import DEMO_LINE as old
     from tests.support.workspace import scripted_edits
 
-    old = "Be friendly and helpful. Explain your answer so the user learns something."
     when = r"# Round (?P<r>\d+):[\s\S]*Your step: (?P<s>s\d+),"  # a sentence the answers ignore
     model = scripted_edits(tmp_path, {"step": (when, old, old + " Be kind (round {r}, {s}).")})
     ws = Workspace.open(make_ws(tmp_path, model=model, search={"explore": 2}))

@@ -24,11 +24,9 @@ from harnessopt.search.explore import _overlay, carried_head, keep_head
 from harnessopt.search.state import Proposed, Search
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import cli, git
-from tests.support.workspace import make_ws, scripted_edits
+from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits
 
-OLD = "Be friendly and helpful. Explain your answer so the user learns something."
-FORM = "Reply with only the city name: no sentence, no explanation, no punctuation."
-SEAT = "A country's capital is often not its largest city: name the seat of government."
+OLD = DEMO_LINE
 TAIL = "Keep it short."
 
 

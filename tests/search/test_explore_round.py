@@ -18,11 +18,9 @@ from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import cli, git, start_cli, wait_for_phase
-from tests.support.workspace import make_ws, scripted_edits
+from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits
 
-OLD = "Be friendly and helpful. Explain your answer so the user learns something."
-FORM = "Reply with only the city name: no sentence, no explanation, no punctuation."
-SEAT = "A country's capital is often not its largest city: name the seat of government."
+OLD = DEMO_LINE
 TAIL = "Keep it short."
 STEPS = {  # step -> (old, new): each applies only to the files of the chain before it
     "s1": (OLD, FORM),

@@ -11,6 +11,12 @@ import yaml
 from harnessopt.commands.demo import DEMO_DATA, demo_config
 from harnessopt.workspace.core import init_workspace
 
+# The demo skill's line its scripted optimizer edits, and what the scripted target answers to: FORM
+# in the skill makes it answer the bare city (the largest), FORM and SEAT the capital.
+DEMO_LINE = "Be friendly and helpful. Explain your answer so the user learns something."
+FORM = "Reply with only the city name: no sentence, no explanation, no punctuation."
+SEAT = "A country's capital is often not its largest city: name the seat of government."
+
 
 def make_ws(
     tmp_path: Path,
@@ -82,7 +88,7 @@ def leaky_workspace(
     ]
     mine: list[dict] = list(extra_rules or [])
     n = len(mine)
-    old = "Be friendly and helpful. Explain your answer so the user learns something."
+    old = DEMO_LINE
     mine.append(
         {
             "role": "optimizer",
