@@ -48,8 +48,10 @@ Strategies (the same worlds and proposal streams for all):
   (already paid for) and its runs on the extra tasks are paid every round.
 
 Counted: every rollout of a candidate or an incumbent on train (screening, minibatch), val, the
-gate's reruns and confirmation. Optimizer turns (printed as "proposals") are free in the first
-yield tables; the next ones price each at ``TURN_PRICE`` rollouts, a stated assumption, not a
+gate's reruns and confirmation. A budget is a budget: whatever would take a run past it (a step,
+a validation, a confirmation, a candidate's score on val) is refused and changes nothing, as the
+gateway refuses a call past ``budget.max_calls`` and the round it was in fails. Optimizer turns
+(printed as "proposals") are free in the first yield tables; the next ones price each at ``TURN_PRICE`` rollouts, a stated assumption, not a
 measurement (an optimizer turn reads a batch of trajectories with a stronger model than the
 target's), so that strategies that propose more pay for it; the last ones at
 ``PRIORS_TURN_PRICE``, what the projection's priors make of a conversation against a target run
@@ -236,6 +238,13 @@ def proposal(w: World, s: sim.State, seed: int, r: int, j: int = 0) -> tuple[str
     return kind, sim.propose(s, kind, np.random.default_rng([seed, 21, 3, r, j]))
 
 
+def refused(spent: int, budget: int, rounds: int | None = None) -> bool:
+    """Has the run gone past its budget of rollouts? What would take it there is refused and changes
+    nothing, as the gateway refuses a call past ``budget.max_calls`` and the round it was in fails
+    (main stays where it was). Runs of ``rounds`` rounds (the per-run table) have no budget."""
+    return rounds is None and spent > budget
+
+
 def _mean_score(out: Outcomes) -> float:
     return statistics.fmean(statistics.fmean(o.score for o in runs) for runs in out.values())
 
@@ -285,6 +294,8 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
             spent += 2 * M * pol.epochs
             if not confirmed(st, w, cand, s, rng):
                 continue  # main does not move
+        if refused(spent, budget, rounds):
+            break  # the round ran out of budget before main could move
         res.took_gain += kind == "+0.10"
         res.commits += 1
         res.bad_commits += w.true(cand) - w.true(s) <= 0
@@ -295,7 +306,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
             inc_out, n = sim.top_up(s, cand_out, pol.inc_epochs, rng, pol.detail, crashy, retry)
             spent += n
     res.gain.append(w.true(s) - w.true(w.s0))
-    res.spent.append(spent)
+    res.spent.append(spent if rounds is not None else min(spent, budget))
     res.proposals.append(asked)
     return res
 
@@ -336,12 +347,14 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         spent += n
         if not ok:
             continue
+        if refused(spent, budget, rounds):
+            break  # the round ran out of budget before main could move
         res.commits += 1
         res.bad_commits += w.true(head) - w.true(s) <= 0
         s, inc_out = head, fresh
         tested = s
     res.gain.append(w.true(s) - w.true(w.s0))
-    res.spent.append(spent)
+    res.spent.append(spent if rounds is not None else min(spent, budget))
     res.proposals.append(r)
     return res
 
@@ -359,18 +372,22 @@ def run_minibatch(w: World, seed: int, budget: int, turn: int = 0) -> Result:
         ids = rng.choice(w.train, MINIBATCH, replace=False)
         d = gate.decide(crashy(cand, ids, rng), crashy(s, ids, rng))
         spent += 2 * MINIBATCH + turn
+        if refused(spent, budget):
+            break
         res.asked_gain += kind == "+0.10"
         if not d.accept:
             continue
+        spent += M  # its score on val
+        if refused(spent, budget):
+            break
         res.took_gain += kind == "+0.10"
         res.commits += 1
         res.bad_commits += w.true(cand) - w.true(s) <= 0
         pool.append((_mean_score(crashy(cand, w.val, rng)), cand))
-        spent += M
         s = cand
     best = max(pool, key=lambda x: x[0])[1]
     res.gain.append(w.true(best) - w.true(w.s0))
-    res.spent.append(spent)
+    res.spent.append(min(spent, budget))
     res.proposals.append(r)
     return res
 
@@ -384,6 +401,8 @@ def run_best_of_n(w: World, seed: int, budget: int, turn: int = 0) -> Result:
         _, cand = proposal(w, w.s0, seed, n)
         n += 1
         spent += M + turn
+        if refused(spent, budget):
+            break
         score = _mean_score(crashy(cand, w.val, rng))
         if score > best_score:
             best_score, best = score, cand
@@ -391,7 +410,7 @@ def run_best_of_n(w: World, seed: int, budget: int, turn: int = 0) -> Result:
         res.commits += 1
         res.bad_commits += w.true(best) <= w.true(w.s0)
     res.gain.append(w.true(best) - w.true(w.s0))
-    res.spent.append(spent)
+    res.spent.append(min(spent, budget))
     res.proposals.append(n)
     return res
 
