@@ -25,8 +25,9 @@ Strategies (the same worlds and proposal streams for all):
 * default: the loop as a new workspace runs it (``Config()``): ``search.explore: 10`` (below)
   through ``GateConfig()`` as shipped now (docs/gate.md): the incumbent's bank (epochs +
   second_look runs a task), second look 10, first-look share 0.05, and main moves only when the
-  confirmation finds the gain again (``confirm_moves_main``).
-* one proposal a round: the same gate, ``search.explore: 0`` (the default of the previous stop).
+  confirmation finds the gain again (``confirm_moves_main``): ``gate.confirm_epochs`` fresh runs
+  of the winner a val task, which start its bank; the next round that validates tops that up.
+* one proposal a round: the same gate, ``search.explore: 0`` (the default before explore).
 * fixed band 0.05 [SkillOpt-Lite]: accept when the val mean rose by more than 0.05, 1 run a task.
 * minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
   sum is higher it enters the pool and is scored on val; the final skill is the pool's best on val.
@@ -39,8 +40,10 @@ Strategies (the same worlds and proposal streams for all):
   from it (``refs/harnessopt/explore/head``). A round's first step reads the round's batch (the
   optimizer's, as everywhere here); each later step's base runs a fresh batch, which is paid. A
   round of the per-run table is a gate test (E proposals).
-* explore E, each round from main [previous stop]: the same, but every round's chain starts from
-  main (how ``search.explore`` ran before the kept head).
+* explore E, each round from main [before the kept head]: the same, but every round's chain
+  starts from main (how ``search.explore`` ran before the kept head).
+* default, confirmed by a whole fresh bank [previous stop]: the default with ``confirm_epochs``
+  at the bank's size (11): every accept measures the winner's whole bank before main moves.
 * K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
   K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
   drawn afresh each round) plus ``SCREEN_EXTRA`` more train tasks; ``screen`` keeps one, which goes
@@ -48,14 +51,15 @@ Strategies (the same worlds and proposal streams for all):
   (already paid for) and its runs on the extra tasks are paid every round.
 
 Counted: every rollout of a candidate or an incumbent on train (screening, minibatch), val, the
-gate's reruns and confirmation. A budget is a budget: whatever would take a run past it (a step,
-a validation, a confirmation, a candidate's score on val) is refused and changes nothing, as the
+gate's reruns and confirmation. A budget is a budget: whatever would take a run past it (a step, a
+validation, a confirmation, a candidate's score on val) is refused and changes nothing, as the
 gateway refuses a call past ``budget.max_calls`` and the round it was in fails. Optimizer turns
-(printed as "proposals") are free in the first yield tables; the next ones price each at ``TURN_PRICE`` rollouts, a stated assumption, not a
-measurement (an optimizer turn reads a batch of trajectories with a stronger model than the
-target's), so that strategies that propose more pay for it; the last ones at
-``PRIORS_TURN_PRICE``, what the projection's priors make of a conversation against a target run
-(default models, the demo's skill), for budgets of as many rollouts as a user's dollars buy there.
+(printed as "proposals") are free in the first yield tables; the next ones price each at
+``TURN_PRICE`` rollouts, a stated assumption, not a measurement (an optimizer turn reads a batch of
+trajectories with a stronger model than the target's), so that strategies that propose more pay for
+it; the last ones at ``PRIORS_TURN_PRICE``, what the projection's priors make of a conversation
+against a target run (default models, the demo's skill), for budgets of as many rollouts as a
+user's dollars buy there.
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
     python benchmarks/run_yield.py --quick    # a fast look
@@ -172,6 +176,7 @@ def round_strategies() -> list[Strategy]:
 
 def strategies() -> list[Strategy]:
     default = SearchConfig(explore=Config().explore_steps)  # what a new workspace runs
+    whole = GateConfig().banked_epochs
     return [
         Strategy.loop("today (gate defaults before issue 21)", **TODAY),
         Strategy.loop(f"default (Config() now: search.explore {default.explore})", "explore", default),
@@ -188,7 +193,13 @@ def strategies() -> list[Strategy]:
             f"explore {EXPLORE} (search.explore: {EXPLORE})", "explore", SearchConfig(explore=EXPLORE)
         ),
         Strategy.loop(
-            f"explore {default.explore}, each round from main [previous stop]", "explore-main", default
+            f"explore {default.explore}, each round from main [before the kept head]", "explore-main", default
+        ),
+        Strategy.loop(
+            f"default, confirmed by a whole fresh bank (confirm_epochs {whole}) [previous stop]",
+            "explore",
+            default,
+            confirm_epochs=whole,
         ),
     ]
 
@@ -245,6 +256,17 @@ def refused(spent: int, budget: int, rounds: int | None = None) -> bool:
     return rounds is None and spent > budget
 
 
+def banked(
+    pol: sim.Policy, s: sim.State, bank: Outcomes, w: World, rng: np.random.Generator
+) -> tuple[Outcomes, int]:
+    """The incumbent's bank as a round that validates finds it: a confirmation's runs topped up to
+    ``incumbent_epochs`` (``round.evaluate.incumbent_outcomes``, only the runs each task lacks, before
+    smoke), and the rollouts that took (none when it is whole)."""
+    if min(len(r) for r in bank.values()) >= pol.inc_epochs:
+        return bank, 0
+    return sim.top_up(s, bank, pol.inc_epochs, rng, pol.detail, crashy, True)
+
+
 def _mean_score(out: Outcomes) -> float:
     return statistics.fmean(statistics.fmean(o.score for o in runs) for runs in out.values())
 
@@ -277,6 +299,9 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
             kind, cand = proposal(w, s, seed, r)
             asked += 1
             spent += turn
+        if retry:
+            inc_out, n = banked(pol, s, inc_out, w, rng)
+            spent += n
         dec, cand_out = sim.decide(pol, gate, s, cand, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
         r += 1
@@ -339,6 +364,8 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         if r % steps or head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
         tested = head
+        inc_out, n = banked(pol, s, inc_out, w, rng)
+        spent += n
         dec, cand_out = sim.decide(pol, gate, s, head, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
         if not dec.accept:
@@ -449,10 +476,11 @@ def per_round(st: Strategy, seed: int) -> dict[str, int]:
 def confirm_banked(
     st: Strategy, w: World, cand: sim.State, bank: Outcomes, rng: np.random.Generator
 ) -> tuple[bool, Outcomes, int]:
-    """The banked gate's confirmation (``round.evaluate.confirm_banked``): the winner's own bank,
-    measured fresh on val, against the incumbent's; (confirmed, the runs, the rollouts they took)."""
+    """The banked gate's confirmation (``round.evaluate.confirm_banked``): ``gate.confirm_epochs``
+    fresh runs of the winner on val against the incumbent's bank; (confirmed, the runs: the new
+    incumbent's bank until ``banked`` tops it up, the rollouts they took)."""
     assert st.gate is not None and st.policy is not None
-    fresh, n = sim.measure_incumbent(cand, w.val, rng, st.gate.banked_epochs, "", crashy, True)
+    fresh, n = sim.measure_incumbent(cand, w.val, rng, st.gate.confirm_runs, "", crashy, True)
     return bool(confirmation_record(fresh, bank, "val")["confirmed"]), fresh, n
 
 

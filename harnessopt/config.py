@@ -163,6 +163,10 @@ class GateConfig(_Strict):
     confirm: Literal["val", "holdout", "none"] = "val"
     """After an accept, runs that did not select it: fresh runs on val, or on the held-out part
     of val; ho/best moves only when they confirm the gain."""
+    confirm_epochs: int = Field(3, ge=1)
+    """The banked gate's confirmation (confirm: val): fresh runs of each val task by the accepted
+    candidate, against the incumbent's bank. They start the new incumbent's bank, which the next
+    round that validates tops up to incumbent_epochs; capped at incumbent_epochs."""
     confirm_moves_main: bool = True
     """main moves only when the confirmation (``confirm``) finds the gain again; false: main keeps
     what the gate accepted whatever the confirmation says (ho/best still waits for it)."""
@@ -180,6 +184,11 @@ class GateConfig(_Strict):
         if self.incumbent_epochs is not None:
             return self.incumbent_epochs
         return self.epochs + (self.second_look if self.confirm_flips else 0)
+
+    @property
+    def confirm_runs(self) -> int:
+        """Fresh runs a val task of the banked gate's confirmation: ``confirm_epochs``, at most the bank's."""
+        return min(self.confirm_epochs, self.banked_epochs)
 
     @property
     def judges_bank(self) -> bool:

@@ -293,7 +293,7 @@ def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
     second look, ``gate.second_look`` runs of every task on both sides (the incumbent's drawn from
     its banked runs while they last: ``gate.incumbent_epochs``), or with the banked gate its crash
     reruns and second look, the candidate's side only; the runs confirming an accepted round on
-    both sides, on val or on the held-out tasks, or with the banked gate the winner's fresh bank)."""
+    both sides, on val or on the held-out tasks, or with the banked gate the winner's new bank)."""
     g = cfg.gate
     if not g.confirm_flips:
         per = 0.0
@@ -302,7 +302,9 @@ def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
     else:  # one side when the bank covers the incumbent's reruns too
         sides = 1 if g.banked_epochs - g.epochs >= g.epochs + g.second_look else 2
         per = sides * (PRIORS["flip_share"] + PRIORS["promising_share"] * g.second_look)
-    if g.judges_bank and g.confirm == "val":  # evaluate.confirm_banked: the winner's fresh bank, one side
+    if g.judges_bank and g.confirm == "val":
+        # evaluate.confirm_banked: confirm_epochs fresh runs of the winner, one side, and the top-up of
+        # its bank to incumbent_epochs by the next round that validates (charged here, with the accept)
         confirm_runs = g.banked_epochs * n_val
     else:
         confirm_runs = 2 * g.epochs * {"val": n_val, "holdout": n_held}.get(g.confirm, 0)

@@ -372,14 +372,20 @@ def confirm_banked(
     say: Announce,
 ) -> tuple[dict[str, Any] | None, Outcomes]:
     """The banked gate's confirmation (``gate.confirm: val``): the accepted candidate measured fresh
-    on val, ``incumbent_epochs`` runs a task (crashes rerun once, as any bank's), against the
+    on val, ``gate.confirm_epochs`` runs a task (crashes rerun once, as any bank's), against the
     incumbent's bank. Neither side's runs selected the candidate, so the gain between them is free
-    of the gate's selection; and the runs are the new incumbent's bank, so an accept costs no
-    top-up and no separate confirmation. Returns the record and the runs."""
+    of the gate's selection. The runs start the new incumbent's bank: ``incumbent_outcomes`` tops
+    it up to ``incumbent_epochs`` in the next round that validates, and only then, so the last
+    accept of a run pays for its confirmation and not for a bank nothing will use. Returns the
+    record and the runs."""
     if cand is None or d is None or not d.accept:
         return None, {}
-    n = svc.cfg.gate.banked_epochs
-    say(f"round {rc.k}: confirming on {len(rc.val)} val tasks x {n} fresh runs (the new incumbent's bank)")
+    g = svc.cfg.gate
+    n = g.confirm_runs
+    rest = f", topped up to {g.banked_epochs} when a round next validates" if n < g.banked_epochs else ""
+    say(
+        f"round {rc.k}: confirming on {len(rc.val)} val tasks x {n} fresh runs (the new incumbent's bank{rest})"
+    )
     epochs = range(CONFIRM_EPOCH, CONFIRM_EPOCH + n)
     got = svc.runner.run(cand, rc.val, rc.k, epochs=epochs, phase="reruns")
     fresh = outcomes(rerun_crashed(svc, rc, rc.val, got, who=cand, phase="reruns"))

@@ -32,6 +32,7 @@ class ScriptedRunner:
     def __init__(self, script: Script):
         self.script = script
         self.batches: list[tuple[str, list[str], list[int]]] = []
+        self.rounds: list[int] = []  # the round each batch was run for
         self.attempts: dict[tuple[str, str], int] = {}
         self.prefetched: list[list[tuple[str, str, int]]] = []  # each prefetch() call's jobs
         self.dropped = 0
@@ -57,6 +58,7 @@ class ScriptedRunner:
         phase: str,
     ) -> list[TaskResult]:
         self.batches.append((cand.label, [t.id for t in tasks], list(epochs)))
+        self.rounds.append(round_no)
         for o in list(self.observers):
             o.started(cand.label, tasks, round_no, epochs, phase)
         out = []
@@ -420,12 +422,14 @@ def test_the_loop_hands_a_banked_gate_the_whole_bank_and_reruns_only_the_candida
     assert d.details["incumbent_banked_runs"] == 0
 
 
-def test_the_banked_confirmation_is_the_winners_fresh_bank_and_the_next_round_needs_no_top_up(
-    tmp_path: Path,
+@pytest.mark.parametrize("confirm_epochs", [2, 9])
+def test_the_banked_confirmation_starts_the_winners_bank_and_the_next_validation_tops_it_up(
+    tmp_path: Path, confirm_epochs: int
 ) -> None:
-    """After a banked accept the candidate runs ``incumbent_epochs`` fresh times on val (a crash
-    rerun once); against the incumbent's bank that is the confirmation, and cached as the new
-    incumbent's runs it is its bank: the next round runs nothing for it."""
+    """After a banked accept the candidate runs ``confirm_epochs`` fresh times on val (capped at
+    ``incumbent_epochs``; a crash rerun once); against the incumbent's bank that is the
+    confirmation. Cached as the new incumbent's runs it starts its bank: the next round that
+    validates runs only the epochs each task lacks, in that round (fresh runs, not this round's)."""
     from harnessopt.rollout.val_cache import ValCache, digest, key_parts
     from harnessopt.round.record import cache_accepted
 
@@ -438,7 +442,8 @@ def test_the_banked_confirmation_is_the_winners_fresh_bank_and_the_next_round_ne
             return 0.0, True  # its first confirmation run of this task crashes; the rerun passes
         return float(side == "candidate" or t not in fixed), False
 
-    ws, svc, rc = _setup(tmp_path, script, incumbent_epochs=4, second_look=2)
+    ws, svc, rc = _setup(tmp_path, script, incumbent_epochs=4, second_look=2, confirm_epochs=confirm_epochs)
+    runs = min(confirm_epochs, 4)
     svc.gate = BankedGate(ws.cfg.gate)
     fixed.update(sorted(t.id for t in rc.val)[:4])
     inc, _ = evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None)
@@ -453,18 +458,26 @@ def test_the_banked_confirmation_is_the_winners_fresh_bank_and_the_next_round_ne
     assert svc.runner.batches[0] == (
         "candidate",
         sorted(t.id for t in rc.val),
-        [2 * 10**6 + e for e in range(4)],
+        [2 * 10**6 + e for e in range(runs)],
     )
     assert ("candidate", [first], [evaluate.CRASH_RERUN_EPOCH + 2 * 10**6]) in svc.runner.batches
-    assert all(len(r) == 4 and not any(o.crashed for o in r) for r in fresh.values()) and len(fresh) == n
+    assert all(len(r) == runs and not any(o.crashed for o in r) for r in fresh.values()) and len(fresh) == n
     assert rec is not None and rec["confirmed"] and rec["gain"] == pytest.approx(4 / n)
-    assert "x 4 fresh runs (the new incumbent's bank)" in said[0]
+    topped = ", topped up to 4 when a round next validates" if runs < 4 else ""
+    assert f"x {runs} fresh runs (the new incumbent's bank{topped})" in said[0]
     assert '"phase": "confirm"' in (ws.root / ".harnessopt" / "journal.jsonl").read_text()
     cache_accepted(ws, svc, "HEAD", context.Trail(decision=d, new_bank=fresh))
     cached = ValCache(svc.state_dir).get(digest(key_parts(ws.repo, "HEAD", svc.cfg, svc.sandbox)))
-    assert cached is not None and {t: len(r) for t, r in cached.items()} == {t: 4 for t in fresh}
+    assert cached is not None and {t: len(r) for t, r in cached.items()} == {t: runs for t in fresh}
     rc2 = context.RoundContext(2, tmp_path / "scratch2", rc.incumbent, "HEAD", rc.val)
     svc.runner.batches.clear()
-    evaluate.incumbent_outcomes(ws, svc, rc2, lambda _m: None)
-    assert svc.runner.batches == []  # its bank is complete: nothing to top up
+    bank, _ = evaluate.incumbent_outcomes(ws, svc, rc2, lambda _m: None)
+    if runs == 4:
+        assert svc.runner.batches == []  # its bank is complete: nothing to top up
+    else:  # the epochs each task lacks, run by round 2
+        assert [(ids, epochs) for _, ids, epochs in svc.runner.batches] == [
+            (sorted(t.id for t in rc.val), list(range(runs, 4)))
+        ]
+        assert svc.runner.rounds[-1] == 2
+    assert all(len(r) == 4 for r in bank.values()) and all(bank[t][:runs] == fresh[t] for t in fresh)
     assert evaluate.confirm_banked(ws, svc, rc, CAND, None, inc, said.append) == (None, {})
