@@ -438,7 +438,9 @@ def run(m: int, seed: int, kinds: list[str], confirm_checks: bool) -> list[Tally
                 if not gate.bank_first_look:  # the banked gate's confirmation is the winner's fresh bank
                     confirm_spent += 2 * (len(val) * pol.epochs)  # (counted in its rollouts/round)
             s = cand
-            if gate.bank_first_look:  # the banked gate's confirmation: the winner's bank, measured fresh
+            # The banked gate's confirmation (confirm_epochs fresh runs of the winner) and the top-up
+            # the next round makes: the winner's bank, measured fresh (counted whole, as if a round follows).
+            if gate.bank_first_look:
                 inc_out, n = measure_incumbent(s, val, rng, pol.inc_epochs, pol.detail, retry=True)
                 tally.rollouts[-1] += n
             elif pol.inc_epochs > pol.epochs:  # as loop.incumbent_outcomes: topped up to incumbent_epochs

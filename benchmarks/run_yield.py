@@ -168,10 +168,19 @@ class Strategy:
 
 
 def round_strategies() -> list[Strategy]:
-    """The per-round table's rows: today, the default gate, and the default gate with a shorter
-    second look (what a user who wants fewer rollouts a round gives up in power)."""
+    """The per-round table's rows: today, the default gate, the default gate with a shorter second
+    look (what a user who wants fewer rollouts a round gives up in power), and with the whole-bank
+    confirmation of the previous stop (what ``confirm_epochs`` changes per round)."""
     shorter = [Strategy.loop(f"default gate, second look {n}", second_look=n) for n in (4, 6)]
-    return [strategies()[0], Strategy.loop("default gate (GateConfig() now)"), *shorter]
+    whole = GateConfig().banked_epochs
+    return [
+        strategies()[0],
+        Strategy.loop("default gate (GateConfig() now)"),
+        *shorter,
+        Strategy.loop(
+            f"default gate, confirmed by a whole fresh bank ({whole} runs a task)", confirm_epochs=whole
+        ),
+    ]
 
 
 def strategies() -> list[Strategy]:
