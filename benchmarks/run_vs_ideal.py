@@ -38,6 +38,10 @@ from harnessopt.ledger import store as ledger  # noqa: E402
 from harnessopt.workspace.core import Workspace  # noqa: E402
 from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits  # noqa: E402
 
+GATES = {
+    "default": GateConfig(smoke=5),
+    "whole-bank": GateConfig(smoke=5, confirm_epochs=GateConfig().banked_epochs),
+}
 STEPS = {  # explore's steps in round 1: (old, new), each on the files of the chain before it
     "s1": (DEMO_LINE, FORM),
     "s2": (FORM, f"{FORM}\n\n{SEAT}"),
@@ -69,8 +73,9 @@ def one(
             model=path,
             rollout={"concurrency": concurrency, "sandbox": sandbox},
             search={"candidates": k, "explore": explore},
-            # the shipped gate (GateConfig(): the banked gate), or the demo's (the paired gate)
-            **({"gate": GateConfig(smoke=5)} if gate == "default" else {}),
+            # the shipped gate (GateConfig(): the banked gate), the same with the previous stop's
+            # confirmation of the winner's whole bank, or the demo's (the paired gate)
+            **({"gate": GATES[gate]} if gate in GATES else {}),
         )
         t0 = time.monotonic()
         r = subprocess.run(
@@ -96,8 +101,10 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--gate", choices=("default", "demo"), default="default",
-                    help="GateConfig() (the banked gate) or the demo's config (the paired gate of before issue 21)")  # fmt: skip
+    ap.add_argument("--gate", choices=(*GATES, "demo"), default="default",
+                    help="GateConfig() (the banked gate), the same confirmed by the winner's whole bank "
+                         "(confirm_epochs 11, the previous stop's), or the demo's config (the paired gate of "
+                         "before issue 21)")  # fmt: skip
     a = ap.parse_args()
     print(
         f"run_vs_ideal: sandbox {a.sandbox}, latency {a.latency} s, C = {a.concurrency}, {a.rounds} rounds, "
