@@ -85,7 +85,7 @@ from harnessopt.config import Config, GateConfig, RolloutConfig, SearchConfig  #
 from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
-from harnessopt.protocols import Outcome, Outcomes  # noqa: E402
+from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
 
@@ -110,6 +110,7 @@ YIELDS = {  # the yield tables: (what an optimizer turn costs in rollouts, the b
     "priors": (PRIORS_TURN_PRICE, PRIORS_BUDGETS),
 }
 ROUNDS = 20  # the per-run targets: 20-round runs
+WHOLE_BANK = GateConfig().banked_epochs  # confirm_epochs of the previous stop's rows: the winner's whole bank
 MIX = {
     "null": 0.35,
     "churn": 0.2,
@@ -172,20 +173,19 @@ def round_strategies() -> list[Strategy]:
     look (what a user who wants fewer rollouts a round gives up in power), and with the whole-bank
     confirmation of the previous stop (what ``confirm_epochs`` changes per round)."""
     shorter = [Strategy.loop(f"default gate, second look {n}", second_look=n) for n in (4, 6)]
-    whole = GateConfig().banked_epochs
     return [
         strategies()[0],
         Strategy.loop("default gate (GateConfig() now)"),
         *shorter,
         Strategy.loop(
-            f"default gate, confirmed by a whole fresh bank ({whole} runs a task)", confirm_epochs=whole
+            f"default gate, confirmed by a whole fresh bank ({WHOLE_BANK} runs a task)",
+            confirm_epochs=WHOLE_BANK,
         ),
     ]
 
 
 def strategies() -> list[Strategy]:
     default = SearchConfig(explore=Config().explore_steps)  # what a new workspace runs
-    whole = GateConfig().banked_epochs
     return [
         Strategy.loop("today (gate defaults before issue 21)", **TODAY),
         Strategy.loop(f"default (Config() now: search.explore {default.explore})", "explore", default),
@@ -205,10 +205,10 @@ def strategies() -> list[Strategy]:
             f"explore {default.explore}, each round from main [before the kept head]", "explore-main", default
         ),
         Strategy.loop(
-            f"default, confirmed by a whole fresh bank (confirm_epochs {whole}) [previous stop]",
+            f"default, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [previous stop]",
             "explore",
             default,
-            confirm_epochs=whole,
+            confirm_epochs=WHOLE_BANK,
         ),
     ]
 
@@ -266,14 +266,13 @@ def refused(spent: int, budget: int, rounds: int | None = None) -> bool:
 
 
 def banked(
-    pol: sim.Policy, s: sim.State, bank: Outcomes, w: World, rng: np.random.Generator
+    pol: sim.Policy, gate: GatePolicy, s: sim.State, bank: Outcomes, rng: np.random.Generator
 ) -> tuple[Outcomes, int]:
-    """The incumbent's bank as a round that validates finds it: a confirmation's runs topped up to
-    ``incumbent_epochs`` (``round.evaluate.incumbent_outcomes``, only the runs each task lacks, before
-    smoke), and the rollouts that took (none when it is whole)."""
-    if min(len(r) for r in bank.values()) >= pol.inc_epochs:
-        return bank, 0
-    return sim.top_up(s, bank, pol.inc_epochs, rng, pol.detail, crashy, True)
+    """The incumbent's runs as a round that validates finds them (``round.evaluate.incumbent_outcomes``,
+    before smoke): topped up to ``incumbent_epochs``, only the runs each task lacks (a confirmation's
+    or a validation's runs after an accept; nothing when the bank is whole), crashes rerun when the
+    gate judges the bank; and the rollouts that took."""
+    return sim.top_up(s, bank, pol.inc_epochs or pol.epochs, rng, pol.detail, crashy, gate.bank_first_look)
 
 
 def _mean_score(out: Outcomes) -> float:
@@ -308,9 +307,8 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
             kind, cand = proposal(w, s, seed, r)
             asked += 1
             spent += turn
-        if retry:
-            inc_out, n = banked(pol, s, inc_out, w, rng)
-            spent += n
+        inc_out, n = banked(pol, gate, s, inc_out, rng)
+        spent += n
         dec, cand_out = sim.decide(pol, gate, s, cand, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
         r += 1
@@ -333,12 +331,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
         res.took_gain += kind == "+0.10"
         res.commits += 1
         res.bad_commits += w.true(cand) - w.true(s) <= 0
-        s, inc_out = cand, cand_out
-        if fresh is not None:
-            inc_out = fresh
-        elif pol.inc_epochs > pol.epochs:  # topped up to incumbent_epochs, as the loop does
-            inc_out, n = sim.top_up(s, cand_out, pol.inc_epochs, rng, pol.detail, crashy, retry)
-            spent += n
+        s, inc_out = cand, fresh if fresh is not None else cand_out  # the next round tops it up
     res.gain.append(w.true(s) - w.true(w.s0))
     res.spent.append(spent if rounds is not None else min(spent, budget))
     res.proposals.append(asked)
@@ -373,7 +366,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         if r % steps or head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
         tested = head
-        inc_out, n = banked(pol, s, inc_out, w, rng)
+        inc_out, n = banked(pol, gate, s, inc_out, rng)
         spent += n
         dec, cand_out = sim.decide(pol, gate, s, head, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts

@@ -55,9 +55,10 @@ def test_a_confirmations_runs_start_the_bank_the_next_validation_tops_up() -> No
     assert three == 3 < st.gate.banked_epochs == st.policy.inc_epochs == 11
     ok, fresh, n = y.confirm_banked(st, w, w.s0, y.crashy(w.s0, w.val, rng, 11), rng)
     assert n >= three * y.M and all(len(r) == three for r in fresh.values())
-    whole, paid = y.banked(st.policy, w.s0, fresh, w, rng)
+    gate = st.policy.make()
+    whole, paid = y.banked(st.policy, gate, w.s0, fresh, rng)
     assert paid >= 8 * y.M and all(len(r) == 11 and r[:three] == fresh[t] for t, r in whole.items())
-    assert y.banked(st.policy, w.s0, whole, w, rng) == (whole, 0)  # a whole bank: nothing to run
+    assert y.banked(st.policy, gate, w.s0, whole, rng) == (whole, 0)  # a whole bank: nothing to run
 
 
 def test_a_priced_optimizer_turn_buys_fewer_proposals_for_the_same_budget() -> None:
