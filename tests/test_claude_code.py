@@ -12,6 +12,7 @@ the CLI's features depend on (its beta header, ``?beta=true``).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -132,20 +133,27 @@ def test_claude_code_as_the_target(image, docker_client, socket_dir, tmp_path, i
     )
 
 
-def _fake_upstream(optimizer_script: CliScript) -> Any:
-    """The target (chat template, one call per task) answers; the optimizer's calls go to the CLI script."""
+def _fake_upstream(optimizer_script: CliScript, heeds: str | None = None) -> Any:
+    """The target (chat template, one call per task) answers; the optimizer's calls go to the CLI
+    script. With ``heeds``: the target says the word it is asked for when its request carries that
+    text (the skill the optimizer edited), and "unknown" otherwise; on any spacing of the question,
+    as the memorised-answer check perturbs it (a fake that only knew the val inputs would be an
+    answer table, and the check rejects it)."""
 
     def answer(request: dict[str, Any]) -> dict[str, Any]:
         body = request["body"]
         if body.get("model") == OPTIMIZER:
             return optimizer_script(request)
         question = json.dumps(body.get("messages"))
+        said = "Paris" if "France" in question else "unknown"
+        if heeds is not None and heeds in json.dumps([body.get("system"), body.get("messages")]):
+            said = next(iter(re.findall(r"Say\s+the\s+word:\s+(\w+)", question)), said)
         return {
             "id": "msg_target",
             "type": "message",
             "role": "assistant",
             "model": body.get("model"),
-            "content": [{"type": "text", "text": "Paris" if "France" in question else "unknown"}],
+            "content": [{"type": "text", "text": said}],
             "stop_reason": "end_turn",
             "stop_sequence": None,
             "usage": {"input_tokens": 50, "output_tokens": 2},
@@ -154,21 +162,28 @@ def _fake_upstream(optimizer_script: CliScript) -> Any:
     return answer
 
 
-def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
-    image, docker_client, tmp_path
-) -> None:
-    skill, tasks = write_example(tmp_path)
-    ws = tmp_path / "ws"
+TERSE = "Answer tersely."
+
+
+def _terse_script() -> CliScript:
+    """Each optimizer conversation: read the skill, add TERSE to it, summarise."""
     old = "Respond politely to the user."
-    edit = {"file_path": "/view/skill/SKILL.md", "old_string": old, "new_string": old + " Answer tersely."}
-    script = CliScript(
+    edit = {"file_path": "/view/skill/SKILL.md", "old_string": old, "new_string": f"{old} {TERSE}"}
+    return CliScript(
         [
             tool_use("Read", {"file_path": "/view/skill/SKILL.md"}),
             tool_use("Edit", edit),
             text("Terse answers\n\nTasks t1 and t2 rambled; the skill now asks for the bare answer."),
         ]
     )
-    with FakeAnthropicServer(_fake_upstream(script)) as fake:
+
+
+def _run_one_round(tmp_path: Path, image: str, upstream: Any) -> tuple[Path, Any, list[dict[str, Any]]]:
+    """``harnessopt run --rounds 1 --optimizer claude-code`` on the example in Docker: the workspace,
+    the finished process and the optimizer's requests the fake upstream saw."""
+    skill, tasks = write_example(tmp_path)
+    ws = tmp_path / "ws"
+    with FakeAnthropicServer(upstream) as fake:
         env = {"ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": REAL_KEY}
         assert cli("init", ws, "--skill", skill, "--tasks", tasks, env=env).returncode == 0
         cfg = yaml.safe_load((ws / "harnessopt.yaml").read_text())
@@ -183,12 +198,20 @@ def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
         )  # fmt: skip
         optimizer_requests = [q for q in fake.requests if q["body"].get("model") == OPTIMIZER]
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return ws, r, optimizer_requests
+
+
+def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
+    image, docker_client, tmp_path
+) -> None:
+    script = _terse_script()
+    ws, _, optimizer_requests = _run_one_round(tmp_path, image, _fake_upstream(script))
     (round1,) = ledger.past_rounds(Workspace.open(ws).repo)
     record = round1.manifest.optimizer
     assert record is not None and record.stopped_by == "done", round1.manifest
     assert round1.manifest.summary.startswith("Terse answers")
     assert "skill/SKILL.md" in round1.manifest.changed, round1.manifest  # the CLI could edit
-    assert "Answer tersely." in git(ws, "show", f"{round1.commit}:skill/SKILL.md")
+    assert TERSE in git(ws, "show", f"{round1.commit}:skill/SKILL.md")
     assert record.transcript and Path(record.transcript).is_file()
     transcript = [json.loads(x) for x in Path(record.transcript).read_text().splitlines() if x.strip()]
     tools_used = [
@@ -205,4 +228,33 @@ def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
     search = round1.manifest.search
     assert search is not None and {c.name for c in search.candidates} == {f"s{j}" for j in range(1, 11)}
     assert all(c.changed == ["skill/SKILL.md"] and "did not beat" in c.reason for c in search.candidates)
+    _check_forwarded(optimizer_requests)
+
+
+def test_a_chain_claude_code_built_is_validated_confirmed_and_committed(
+    image, docker_client, tmp_path
+) -> None:
+    """The default round end to end with the real CLI as the optimizer: the target heeds the edit,
+    so the chain's first step beats the incumbent on train, the nine after it (the same edit again)
+    do not beat it, and the chain's end goes through smoke, validation, the banked gate and its
+    confirmation, and main moves to it."""
+    ws, r, optimizer_requests = _run_one_round(tmp_path, image, _fake_upstream(_terse_script(), heeds=TERSE))
+    repo = Workspace.open(ws).repo
+    (round1,) = ledger.past_rounds(repo)
+    m = round1.manifest
+    assert round1.status == "accepted", (m.reason, r.stdout[-3000:])
+    assert TERSE in git(ws, "show", "main:skill/SKILL.md")
+    assert m.search is not None and m.search.validated == m.search.winners == ["s1"]
+    by_name = {c.name: c for c in m.search.candidates}
+    assert sorted(by_name, key=lambda n: int(n[1:])) == [f"s{j}" for j in range(1, 11)]
+    assert by_name["s1"].chosen and by_name["s1"].reason.startswith("validated: the chain's end")
+    assert all("did not beat s1 on train" in by_name[f"s{j}"].reason for j in range(2, 11))
+    gate = m.gate.model_dump()  # a policy's own keys: extras of the record
+    assert (gate["design"], gate["incumbent_runs"], gate["look"]) == ("banked", 11, 1)  # a clear win
+    assert m.checks.memorised is not None and not m.checks.memorised.collapsed  # not an answer table
+    assert m.confirmation is not None and m.confirmation.confirmed, m.confirmation
+    refs = git(ws, "for-each-ref", "--format=%(refname)", "refs/harnessopt/").split()
+    assert "refs/harnessopt/explore/head" not in refs  # an accept drops the kept head
+    assert {f"refs/harnessopt/candidates/round-1/s{j}" for j in range(1, 11)} <= set(refs)
+    assert m.tokens["optimizer"].calls == len(optimizer_requests) >= 30  # ten conversations, the gateway's
     _check_forwarded(optimizer_requests)
