@@ -55,6 +55,7 @@ LAYERS: list[set[str]] = [
         "search.screen",
         "search.clusters",
         "search.archive",
+        "search.length",
     },
     {"rollout.runner", "round.services", "reporting", "search.state"},
     {"round", "search"},

@@ -205,7 +205,7 @@ def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
     image, docker_client, tmp_path
 ) -> None:
     script = _terse_script()
-    ws, _, optimizer_requests = _run_one_round(tmp_path, image, _fake_upstream(script))
+    ws, r, optimizer_requests = _run_one_round(tmp_path, image, _fake_upstream(script))
     (round1,) = ledger.past_rounds(Workspace.open(ws).repo)
     record = round1.manifest.optimizer
     assert record is not None and record.stopped_by == "done", round1.manifest
@@ -223,10 +223,14 @@ def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
     ]
     assert tools_used == ["Read", "Edit"] and transcript[-1]["type"] == "result"
     assert round1.manifest.tokens["optimizer"].calls == len(optimizer_requests) >= 3  # through the gateway
-    # the default chains 10 steps (search.explore), each a Claude Code conversation of its own; the
-    # script's edit changes nothing the fake target's answers show, so each is dropped on train
+    # the default chains 3 steps (search.explore null: an Opus conversation costs hundreds of Sonnet
+    # runs), each a Claude Code conversation of its own; the script's edit changes nothing the fake
+    # target's answers show, so each is dropped on train
+    assert "this run chains 3 steps a round (search.explore: null; a step costs about" in r.stdout, r.stdout[
+        -3000:
+    ]
     search = round1.manifest.search
-    assert search is not None and {c.name for c in search.candidates} == {f"s{j}" for j in range(1, 11)}
+    assert search is not None and {c.name for c in search.candidates} == {f"s{j}" for j in range(1, 4)}
     assert all(c.changed == ["skill/SKILL.md"] and "did not beat" in c.reason for c in search.candidates)
     _check_forwarded(optimizer_requests)
 
@@ -235,7 +239,7 @@ def test_a_chain_claude_code_built_is_validated_confirmed_and_committed(
     image, docker_client, tmp_path
 ) -> None:
     """The default round end to end with the real CLI as the optimizer: the target heeds the edit,
-    so the chain's first step beats the incumbent on train, the nine after it (the same edit again)
+    so the chain's first step beats the incumbent on train, the two after it (the same edit again)
     do not beat it, and the chain's end goes through smoke, validation, the banked gate and its
     confirmation, and main moves to it."""
     ws, r, optimizer_requests = _run_one_round(tmp_path, image, _fake_upstream(_terse_script(), heeds=TERSE))
@@ -246,15 +250,15 @@ def test_a_chain_claude_code_built_is_validated_confirmed_and_committed(
     assert TERSE in git(ws, "show", "main:skill/SKILL.md")
     assert m.search is not None and m.search.validated == m.search.winners == ["s1"]
     by_name = {c.name: c for c in m.search.candidates}
-    assert sorted(by_name, key=lambda n: int(n[1:])) == [f"s{j}" for j in range(1, 11)]
+    assert sorted(by_name, key=lambda n: int(n[1:])) == [f"s{j}" for j in range(1, 4)]
     assert by_name["s1"].chosen and by_name["s1"].reason.startswith("validated: the chain's end")
-    assert all("did not beat s1 on train" in by_name[f"s{j}"].reason for j in range(2, 11))
+    assert all("did not beat s1 on train" in by_name[f"s{j}"].reason for j in range(2, 4))
     gate = m.gate.model_dump()  # a policy's own keys: extras of the record
     assert (gate["design"], gate["incumbent_runs"], gate["look"]) == ("banked", 11, 1)  # a clear win
     assert m.checks.memorised is not None and not m.checks.memorised.collapsed  # not an answer table
     assert m.confirmation is not None and m.confirmation.confirmed, m.confirmation
     refs = git(ws, "for-each-ref", "--format=%(refname)", "refs/harnessopt/").split()
     assert "refs/harnessopt/explore/head" not in refs  # an accept drops the kept head
-    assert {f"refs/harnessopt/candidates/round-1/s{j}" for j in range(1, 11)} <= set(refs)
-    assert m.tokens["optimizer"].calls == len(optimizer_requests) >= 30  # ten conversations, the gateway's
+    assert {f"refs/harnessopt/candidates/round-1/s{j}" for j in range(1, 4)} <= set(refs)
+    assert m.tokens["optimizer"].calls == len(optimizer_requests) >= 9  # three conversations, the gateway's
     _check_forwarded(optimizer_requests)

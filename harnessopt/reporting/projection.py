@@ -29,6 +29,7 @@ from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.ledger.store import RoundManifest
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
+from harnessopt.search.length import ChainLength, chain_length, chooses, with_steps
 from harnessopt.workspace.core import Workspace
 
 HISTORY = 10
@@ -80,6 +81,7 @@ class Projection:
     budget: dict[str, float] = field(default_factory=dict)  # the run's limits that are set
     round0: RoundCost | None = None  # harness/joint mode before an approved proposal: the diagnosis
     explore: int = 0  # proposals chained a round (search.explore), each an optimizer conversation
+    chain: ChainLength | None = None  # search.explore null: the length chosen from these rates
 
     def total(self) -> RoundCost:
         out = RoundCost()
@@ -113,7 +115,11 @@ class Projection:
             + ("; round 0 (the diagnosis) first, the rounds only once it is approved" if self.round0 else "")
             + (
                 f"; each round chains {self.explore} proposals, an optimizer conversation each "
-                "(search.explore; 0 for one a round)"
+                + (
+                    "(search.explore; 0 for one a round)"
+                    if self.chain is None
+                    else f"(search.explore: null, chosen by price: {self.chain.basis()})"
+                )
                 if self.explore
                 else ""
             )
@@ -169,6 +175,8 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
     cached, floor = _measured_state(ws, cfg)
     rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
+    chain = chain_length(cfg, rates, n_val) if chooses(cfg) else None
+    cfg = with_steps(cfg, chain.steps) if chain else cfg  # as the run will set it
     per_round = []
     # The incumbent's val runs are measured when a candidate reaches smoke: every such round with
     # gate.rerun_incumbent, else once, by the first that does (none may: explore rounds screened out)
@@ -188,7 +196,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     }
     r0 = _round0(cfg, rates, n_train) if _round0_pending(ws, cfg) else None
     budget = {k: float(v) for k, v in limits.items() if v is not None}
-    return Projection(per_round, basis, rates, budget, r0, cfg.explore_steps)
+    return Projection(per_round, basis, rates, budget, r0, cfg.explore_steps, chain)
 
 
 def _round0_pending(ws: Workspace, cfg: Config) -> bool:

@@ -19,6 +19,7 @@ from harnessopt.round.context import RoundResult
 from harnessopt.round.round0 import BROKEN_PREFIX, Decide, ready
 from harnessopt.round.services import Services, open_services
 from harnessopt.round.steps import run_round
+from harnessopt.search.length import with_steps
 from harnessopt.util import interrupts
 from harnessopt.workspace.core import Workspace
 
@@ -49,13 +50,17 @@ def run(
     start = ledger.next_round(ws.repo)
     projected = project(ws, rounds)
     say(projected.line())
+    cfg = ws.cfg  # search.explore null: the chain's length the projection chose from its prices
+    if projected.chain is not None:
+        cfg = with_steps(cfg, projected.chain.steps)
+        say(f"this run chains {projected.chain.why()}")
     results: list[RoundResult] = []
     told: list[str] = []
     failed_in_a_row = 0
     journaled = 0  # the runner's retries written to the journal so far
     hours = ws.cfg.budget.max_hours
     deadline = time.monotonic() + hours * 3600 if hours else None
-    with open_services(ws.root, ws.cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
+    with open_services(ws.root, cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
         used = run_parts(ws, svc)  # what this run actually uses: status and the report name it
         say("this run: " + ", ".join(f"{k} {v}" for k, v in used.items()))
         ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary(), used=used)

@@ -1,0 +1,116 @@
+"""The chain's length when ``search.explore`` is null (``search.length``): a validation's cost over a
+step's, in target runs, from the projection's rates; and a run that chains what it said it would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harnessopt.config import Config, GateConfig, SearchConfig
+from harnessopt.ledger import store as ledger
+from harnessopt.reporting.projection import project
+from harnessopt.round import driver
+from harnessopt.search.length import MAX_STEPS, MIN_STEPS, UNPRICED_STEPS, chain_length, chooses
+from harnessopt.workspace.core import Workspace
+from tests.support.workspace import DEMO_LINE, FORM, make_ws, scripted_edits
+
+M = 50  # val tasks: validating a chain's end can cost 50 x (1 + 10 + 11) = 1,100 runs
+
+
+def rates(
+    *,
+    run_usd: float,
+    turn_usd: float,
+    calls: float = 20.0,
+    per_run: float = 1.0,
+    tokens: tuple[float, float] = (0, 0),
+) -> dict[str, Any]:
+    """Rates as ``reporting.projection`` gives them: a target run of ``per_run`` calls at ``run_usd``
+    each, an optimizer conversation of ``calls`` calls at ``turn_usd`` each."""
+    return {
+        "target_calls_per_run": per_run,
+        "target_usd_per_call": run_usd,
+        "target_tokens_per_call": tokens[0],
+        "optimizer_calls": calls,
+        "optimizer_usd_per_call": turn_usd,
+        "optimizer_tokens_per_call": tokens[1],
+    }
+
+
+def test_a_validation_over_a_step_in_target_runs() -> None:
+    cfg = Config()
+    # a step: 20 calls x $0.01 = $0.20 = 20 runs at $0.01, plus its two batches of 8: 36 runs
+    got = chain_length(cfg, rates(run_usd=0.01, turn_usd=0.01), M)
+    assert (got.step_runs, got.validation_runs, got.unit) == (36.0, 1100.0, "dollars")
+    assert got.steps == round(1100 / 36) == 31
+    assert got.why() == (
+        "31 steps a round (search.explore: null; a step costs about 36 target runs and validating a "
+        "chain's end up to 1,100, by dollars)"
+    )
+
+
+def test_a_dear_optimizer_validates_every_few_steps_and_a_free_one_chains_the_most() -> None:
+    cfg = Config()
+    # the projection's priors for a chat target and a frontier optimizer: a turn is ~600 runs
+    assert chain_length(cfg, rates(run_usd=0.0049, turn_usd=0.15), M).steps == MIN_STEPS
+    assert chain_length(cfg, rates(run_usd=1.0, turn_usd=5.0, calls=0), M).steps == MAX_STEPS
+    # an agent target: a run is 20 calls, so a conversation is fewer runs and the chain is longer
+    chat = chain_length(cfg, rates(run_usd=0.001, turn_usd=0.002), M).steps
+    agent = chain_length(cfg, rates(run_usd=0.001, turn_usd=0.002, per_run=20), M).steps
+    assert MIN_STEPS < chat < agent <= MAX_STEPS
+
+
+def test_the_gate_and_val_size_set_what_a_validation_costs() -> None:
+    r = rates(run_usd=0.01, turn_usd=0.01)
+    small = Config(gate=GateConfig(second_look=4))  # 1 + 4 + 5 runs a task: 500 runs
+    assert chain_length(small, r, M).validation_runs == 500.0 and chain_length(small, r, M).steps == 14
+    assert chain_length(Config(), r, 10).steps == round(220 / 36)
+
+
+def test_an_unpriced_model_is_weighed_by_tokens_and_nothing_falls_back_to_ten() -> None:
+    cfg = Config()
+    by_tokens = chain_length(cfg, rates(run_usd=0.0, turn_usd=0.0, tokens=(500.0, 8400.0)), M)
+    assert by_tokens.unit == "tokens" and by_tokens.step_runs == 20 * 8400 / 500 + 16
+    priced_target_only = chain_length(cfg, rates(run_usd=0.01, turn_usd=0.0, tokens=(500.0, 8400.0)), M)
+    assert priced_target_only.unit == "tokens"  # an optimizer missing from the price table is not free
+    nothing = chain_length(cfg, rates(run_usd=0.0, turn_usd=0.0), M)
+    assert (nothing.steps, nothing.unit) == (UNPRICED_STEPS, "")
+    assert "no price or token count" in nothing.why()
+
+
+@pytest.mark.parametrize(
+    ("search", "objective", "chosen"),
+    [
+        (SearchConfig(), "task", True),
+        (SearchConfig(explore=10), "task", False),  # a number is kept as set
+        (SearchConfig(explore=0), "task", False),
+        (SearchConfig(candidates=3), "task", False),  # several side by side: no chain
+        (SearchConfig(), "trigger", False),
+    ],
+)
+def test_only_a_null_explore_where_a_chain_can_run_is_chosen(
+    search: SearchConfig, objective: str, chosen: bool
+) -> None:
+    mode = "skill"
+    assert chooses(Config(search=search, objective=objective, mode=mode)) is chosen
+
+
+def test_a_run_chains_the_length_it_projected_and_says_why(tmp_path: Path) -> None:
+    script = scripted_edits(tmp_path, {"s1": ("# Round 1:[\\s\\S]*Your step: s1,", DEMO_LINE, FORM)})
+    ws = Workspace.open(make_ws(tmp_path, model=script, search={"explore": None}))
+    chain = project(ws, 1).chain
+    assert chain is not None and chain.unit == "tokens"  # the scripted model has no price
+    assert f"search.explore: null, chosen by price: {chain.basis()}" in project(ws, 1).line()
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    assert f"this run chains {chain.why()}" in said
+    m = result.manifest
+    assert m.search is not None and [c.name for c in m.search.candidates] == [
+        f"s{j}" for j in range(1, chain.steps + 1)
+    ]
+    assert result.status == "accepted" and FORM in (ws.root / "skill" / "SKILL.md").read_text()
+    # the choice is the run's, not the workspace's: harnessopt.yaml still says null
+    assert Workspace.open(ws.root).cfg.search.explore is None
+    assert len(ledger.past_rounds(ws.repo)) == 1
