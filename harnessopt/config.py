@@ -21,7 +21,8 @@ DEFAULT_CANDIDATES = 1
 """search.candidates when the config does not say: the yield benchmark (benchmarks/) chooses it."""
 DEFAULT_EXPLORE = 10
 """Steps a round chains when ``search.explore`` is null (the default) and chaining can run (one
-candidate a round, the task objective): the yield benchmark's choice (docs/gate.md, "Yield")."""
+candidate a round, the task objective) where no run chose them (``search.length.chain_length``
+chooses a run's from prices: ``round.driver``), e.g. a config read without a workspace."""
 
 
 class _Strict(BaseModel):
@@ -214,8 +215,9 @@ class SearchConfig(_Strict):
     explore: int | None = Field(None, ge=0, le=50)
     """Proposals chained in a round, each built on the last one that beat its base on a train batch;
     only the chain's end is validated (0: off, one proposal a round; docs/optimizer.md, "Explore").
-    Null (the default): ``DEFAULT_EXPLORE``, or 0 when search.candidates > 1 or the objective is
-    not task (``Config.explore_steps``)."""
+    Null (the default): a run chains as many steps as validating a chain's end costs in steps, from
+    the projection's prices, 3 to 50 (``search.length.chain_length``; the run says what it chose),
+    or 0 when search.candidates > 1 or the objective is not task (``Config.explore_steps``)."""
 
     @model_validator(mode="after")
     def _explore_is_a_chain(self) -> SearchConfig:

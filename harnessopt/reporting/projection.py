@@ -146,6 +146,8 @@ class Projection:
         lines.append(_row("total", self.total()))
         lines.append(f"basis: {self.basis}")
         lines.append("rates: " + ", ".join(f"{k} {v:.3g}" for k, v in self.rates.items()))
+        if self.chain is not None:
+            lines.append(f"chain: {self.chain.why()}")
         return lines
 
 

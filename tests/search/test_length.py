@@ -14,6 +14,7 @@ from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.search.length import MAX_STEPS, MIN_STEPS, UNPRICED_STEPS, chain_length, chooses
 from harnessopt.workspace.core import Workspace
+from tests.support.cli import cli
 from tests.support.workspace import DEMO_LINE, FORM, make_ws, scripted_edits
 
 M = 50  # val tasks: validating a chain's end can cost 50 x (1 + 10 + 11) = 1,100 runs
@@ -114,3 +115,13 @@ def test_a_run_chains_the_length_it_projected_and_says_why(tmp_path: Path) -> No
     # the choice is the run's, not the workspace's: harnessopt.yaml still says null
     assert Workspace.open(ws.root).cfg.search.explore is None
     assert len(ledger.past_rounds(ws.repo)) == 1
+
+
+def test_run_dry_run_prints_the_chain_it_would_run(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path, search={"explore": None})
+    out = cli("run", ws, "--dry-run", "--rounds", "1")
+    assert out.returncode == 0, out.stderr
+    chain = project(Workspace.open(ws), 1).chain
+    assert chain is not None and f"chain: {chain.why()}" in out.stdout.splitlines()
+    fixed = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "search.explore=4")
+    assert fixed.returncode == 0 and "chain:" not in fixed.stdout  # a number is kept as set
