@@ -22,8 +22,10 @@ Strategies (the same worlds and proposal streams for all):
 * today: the loop with the gate as configured by default before issue 21 (one incumbent run per
   val task, second look 2, first-look share 0.2) and ``confirm: val`` (2m more rollouts after an
   accept; main keeps the commit whatever they say).
-* default: the loop as a new workspace runs it (``Config()``): ``search.explore: 10`` (below)
-  through ``GateConfig()`` as shipped now (docs/gate.md): the incumbent's bank (epochs +
+* default: the loop as a new workspace runs it (``Config()``): ``search.explore`` null, so a round
+  chains as many steps as ``search.length.chain_length`` chooses at the table's price of an
+  optimizer turn (50 with turns free, 31 at 20 rollouts, 3 at 600; explore E below), through
+  ``GateConfig()`` as shipped now (docs/gate.md): the incumbent's bank (epochs +
   second_look runs a task), second look 10, first-look share 0.05, and main moves only when the
   confirmation finds the gain again (``confirm_moves_main``): ``gate.confirm_epochs`` fresh runs
   of the winner a val task, which start its bank; the next round that validates tops that up.
@@ -40,10 +42,11 @@ Strategies (the same worlds and proposal streams for all):
   from it (``refs/harnessopt/explore/head``). A round's first step reads the round's batch (the
   optimizer's, as everywhere here); each later step's base runs a fresh batch, which is paid. A
   round of the per-run table is a gate test (E proposals).
-* explore E, each round from main [before the kept head]: the same, but every round's chain
+  The fixed rows chain 3, 10 (the default before the length was chosen by price) and 30.
+* explore 10, each round from main [before the kept head]: the same, but every round's chain
   starts from main (how ``search.explore`` ran before the kept head).
-* default, confirmed by a whole fresh bank [previous stop]: the default with ``confirm_epochs``
-  at the bank's size (11): every accept measures the winner's whole bank before main moves.
+* explore 10, confirmed by a whole fresh bank [two stops ago]: with ``confirm_epochs`` at the
+  bank's size (11): every accept measures the winner's whole bank before main moves.
 * K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
   K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
   drawn afresh each round) plus ``SCREEN_EXTRA`` more train tasks; ``screen`` keeps one, which goes
@@ -87,6 +90,7 @@ from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
+from harnessopt.search.length import chain_length  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
 
 M = 50  # val tasks
@@ -94,7 +98,7 @@ TRAIN = 100  # train tasks (screening, minibatches)
 BATCH = RolloutConfig().batch_size  # the round's train batch: the optimizer's runs of the incumbent
 SCREEN_EXTRA = 12  # search.screen_tasks for "K screened": train tasks added for screening only
 K = 4  # search.candidates for "K screened"
-EXPLORE = 20  # search.explore of the longer-chain row (the default's is DEFAULT_EXPLORE)
+FIXED_CHAINS = (3, 10, 30)  # search.explore of the fixed-length rows (10: the default before the rule)
 TURN_PRICE = 20  # rollouts an optimizer turn is priced at in the middle tables: an assumption
 MINIBATCH = 3  # GEPA's default minibatch
 CRASH, BURST_P, BURST = 0.03, 0.2, 0.1  # random crashes; an outage in 20% of batches crashes 10% more
@@ -167,6 +171,26 @@ class Strategy:
         gc = GateConfig.model_validate(cfg)
         return cls(label, kind, loop_policy(gc), gc, search or SearchConfig())
 
+    def chain(self, turn: int) -> int:
+        """The steps a round chains: ``search.explore``, or when it is null the shipped rule
+        (``search.length.chain_length``) at this price of an optimizer turn, in rollouts, and m = M."""
+        if self.search.explore is not None:
+            return self.search.explore
+        return chain_length(Config(search=self.search, gate=self.gate or GateConfig()), prices(turn), M).steps
+
+
+def prices(turn: int) -> dict[str, float]:
+    """The projection's rates (``reporting.projection``) of a world where a rollout is one call at
+    one unit and an optimizer turn is ``turn`` units (one call; none when it is free)."""
+    return {
+        "target_calls_per_run": 1.0,
+        "target_usd_per_call": 1.0,
+        "target_tokens_per_call": 1.0,
+        "optimizer_calls": 1.0 if turn else 0.0,
+        "optimizer_usd_per_call": float(turn),
+        "optimizer_tokens_per_call": float(turn),
+    }
+
 
 def round_strategies() -> list[Strategy]:
     """The per-round table's rows: today, the default gate, the default gate with a shorter second
@@ -185,10 +209,11 @@ def round_strategies() -> list[Strategy]:
 
 
 def strategies() -> list[Strategy]:
-    default = SearchConfig(explore=Config().explore_steps)  # what a new workspace runs
+    default = Config().search  # what a new workspace runs: search.explore null, the chain's length by price
+    before = SearchConfig(explore=10)  # the default's chain before the rule
     return [
         Strategy.loop("today (gate defaults before issue 21)", **TODAY),
-        Strategy.loop(f"default (Config() now: search.explore {default.explore})", "explore", default),
+        Strategy.loop("default (Config() now: search.explore null, its length by price)", "explore", default),
         Strategy.loop("one proposal a round (search.explore: 0, the default gate)", "gate"),
         Strategy("fixed band 0.05 [SkillOpt-Lite]", "gate", sim.Policy("", lambda: FixedDeadBand(0.05))),
         Strategy("minibatch of 3 [GEPA-style]", "minibatch"),
@@ -198,16 +223,19 @@ def strategies() -> list[Strategy]:
             "screen",
             SearchConfig(candidates=K, screen_tasks=SCREEN_EXTRA),
         ),
-        Strategy.loop(
-            f"explore {EXPLORE} (search.explore: {EXPLORE})", "explore", SearchConfig(explore=EXPLORE)
+        *(
+            Strategy.loop(
+                f"explore {e} (search.explore: {e})" + (" [the default before the rule]" if e == 10 else ""),
+                "explore",
+                SearchConfig(explore=e),
+            )
+            for e in FIXED_CHAINS
         ),
+        Strategy.loop("explore 10, each round from main [before the kept head]", "explore-main", before),
         Strategy.loop(
-            f"explore {default.explore}, each round from main [before the kept head]", "explore-main", default
-        ),
-        Strategy.loop(
-            f"default, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [previous stop]",
+            f"explore 10, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [two stops ago]",
             "explore",
-            default,
+            before,
             confirm_epochs=WHOLE_BANK,
         ),
     ]
@@ -345,8 +373,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     the gate rejects is where the next round goes on; kind "explore-main" starts every round from
     main (the previous stop's). ``rounds``: gate tests (each ``search.explore`` proposals)."""
     assert st.policy is not None and st.gate is not None
-    pol, res, steps, carry = st.policy, Result(), st.search.explore, st.kind == "explore"
-    assert steps, "an explore strategy names its steps"
+    pol, res, steps, carry = st.policy, Result(), st.chain(turn), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
     s = head = tested = w.s0
     inc_out, spent = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs, pol.detail, crashy, True)

@@ -24,7 +24,9 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
         assert f"yield at a cost of {b} rollouts, an optimizer turn at {y.PRIORS_TURN_PRICE}" in out
     for st in y.round_strategies()[1:]:  # the gate's rows: per round only
         assert out.count(f"| {st.label} |") == 1
-    assert "| default (Config() now: search.explore 10) |" in out  # the shipped default is a row
+    assert (
+        "| default (Config() now: search.explore null, its length by price) |" in out
+    )  # the shipped default
 
 
 def test_a_run_spends_no_more_than_its_budget_and_counts_true_effects() -> None:
@@ -81,7 +83,7 @@ def test_correlated_crashes_take_whole_tasks_down_in_some_batches() -> None:
 def test_explore_moves_main_only_through_the_gate_once_a_round() -> None:
     for kind in ("explore", "explore-main"):
         st = next(s for s in y.strategies() if s.kind == kind)
-        steps = st.search.explore
+        steps = st.chain(0)
         runs = [y.run_explore(st, y.world(seed), seed, 10**6, 4) for seed in range(6)]
         assert any(r.commits for r in runs)  # four gate tests a run: some chain end gets through
         assert all(r.commits <= 4 and r.proposals == [4 * steps] for r in runs)
@@ -90,10 +92,24 @@ def test_explore_moves_main_only_through_the_gate_once_a_round() -> None:
 def test_the_kept_head_acts_only_across_rounds() -> None:
     """Same proposals and draws: one round of the loop's explore and of the previous stop's (every
     round from main) is the same round; only later rounds differ."""
-    kept, fresh = (next(s for s in y.strategies() if s.kind == k) for k in ("explore", "explore-main"))
+    kept, fresh = (
+        next(s for s in y.strategies() if s.kind == k and s.search.explore == 10)
+        for k in ("explore", "explore-main")
+    )
     for seed in range(4):
         w = y.world(seed)
         a, b = y.run_explore(kept, w, seed, 10**6, 1), y.run_explore(fresh, w, seed, 10**6, 1)
         assert (a.spent, a.gain, a.commits) == (b.spent, b.gain, b.commits)
     longer = [y.run_explore(k, y.world(s), s, 10**6, 6) for k in (kept, fresh) for s in range(4)]
     assert [r.gain for r in longer[:4]] != [r.gain for r in longer[4:]]
+
+
+def test_the_default_row_chains_what_the_shipped_rule_chooses_at_each_price() -> None:
+    """The default's chain is ``search.length.chain_length`` at the table's price of a turn (m = 50,
+    a validation up to 1,100 rollouts, a step two batches of 8 and the turn): the lengths
+    docs/gate.md names; a fixed row keeps its number."""
+    default = y.strategies()[1]
+    assert default.search.explore is None
+    assert [default.chain(t) for t in (0, y.TURN_PRICE, y.PRIORS_TURN_PRICE)] == [50, 31, 3]
+    fixed = [s for s in y.strategies() if s.kind == "explore" and s.search.explore is not None]
+    assert sorted({s.chain(600) for s in fixed}) == sorted(set(y.FIXED_CHAINS))
