@@ -179,16 +179,20 @@ class Strategy:
         return chain_length(Config(search=self.search, gate=self.gate or GateConfig()), prices(turn), M).steps
 
 
+FREE_TURN = 1e-9  # what the rule is told a free turn costs, in rollouts (it weighs no unpriced call)
+
+
 def prices(turn: int) -> dict[str, float]:
     """The projection's rates (``reporting.projection``) of a world where a rollout is one call at
-    one unit and an optimizer turn is ``turn`` units (one call; none when it is free)."""
+    one unit and an optimizer turn one call at ``turn`` units (``FREE_TURN`` when free)."""
+    unit = float(turn) or FREE_TURN
     return {
         "target_calls_per_run": 1.0,
         "target_usd_per_call": 1.0,
         "target_tokens_per_call": 1.0,
-        "optimizer_calls": 1.0 if turn else 0.0,
-        "optimizer_usd_per_call": float(turn),
-        "optimizer_tokens_per_call": float(turn),
+        "optimizer_calls": 1.0,
+        "optimizer_usd_per_call": unit,
+        "optimizer_tokens_per_call": unit,
     }
 
 

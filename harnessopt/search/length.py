@@ -17,7 +17,8 @@ fixed chains of 3, 10 (the default before the rule) and 30 at three prices of an
 and two budgets each: it is at or above each of them in five of the six tables, and below
 explore 30 in one (20,000 rollouts with turns at 600, where 30 then falls behind at 50,000).
 Prices come from the projection's rates: measured on the workspace's rounds, else its priors; a
-model without a price counts by tokens, and with neither the chain is ``UNPRICED_STEPS`` long.
+model without a price counts by tokens, and with neither (or an optimizer whose calls the gateway
+never saw: ``--optimizer manual``, a command) the chain is ``UNPRICED_STEPS`` long.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ def chain_length(cfg: Config, rates: dict[str, float], n_val: int) -> ChainLengt
         ("dollars", rates["target_usd_per_call"], rates["optimizer_usd_per_call"]),
         ("tokens", rates["target_tokens_per_call"], rates["optimizer_tokens_per_call"]),
     ):
-        # an optimizer that made no call costs nothing; one whose calls have no price here is weighed
-        # by the next unit (a model missing from the price table is not free)
-        if target > 0 and per_run > 0 and (optimizer > 0 or calls == 0):
+        # a model missing from the price table is not free: the next unit weighs it; and an optimizer
+        # that made no call through the gateway (manual, a command of one's own) is not weighed at all
+        if target > 0 and per_run > 0 and optimizer > 0 and calls > 0:
             turn = calls * optimizer / (per_run * target)
             step = turn + 2 * batch
             steps = min(MAX_STEPS, max(MIN_STEPS, round(validation / step)))

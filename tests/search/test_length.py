@@ -56,7 +56,7 @@ def test_a_dear_optimizer_validates_every_few_steps_and_a_free_one_chains_the_mo
     cfg = Config()
     # the projection's priors for a chat target and a frontier optimizer: a turn is ~600 runs
     assert chain_length(cfg, rates(run_usd=0.0049, turn_usd=0.15), M).steps == MIN_STEPS
-    assert chain_length(cfg, rates(run_usd=1.0, turn_usd=5.0, calls=0), M).steps == MAX_STEPS
+    assert chain_length(cfg, rates(run_usd=1.0, turn_usd=1e-9), M).steps == MAX_STEPS  # a turn for nothing
     # an agent target: a run is 20 calls, so a conversation is fewer runs and the chain is longer
     chat = chain_length(cfg, rates(run_usd=0.001, turn_usd=0.002), M).steps
     agent = chain_length(cfg, rates(run_usd=0.001, turn_usd=0.002, per_run=20), M).steps
@@ -79,6 +79,9 @@ def test_an_unpriced_model_is_weighed_by_tokens_and_nothing_falls_back_to_ten() 
     nothing = chain_length(cfg, rates(run_usd=0.0, turn_usd=0.0), M)
     assert (nothing.steps, nothing.unit) == (UNPRICED_STEPS, "")
     assert "no price or token count" in nothing.why()
+    # an optimizer the gateway never saw call (manual, a command of one's own) is not free
+    manual = chain_length(cfg, rates(run_usd=0.01, turn_usd=0.0, calls=0.0, tokens=(500.0, 0.0)), M)
+    assert (manual.steps, manual.unit) == (UNPRICED_STEPS, "")
 
 
 @pytest.mark.parametrize(
