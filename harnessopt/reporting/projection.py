@@ -177,7 +177,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
     cached, floor = _measured_state(ws, cfg)
     rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
-    chain = chain_length(cfg, rates, n_val) if chooses(cfg) else None
+    chain = chain_length(cfg, rates, n_val, n_train) if chooses(cfg) else None
     cfg = with_steps(cfg, chain.steps) if chain else cfg  # as the run will set it
     per_round = []
     # The incumbent's val runs are measured when a candidate reaches smoke: every such round with

@@ -52,10 +52,11 @@ class ChainLength:
         return f"{self.steps} steps a round (search.explore: null; {self.basis()})"
 
 
-def chain_length(cfg: Config, rates: dict[str, float], n_val: int) -> ChainLength:
-    """The steps a round chains under ``cfg`` at these prices (``reporting.projection`` rates)."""
+def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int | None = None) -> ChainLength:
+    """The steps a round chains under ``cfg`` at these prices (``reporting.projection`` rates), with
+    ``n_val`` val tasks and ``n_train`` train tasks (a batch is never more than the train split has)."""
     g = cfg.gate
-    batch = cfg.rollout.batch_size
+    batch = cfg.rollout.batch_size if n_train is None else max(1, min(cfg.rollout.batch_size, n_train))
     validation = float(max(n_val, 1) * (g.epochs + g.second_look + g.banked_epochs))
     per_run, calls = rates["target_calls_per_run"], rates["optimizer_calls"]
     for unit, target, optimizer in (

@@ -70,6 +70,14 @@ def test_the_gate_and_val_size_set_what_a_validation_costs() -> None:
     assert chain_length(Config(), r, 10).steps == round(220 / 36)
 
 
+def test_a_train_split_smaller_than_the_batch_prices_the_batches_it_has() -> None:
+    cfg = Config()  # rollout.batch_size 8; a split of 3 train tasks runs batches of 3 (as train_batch does)
+    r = rates(run_usd=0.01, turn_usd=0.01)
+    assert chain_length(cfg, r, M, n_train=3).step_runs == 20 + 2 * 3
+    assert chain_length(cfg, r, M, n_train=3).steps == round(1100 / 26) == 42
+    assert chain_length(cfg, r, M, n_train=100) == chain_length(cfg, r, M)  # a batch never grows past 8
+
+
 def test_an_unpriced_model_is_weighed_by_tokens_and_nothing_falls_back_to_ten() -> None:
     cfg = Config()
     by_tokens = chain_length(cfg, rates(run_usd=0.0, turn_usd=0.0, tokens=(500.0, 8400.0)), M)
@@ -97,8 +105,7 @@ def test_an_unpriced_model_is_weighed_by_tokens_and_nothing_falls_back_to_ten() 
 def test_only_a_null_explore_where_a_chain_can_run_is_chosen(
     search: SearchConfig, objective: str, chosen: bool
 ) -> None:
-    mode = "skill"
-    assert chooses(Config(search=search, objective=objective, mode=mode)) is chosen
+    assert chooses(Config(search=search, objective=objective, mode="skill")) is chosen
 
 
 def test_a_run_chains_the_length_it_projected_and_says_why(tmp_path: Path) -> None:
