@@ -205,8 +205,11 @@ class SearchConfig(_Strict):
     winners: int = Field(1, ge=1)
     """Screened candidates that go on to smoke and validation (the best non-dominated ones); more than
     one splits the gate's false-accept budget among them (docs/gate.md, "Search")."""
-    screen_tasks: int = Field(0, ge=0)
-    """Train tasks added to the round's batch for screening only (the incumbent runs them too)."""
+    screen_tasks: int | None = Field(None, ge=0)
+    """Train tasks added to the batch for screening only (the incumbent, or a chain's base, runs them
+    too; the optimizer does not read them). Null (the default): none with several candidates, and
+    with ``search.explore`` null as many as ``search.length.chain_length`` chooses with the chain's
+    length (more for a dearer optimizer turn), else none."""
     screen_floor: float | None = Field(None, ge=-1.0, le=1.0)
     """A candidate whose mean train difference against the incumbent is below this is not validated
     (none: the best screened candidate always is)."""

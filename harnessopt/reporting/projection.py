@@ -29,7 +29,7 @@ from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.ledger.store import RoundManifest
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
-from harnessopt.search.length import ChainLength, chain_length, chooses, with_steps
+from harnessopt.search.length import ChainLength, chain_length, chooses, with_chain
 from harnessopt.workspace.core import Workspace
 
 HISTORY = 10
@@ -178,7 +178,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     cached, floor = _measured_state(ws, cfg)
     rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
     chain = chain_length(cfg, rates, n_val, n_train) if chooses(cfg) else None
-    cfg = with_steps(cfg, chain.steps) if chain else cfg  # as the run will set it
+    cfg = with_chain(cfg, chain) if chain else cfg  # as the run will set it
     per_round = []
     # The incumbent's val runs are measured when a candidate reaches smoke: every such round with
     # gate.rerun_incumbent, else once, by the first that does (none may: explore rounds screened out)
@@ -230,13 +230,15 @@ def _round(
 def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: int) -> float:
     """Train runs that screen a round's candidates: each screened one on the batch and the extra
     screening tasks, and the incumbent on those extra tasks (none with one candidate and no floor);
-    with ``search.explore``, each step on its batch and its base on every batch after the first."""
+    with ``search.explore``, each step on its batch and extra tasks, and its base on the extra tasks
+    of the first and on every batch and its extra tasks after it."""
     s, steps = cfg.search, cfg.explore_steps
-    if steps:  # each step on its batch, and its base on each fresh batch after the first
-        return steps * batch * rates.get("screened_share", 1.0) + (steps - 1) * batch
+    extra = min(s.screen_tasks or 0, n_train - batch)
+    if steps:  # each step on its batch and extra tasks, its base on those (all of them after the first)
+        tasks = batch + extra
+        return steps * tasks * rates.get("screened_share", 1.0) + (steps - 1) * tasks + extra
     if s.candidates == 1 and s.screen_floor is None:
         return 0.0
-    extra = min(s.screen_tasks, n_train - batch)
     screened = s.candidates * rates.get("screened_share", 1.0)
     return screened * (batch + extra) + extra
 

@@ -19,7 +19,7 @@ from harnessopt.round.context import RoundResult
 from harnessopt.round.round0 import BROKEN_PREFIX, Decide, ready
 from harnessopt.round.services import Services, open_services
 from harnessopt.round.steps import run_round
-from harnessopt.search.length import with_steps
+from harnessopt.search.length import with_chain
 from harnessopt.util import interrupts
 from harnessopt.workspace.core import Workspace
 
@@ -52,7 +52,7 @@ def run(
     say(projected.line())
     cfg = ws.cfg  # search.explore null: the chain's length the projection chose from its prices
     if projected.chain is not None:
-        cfg = with_steps(cfg, projected.chain.steps)
+        cfg = with_chain(cfg, projected.chain)
         say(f"this run chains {projected.chain.why()}")
     results: list[RoundResult] = []
     told: list[str] = []

@@ -2,10 +2,11 @@
 
 Step 1 is built on the incumbent and screened on the round's train batch, as a round with one
 candidate and a screen floor would be. A step that beats its base there (the paired train
-difference strictly above 0: GEPA's acceptance rule, on ``rollout.batch_size`` tasks) becomes the
-base of the next step; one that does not is dropped, and the next step starts from the same base.
-Each later step reads the base's runs on a fresh train batch (the base runs it, as the incumbent
-runs the round's batch) and is screened on that batch. After E steps the chain's end, if any step
+difference strictly above 0: GEPA's acceptance rule, on ``rollout.batch_size`` tasks and the
+``search.screen_tasks`` more that are screened on but not read) becomes the base of the next step;
+one that does not is dropped, and the next step starts from the same base. Each later step reads
+the base's runs on a fresh train batch (the base runs it and its screening-only tasks, as the
+incumbent runs the round's batch) and is screened on them. After E steps the chain's end, if any step
 moved it, goes to smoke and validation against the incumbent as the round's one candidate: its
 cumulative diff is what the leakage and memorised checks, the gate, the commit and the review see.
 
@@ -43,6 +44,7 @@ from harnessopt.round.services import Services
 from harnessopt.search.clusters import Focus
 from harnessopt.search.screen import Screened, screen
 from harnessopt.search.state import Proposed, Search
+from harnessopt.search.steps import screen_tasks
 from harnessopt.util import interrupts
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -142,20 +144,24 @@ def explore(
     ``train``: the start's runs on the round's batch (step 1's trajectories and its bar); the
     start is ``head`` when one is kept, else the incumbent. ``batch_of(j)``: the fresh train batch
     of step j > 1."""
-    steps = svc.cfg.explore_steps
-    by_id = {t.id: t for t in ws.tasks("train")}
-    batch = list({r.task_id: by_id[r.task_id] for r in train if r.task_id in by_id}.values())
+    steps, extra = svc.cfg.explore_steps, svc.cfg.search.screen_tasks or 0
+    split = ws.tasks("train")
+    batch = screen_tasks(split, train, extra, rc.k)  # the round's batch, then the screening-only tasks
     base, base_runs, chain = head.candidate if head else rc.incumbent, train, list[Proposed]()
+    if more := [t for t in batch if t.id not in {r.task_id for r in train}]:
+        # the start runs the screening-only tasks too; the optimizer reads only the round's batch
+        base_runs = [*train, *svc.runner.run(base, more, rc.k, phase="rollout")]
+    read = len(train)
     found = Search([], head=head.name if head else "")
     for j in range(1, steps + 1):
         name = f"s{j}"
         if j > 1:  # a fresh batch: the base's runs on it are the step's trajectories and its bar
             batch = batch_of(j)
-            base, base_runs = _rebased(ws, svc, rc, base, name, batch)
+            base, base_runs, read = _rebased(ws, svc, rc, base, name, batch, svc.cfg.rollout.batch_size)
         step = dataclasses.replace(rc, incumbent=base)
         brief = render_step(name, j, steps, [p.name for p in chain], head)
         sview = view.with_name(f"{view.name}-{name}")
-        proposal, snapshot = propose(ws, svc, step, sview, len(base_runs), say, name=name, focus_md=brief)
+        proposal, snapshot = propose(ws, svc, step, sview, read, say, name=name, focus_md=brief)
         interrupts.check()
         copied, candidate, ending = check(ws, svc, step, proposal, snapshot, name=name)
         focus = Focus(f"step {j}" + (f" on the kept head {head.name}" if head else ""))
@@ -215,19 +221,23 @@ def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | No
 
 
 def _rebased(
-    ws: Workspace, svc: Services, rc: RoundContext, base: Candidate, name: str, tasks: list[Task]
-) -> tuple[Candidate, list[TaskResult]]:
-    """A copy of the base's files for step ``name``, with its runs on ``tasks`` staged as the
-    step's trajectories (the copy has the base's content, so those runs are the base's)."""
+    ws: Workspace, svc: Services, rc: RoundContext, base: Candidate, name: str, tasks: list[Task], size: int
+) -> tuple[Candidate, list[TaskResult], int]:
+    """A copy of the base's files for step ``name`` and its runs on ``tasks``: those on the first
+    ``size`` (the batch; the rest are ``search.screen_tasks``, screening only) staged as the step's
+    trajectories (the copy has the base's content, so those runs are the base's); (the copy, all
+    its runs, the runs staged)."""
     root = _copy_editable(base.root, rc.scratch / f"base-{name}")
     rebased = dataclasses.replace(base, root=root)
     runs = svc.runner.run(rebased, tasks, rc.k, phase="rollout")
+    read = {t.id for t in tasks[:size]}
+    staged = [r for r in runs if r.task_id in read]
     write_trajectories(
-        root / "trajectories", runs, harness_commit=rc.parent, target_model=svc.cfg.model.target
+        root / "trajectories", staged, harness_commit=rc.parent, target_model=svc.cfg.model.target
     )
     passed = sum(r.passed for r in runs)
     ws.journal.write(rc.k, "rollout", tasks=[r.task_id for r in runs], passed=passed, candidate=name)
-    return rebased, runs
+    return rebased, runs, len(staged)
 
 
 def _name_of(chain: list[Proposed], head: Head | None = None) -> str:

@@ -16,6 +16,10 @@ The yield benchmark (``benchmarks/run_yield.py``, docs/gate.md "Yield") prints t
 fixed chains of 3, 10 (the default before the rule) and 30 at three prices of an optimizer turn
 and two budgets each: it is at or above each of them in five of the six tables, and below
 explore 30 in one (20,000 rollouts with turns at 600, where 30 then falls behind at 50,000).
+With ``search.screen_tasks`` null too, a step is screened on about sqrt(turn) train tasks, where
+a turn is an optimizer conversation in target runs (``screen_extra``): the batch alone while turns
+are cheap, 24 tasks for a turn of 600 runs, so that a proposal that cost hundreds of runs is not
+kept or dropped on 8; the optimizer reads only the batch, and the step's cost counts them all.
 Prices come from the projection's rates: measured on the workspace's rounds, else its priors; a
 model without a price counts by tokens, and with neither (or an optimizer whose calls the gateway
 never saw: ``--optimizer manual``, a command) the chain is ``UNPRICED_STEPS`` long.
@@ -23,12 +27,14 @@ never saw: ``--optimizer manual``, a command) the chain is ``UNPRICED_STEPS`` lo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from harnessopt.config import Config
 
 MIN_STEPS, MAX_STEPS = 3, 50  # search.explore's bounds when chosen here (the config allows 2 to 50)
 UNPRICED_STEPS = 10  # neither dollars nor tokens say what a step costs: the length before this rule
+MAX_SCREEN = 64  # train tasks a step screens on at most when screen_extra chooses
 
 
 @dataclass(frozen=True)
@@ -37,14 +43,16 @@ class ChainLength:
     step_runs: float  # a step in target runs: its optimizer conversation and its two batches
     validation_runs: float  # what validating a chain's end can spend, in target runs
     unit: str  # what the prices were compared in: "dollars", "tokens" or "" (unpriced)
+    screen_tasks: int = 0  # train tasks a step screens on beyond the batch (search.screen_tasks)
 
     def basis(self) -> str:
         """Why this length, in a clause."""
         if not self.unit:
             return "no price or token count weighs a step"
+        more = f", each screened on {self.screen_tasks} more train tasks" if self.screen_tasks else ""
         return (
-            f"a step costs about {self.step_runs:,.0f} target runs and validating a chain's end up to "
-            f"{self.validation_runs:,.0f}, by {self.unit}"
+            f"a step costs about {self.step_runs:,.0f} target runs{more} and validating a chain's end up "
+            f"to {self.validation_runs:,.0f}, by {self.unit}"
         )
 
     def why(self) -> str:
@@ -54,9 +62,12 @@ class ChainLength:
 
 def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int | None = None) -> ChainLength:
     """The steps a round chains under ``cfg`` at these prices (``reporting.projection`` rates), with
-    ``n_val`` val tasks and ``n_train`` train tasks (a batch is never more than the train split has)."""
-    g = cfg.gate
+    ``n_val`` val tasks and ``n_train`` train tasks (a batch is never more than the train split has),
+    and the train tasks each step screens on beyond the batch (``search.screen_tasks``, or when it is
+    null ``screen_extra``)."""
+    g, s = cfg.gate, cfg.search
     batch = cfg.rollout.batch_size if n_train is None else max(1, min(cfg.rollout.batch_size, n_train))
+    room = MAX_SCREEN if n_train is None else max(0, n_train - batch)
     validation = float(max(n_val, 1) * (g.epochs + g.second_look + g.banked_epochs))
     per_run, calls = rates["target_calls_per_run"], rates["optimizer_calls"]
     for unit, target, optimizer in (
@@ -67,10 +78,18 @@ def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int 
         # that made no call through the gateway (manual, a command of one's own) is not weighed at all
         if target > 0 and per_run > 0 and optimizer > 0 and calls > 0:
             turn = calls * optimizer / (per_run * target)
-            step = turn + 2 * batch
+            extra = min(room, screen_extra(turn, batch) if s.screen_tasks is None else s.screen_tasks)
+            step = turn + 2 * (batch + extra)
             steps = min(MAX_STEPS, max(MIN_STEPS, round(validation / step)))
-            return ChainLength(steps, step, validation, unit)
-    return ChainLength(UNPRICED_STEPS, 0.0, validation, "")
+            return ChainLength(steps, step, validation, unit, extra)
+    return ChainLength(UNPRICED_STEPS, 0.0, validation, "", min(room, s.screen_tasks or 0))
+
+
+def screen_extra(turn: float, batch: int) -> int:
+    """Train tasks a step screens on beyond its batch when an optimizer turn costs ``turn`` target
+    runs: a screen of about sqrt(turn) tasks, never fewer than the batch, at most ``MAX_SCREEN``
+    (docs/optimizer.md, "How long a chain, by default")."""
+    return max(0, min(MAX_SCREEN, round(math.sqrt(turn))) - batch)
 
 
 def chooses(cfg: Config) -> bool:
@@ -79,6 +98,10 @@ def chooses(cfg: Config) -> bool:
     return cfg.search.explore is None and cfg.explore_steps > 0
 
 
-def with_steps(cfg: Config, steps: int) -> Config:
-    """``cfg`` with ``search.explore`` set to ``steps`` (what a run chose runs as set)."""
-    return cfg.model_copy(update={"search": cfg.search.model_copy(update={"explore": steps})})
+def with_chain(cfg: Config, chain: ChainLength) -> Config:
+    """``cfg`` as a run that chose ``chain`` runs it: ``search.explore`` set to its steps and a null
+    ``search.screen_tasks`` to its extra screening tasks."""
+    update: dict[str, int] = {"explore": chain.steps}
+    if cfg.search.screen_tasks is None:
+        update["screen_tasks"] = chain.screen_tasks
+    return cfg.model_copy(update={"search": cfg.search.model_copy(update=update)})

@@ -71,7 +71,7 @@ def screen_all(
     if len(viable) == 1 and cfg.screen_floor is None:  # nothing to choose between: no screening runs
         attach(found.proposed, screen({viable[0].name: {}}, {}))
         return []
-    tasks = screen_tasks(ws.tasks("train"), train, cfg.screen_tasks, rc.k)
+    tasks = screen_tasks(ws.tasks("train"), train, cfg.screen_tasks or 0, rc.k)
     extra = [t for t in tasks if t.id not in {r.task_id for r in train}]
     for p in viable:  # all candidates' runs queued at once: the executor keeps every slot busy
         assert p.candidate is not None

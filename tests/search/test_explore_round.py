@@ -4,6 +4,7 @@ changes nothing the scorer sees. The chain s1 -> s2 is validated once, as one co
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from harnessopt.commands.demo import DEMO_DATA
 from harnessopt.config import Config
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.projection import project
@@ -94,6 +96,56 @@ def test_the_projection_counts_the_steps_runs(explored: tuple[Path, Any, float])
     _, result, added = explored
     phases = result.manifest.phases
     assert added == phases["screening"].runs + phases["rollout"].runs - 8 == 3 * 8 + 2 * 8
+
+
+def _with_more_train(tmp: Path, n: int) -> Path:
+    """The demo's tasks and ``n`` more train tasks the scripted target gets wrong whatever the skill."""
+    lines = (DEMO_DATA / "tasks.jsonl").read_text().splitlines()
+    more = [
+        json.dumps(
+            {
+                "id": f"isle{i:02d}",
+                "input": f"What is the capital of Isle {i}?",
+                "answer": "Port",
+                "split": "train",
+            }
+        )
+        for i in range(n)
+    ]
+    path = tmp / "tasks.jsonl"
+    path.write_text("\n".join([*lines, *more]) + "\n")
+    return path
+
+
+def test_screening_only_tasks_widen_each_steps_screen_but_not_what_the_optimizer_reads(
+    tmp_path: Path,
+) -> None:
+    """``search.screen_tasks: 4`` with a chain: each step screens on its batch of 8 and 4 more train
+    tasks its base runs too; the optimizer reads the 8 (the brief's trajectories), and the
+    projection counts every one of those runs."""
+    ws = Workspace.open(
+        make_ws(
+            tmp_path,
+            tasks=_with_more_train(tmp_path, 8),
+            model=_script(tmp_path),
+            search={"explore": 3, "screen_tasks": 4},
+        )
+    )
+    assert len(ws.tasks("train")) == 16
+    plain = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"explore": 0})})
+    added = project(ws, 1).rounds[0].target_runs - project(ws, 1, plain).rounds[0].target_runs
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    m = result.manifest
+    assert result.status == "accepted" and m.search is not None, m.reason
+    assert [c.name for c in m.search.candidates if c.chosen] == ["s2"]
+    # three steps, each on 8 + 4 tasks; the bases: step 1's 4 extra, then a fresh 8 + 4 for s2 and s3
+    assert m.phases["screening"].runs == 3 * 12
+    assert m.phases["rollout"].runs == 8 + 4 + 2 * 12
+    assert added == pytest.approx(m.phases["screening"].runs + m.phases["rollout"].runs - 8)
+    assert sum("beat the incumbent on 12 train tasks" in line for line in said) == 1
+    reading = [line for line in said if "is reading" in line and "trajectories" in line]
+    assert len(reading) == 3 and all("is reading 8 trajectories" in line for line in reading), reading
 
 
 @pytest.mark.parametrize(

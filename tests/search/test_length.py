@@ -12,7 +12,16 @@ from harnessopt.config import Config, GateConfig, SearchConfig
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
-from harnessopt.search.length import MAX_STEPS, MIN_STEPS, UNPRICED_STEPS, chain_length, chooses
+from harnessopt.search.length import (
+    MAX_SCREEN,
+    MAX_STEPS,
+    MIN_STEPS,
+    UNPRICED_STEPS,
+    chain_length,
+    chooses,
+    screen_extra,
+    with_chain,
+)
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import cli
 from tests.support.workspace import DEMO_LINE, FORM, make_ws, scripted_edits
@@ -78,10 +87,35 @@ def test_a_train_split_smaller_than_the_batch_prices_the_batches_it_has() -> Non
     assert chain_length(cfg, r, M, n_train=100) == chain_length(cfg, r, M)  # a batch never grows past 8
 
 
+def test_a_dear_turn_is_screened_on_more_train_tasks_than_the_batch() -> None:
+    cfg = Config()
+    assert [screen_extra(turn, 8) for turn in (0, 20, 80, 100, 600, 10_000)] == [
+        0,
+        0,
+        1,
+        2,
+        16,
+        MAX_SCREEN - 8,
+    ]
+    # the priors' chat target with a frontier optimizer: a turn of ~600 runs, a screen of 24 tasks
+    got = chain_length(cfg, rates(run_usd=0.005, turn_usd=0.15), M, n_train=100)
+    assert got.screen_tasks == 16 and got.step_runs == 600 + 2 * 24 and got.steps == MIN_STEPS
+    assert "each screened on 16 more train tasks" in got.why()
+    assert (
+        chain_length(cfg, rates(run_usd=0.005, turn_usd=0.15), M, n_train=12).screen_tasks == 4
+    )  # the split's rest
+    # a number is kept as set, and weighed; a run that chose sets it, a fixed one is left alone
+    fixed = Config(search=SearchConfig(screen_tasks=2))
+    assert chain_length(fixed, rates(run_usd=0.005, turn_usd=0.15), M, n_train=100).screen_tasks == 2
+    assert with_chain(cfg, got).search.screen_tasks == 16 and with_chain(cfg, got).search.explore == 3
+    assert with_chain(fixed, got).search.screen_tasks == 2
+
+
 def test_an_unpriced_model_is_weighed_by_tokens_and_nothing_falls_back_to_ten() -> None:
     cfg = Config()
     by_tokens = chain_length(cfg, rates(run_usd=0.0, turn_usd=0.0, tokens=(500.0, 8400.0)), M)
-    assert by_tokens.unit == "tokens" and by_tokens.step_runs == 20 * 8400 / 500 + 16
+    # a turn of 336 runs: each step screens on 18 tasks (sqrt 336), its batch of 8 and 10 more
+    assert by_tokens.unit == "tokens" and by_tokens.step_runs == 20 * 8400 / 500 + 2 * 18
     priced_target_only = chain_length(cfg, rates(run_usd=0.01, turn_usd=0.0, tokens=(500.0, 8400.0)), M)
     assert priced_target_only.unit == "tokens"  # an optimizer missing from the price table is not free
     nothing = chain_length(cfg, rates(run_usd=0.0, turn_usd=0.0), M)
