@@ -24,11 +24,15 @@ Strategies (the same worlds and proposal streams for all):
   accept; main keeps the commit whatever they say).
 * default: the loop as a new workspace runs it (``Config()``): ``search.explore`` null, so a round
   chains as many steps as ``search.length.chain_length`` chooses at the table's price of an
-  optimizer turn (50 with turns free, 31 at 20 rollouts, 3 at 600; explore E below), through
+  optimizer turn (50 with turns free, 31 at 20 rollouts, 3 at 600; explore E below), each step
+  screened on its batch plus the train tasks ``search.screen_tasks`` null chooses with it (none
+  with turns free or at 20, 16 at 600: a screen of about sqrt(turn) tasks), through
   ``GateConfig()`` as shipped now (docs/gate.md): the incumbent's bank (epochs +
   second_look runs a task), second look 10, first-look share 0.05, and main moves only when the
   confirmation finds the gain again (``confirm_moves_main``): ``gate.confirm_epochs`` fresh runs
   of the winner a val task, which start its bank; the next round that validates tops that up.
+* default, each step screened on its batch only: the same with ``search.screen_tasks: 0`` (the
+  default of the stop before; the same run as the default where the rule adds no task).
 * one proposal a round: the same gate, ``search.explore: 0`` (the default before explore).
 * fixed band 0.05 [SkillOpt-Lite]: accept when the val mean rose by more than 0.05, 1 run a task.
 * minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
@@ -174,9 +178,17 @@ class Strategy:
     def chain(self, turn: int) -> int:
         """The steps a round chains: ``search.explore``, or when it is null the shipped rule
         (``search.length.chain_length``) at this price of an optimizer turn, in rollouts, and m = M."""
+        return self.length(turn)[0]
+
+    def length(self, turn: int) -> tuple[int, int]:
+        """(steps a round chains, train tasks a step screens on beyond the batch): ``search.explore``
+        and ``search.screen_tasks`` (null: none), or where explore is null the shipped rule
+        (``search.length.chain_length``, with TRAIN train tasks) at this price of a turn."""
         if self.search.explore is not None:
-            return self.search.explore
-        return chain_length(Config(search=self.search, gate=self.gate or GateConfig()), prices(turn), M).steps
+            return self.search.explore, self.search.screen_tasks or 0
+        cfg = Config(search=self.search, gate=self.gate or GateConfig())
+        got = chain_length(cfg, prices(turn), M, TRAIN)
+        return got.steps, got.screen_tasks
 
 
 FREE_TURN = 1e-9  # what the rule is told a free turn costs, in rollouts (it weighs no unpriced call)
@@ -217,7 +229,16 @@ def strategies() -> list[Strategy]:
     before = SearchConfig(explore=10)  # the default's chain before the rule
     return [
         Strategy.loop("today (gate defaults before issue 21)", **TODAY),
-        Strategy.loop("default (Config() now: search.explore null, its length by price)", "explore", default),
+        Strategy.loop(
+            "default (Config() now: search.explore and search.screen_tasks null, chosen by price)",
+            "explore",
+            default,
+        ),
+        Strategy.loop(
+            "default, each step screened on its batch only (search.screen_tasks: 0) [the stop before]",
+            "explore",
+            SearchConfig(screen_tasks=0),
+        ),
         Strategy.loop("one proposal a round (search.explore: 0, the default gate)", "gate"),
         Strategy("fixed band 0.05 [SkillOpt-Lite]", "gate", sim.Policy("", lambda: FixedDeadBand(0.05))),
         Strategy("minibatch of 3 [GEPA-style]", "minibatch"),
@@ -377,7 +398,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     the gate rejects is where the next round goes on; kind "explore-main" starts every round from
     main (the previous stop's). ``rounds``: gate tests (each ``search.explore`` proposals)."""
     assert st.policy is not None and st.gate is not None
-    pol, res, steps, carry = st.policy, Result(), st.chain(turn), st.kind == "explore"
+    (steps, extra), pol, res, carry = st.length(turn), st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
     s = head = tested = w.s0
     inc_out, spent = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs, pol.detail, crashy, True)
@@ -386,12 +407,13 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         if r % steps == 0 and not carry:
             head = s  # a round's chain starts from main
         kind, cand = proposal(w, head, seed, r)
-        tasks = rng.permutation(w.train)[:BATCH]
-        if r % steps:
-            spent += BATCH  # the base's runs on a fresh batch after the round's first (search.explore)
+        tasks = rng.permutation(w.train)[: BATCH + extra]  # the batch, then the screening-only tasks
+        # the base's runs: on a fresh batch and its extra tasks after the round's first step, and on
+        # the first step's extra tasks (its batch is the optimizer's, paid for)
+        spent += len(tasks) if r % steps else extra
         r += 1
         runs = {"s": crashy(cand, tasks, rng)}
-        spent += BATCH + turn
+        spent += len(tasks) + turn
         if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=STEP_FLOOR)):
             head = cand
         if r % steps or head is tested:

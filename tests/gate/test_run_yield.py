@@ -25,7 +25,7 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     for st in y.round_strategies()[1:]:  # the gate's rows: per round only
         assert out.count(f"| {st.label} |") == 1
     assert (
-        "| default (Config() now: search.explore null, its length by price) |" in out
+        "| default (Config() now: search.explore and search.screen_tasks null, chosen by price) |" in out
     )  # the shipped default
 
 
@@ -111,5 +111,7 @@ def test_the_default_row_chains_what_the_shipped_rule_chooses_at_each_price() ->
     default = y.strategies()[1]
     assert default.search.explore is None
     assert [default.chain(t) for t in (0, y.TURN_PRICE, y.PRIORS_TURN_PRICE)] == [50, 31, 3]
+    # each step screens on its batch and, where a turn is dear, ~sqrt(turn) tasks in all: 24 at 600
+    assert [default.length(t)[1] for t in (0, y.TURN_PRICE, y.PRIORS_TURN_PRICE)] == [0, 0, 16]
     fixed = [s for s in y.strategies() if s.kind == "explore" and s.search.explore is not None]
     assert sorted({s.chain(600) for s in fixed}) == sorted(set(y.FIXED_CHAINS))
