@@ -149,8 +149,9 @@ def explore(
     batch = screen_tasks(split, train, extra, rc.k)  # the round's batch, then the screening-only tasks
     base, base_runs, chain = head.candidate if head else rc.incumbent, train, list[Proposed]()
     if more := [t for t in batch if t.id not in {r.task_id for r in train}]:
-        # the start runs the screening-only tasks too; the optimizer reads only the round's batch
-        base_runs = [*train, *svc.runner.run(base, more, rc.k, phase="rollout")]
+        # the start runs the screening-only tasks too, while step 1's optimizer works (it reads
+        # only the round's batch); step 1's screening collects them
+        svc.runner.prefetch(base, [(t, 0) for t in more], rc.k, phase="rollout")
     read = len(train)
     found = Search([], head=head.name if head else "")
     for j in range(1, steps + 1):
@@ -169,6 +170,8 @@ def explore(
         found.proposed.append(p)
         if candidate is None or ending is not None:
             continue
+        if j == 1 and more:
+            base_runs = [*train, *svc.runner.run(base, more, rc.k, phase="rollout")]
         ran = {r.task_id for r in base_runs}
         runs = svc.runner.run(candidate, [t for t in batch if t.id in ran], rc.k, phase="screening")
         interrupts.check()
