@@ -49,9 +49,9 @@ class ChainLength:
         """Why this length, in a clause."""
         if not self.unit:
             return "no price or token count weighs a step"
-        more = f", each screened on {self.screen_tasks} more train tasks" if self.screen_tasks else ""
+        more = f", screened on {self.screen_tasks} train tasks beyond its batch," if self.screen_tasks else ""
         return (
-            f"a step costs about {self.step_runs:,.0f} target runs{more} and validating a chain's end up "
+            f"a step{more} costs about {self.step_runs:,.0f} target runs and validating a chain's end up "
             f"to {self.validation_runs:,.0f}, by {self.unit}"
         )
 

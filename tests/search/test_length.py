@@ -100,7 +100,10 @@ def test_a_dear_turn_is_screened_on_more_train_tasks_than_the_batch() -> None:
     # the priors' chat target with a frontier optimizer: a turn of ~600 runs, a screen of 24 tasks
     got = chain_length(cfg, rates(run_usd=0.005, turn_usd=0.15), M, n_train=100)
     assert got.screen_tasks == 16 and got.step_runs == 600 + 2 * 24 and got.steps == MIN_STEPS
-    assert "each screened on 16 more train tasks" in got.why()
+    assert got.why() == (
+        "3 steps a round (search.explore: null; a step, screened on 16 train tasks beyond its batch, costs "
+        "about 648 target runs and validating a chain's end up to 1,100, by dollars)"
+    )
     assert (
         chain_length(cfg, rates(run_usd=0.005, turn_usd=0.15), M, n_train=12).screen_tasks == 4
     )  # the split's rest
