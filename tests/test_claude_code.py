@@ -224,11 +224,11 @@ def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
     assert tools_used == ["Read", "Edit"] and transcript[-1]["type"] == "result"
     assert round1.manifest.tokens["optimizer"].calls == len(optimizer_requests) >= 3  # through the gateway
     # the default chains 3 steps (search.explore null: an Opus conversation costs hundreds of Sonnet
-    # runs), each a Claude Code conversation of its own; the script's edit changes nothing the fake
-    # target's answers show, so each is dropped on train
-    assert "this run chains 3 steps a round (search.explore: null; a step costs about" in r.stdout, r.stdout[
-        -3000:
-    ]
+    # runs), each a Claude Code conversation of its own, screened on its batch of 2 and the other 4
+    # train tasks (screen_tasks null: a dear turn is screened widely, up to the train split); the
+    # script's edit changes nothing the fake target's answers show, so each is dropped on train
+    chose = "this run chains 3 steps a round (search.explore: null; a step, screened on 4 train tasks beyond"
+    assert chose in r.stdout, r.stdout[-3000:]
     search = round1.manifest.search
     assert search is not None and {c.name for c in search.candidates} == {f"s{j}" for j in range(1, 4)}
     assert all(c.changed == ["skill/SKILL.md"] and "did not beat" in c.reason for c in search.candidates)
