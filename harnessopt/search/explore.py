@@ -146,9 +146,9 @@ def explore(
     of step j > 1."""
     steps, extra = svc.cfg.explore_steps, svc.cfg.search.screen_tasks or 0
     split = ws.tasks("train")
-    batch = screen_tasks(split, train, extra, rc.k)  # the round's batch, then the screening-only tasks
+    batch, more = screen_tasks(split, train, extra, rc.k)  # the round's batch and screening-only tasks
     base, base_runs, chain = head.candidate if head else rc.incumbent, train, list[Proposed]()
-    if more := [t for t in batch if t.id not in {r.task_id for r in train}]:
+    if more:
         # the start runs the screening-only tasks too, while step 1's optimizer works (it reads
         # only the round's batch); step 1's screening collects them
         svc.runner.prefetch(base, [(t, 0) for t in more], rc.k, phase="rollout")
@@ -158,7 +158,7 @@ def explore(
         name = f"s{j}"
         if j > 1:  # a fresh batch: the base's runs on it are the step's trajectories and its bar
             batch = batch_of(j)
-            base, base_runs, read = _rebased(ws, svc, rc, base, name, batch, svc.cfg.rollout.batch_size)
+            base, base_runs, read = _rebased(ws, svc, rc, base, name, batch)
         step = dataclasses.replace(rc, incumbent=base)
         brief = render_step(name, j, steps, [p.name for p in chain], head)
         sview = view.with_name(f"{view.name}-{name}")
@@ -224,16 +224,16 @@ def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | No
 
 
 def _rebased(
-    ws: Workspace, svc: Services, rc: RoundContext, base: Candidate, name: str, tasks: list[Task], size: int
+    ws: Workspace, svc: Services, rc: RoundContext, base: Candidate, name: str, tasks: list[Task]
 ) -> tuple[Candidate, list[TaskResult], int]:
     """A copy of the base's files for step ``name`` and its runs on ``tasks``: those on the first
-    ``size`` (the batch; the rest are ``search.screen_tasks``, screening only) staged as the step's
-    trajectories (the copy has the base's content, so those runs are the base's); (the copy, all
-    its runs, the runs staged)."""
+    ``rollout.batch_size`` (the batch; the rest are ``search.screen_tasks``, screening only) staged
+    as the step's trajectories (the copy has the base's content, so those runs are the base's);
+    (the copy, all its runs, the runs staged)."""
     root = _copy_editable(base.root, rc.scratch / f"base-{name}")
     rebased = dataclasses.replace(base, root=root)
     runs = svc.runner.run(rebased, tasks, rc.k, phase="rollout")
-    read = {t.id for t in tasks[:size]}
+    read = {t.id for t in tasks[: svc.cfg.rollout.batch_size]}
     staged = [r for r in runs if r.task_id in read]
     write_trajectories(
         root / "trajectories", staged, harness_commit=rc.parent, target_model=svc.cfg.model.target

@@ -71,8 +71,7 @@ def screen_all(
     if len(viable) == 1 and cfg.screen_floor is None:  # nothing to choose between: no screening runs
         attach(found.proposed, screen({viable[0].name: {}}, {}))
         return []
-    tasks = screen_tasks(ws.tasks("train"), train, cfg.screen_tasks or 0, rc.k)
-    extra = [t for t in tasks if t.id not in {r.task_id for r in train}]
+    tasks, extra = screen_tasks(ws.tasks("train"), train, cfg.screen_tasks or 0, rc.k)
     for p in viable:  # all candidates' runs queued at once: the executor keeps every slot busy
         assert p.candidate is not None
         svc.runner.prefetch(p.candidate, [(t, 0) for t in tasks], rc.k, phase="screening")
@@ -118,11 +117,15 @@ def _drop_duplicates(svc: Services, found: Search) -> None:
             seen.setdefault(cid, p.name)
 
 
-def screen_tasks(split: Sequence[Task], train: list[TaskResult], extra: int, k: int) -> list[Task]:
-    """The round's train tasks, then ``extra`` more of the train split (a fixed shuffle per round)."""
+def screen_tasks(
+    split: Sequence[Task], train: list[TaskResult], extra: int, k: int
+) -> tuple[list[Task], list[Task]]:
+    """The round's train tasks, then ``extra`` more of the train split (a fixed shuffle per round);
+    and those more alone (the ones ``train`` has no run of)."""
     by_id = {t.id: t for t in split}
     batch = [by_id[r.task_id] for r in train if r.task_id in by_id]
     batch = list({t.id: t for t in batch}.values())
-    rest = sorted((t for t in split if t.id not in {b.id for b in batch}), key=lambda t: t.id)
+    taken = {b.id for b in batch}
+    rest = sorted((t for t in split if t.id not in taken), key=lambda t: t.id)
     random.Random(k).shuffle(rest)
-    return batch + rest[:extra]
+    return batch + rest[:extra], rest[:extra]
