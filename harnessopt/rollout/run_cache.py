@@ -86,7 +86,15 @@ class RoundStore:
         self.settings = hashlib.sha256(settings.encode()).hexdigest()[:16]
         self._ids: dict[Path, str] = {}
         self._lock = threading.Lock()
-        self.reused = 0
+        self._written: set[Path] = set()  # this process's runs: a round's later reads of one are no resume
+        self._resumed: set[Path] = set()
+
+    def resumed(self, round_no: int) -> int:
+        """Finished runs of round ``round_no`` taken from an interrupted run of it (written by
+        another process), each counted once; a run this process made and read again is not one."""
+        top = self.root / f"round-{round_no}"
+        with self._lock:
+            return sum(path.is_relative_to(top) for path in self._resumed)
 
     # ------------------------------------------------------------------ rollouts
 
@@ -110,12 +118,15 @@ class RoundStore:
         except (OSError, ValueError, TypeError):
             return None  # absent, torn by a crash, or written by another version: run it again
         with self._lock:
-            self.reused += 1
+            if path not in self._written:
+                self._resumed.add(path)
         return result
 
     def put(self, round_no: int, root: Path, task: Task, epoch: int, result: TaskResult) -> None:
         path = self._rollout_path(round_no, root, task, epoch)
         _write_atomic(path, json.dumps(dataclasses.asdict(result), default=str))
+        with self._lock:
+            self._written.add(path)
 
     # ------------------------------------------------------------------ the optimizer's candidate
 
@@ -160,7 +171,11 @@ class RoundStore:
             return None
 
     def clear(self, round_no: int) -> None:
-        shutil.rmtree(self.root / f"round-{round_no}", ignore_errors=True)
+        top = self.root / f"round-{round_no}"
+        shutil.rmtree(top, ignore_errors=True)
+        with self._lock:
+            self._written = {path for path in self._written if not path.is_relative_to(top)}
+            self._resumed = {path for path in self._resumed if not path.is_relative_to(top)}
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -54,9 +54,9 @@ def record(
     ws.journal.write(rc.k, "recorded", status=status, commit=sha)
     if svc.cfg.explore_steps:  # after the record: a crash before it leaves the head the round began with
         keep_head(ws.repo, rc.k, t.search, status, t.judged, say)
+    if resumed := svc.store.resumed(rc.k):
+        say(f"round {rc.k}: reused {resumed} finished rollout(s) of an interrupted run")
     svc.store.clear(rc.k)  # git holds the round now
-    if svc.store.reused:
-        say(f"round {rc.k}: reused {svc.store.reused} finished rollout(s) of an interrupted run")
     say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
     return RoundResult(rc.k, status, reason, sha, m)
 

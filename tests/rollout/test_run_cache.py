@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -75,3 +76,27 @@ def test_kept_rollouts_survive_a_change_of_executor_or_concurrency_but_not_of_a_
     assert rollout_settings(moved, tmp_path) == base  # where and how many at once change no run
     tighter = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"timeout_s": 5.0})})
     assert rollout_settings(tighter, tmp_path) != base
+
+
+def test_only_runs_another_process_finished_count_as_reused(tmp_path: Path) -> None:
+    """``resumed(k)``: the runs of round k taken from an interrupted run, each once; a run this
+    process made and read again (a later step's base on a task the round ran) is not one."""
+    from harnessopt.protocols import Task
+    from harnessopt.rollout.run_cache import RoundStore
+    from tests.support.results import make_result
+
+    root = tmp_path / "cand"
+    (root / "skill").mkdir(parents=True)
+    (root / "skill" / "SKILL.md").write_text("x\n")
+    tasks = [Task(id=f"t{i}", input=f"q{i}", answer="a", split="train") for i in range(3)]
+    done = make_result(round=1)
+    before = RoundStore(tmp_path / "state", "settings")  # the interrupted process
+    for t in tasks[:2]:
+        before.put(1, root, t, 0, dataclasses.replace(done, task_id=t.id))
+    now = RoundStore(tmp_path / "state", "settings")
+    now.put(1, root, tasks[2], 0, dataclasses.replace(done, task_id=tasks[2].id))
+    for _ in range(2):
+        assert all(now.get(1, root, t, 0) is not None for t in tasks)
+    assert now.resumed(1) == 2 and now.resumed(2) == 0 and before.resumed(1) == 0
+    now.clear(1)
+    assert now.resumed(1) == 0 and now.get(1, root, tasks[0], 0) is None

@@ -4,7 +4,6 @@ changes nothing the scorer sees. The chain s1 -> s2 is validated once, as one co
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -13,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from harnessopt.commands.demo import DEMO_DATA
 from harnessopt.config import Config
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import cli, git, start_cli, wait_for_phase
-from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits
+from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits, with_more_train
 
 OLD = DEMO_LINE
 TAIL = "Keep it short."
@@ -98,25 +96,6 @@ def test_the_projection_counts_the_steps_runs(explored: tuple[Path, Any, float])
     assert added == phases["screening"].runs + phases["rollout"].runs - 8 == 3 * 8 + 2 * 8
 
 
-def _with_more_train(tmp: Path, n: int) -> Path:
-    """The demo's tasks and ``n`` more train tasks the scripted target gets wrong whatever the skill."""
-    lines = (DEMO_DATA / "tasks.jsonl").read_text().splitlines()
-    more = [
-        json.dumps(
-            {
-                "id": f"isle{i:02d}",
-                "input": f"What is the capital of Isle {i}?",
-                "answer": "Port",
-                "split": "train",
-            }
-        )
-        for i in range(n)
-    ]
-    path = tmp / "tasks.jsonl"
-    path.write_text("\n".join([*lines, *more]) + "\n")
-    return path
-
-
 def test_screening_only_tasks_widen_each_steps_screen_but_not_what_the_optimizer_reads(
     tmp_path: Path,
 ) -> None:
@@ -126,7 +105,7 @@ def test_screening_only_tasks_widen_each_steps_screen_but_not_what_the_optimizer
     ws = Workspace.open(
         make_ws(
             tmp_path,
-            tasks=_with_more_train(tmp_path, 8),
+            tasks=with_more_train(tmp_path, 8),
             model=_script(tmp_path),
             search={"explore": 3, "screen_tasks": 4},
         )
@@ -146,6 +125,9 @@ def test_screening_only_tasks_widen_each_steps_screen_but_not_what_the_optimizer
     assert sum("beat the incumbent on 12 train tasks" in line for line in said) == 1
     reading = [line for line in said if "is reading" in line and "trajectories" in line]
     assert len(reading) == 3 and all("is reading 8 trajectories" in line for line in reading), reading
+    # steps 2 and 3 draw their batches from 16 train tasks, so their bases meet tasks the round ran
+    # already: runs this run made, not ones of an interrupted run
+    assert not any("interrupted run" in line for line in said), said
 
 
 @pytest.mark.parametrize(

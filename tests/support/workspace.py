@@ -1,4 +1,4 @@
-"""Test support: make_ws, leaky_workspace, MOTTO (shared by several test modules)."""
+"""Test support: make_ws, with_more_train, leaky_workspace, MOTTO (shared by several test modules)."""
 
 from __future__ import annotations
 
@@ -132,3 +132,22 @@ def leaky_workspace(
     }
     (src / "tasks.jsonl").write_text(tasks.rstrip("\n") + "\n" + json.dumps(motto) + "\n")
     return make_ws(tmp_path, tasks=src / "tasks.jsonl", model=src / "model.yaml", **cfg_updates)
+
+
+def with_more_train(tmp: Path, n: int) -> Path:
+    """The demo's tasks and ``n`` more train tasks the scripted target gets wrong whatever the skill."""
+    lines = (DEMO_DATA / "tasks.jsonl").read_text().splitlines()
+    more = [
+        json.dumps(
+            {
+                "id": f"isle{i:02d}",
+                "input": f"What is the capital of Isle {i}?",
+                "answer": "Port",
+                "split": "train",
+            }
+        )
+        for i in range(n)
+    ]
+    path = tmp / "tasks.jsonl"
+    path.write_text("\n".join([*lines, *more]) + "\n")
+    return path
