@@ -39,6 +39,7 @@ SMOKE_RERUN_EPOCH = 10**6  # the rerun of a crashed smoke task (after the gate's
 CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
 PROBE_EPOCH = 3 * 10**6  # the incumbent's smoke rerun made while the optimizer works
 CRASH_RERUN_EPOCH = 5 * 10**6  # the rerun of a crashed banked run of the incumbent (plus its epoch)
+STEP_EPOCH = 6 * 10**6  # an explore step's runs after the first, base and step (plus the step's number)
 
 RESUME_DIR = "resume"
 

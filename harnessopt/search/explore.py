@@ -36,6 +36,7 @@ from harnessopt.ledger import vcs
 from harnessopt.ledger.store import EXPLORE_HEAD_REF
 from harnessopt.optimizer.view import CopyBackResult
 from harnessopt.protocols import Announce, Task, TaskResult
+from harnessopt.rollout.run_cache import STEP_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round.context import RoundContext
@@ -158,7 +159,7 @@ def explore(
         name = f"s{j}"
         if j > 1:  # a fresh batch: the base's runs on it are the step's trajectories and its bar
             batch = batch_of(j)
-            base, base_runs, read = _rebased(ws, svc, rc, base, name, batch)
+            base, base_runs, read = _rebased(ws, svc, rc, base, j, batch)
         step = dataclasses.replace(rc, incumbent=base)
         brief = render_step(name, j, steps, [p.name for p in chain], head)
         sview = view.with_name(f"{view.name}-{name}")
@@ -173,7 +174,9 @@ def explore(
         if j == 1 and more:
             base_runs = [*train, *svc.runner.run(base, more, rc.k, phase="rollout")]
         ran = {r.task_id for r in base_runs}
-        runs = svc.runner.run(candidate, [t for t in batch if t.id in ran], rc.k, phase="screening")
+        runs = svc.runner.run(
+            candidate, [t for t in batch if t.id in ran], rc.k, epochs=[step_epoch(j)], phase="screening"
+        )
         interrupts.check()
         (s,) = screen({name: outcomes(runs)}, outcomes(base_runs), floor=STEP_FLOOR)
         base_name = _name_of(chain, head)
@@ -223,16 +226,25 @@ def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | No
     )
 
 
+def step_epoch(j: int) -> int:
+    """The epoch of step j's runs, its base's and its own: step 1 reads and screens on the round's
+    batch (epoch 0); each later step's are fresh samples (``run_cache.STEP_EPOCH``), never the
+    runs of the same content on the same task earlier in the round: a kept step's screening runs
+    are the ones it was chosen on, and its base on the next step must not inherit that luck."""
+    return 0 if j == 1 else STEP_EPOCH + j
+
+
 def _rebased(
-    ws: Workspace, svc: Services, rc: RoundContext, base: Candidate, name: str, tasks: list[Task]
+    ws: Workspace, svc: Services, rc: RoundContext, base: Candidate, j: int, tasks: list[Task]
 ) -> tuple[Candidate, list[TaskResult], int]:
-    """A copy of the base's files for step ``name`` and its runs on ``tasks``: those on the first
+    """A copy of the base's files for step ``j`` and its runs on ``tasks``: those on the first
     ``rollout.batch_size`` (the batch; the rest are ``search.screen_tasks``, screening only) staged
     as the step's trajectories (the copy has the base's content, so those runs are the base's);
     (the copy, all its runs, the runs staged)."""
+    name = f"s{j}"
     root = _copy_editable(base.root, rc.scratch / f"base-{name}")
     rebased = dataclasses.replace(base, root=root)
-    runs = svc.runner.run(rebased, tasks, rc.k, phase="rollout")
+    runs = svc.runner.run(rebased, tasks, rc.k, epochs=[step_epoch(j)], phase="rollout")
     read = {t.id for t in tasks[: svc.cfg.rollout.batch_size]}
     staged = [r for r in runs if r.task_id in read]
     write_trajectories(

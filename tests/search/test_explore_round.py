@@ -126,7 +126,9 @@ def test_screening_only_tasks_widen_each_steps_screen_but_not_what_the_optimizer
     reading = [line for line in said if "is reading" in line and "trajectories" in line]
     assert len(reading) == 3 and all("is reading 8 trajectories" in line for line in reading), reading
     # steps 2 and 3 draw their batches from 16 train tasks, so their bases meet tasks the round ran
-    # already: runs this run made, not ones of an interrupted run
+    # already (a kept step's base, s2's, has s1's content): each of those is a fresh run, never the
+    # earlier run of that content on that task (the one s1 was kept on), and none is "resumed"
+    assert m.tokens["target"].calls == sum(p.runs for p in m.phases.values())
     assert not any("interrupted run" in line for line in said), said
 
 
