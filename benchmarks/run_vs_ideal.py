@@ -15,7 +15,11 @@ With ``--explore E`` (one row a value, after the K rows) the round chains E step
 (``search.explore``): the scripted optimizer's step s1 of round 1 fixes the answers' form, s2
 the capitals, s3 changes nothing the scorer sees (the explore tests' script); later steps and
 rounds make no edit the rules match. Each step's screening and its base's fresh batch are target
-calls like any other, and every step is an optimizer conversation.
+calls like any other, and every step is an optimizer conversation. With ``--more-train N`` the
+workspace has N more train tasks (ones the scripted target gets wrong whatever the skill) and with
+``--screen-tasks S`` each step screens on its batch and S of them (``search.screen_tasks``, what
+the default's rule chooses where an optimizer turn costs hundreds of runs): the base runs them
+beside its batch, step 1's while its optimizer works.
 """
 
 from __future__ import annotations
@@ -36,7 +40,14 @@ from harnessopt.commands.demo import DEMO_DATA  # noqa: E402
 from harnessopt.config import GateConfig  # noqa: E402
 from harnessopt.ledger import store as ledger  # noqa: E402
 from harnessopt.workspace.core import Workspace  # noqa: E402
-from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits  # noqa: E402
+from tests.support.workspace import (  # noqa: E402
+    DEMO_LINE,
+    FORM,
+    SEAT,
+    make_ws,
+    scripted_edits,
+    with_more_train,
+)
 
 GATES = {
     "default": GateConfig(smoke=5),
@@ -57,6 +68,8 @@ def one(
     concurrency: int,
     gate: str = "default",
     explore: int = 0,
+    more_train: int = 0,
+    screen_tasks: int = 0,
 ) -> tuple[float, int, int, list[str]]:
     """(wall seconds, target calls, optimizer calls, statuses) of one run."""
     with tempfile.TemporaryDirectory(prefix="ho-run-ideal-") as tmp:
@@ -70,9 +83,10 @@ def one(
         path.write_text(yaml.safe_dump(script, sort_keys=False))
         ws = make_ws(
             Path(tmp),
+            tasks=with_more_train(Path(tmp), more_train),
             model=path,
             rollout={"concurrency": concurrency, "sandbox": sandbox},
-            search={"candidates": k, "explore": explore},
+            search={"candidates": k, "explore": explore, "screen_tasks": screen_tasks},
             # the shipped gate (GateConfig(): the banked gate), the same with the previous stop's
             # confirmation of the winner's whole bank, or the demo's (the paired gate)
             **({"gate": GATES[gate]} if gate in GATES else {}),
@@ -101,6 +115,8 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--more-train", type=int, default=0, help="train tasks added to the demo's 8")
+    ap.add_argument("--screen-tasks", type=int, default=0, help="search.screen_tasks of the rows")
     ap.add_argument("--gate", choices=(*GATES, "demo"), default="default",
                     help="GateConfig() (the banked gate), the same confirmed by the winner's whole bank "
                          "(confirm_epochs 11, the previous stop's), or the demo's config (the paired gate of "
@@ -109,11 +125,15 @@ def main() -> int:
     print(
         f"run_vs_ideal: sandbox {a.sandbox}, latency {a.latency} s, C = {a.concurrency}, {a.rounds} rounds, "
         f"gate {a.gate}"
+        + (f", {a.more_train} more train tasks" if a.more_train else "")
+        + (f", search.screen_tasks {a.screen_tasks}" if a.screen_tasks else "")
     )
     print(f"{'K/E':>4}  {'wall s':>7}  {'target':>6}  {'optim.':>6}  {'ideal s':>7}  {'ratio':>5}  statuses")
     rows = [(f"K={k}", k, 0) for k in a.candidates] + [(f"E={e}", 1, e) for e in a.explore]
     for label, k, e in rows:
-        wall, target, optimizer, statuses = one(k, a.sandbox, a.latency, a.rounds, a.concurrency, a.gate, e)
+        wall, target, optimizer, statuses = one(
+            k, a.sandbox, a.latency, a.rounds, a.concurrency, a.gate, e, a.more_train, a.screen_tasks
+        )
         ideal = target * a.latency / a.concurrency + optimizer * a.latency
         print(
             f"{label:>4}  {wall:>7.1f}  {target:>6}  {optimizer:>6}  {ideal:>7.1f}  {wall / ideal:>5.2f}  "
