@@ -185,7 +185,7 @@ class Strategy:
         and ``search.screen_tasks`` (null: none), or where explore is null the shipped rule
         (``search.length.chain_length``, with TRAIN train tasks) at this price of a turn."""
         if self.search.explore is not None:
-            return self.search.explore, self.search.screen_tasks or 0
+            return self.search.explore, self.search.screening_only
         cfg = Config(search=self.search, gate=self.gate or GateConfig())
         got = chain_length(cfg, prices(turn), M, TRAIN)
         return got.steps, got.screen_tasks

@@ -233,6 +233,12 @@ class SearchConfig(_Strict):
             )
         return self
 
+    @property
+    def screening_only(self) -> int:
+        """The train tasks a round screens on beyond its batch as it runs: ``screen_tasks``, where a
+        null no rule has filled in (``search.length.with_chain``) is none."""
+        return self.screen_tasks or 0
+
 
 class BudgetConfig(_Strict):
     max_calls: int | None = Field(None, ge=1)

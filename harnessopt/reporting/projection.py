@@ -233,7 +233,7 @@ def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: i
     with ``search.explore``, each step on its batch and extra tasks, and its base on the extra tasks
     of the first and on every batch and its extra tasks after it."""
     s, steps = cfg.search, cfg.explore_steps
-    extra = min(s.screen_tasks or 0, n_train - batch)
+    extra = min(s.screening_only, n_train - batch)
     if steps:  # each step on its batch and extra tasks, its base on those (all of them after the first)
         tasks = batch + extra
         return steps * tasks * rates.get("screened_share", 1.0) + (steps - 1) * tasks + extra

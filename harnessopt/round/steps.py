@@ -87,7 +87,7 @@ def _steps(
         rc.incumbent, probe_jobs(svc, rc), rc.k, phase="probe"
     )  # made while the optimizer works
     if steps := svc.cfg.explore_steps:  # 3, 4 chained: each step on the last that beat its base
-        size, split = svc.cfg.rollout.batch_size + (svc.cfg.search.screen_tasks or 0), ws.tasks("train")
+        size, split = svc.cfg.rollout.batch_size + svc.cfg.search.screening_only, ws.tasks("train")
         batch_of = lambda j: train_batch(split, (rc.k - 1) * steps + j, size)  # noqa: E731  (+ screening-only)
         t.search = explore(ws, svc, rc, t.train, view, say, batch_of, head)
     else:

@@ -145,7 +145,7 @@ def explore(
     ``train``: the start's runs on the round's batch (step 1's trajectories and its bar); the
     start is ``head`` when one is kept, else the incumbent. ``batch_of(j)``: the fresh train batch
     of step j > 1."""
-    steps, extra = svc.cfg.explore_steps, svc.cfg.search.screen_tasks or 0
+    steps, extra = svc.cfg.explore_steps, svc.cfg.search.screening_only
     split = ws.tasks("train")
     batch, more = screen_tasks(split, train, extra, rc.k)  # the round's batch and screening-only tasks
     base, base_runs, chain = head.candidate if head else rc.incumbent, train, list[Proposed]()

@@ -83,7 +83,7 @@ def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int 
             step = turn + 2 * (batch + extra)
             steps = min(MAX_STEPS, max(MIN_STEPS, round(validation / step)))
             return ChainLength(steps, step, validation, unit, extra)
-    return ChainLength(UNPRICED_STEPS, 0.0, validation, "", min(room, s.screen_tasks or 0))
+    return ChainLength(UNPRICED_STEPS, 0.0, validation, "", min(room, s.screening_only))
 
 
 def screen_extra(turn: float, batch: int) -> int:

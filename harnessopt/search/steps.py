@@ -71,7 +71,7 @@ def screen_all(
     if len(viable) == 1 and cfg.screen_floor is None:  # nothing to choose between: no screening runs
         attach(found.proposed, screen({viable[0].name: {}}, {}))
         return []
-    tasks, extra = screen_tasks(ws.tasks("train"), train, cfg.screen_tasks or 0, rc.k)
+    tasks, extra = screen_tasks(ws.tasks("train"), train, cfg.screening_only, rc.k)
     for p in viable:  # all candidates' runs queued at once: the executor keeps every slot busy
         assert p.candidate is not None
         svc.runner.prefetch(p.candidate, [(t, 0) for t in tasks], rc.k, phase="screening")
