@@ -1,0 +1,69 @@
+"""What the run's budget still pays for, so that a budget's last chain ends where its validation fits.
+
+A run with a budget (``budget.max_calls``, ``max_tokens``, ``max_cost``) is stopped by the gateway at
+its limit, and a round the gateway stops fails: main stays where it was. A chain whose steps spend
+the budget down to less than a validation costs is thrown away whole. So a chain that has moved
+ends before a step after which its validation would no longer fit, and a round whose validation
+has room for one look of the gate and not two judges that one look at the whole alpha (the gate
+plans its looks from the budget before it sees a run, so every accept path still spends from one
+alpha). Runs without a budget are unchanged.
+
+Costs are in each unit a limit is set in, from the projection's rates (``reporting.projection``:
+measured on the workspace's rounds, else its priors): a target run is ``target_calls_per_run``
+calls and their tokens and dollars, an optimizer turn ``optimizer_calls`` calls and theirs. The
+yield benchmark (``benchmarks/run_yield.py``) runs its budgets through these functions.
+"""
+
+from __future__ import annotations
+
+from harnessopt.config import Config
+from harnessopt.protocols import Usage
+
+RESERVE_MARGIN = 0.1  # a validation's reserve is 10% over its runs: crash reruns, the probe, flips
+
+
+def validation_runs(cfg: Config, n_val: int, bank_missing: int, looks: int) -> float:
+    """Target runs that validating a candidate can take with ``looks`` looks of the gate (1 or 2):
+    the incumbent's bank where it lacks runs (``bank_missing``), the candidate's first look and,
+    with two, its second, the memorised-answer check (at most every task fixed) and the
+    confirmation of an accept, with ``RESERVE_MARGIN`` over them."""
+    g = cfg.gate
+    sides = 1 if g.judges_bank else 2  # the banked gate's looks and confirmation run the candidate only
+    per_task = g.epochs + (sides * g.second_look if looks > 1 and g.confirm_flips else 0)
+    if g.confirm == "val":
+        per_task += g.confirm_runs if g.judges_bank else 2 * g.epochs
+    if cfg.checks.memorised != "off":  # a fixed task's perturbed variants, on both sides
+        per_task += 2 * cfg.checks.memorised_variants
+    return (n_val * per_task + bank_missing) * (1 + RESERVE_MARGIN)
+
+
+def _limits(cfg: Config, rates: dict[str, float], spent: Usage) -> list[tuple[float, float, float, float]]:
+    """Each limit set whose unit a target run's rate converts: (limit, used, a run, a turn)."""
+    b, per_run, calls = cfg.budget, rates.get("target_calls_per_run", 0.0), rates.get("optimizer_calls", 0.0)
+    rows = (
+        (b.max_calls, spent.calls, per_run, calls),
+        (b.max_tokens, spent.input_tokens + spent.output_tokens,
+         per_run * rates.get("target_tokens_per_call", 0.0), calls * rates.get("optimizer_tokens_per_call", 0.0)),
+        (b.max_cost, spent.cost_usd,
+         per_run * rates.get("target_usd_per_call", 0.0), calls * rates.get("optimizer_usd_per_call", 0.0)),
+    )  # fmt: skip
+    return [
+        (float(limit), float(used), run, turn)
+        for limit, used, run, turn in rows
+        if limit is not None and run > 0
+    ]
+
+
+def fits(cfg: Config, rates: dict[str, float], spent: Usage, runs: float, turns: float = 0.0) -> bool:
+    """Does the budget still pay for ``runs`` target runs and ``turns`` optimizer turns after
+    ``spent``, at these rates, by every limit set? (True with no limit, or none a rate converts.)"""
+    return all(
+        used + runs * run + turns * turn <= limit for limit, used, run, turn in _limits(cfg, rates, spent)
+    )
+
+
+def runs_left(cfg: Config, rates: dict[str, float], spent: Usage) -> float | None:
+    """Target runs the budget's tightest limit still pays for after ``spent``; None without a limit
+    a rate converts (for what a run says)."""
+    left = [(limit - used) / run for limit, used, run, _ in _limits(cfg, rates, spent)]
+    return max(0.0, min(left)) if left else None
