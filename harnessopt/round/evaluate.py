@@ -27,6 +27,7 @@ from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
 from harnessopt.round.context import Ending, RoundContext
 from harnessopt.round.services import Services
+from harnessopt.search import budget
 from harnessopt.workspace.core import Workspace
 
 FUTILITY_EVERY = 5  # validation checks for futility every this many tasks (or `concurrency`)
@@ -40,11 +41,9 @@ def incumbent_outcomes(
     (round 1, or after a scorer, task, model, sandbox or limit change) runs it twice: an A/A test
     whose noise floor (``noisefloor.measure``) is printed, stored and returned."""
     cache, floors = ValCache(svc.state_dir), NoiseFloorStore(svc.state_dir)
-    parts = key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)
+    parts, cached, short = _bank(ws, svc, rc)
     g = svc.cfg.gate
     epochs, banked = g.epochs, g.banked_epochs
-    cached = None if g.rerun_incumbent else cache.get(digest(parts))
-    short = [t for t in rc.val if len((cached or {}).get(t.id, ())) < banked]
     if cached is not None and not short:
         return cached, None
     aa = cached is None and floors.get(environment_key(parts)) is None
@@ -78,6 +77,47 @@ def incumbent_outcomes(
         say(f"round {rc.k}: {line}")
     ws.journal.write(rc.k, "noise_floor", **nf)
     return got, nf
+
+
+def _bank(
+    ws: Workspace, svc: Services, rc: RoundContext
+) -> tuple[dict[str, str], Outcomes | None, list[Task]]:
+    """The incumbent's val cache key parts, its cached runs (None: none, or ``rerun_incumbent``) and
+    the val tasks with fewer than ``gate.banked_epochs`` of them."""
+    parts = key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)
+    cached = None if svc.cfg.gate.rerun_incumbent else ValCache(svc.state_dir).get(digest(parts))
+    short = [t for t in rc.val if len((cached or {}).get(t.id, ())) < svc.cfg.gate.banked_epochs]
+    return parts, cached, short
+
+
+def bank_missing(ws: Workspace, svc: Services, rc: RoundContext) -> int:
+    """Runs the incumbent's bank lacks on val before a round can validate (``incumbent_outcomes``
+    runs them), the A/A test's second pass included."""
+    parts, cached, short = _bank(ws, svc, rc)
+    g = svc.cfg.gate
+    missing = sum(g.banked_epochs - len((cached or {}).get(t.id, ())) for t in short)
+    aa = cached is None and NoiseFloorStore(svc.state_dir).get(environment_key(parts)) is None
+    return missing + (len(rc.val) * g.epochs if aa and g.banked_epochs < 2 * g.epochs else 0)
+
+
+def looks_that_fit(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> int:
+    """The gate's looks this round's validation plans for, before it runs: 2, or 1 when the run's
+    budget pays for validating with the first look (and the confirmation) but not the second
+    (``search.budget``); a plan made from the budget alone, so the one look may spend all of alpha."""
+    g = svc.cfg.gate
+    if not (g.second_look and g.confirm_flips and svc.rates):
+        return 2
+    missing, spent = bank_missing(ws, svc, rc), svc.gateway.total()
+    if budget.fits(svc.cfg, svc.rates, spent, budget.validation_runs(svc.cfg, len(rc.val), missing, 2)):
+        return 2
+    if not budget.fits(svc.cfg, svc.rates, spent, budget.validation_runs(svc.cfg, len(rc.val), missing, 1)):
+        return 2  # not even one look fits: the gateway will say so; nothing to plan
+    left = budget.runs_left(svc.cfg, svc.rates, spent) or 0.0
+    say(
+        f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating with the "
+        "gate's first look, not its second: this validation is judged on one look at the whole alpha"
+    )
+    return 1
 
 
 def rerun_crashed(
@@ -280,8 +320,16 @@ def _chunk(svc: Services) -> int:
 
 
 def gate(
-    ws: Workspace, svc: Services, rc: RoundContext, cand: Candidate, cand_val: list[TaskResult], inc: Outcomes
+    ws: Workspace,
+    svc: Services,
+    rc: RoundContext,
+    cand: Candidate,
+    cand_val: list[TaskResult],
+    inc: Outcomes,
+    one_look: bool = False,
 ) -> GateDecision:
+    """The gate's decision on the candidate's val runs; ``one_look``: the budget left pays for the
+    first look only (``looks_that_fit``), which the gate then judges at the whole alpha."""
     by_id = {t.id: t for t in rc.val}
     rerun_epoch = iter(range(RERUN_EPOCH, SMOKE_RERUN_EPOCH))
     bank = IncumbentBank(inc, svc.cfg.gate.epochs)  # the incumbent's runs past the first look
@@ -308,24 +356,33 @@ def gate(
     left = [t.id for t in rc.val if t.id not in cand_out]  # validation stopped for futility
     if left and svc.gate.futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
         d = futile_decision(cand_out, inc, left, svc.cfg.gate.epochs)
-    elif (policy := _round_policy(ws, svc, both.SHARE if svc.cfg.objective == "both" else 1.0)) is None:
+    elif (
+        policy := _round_policy(ws, svc, both.SHARE if svc.cfg.objective == "both" else 1.0, one_look)
+    ) is None:
         d = spent_decision(svc.cfg.gate)
     elif svc.cfg.objective == "both":  # task score and triggering, each at alpha/2
         d = both.decide(rc.val, cand_out, inc, policy, confirm if svc.cfg.gate.confirm_flips else None)
     else:
         d = policy.decide(cand_out, inc, confirm if svc.cfg.gate.confirm_flips else None)
     d.details.update(incumbent_banked_runs=bank.drawn)
+    if one_look:
+        d.details.update(looks_planned=1)  # the budget's last validation: no second look fitted
     ws.journal.write(rc.k, "gate", accept=d.accept, reason=d.reason, delta=d.delta, dead_zone=d.dead_zone)
     return d
 
 
-def _round_policy(ws: Workspace, svc: Services, share: float = 1.0) -> GatePolicy | None:
+def _round_policy(
+    ws: Workspace, svc: Services, share: float = 1.0, one_look: bool = False
+) -> GatePolicy | None:
     """The gate of this round: with ``gate.run_alpha`` its level is this decision's share of the
     run's budget (``stats.run_alpha_for``); None once that budget is spent. ``share``: the part of
-    that level one gate of the round may spend (objective both: two gates, each half)."""
+    that level one gate of the round may spend (objective both: two gates, each half). ``one_look``:
+    without its second look (the incumbent's bank as it is), so the first look has the whole level."""
     g = svc.cfg.gate
-    if g.run_alpha is None and share == 1.0:
+    if g.run_alpha is None and share == 1.0 and not one_look:
         return svc.gate
+    if one_look:
+        g = g.model_copy(update={"second_look": 0, "incumbent_epochs": g.banked_epochs})
     decided = sum(r.manifest.gate.alpha is not None for r in ledger.past_rounds(ws.repo))
     alpha = 1.0 - g.confidence
     if g.run_alpha is not None:

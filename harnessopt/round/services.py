@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,9 @@ class Services:
     scratch: Path
     state_dir: Path
     store: RoundStore
+    rates: dict[str, float] = field(default_factory=dict)
+    """The projection's rates the run started with (``reporting.projection``): what a target run and
+    an optimizer turn cost, for what the budget still pays for (``search.budget``); none: no plan."""
 
     def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
         assert self.optimizer is not None, "services were opened without an optimizer"

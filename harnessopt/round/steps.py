@@ -35,6 +35,7 @@ from harnessopt.round.evaluate import (
     final_ending,
     gate,
     incumbent_outcomes,
+    looks_that_fit,
     probe,
     probe_jobs,
     smoke,
@@ -122,6 +123,7 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
     t.checks.update(
         datalike.flag(rc.k, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, cfg.datalike, say)
     )
+    looks = looks_that_fit(ws, svc, rc, say)  # before the bank is topped up: it counts what that costs
     incumbent_val, floor = incumbent_outcomes(ws, svc, rc, say)  # cached after the first winner
     t.incumbent_val = incumbent_val
     t.noise_floor = t.noise_floor or floor
@@ -130,7 +132,7 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
     if crash is not None:
         return ("rejected", crash)
     t.cand_val = validate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, say)  # 6
-    t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val)  # 7
+    t.decision = gate(ws, svc, rc, t.candidate, t.cand_val, incumbent_val, one_look=looks == 1)  # 7
     if memo := memorised.screen(ws, svc, rc, t, incumbent_val, say):  # a gain on inputs it never saw
         return ("rejected", memo)
     if svc.gate.bank_first_look and svc.cfg.gate.confirm == "val":  # 8: the winner's bank, fresh

@@ -40,8 +40,10 @@ from harnessopt.rollout.run_cache import STEP_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round.context import RoundContext
+from harnessopt.round.evaluate import bank_missing
 from harnessopt.round.propose import check, propose
 from harnessopt.round.services import Services
+from harnessopt.search import budget
 from harnessopt.search.clusters import Focus
 from harnessopt.search.screen import Screened, screen
 from harnessopt.search.state import Proposed, Search
@@ -157,6 +159,14 @@ def explore(
     found = Search([], head=head.name if head else "")
     for j in range(1, steps + 1):
         name = f"s{j}"
+        if chain and not _room_for_step(ws, svc, rc, len(batch_of(j)) if j > 1 else len(batch) + len(more)):
+            left = budget.runs_left(svc.cfg, svc.rates, svc.gateway.total()) or 0.0
+            say(
+                f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating the "
+                f"chain's end and not for step {name} too: the chain ends at {chain[-1].name}"
+            )
+            ws.journal.write(rc.k, "explore_budget_end", before=name, left_runs=round(left))
+            break
         if j > 1:  # a fresh batch: the base's runs on it are the step's trajectories and its bar
             batch = batch_of(j)
             base, base_runs, read = _rebased(ws, svc, rc, base, j, batch)
@@ -205,6 +215,15 @@ def explore(
         chain=[p.name for p in chain],
     )
     return found
+
+
+def _room_for_step(ws: Workspace, svc: Services, rc: RoundContext, tasks: int) -> bool:
+    """Does the run's budget pay for one more step (an optimizer turn, the base's and the step's runs
+    on ``tasks`` train tasks) and then the chain's validation with one look (``search.budget``)?"""
+    if not svc.rates:
+        return True
+    reserve = budget.validation_runs(svc.cfg, len(rc.val), bank_missing(ws, svc, rc), looks=1)
+    return budget.fits(svc.cfg, svc.rates, svc.gateway.total(), 2 * tasks + reserve, turns=1)
 
 
 def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | None = None) -> str:

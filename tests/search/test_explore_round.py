@@ -165,3 +165,34 @@ def test_a_rerun_after_ctrl_c_pays_for_no_step_again(tmp_path: Path) -> None:
     assert reused >= 8 + 2 * 8 + 3 * 8  # the round's batch, each later base's batch, every step's runs
     m = ledger.find(Workspace.open(ws).repo, 1).manifest
     assert m.status == "accepted" and m.search is not None and m.search.winners == ["s2"]
+
+
+BANKED = {"policy": "banked", "incumbent_epochs": None, "second_look": 10, "first_look_share": 0.05}
+
+
+def test_a_budgets_last_chain_ends_where_its_validation_fits_and_is_judged_on_one_look(
+    tmp_path: Path,
+) -> None:
+    """``budget.max_calls: 310`` with the default gate on the demo's 14 val tasks: after s2 is kept
+    (about 37 calls in), one more step (16 runs and a turn) and then the one-look validation (the
+    bank's 154 runs, 14 x (1 + 3 confirmation + 2 memorised check), 10% over) would not fit, so
+    the chain ends at s2 and s3 is never asked for; the two-look validation (14 x 10 more) would
+    not fit either, so the gate judges its first look at the whole alpha. Unbudgeted, the same
+    round asks for s3 (``explored``) and plans two looks."""
+    ws = Workspace.open(
+        make_ws(
+            tmp_path, model=_script(tmp_path), search={"explore": 3}, gate=BANKED, budget={"max_calls": 310}
+        )
+    )
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    m = result.manifest
+    assert result.status == "accepted" and m.search is not None, m.reason
+    assert sorted(c.name for c in m.search.candidates) == ["s1", "s2"] and m.search.winners == ["s2"]
+    assert any("and not for step s3 too: the chain ends at s2" in line for line in said), said
+    assert any("this validation is judged on one look at the whole alpha" in line for line in said), said
+    assert m.gate.model_extra is not None and m.gate.model_extra["looks_planned"] == 1
+    assert m.gate.model_extra["look_levels"] == [pytest.approx(0.95)]  # one look at all of alpha (confidence)
+    assert sum(u.calls for u in m.tokens.values()) <= 310  # validated, confirmed, inside the budget
+    events = [e for e in ws.journal.read()[0] if e.get("phase") == "explore_budget_end"]
+    assert [e["before"] for e in events] == ["s3"]
