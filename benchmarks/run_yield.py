@@ -31,8 +31,16 @@ Strategies (the same worlds and proposal streams for all):
   second_look runs a task), second look 10, first-look share 0.05, and main moves only when the
   confirmation finds the gain again (``confirm_moves_main``): ``gate.confirm_epochs`` fresh runs
   of the winner a val task, which start its bank; the next round that validates tops that up.
+  With the budget planned as the loop plans it (``harnessopt.search.budget``, the table's budget
+  as ``budget.max_cost`` at a unit a rollout): a chain that moved ends before a step after which
+  its one-look validation would not fit, and a validation with room for one look and not two is
+  judged on one look at the whole alpha.
+* default, no plan for the budget's last chain and look [the stop before]: the same without
+  that plan (a chain runs its length whatever the budget left, and a validation the budget cannot
+  finish is refused). Every loop row but today and "each round from main" plans; the per-run table
+  has no budget, so no plan.
 * default, each step screened on its batch only: the same with ``search.screen_tasks: 0`` (the
-  default of the stop before; the same run as the default where the rule adds no task).
+  default two stops ago; the same run as the default where the rule adds no task).
 * one proposal a round: the same gate, ``search.explore: 0`` (the default before explore).
 * fixed band 0.05 [SkillOpt-Lite]: accept when the val mean rose by more than 0.05, 1 run a task.
 * minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
@@ -49,7 +57,7 @@ Strategies (the same worlds and proposal streams for all):
   The fixed rows chain 3, 10 (the default before the length was chosen by price) and 30.
 * explore 10, each round from main [before the kept head]: the same, but every round's chain
   starts from main (how ``search.explore`` ran before the kept head).
-* explore 10, confirmed by a whole fresh bank [two stops ago]: with ``confirm_epochs`` at the
+* explore 10, confirmed by a whole fresh bank [three stops ago]: with ``confirm_epochs`` at the
   bank's size (11): every accept measures the winner's whole bank before main moves.
 * K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
   K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
@@ -75,6 +83,7 @@ user's dollars buy there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing as mp
 import statistics
 import sys
@@ -92,7 +101,8 @@ from harnessopt.config import Config, GateConfig, RolloutConfig, SearchConfig  #
 from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
-from harnessopt.protocols import GatePolicy, Outcome, Outcomes  # noqa: E402
+from harnessopt.protocols import GatePolicy, Outcome, Outcomes, Usage  # noqa: E402
+from harnessopt.search.budget import fits, validation_runs  # noqa: E402
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
 from harnessopt.search.length import chain_length  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
@@ -167,6 +177,7 @@ class Strategy:
     policy: sim.Policy | None = None
     gate: GateConfig | None = None  # the loop's: its confirmation after an accept (2m rollouts)
     search: SearchConfig = field(default_factory=SearchConfig)  # the loop's (kind "screen")
+    plans: bool = True  # the loop plans its budget's last chain and look (search.budget); rows of before: no
 
     @classmethod
     def loop(
@@ -228,14 +239,22 @@ def strategies() -> list[Strategy]:
     default = Config().search  # what a new workspace runs: search.explore null, the chain's length by price
     before = SearchConfig(explore=10)  # the default's chain before the rule
     return [
-        Strategy.loop("today (gate defaults before issue 21)", **TODAY),
+        dataclasses.replace(Strategy.loop("today (gate defaults before issue 21)", **TODAY), plans=False),
         Strategy.loop(
             "default (Config() now: search.explore and search.screen_tasks null, chosen by price)",
             "explore",
             default,
         ),
+        dataclasses.replace(
+            Strategy.loop(
+                "default, no plan for the budget's last chain and look (search.budget) [the stop before]",
+                "explore",
+                default,
+            ),
+            plans=False,
+        ),
         Strategy.loop(
-            "default, each step screened on its batch only (search.screen_tasks: 0) [the stop before]",
+            "default, each step screened on its batch only (search.screen_tasks: 0) [two stops ago]",
             "explore",
             SearchConfig(screen_tasks=0),
         ),
@@ -256,9 +275,12 @@ def strategies() -> list[Strategy]:
             )
             for e in FIXED_CHAINS
         ),
-        Strategy.loop("explore 10, each round from main [before the kept head]", "explore-main", before),
+        dataclasses.replace(
+            Strategy.loop("explore 10, each round from main [before the kept head]", "explore-main", before),
+            plans=False,
+        ),
         Strategy.loop(
-            f"explore 10, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [two stops ago]",
+            f"explore 10, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [three stops ago]",
             "explore",
             before,
             confirm_epochs=WHOLE_BANK,
@@ -337,6 +359,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
     assert st.policy is not None
     pol, res = st.policy, Result()
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
+    plan = Planner(st, budget, turn) if rounds is None and st.plans and st.gate is not None else None
     epochs, retry = pol.inc_epochs or pol.epochs, gate.bank_first_look
     s = w.s0
     inc_out, spent = sim.measure_incumbent(s, w.val, rng, epochs, pol.detail, crashy, retry)
@@ -360,9 +383,10 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
             kind, cand = proposal(w, s, seed, r)
             asked += 1
             spent += turn
-        inc_out, n = banked(pol, gate, s, inc_out, rng)
+        judge = plan.gate(spent, inc_out, gate) if plan is not None else gate
+        inc_out, n = banked(pol, judge, s, inc_out, rng)
         spent += n
-        dec, cand_out = sim.decide(pol, gate, s, cand, w.val, inc_out, rng, rollout=crashy)
+        dec, cand_out = sim.decide(pol, judge, s, cand, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
         r += 1
         res.asked_gain += kind == "+0.10"
@@ -396,32 +420,42 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     gated every ``search.explore`` proposals when it moved since the gate last judged it (the base's
     runs on each fresh batch after a round's first are paid). Kind "explore" is the loop's: a head
     the gate rejects is where the next round goes on; kind "explore-main" starts every round from
-    main (the previous stop's). ``rounds``: gate tests (each ``search.explore`` proposals)."""
+    main (the previous stop's). ``rounds``: gate tests (each ``search.explore`` proposals). With a
+    budget, as the loop plans it (``search.budget``): a chain that moved ends before a step after
+    which its validation would not fit, and a validation with room for one look of the gate and not
+    two judges that one at the whole alpha."""
     assert st.policy is not None and st.gate is not None
     (steps, extra), pol, res, carry = st.length(turn), st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
+    plan = Planner(st, budget, turn) if rounds is None and st.plans else None
     s = head = tested = w.s0
     inc_out, spent = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs, pol.detail, crashy, True)
-    r = 0
+    r = k = 0  # proposals in all, steps this round
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
-        if r % steps == 0 and not carry:
-            head = s  # a round's chain starts from main
-        kind, cand = proposal(w, head, seed, r)
+        if k == 0:
+            start = head = head if carry else s  # a round's chain starts from main, or the kept head
         tasks = rng.permutation(w.train)[: BATCH + extra]  # the batch, then the screening-only tasks
-        # the base's runs: on a fresh batch and its extra tasks after the round's first step, and on
-        # the first step's extra tasks (its batch is the optimizer's, paid for)
-        spent += len(tasks) if r % steps else extra
-        r += 1
-        runs = {"s": crashy(cand, tasks, rng)}
-        spent += len(tasks) + turn
-        if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=STEP_FLOOR)):
-            head = cand
-        if r % steps or head is tested:
+        ends = plan is not None and head is not start and not plan.room_for_step(spent, len(tasks), inc_out)
+        if not ends:
+            kind, cand = proposal(w, head, seed, r)
+            # the base's runs: on a fresh batch and its extra tasks after the round's first step, and
+            # on the first step's extra tasks (its batch is the optimizer's, paid for)
+            spent += len(tasks) if k else extra
+            r, k = r + 1, k + 1
+            runs = {"s": crashy(cand, tasks, rng)}
+            spent += len(tasks) + turn
+            if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=STEP_FLOOR)):
+                head = cand
+            if k < steps:
+                continue
+        k = 0
+        if head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
         tested = head
-        inc_out, n = banked(pol, gate, s, inc_out, rng)
+        judge = plan.gate(spent, inc_out, gate) if plan is not None else gate
+        inc_out, n = banked(pol, judge, s, inc_out, rng)
         spent += n
-        dec, cand_out = sim.decide(pol, gate, s, head, w.val, inc_out, rng, rollout=crashy)
+        dec, cand_out = sim.decide(pol, judge, s, head, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
         if not dec.accept:
             continue
@@ -439,6 +473,41 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     res.spent.append(spent if rounds is not None else min(spent, budget))
     res.proposals.append(r)
     return res
+
+
+@dataclass
+class Planner:
+    """What the loop plans from its budget (``harnessopt.search.budget``), in a world where a rollout
+    costs one unit and an optimizer turn ``turn``: ``budget.max_cost`` is the run's budget."""
+
+    st: Strategy
+    budget: int
+    turn: int
+
+    def __post_init__(self) -> None:
+        assert self.st.gate is not None
+        gc = self.st.gate
+        self.cfg = Config(search=self.st.search, gate=gc, budget={"max_cost": float(self.budget)})
+        self.rates = prices(self.turn)
+        self.one = make_gate(gc.model_copy(update={"second_look": 0, "incumbent_epochs": gc.banked_epochs}))
+
+    def _missing(self, inc_out: Outcomes) -> int:
+        return sum(max(0, self.cfg.gate.banked_epochs - len(v)) for v in inc_out.values())
+
+    def _fits(self, spent: int, runs: float, turns: float = 0.0) -> bool:
+        return fits(self.cfg, self.rates, Usage(cost_usd=float(spent)), runs, turns)
+
+    def room_for_step(self, spent: int, tasks: int, inc_out: Outcomes) -> bool:
+        """``search.explore._room_for_step``: a step on ``tasks`` and then a one-look validation."""
+        return self._fits(spent, 2 * tasks + validation_runs(self.cfg, M, self._missing(inc_out), 1), 1)
+
+    def gate(self, spent: int, inc_out: Outcomes, two: GatePolicy) -> GatePolicy:
+        """``round.evaluate.looks_that_fit``: the one-look gate when two looks do not fit and one
+        does, else ``two`` (the round's gate with both looks)."""
+        if not (self.cfg.gate.second_look and self.cfg.gate.confirm_flips):
+            return two
+        need = [validation_runs(self.cfg, M, self._missing(inc_out), looks) for looks in (2, 1)]
+        return self.one if not self._fits(spent, need[0]) and self._fits(spent, need[1]) else two
 
 
 def run_minibatch(w: World, seed: int, budget: int, turn: int = 0) -> Result:

@@ -49,6 +49,21 @@ def test_a_round_the_budget_cannot_finish_moves_nothing() -> None:
     assert all(r.commits == 0 and r.gain == [0.0] and r.spent[0] <= 780 for r in bounded)
 
 
+def test_the_budgets_plan_validates_a_shorter_last_chain_inside_the_budget() -> None:
+    """1,200 rollouts: the bank (550) and a chain of 50 steps (800) leave no validation; the loop's
+    plan (``search.budget``) ends the chain where a one-look validation still fits, so some runs
+    commit, none spends past its budget; without the plan (the stop before's row) none commits."""
+    planned, unplanned = y.strategies()[1], y.strategies()[2]
+    assert planned.plans and not unplanned.plans and planned.search == unplanned.search
+    pairs = [
+        (y.run_one(planned, y.world(s), s, 1200), y.run_one(unplanned, y.world(s), s, 1200))
+        for s in range(20)
+    ]
+    assert sum(p.commits for p, _ in pairs) >= 2 and sum(u.commits for _, u in pairs) == 0
+    assert all(p.spent[0] <= 1200 and p.proposals[0] <= u.proposals[0] for p, u in pairs)
+    assert sum(p.bad_commits for p, _ in pairs) == 0
+
+
 def test_a_confirmations_runs_start_the_bank_the_next_validation_tops_up() -> None:
     st = y.strategies()[1]
     assert st.gate is not None and st.policy is not None
