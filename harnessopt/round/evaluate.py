@@ -365,8 +365,9 @@ def gate(
     else:
         d = policy.decide(cand_out, inc, confirm if svc.cfg.gate.confirm_flips else None)
     d.details.update(incumbent_banked_runs=bank.drawn)
-    if one_look:
-        d.details.update(looks_planned=1)  # the budget's last validation: no second look fitted
+    if one_look:  # the budget's last validation: no second look fitted
+        d.details.update(looks_planned=1)
+        d.reason += "; one look at the whole alpha: the budget left paid for no second"
     ws.journal.write(rc.k, "gate", accept=d.accept, reason=d.reason, delta=d.delta, dead_zone=d.dead_zone)
     return d
 

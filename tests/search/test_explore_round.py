@@ -192,6 +192,9 @@ def test_a_budgets_last_chain_ends_where_its_validation_fits_and_is_judged_on_on
     assert any("and not for step s3 too: the chain ends at s2" in line for line in said), said
     assert any("this validation is judged on one look at the whole alpha" in line for line in said), said
     assert m.gate.model_extra is not None and m.gate.model_extra["looks_planned"] == 1
+    assert m.reason.endswith("(n=14); one look at the whole alpha: the budget left paid for no second"), (
+        m.reason
+    )
     assert m.gate.model_extra["look_levels"] == [pytest.approx(0.95)]  # one look at all of alpha (confidence)
     assert sum(u.calls for u in m.tokens.values()) <= 310  # validated, confirmed, inside the budget
     events = [e for e in ws.journal.read()[0] if e.get("phase") == "explore_budget_end"]
