@@ -30,6 +30,9 @@ from typing import IO
 from harnessopt.util.text import head_tail_of_file
 
 KILL_GRACE_S = 2.0  # after SIGKILL, how long to wait for the main process to be reaped
+# A wait returns to the interpreter at least this often: an interrupt raised without a real signal
+# (``_thread.interrupt_main``, how Ray cancels a running task) is only seen between bytecodes.
+INTERRUPT_CHECK_S = 0.2
 _MAX_FREEZE_ROUNDS = 100  # scans of /proc while stopping a session that keeps forking
 
 
@@ -217,7 +220,9 @@ class Prestarted:
 def wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     """Wait up to ``timeout_s`` for ``proc`` to exit (and reap it); False at the deadline. Woken by
     the exit itself (a pidfd, Linux 5.3+), where ``Popen.wait(timeout)`` polls in steps of up to
-    50 ms; elsewhere that."""
+    50 ms; elsewhere that. The pidfd is polled in slices of ``INTERRUPT_CHECK_S``: a poll() of the
+    whole timeout would hold off a KeyboardInterrupt that comes without a signal (a Ray cancel)
+    until the child exits, and a cancelled task would keep its sandbox and its node's CPU."""
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
@@ -229,7 +234,12 @@ def wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     try:
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
-        exited = bool(poller.poll(max(0, math.ceil(timeout_s * 1000))))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            exited = bool(poller.poll(math.ceil(min(left, INTERRUPT_CHECK_S) * 1000)))
+            if exited or left <= INTERRUPT_CHECK_S:
+                break
     finally:
         os.close(pidfd)
     if exited or proc.poll() is not None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import _thread
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -99,6 +101,20 @@ def test_started_gets_the_group_id_and_an_error_in_the_caller_kills_the_group(tm
 
     with pytest.raises(KeyboardInterrupt):
         run_in_session(["bash", "-c", "sleep 60"], timeout_s=30, cap=100, started=started)
+    assert _wait_dead(pids[0])
+
+
+def test_an_interrupt_without_a_signal_ends_the_wait_at_once_and_kills_the_group() -> None:
+    """Ray cancels a running task with ``_thread.interrupt_main()``: no signal, so no poll() is
+    cut short; the wait must come back to the interpreter on its own to see it."""
+    pids: list[int] = []
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+        run_in_session(["bash", "-c", "sleep 60"], timeout_s=20, cap=100, started=pids.append)
+    timer.join()
+    assert time.monotonic() - t0 < 5  # not held until the child's exit or the deadline
     assert _wait_dead(pids[0])
 
 
