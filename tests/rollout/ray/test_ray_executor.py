@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -69,13 +71,24 @@ def _candidate(ws: Path, tmp: Path, sleep_s: float = 0.0) -> Candidate:
     shutil.copytree(ws / "skill", root / "skill")
     shutil.copytree(ws / "harness", root / "harness")
     if sleep_s:  # a slower harness: tasks are still running when a node goes away
+        # in a child named by a token of this test's own (``_sleeper``): its processes can be found
+        token = f"{sleep_s:.0f}.{secrets.randbelow(10**6):06d}"
         run = root / "harness" / "run.py"
         run.write_text(
             run.read_text().replace(
-                "import argparse\n", f"import argparse\nimport time as _t\n_t.sleep({sleep_s})\n", 1
+                "import argparse\n",
+                f"import argparse\nimport subprocess as _sp\n_sp.run(['sleep', '{token}'])\n",
+                1,
             )
         )
     return Candidate(root, "incumbent", "c0")
+
+
+def _sleeper(cand: Candidate) -> bytes:
+    """The command line (``/proc/PID/cmdline``) of the sleep ``_candidate`` made the harness run."""
+    found = re.search(r"_sp\.run\(\['sleep', '([0-9.]+)'\]\)", (cand.root / "harness" / "run.py").read_text())
+    assert found is not None
+    return b"sleep\0" + found[1].encode() + b"\0"
 
 
 def _val(ws: Path, **cfg: Any) -> tuple[list[TaskResult], Any]:
@@ -255,7 +268,9 @@ def test_ctrl_c_on_the_head_cancels_the_remote_tasks(cluster: Any, tmp_path: Pat
     )
     try:
         deadline = time.monotonic() + 120
-        while ray.available_resources().get("CPU", 0) > 0:  # both tasks running
+        sleeper = _sleeper(cand)
+        while ray.available_resources().get("CPU", 0) > 0 or len(_processes_naming(sleeper)) < 2:
+            # both tasks running, each with its harness (so the check below can see one survive)
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate(timeout=5)
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
@@ -267,9 +282,8 @@ def test_ctrl_c_on_the_head_cancels_the_remote_tasks(cluster: Any, tmp_path: Pat
             time.sleep(0.2)
         # Cancelled, not killed: the sandbox unwound and took the harness with it (a worker killed
         # outright would leave the harness's own session sleeping, and a container running).
-        marker = f"ho-cand-{ray_worker.make_bundle(cand.root).digest[:12]}".encode()
         time.sleep(2)
-        assert _processes_naming(marker) == []
+        assert _processes_naming(sleeper) == []
     finally:
         if proc.poll() is None:
             proc.kill()
