@@ -17,11 +17,10 @@ import secrets
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from docker.utils.socket import frames_iter
 
 from harnessopt.config import RolloutConfig
 from harnessopt.protocols import RunOutput, RunSpec, Sandbox
@@ -46,6 +45,7 @@ FLOOD_FACTOR = 16  # stdout+stderr past this many times the cap counts as floodi
 OUT_MAX_FILES = 10_000  # members of /out unpacked on the host; more is output_cap
 FRAME_HEADER = 5  # the runner's frames: kind byte (O, E, M, T, Z), 4-byte big-endian length
 FRAME_MAX = 1 << 20  # the runner sends at most 64 KiB per frame; anything bigger is not the runner
+READ_SLICE_S = 0.2  # the attach stream's reads return to Python this often (see _frames)
 
 
 def warm_pool_size(concurrency: int) -> int:
@@ -180,7 +180,7 @@ class DockerSandbox(Sandbox):
         buf = bytearray()  # stdout bytes not yet parsed into whole frames
         tar_cap = self.cfg.out_mb * 1024 * 1024 + (1 << 20)
         try:
-            for stream_id, data in frames_iter(warm.sock, tty=False):
+            for stream_id, data in _frames(warm.sock):
                 if stream_id != 1:  # the runner's own stderr (a crash of the runner itself)
                     st.stderr.add(data)
                     continue
@@ -315,6 +315,37 @@ def _extract(data: bytearray, out_dir: Path, limit: int) -> untar.UntarResult:
 def _send_stdin(sock: Any, data: bytes) -> None:
     """Write to the container's stdin through the attach socket (a SocketIO, or the socket itself)."""
     getattr(sock, "_sock", sock).sendall(data)
+
+
+def _frames(sock: Any) -> Iterator[tuple[int, bytes]]:
+    """The attach stream's (stream id, bytes) frames until it closes, as docker's ``frames_iter``
+    (no tty), but each read waits at most ``READ_SLICE_S``: a Ray cancel is
+    ``_thread.interrupt_main()``, no signal, and its KeyboardInterrupt comes only when this thread
+    runs Python again; docker's reader blocks in poll() until the container writes or exits."""
+    raw = getattr(sock, "_sock", sock)  # the socket itself: a SocketIO is unusable after a timeout
+    raw.settimeout(READ_SLICE_S)
+
+    def read(n: int) -> bytes:
+        while True:
+            try:
+                return bytes(raw.recv(min(n, 1 << 16)))
+            except (TimeoutError, InterruptedError, BlockingIOError):
+                continue  # nothing yet: back in Python, where a pending interrupt is raised
+
+    while True:
+        header = b""
+        while len(header) < 8:
+            data = read(8 - len(header))
+            if not data:
+                return  # closed (mid-header too, as docker's reader does)
+            header += data
+        stream_id, n = header[0], int.from_bytes(header[4:8], "big")
+        while n > 0:
+            data = read(n)
+            if not data:
+                return
+            n -= len(data)
+            yield stream_id, data
 
 
 def _copy_readable(src: Path, dest: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import hashlib
 import json
@@ -190,6 +191,47 @@ def test_endless_harness_times_out_and_keeps_partial_out(
     assert out.error_class == "timeout" and out.exit_code is None
     assert time.monotonic() - t0 < 2 + 8
     assert (tmp_path / "out" / "partial.txt").read_text() == "so far"
+
+
+def test_an_interrupt_of_the_main_thread_ends_a_silent_run_at_once(
+    make_sandbox, docker_client, candidate, gateway, tmp_path, spec_for
+):
+    """Ray cancels a task with ``_thread.interrupt_main()``: no signal, so the KeyboardInterrupt
+    comes only when the main thread next runs Python. The wait for a harness that prints nothing
+    must come back to Python often, and the task's container go as the run unwinds."""
+    skill, harness = candidate("""
+        import urllib.request
+        urllib.request.urlopen(os.environ["ANTHROPIC_BASE_URL"] + "/v1/models", timeout=10).read()
+        time.sleep(60)
+    """)
+    sb = make_sandbox()
+    taken: list[Any] = []
+    take = sb.pool.take
+    sb.pool.take = lambda socket_dir: taken.append(take(socket_dir)) or taken[-1]  # type: ignore[method-assign]
+    fired: list[float] = []
+
+    def interrupt() -> None:  # once the harness runs (it reached the gateway), or after 15 s anyway
+        deadline = time.monotonic() + 15
+        while not gateway.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        fired.append(time.monotonic())
+        _thread.interrupt_main()
+
+    timer = threading.Thread(target=interrupt, daemon=True)
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+        sb.run(spec_for(skill, harness, gateway.lease(), 20), tmp_path / "out")
+        timer.join()  # the interrupt must land inside this block, however late
+        time.sleep(1)
+    late = time.monotonic() - fired[0]
+    assert gateway.requests, "the harness never started"
+    assert late < 3, f"KeyboardInterrupt came {late:.1f} s after interrupt_main"
+    label = {"label": f"harnessopt.run={sb.run_id}"}
+    deadline = time.monotonic() + 10
+    while taken[0].container.id in {c.id for c in docker_client.containers.list(all=True, filters=label)}:
+        assert time.monotonic() < deadline, "the interrupted task's container was not removed"
+        time.sleep(0.1)
 
 
 def test_gigabytes_of_output_are_cut(make_sandbox, candidate, gateway, tmp_path, spec_for):
