@@ -37,8 +37,8 @@ Strategies (the same worlds and proposal streams for all):
   judged on one look at the whole alpha.
 * default, no plan for the budget's last chain and look [the stop before]: the same without
   that plan (a chain runs its length whatever the budget left, and a validation the budget cannot
-  finish is refused). Every loop row but today and "each round from main" plans; the per-run table
-  has no budget, so no plan.
+  finish is refused). Every loop row but today's plans; the per-run table has no budget, so no
+  plan.
 * default, each step screened on its batch only: the same with ``search.screen_tasks: 0`` (the
   default two stops ago; the same run as the default where the rule adds no task).
 * one proposal a round: the same gate, ``search.explore: 0`` (the default before explore).
@@ -275,10 +275,7 @@ def strategies() -> list[Strategy]:
             )
             for e in FIXED_CHAINS
         ),
-        dataclasses.replace(
-            Strategy.loop("explore 10, each round from main [before the kept head]", "explore-main", before),
-            plans=False,
-        ),
+        Strategy.loop("explore 10, each round from main [before the kept head]", "explore-main", before),
         Strategy.loop(
             f"explore 10, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [three stops ago]",
             "explore",
