@@ -118,3 +118,23 @@ def test_rounds_screened_out_on_train_are_not_charged_the_incumbents_val_runs(tm
     made = sum(p.runs for p in first.manifest.phases.values())
     assert set(first.manifest.phases) == {"rollout", "screening", "probe"}  # nothing on val but the probe
     assert project(Workspace.open(ws.root), 2).rounds[0].target_runs == pytest.approx(made)
+
+
+def test_the_line_says_in_which_round_the_budget_would_stop_the_run(tmp_path: Path) -> None:
+    """``budget_note``: the first round whose running total passes a limit set, by the limit's
+    name; nothing when every round fits. The run prints it before anything is spent."""
+    ws = Workspace.open(make_ws(tmp_path))
+    first, second = project(ws, 2).rounds
+    assert project(ws, 2).budget_note() == ""  # the demo's config sets no limit
+    for limit, between in (
+        ("max_calls", first.calls + second.calls / 2),
+        ("max_tokens", first.tokens + second.tokens / 2),
+    ):
+        cfg = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={limit: int(between)})})
+        p = project(ws, 2, cfg)
+        assert p.budget_note() == f"; budget.{limit} would stop it in round +2"
+        assert f"budget.{limit} would stop it in round +2" in p.line()
+        ample = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={limit: 10**9})})
+        assert project(ws, 2, ample).budget_note() == ""
+    tight = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_calls": 1})})
+    assert project(ws, 2, tight).budget_note() == "; budget.max_calls would stop it in round +1"
