@@ -102,7 +102,7 @@ from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes, Usage  # noqa: E402
-from harnessopt.search.budget import fits, validation_runs  # noqa: E402
+from harnessopt.search.budget import looks, one_look, room_for_step  # noqa: E402
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
 from harnessopt.search.length import chain_length  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
@@ -483,28 +483,24 @@ class Planner:
 
     def __post_init__(self) -> None:
         assert self.st.gate is not None
-        gc = self.st.gate
-        self.cfg = Config(search=self.st.search, gate=gc, budget={"max_cost": float(self.budget)})
+        self.cfg = Config(search=self.st.search, gate=self.st.gate, budget={"max_cost": float(self.budget)})
         self.rates = prices(self.turn)
-        self.one = make_gate(gc.model_copy(update={"second_look": 0, "incumbent_epochs": gc.banked_epochs}))
+        self.one = make_gate(one_look(self.st.gate))
 
     def _missing(self, inc_out: Outcomes) -> int:
         return sum(max(0, self.cfg.gate.banked_epochs - len(v)) for v in inc_out.values())
 
-    def _fits(self, spent: int, runs: float, turns: float = 0.0) -> bool:
-        return fits(self.cfg, self.rates, Usage(cost_usd=float(spent)), runs, turns)
-
     def room_for_step(self, spent: int, tasks: int, inc_out: Outcomes) -> bool:
         """``search.explore._room_for_step``: a step on ``tasks`` and then a one-look validation."""
-        return self._fits(spent, 2 * tasks + validation_runs(self.cfg, M, self._missing(inc_out), 1), 1)
+        return room_for_step(
+            self.cfg, self.rates, Usage(cost_usd=float(spent)), tasks, M, self._missing(inc_out)
+        )
 
     def gate(self, spent: int, inc_out: Outcomes, two: GatePolicy) -> GatePolicy:
-        """``round.evaluate.looks_that_fit``: the one-look gate when two looks do not fit and one
-        does, else ``two`` (the round's gate with both looks)."""
-        if not (self.cfg.gate.second_look and self.cfg.gate.confirm_flips):
-            return two
-        need = [validation_runs(self.cfg, M, self._missing(inc_out), looks) for looks in (2, 1)]
-        return self.one if not self._fits(spent, need[0]) and self._fits(spent, need[1]) else two
+        """``round.evaluate.looks_that_fit``: the one-look gate when the plan has one look, else
+        ``two`` (the round's gate with both looks)."""
+        planned = looks(self.cfg, self.rates, Usage(cost_usd=float(spent)), M, self._missing(inc_out))
+        return self.one if planned == 1 else two
 
 
 def run_minibatch(w: World, seed: int, budget: int, turn: int = 0) -> Result:

@@ -101,17 +101,14 @@ def bank_missing(ws: Workspace, svc: Services, rc: RoundContext) -> int:
 
 
 def looks_that_fit(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> int:
-    """The gate's looks this round's validation plans for, before it runs: 2, or 1 when the run's
-    budget pays for validating with the first look (and the confirmation) but not the second
-    (``search.budget``); a plan made from the budget alone, so the one look may spend all of alpha."""
-    g = svc.cfg.gate
-    if not (g.second_look and g.confirm_flips and svc.rates):
+    """The gate's looks this round's validation plans for, before it runs (``search.budget.looks``):
+    2, or 1 when the run's budget pays for validating with the first look but not the second; a plan
+    made from the budget alone, so the one look may spend all of alpha."""
+    if not budget.limited(svc.cfg, svc.rates):
         return 2
-    missing, spent = bank_missing(ws, svc, rc), svc.gateway.total()
-    if budget.fits(svc.cfg, svc.rates, spent, budget.validation_runs(svc.cfg, len(rc.val), missing, 2)):
+    spent = svc.gateway.total()
+    if budget.looks(svc.cfg, svc.rates, spent, len(rc.val), bank_missing(ws, svc, rc)) == 2:
         return 2
-    if not budget.fits(svc.cfg, svc.rates, spent, budget.validation_runs(svc.cfg, len(rc.val), missing, 1)):
-        return 2  # not even one look fits: the gateway will say so; nothing to plan
     left = budget.runs_left(svc.cfg, svc.rates, spent) or 0.0
     say(
         f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating with the "
@@ -383,7 +380,7 @@ def _round_policy(
     if g.run_alpha is None and share == 1.0 and not one_look:
         return svc.gate
     if one_look:
-        g = g.model_copy(update={"second_look": 0, "incumbent_epochs": g.banked_epochs})
+        g = budget.one_look(g)
     decided = sum(r.manifest.gate.alpha is not None for r in ledger.past_rounds(ws.repo))
     alpha = 1.0 - g.confidence
     if g.run_alpha is not None:

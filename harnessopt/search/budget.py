@@ -16,7 +16,7 @@ yield benchmark (``benchmarks/run_yield.py``) runs its budgets through these fun
 
 from __future__ import annotations
 
-from harnessopt.config import Config
+from harnessopt.config import Config, GateConfig
 from harnessopt.protocols import Usage
 
 RESERVE_MARGIN = 0.1  # a validation's reserve is 10% over its runs: crash reruns, the probe, flips
@@ -67,3 +67,34 @@ def runs_left(cfg: Config, rates: dict[str, float], spent: Usage) -> float | Non
     a rate converts (for what a run says)."""
     left = [(limit - used) / run for limit, used, run, _ in _limits(cfg, rates, spent)]
     return max(0.0, min(left)) if left else None
+
+
+def limited(cfg: Config, rates: dict[str, float]) -> bool:
+    """Is a limit set that these rates convert into runs? (Else there is nothing to plan.)"""
+    return bool(_limits(cfg, rates, Usage()))
+
+
+def room_for_step(
+    cfg: Config, rates: dict[str, float], spent: Usage, tasks: int, n_val: int, bank_missing: int
+) -> bool:
+    """Does the budget pay for one more explore step (an optimizer turn, the base's and the step's
+    runs on ``tasks`` train tasks) and then the chain's validation with one look?"""
+    return fits(cfg, rates, spent, 2 * tasks + validation_runs(cfg, n_val, bank_missing, 1), turns=1)
+
+
+def looks(cfg: Config, rates: dict[str, float], spent: Usage, n_val: int, bank_missing: int) -> int:
+    """The gate's looks a validation plans for, before it runs: 2, or 1 when the budget pays for
+    validating with the first look (and the confirmation) but not the second. Not even one
+    fitting is 2: nothing to plan, the gateway will stop the round."""
+    g = cfg.gate
+    if not (g.second_look and g.confirm_flips):
+        return 2
+    if fits(cfg, rates, spent, validation_runs(cfg, n_val, bank_missing, 2)):
+        return 2
+    return 1 if fits(cfg, rates, spent, validation_runs(cfg, n_val, bank_missing, 1)) else 2
+
+
+def one_look(g: GateConfig) -> GateConfig:
+    """``g`` without its second look and with the incumbent's bank as it is: the gate a validation
+    planned for one look runs, whose first look then has the whole level."""
+    return g.model_copy(update={"second_look": 0, "incumbent_epochs": g.banked_epochs})

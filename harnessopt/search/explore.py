@@ -159,7 +159,7 @@ def explore(
     found = Search([], head=head.name if head else "")
     for j in range(1, steps + 1):
         name = f"s{j}"
-        if chain and not _room_for_step(ws, svc, rc, len(batch_of(j)) if j > 1 else len(batch) + len(more)):
+        if chain and not _room_for_step(ws, svc, rc, len(batch_of(j))):  # a kept step: j > 1
             left = budget.runs_left(svc.cfg, svc.rates, svc.gateway.total()) or 0.0
             say(
                 f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating the "
@@ -218,12 +218,12 @@ def explore(
 
 
 def _room_for_step(ws: Workspace, svc: Services, rc: RoundContext, tasks: int) -> bool:
-    """Does the run's budget pay for one more step (an optimizer turn, the base's and the step's runs
-    on ``tasks`` train tasks) and then the chain's validation with one look (``search.budget``)?"""
-    if not svc.rates:
+    """Does the run's budget pay for one more step on ``tasks`` train tasks and then the chain's
+    validation with one look (``search.budget.room_for_step``)? Always, without a limit to plan by."""
+    if not budget.limited(svc.cfg, svc.rates):
         return True
-    reserve = budget.validation_runs(svc.cfg, len(rc.val), bank_missing(ws, svc, rc), looks=1)
-    return budget.fits(svc.cfg, svc.rates, svc.gateway.total(), 2 * tasks + reserve, turns=1)
+    spent, missing = svc.gateway.total(), bank_missing(ws, svc, rc)
+    return budget.room_for_step(svc.cfg, svc.rates, spent, tasks, len(rc.val), missing)
 
 
 def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | None = None) -> str:

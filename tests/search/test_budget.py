@@ -7,7 +7,16 @@ import pytest
 
 from harnessopt.config import Config
 from harnessopt.protocols import Usage
-from harnessopt.search.budget import RESERVE_MARGIN, fits, runs_left, validation_runs
+from harnessopt.search.budget import (
+    RESERVE_MARGIN,
+    fits,
+    limited,
+    looks,
+    one_look,
+    room_for_step,
+    runs_left,
+    validation_runs,
+)
 
 RATES = {  # a target run: 2 calls of 100 tokens at $0.01; an optimizer turn: 5 calls of 1,000 at $0.10
     "target_calls_per_run": 2.0,
@@ -58,3 +67,23 @@ def test_a_limit_no_rate_converts_plans_nothing() -> None:
     assert fits(_cfg(max_cost=1.0), free, Usage(cost_usd=5.0), 1_000, 1)
     assert runs_left(_cfg(max_cost=1.0), free, Usage(cost_usd=5.0)) is None
     assert fits(_cfg(max_calls=10), {}, Usage(calls=50), 100)  # no rates: no plan
+
+
+def test_the_plan_of_a_step_and_of_the_gates_looks() -> None:
+    """At one call a run (``max_calls``, 50 val tasks, bank whole): one look with the check and the
+    confirmation is 50 x 6 x 1.1 = 330 runs, two looks 50 x 16 x 1.1 = 880; a step on 8 tasks
+    is 16 runs and a turn of 5 calls."""
+    rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
+    cfg = _cfg(max_calls=1_000)
+    assert limited(cfg, rates) and not limited(_cfg(), rates) and not limited(cfg, {})
+    assert looks(cfg, rates, Usage(calls=119), 50, 0) == 2  # 119 + 880 fits
+    assert looks(cfg, rates, Usage(calls=121), 50, 0) == 1  # two looks do not fit, one does
+    assert looks(cfg, rates, Usage(calls=671), 50, 0) == 2  # not even one: nothing to plan
+    assert looks(cfg, rates, Usage(calls=200), 40, 0) == 2  # 40 x 16 x 1.1 = 704 fits
+    no_second = Config.model_validate({"budget": {"max_calls": 1_000}, "gate": {"second_look": 0}})
+    assert looks(no_second, rates, Usage(calls=500), 50, 0) == 2  # one look is all it has
+    assert room_for_step(cfg, rates, Usage(calls=648), 8, 50, 0)  # 648 + 16 + 5 + 330 = 999
+    assert not room_for_step(cfg, rates, Usage(calls=650), 8, 50, 0)
+    assert not room_for_step(cfg, rates, Usage(calls=100), 8, 50, 600)  # the bank's missing runs count
+    g = one_look(Config().gate)
+    assert g.second_look == 0 and g.banked_epochs == Config().gate.banked_epochs == 11
