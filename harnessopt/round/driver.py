@@ -62,6 +62,7 @@ def run(
     deadline = time.monotonic() + hours * 3600 if hours else None
     with open_services(ws.root, cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
         svc.rates = projected.rates  # a budget's last chain and look are planned at these prices
+        svc.deadline = deadline  # and in the time budget.max_hours leaves
         used = run_parts(ws, svc)  # what this run actually uses: status and the report name it
         say("this run: " + ", ".join(f"{k} {v}" for k, v in used.items()))
         ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary(), used=used)

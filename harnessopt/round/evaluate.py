@@ -104,12 +104,12 @@ def looks_that_fit(ws: Workspace, svc: Services, rc: RoundContext, say: Announce
     """The gate's looks this round's validation plans for, before it runs (``search.budget.looks``):
     2, or 1 when the run's budget pays for validating with the first look but not the second; a plan
     made from the budget alone, so the one look may spend all of alpha."""
-    if not budget.limited(svc.cfg, svc.rates):
+    if not budget.limited(svc.cfg, svc.rates, svc.seconds_left()):
         return 2
-    spent = svc.gateway.total()
-    if budget.looks(svc.cfg, svc.rates, spent, len(rc.val), bank_missing(ws, svc, rc)) == 2:
+    spent, missing = svc.gateway.total(), bank_missing(ws, svc, rc)
+    if budget.looks(svc.cfg, svc.rates, spent, len(rc.val), missing, svc.seconds_left()) == 2:
         return 2
-    left = budget.runs_left(svc.cfg, svc.rates, spent) or 0.0
+    left = budget.runs_left(svc.cfg, svc.rates, spent, svc.seconds_left()) or 0.0
     say(
         f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating with the "
         "gate's first look, not its second: this validation is judged on one look at the whole alpha"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +47,12 @@ class Services:
     rates: dict[str, float] = field(default_factory=dict)
     """The projection's rates the run started with (``reporting.projection``): what a target run and
     an optimizer turn cost, for what the budget still pays for (``search.budget``); none: no plan."""
+    deadline: float | None = None
+    """The run's wall-clock deadline (``time.monotonic()``, from ``budget.max_hours``), or None."""
+
+    def seconds_left(self) -> float | None:
+        """Seconds to the run's deadline (0 once past it), or None without ``budget.max_hours``."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
     def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
         assert self.optimizer is not None, "services were opened without an optimizer"

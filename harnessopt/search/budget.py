@@ -1,7 +1,9 @@
 """What the run's budget still pays for, so that a budget's last chain ends where its validation fits.
 
 A run with a budget (``budget.max_calls``, ``max_tokens``, ``max_cost``) is stopped by the gateway at
-its limit, and a round the gateway stops fails: main stays where it was. A chain whose steps spend
+its limit, and a round the gateway stops fails: main stays where it was; a run with a wall-clock
+budget (``budget.max_hours``) is stopped at the first batch of runs after its deadline, and the
+round it stops is lost the same way. A chain whose steps spend
 the budget down to less than a validation costs is thrown away whole. So a chain that has moved
 ends before a step after which its validation would no longer fit, and a round whose validation
 has room for one look of the gate and not two judges that one look at the whole alpha (the gate
@@ -10,7 +12,10 @@ alpha). Runs without a budget are unchanged.
 
 Costs are in each unit a limit is set in, from the projection's rates (``reporting.projection``:
 measured on the workspace's rounds, else its priors): a target run is ``target_calls_per_run``
-calls and their tokens and dollars, an optimizer turn ``optimizer_calls`` calls and theirs. The
+calls and their tokens and dollars, an optimizer turn ``optimizer_calls`` calls and theirs; in
+time, a target run ``seconds_per_run`` over ``rollout.concurrency`` (runs go that many at a time)
+and an optimizer turn ``optimizer_calls`` times ``seconds_per_optimizer_call``, against the
+seconds left to the run's deadline (``seconds_left``; None: not counted). The
 yield benchmark (``benchmarks/run_yield.py``) runs its budgets through these functions.
 """
 
@@ -37,16 +42,24 @@ def validation_runs(cfg: Config, n_val: int, bank_missing: int, looks: int) -> f
     return (n_val * per_task + bank_missing) * (1 + RESERVE_MARGIN)
 
 
-def _limits(cfg: Config, rates: dict[str, float], spent: Usage) -> list[tuple[float, float, float, float]]:
-    """Each limit set whose unit a target run's rate converts: (limit, used, a run, a turn)."""
+def _limits(
+    cfg: Config, rates: dict[str, float], spent: Usage, seconds_left: float | None = None
+) -> list[tuple[float, float, float, float]]:
+    """Each limit set whose unit a target run's rate converts: (limit, used, a run, a turn); the
+    wall-clock one as (the seconds left, 0, a run, a turn) when ``seconds_left`` is known."""
     b, per_run, calls = cfg.budget, rates.get("target_calls_per_run", 0.0), rates.get("optimizer_calls", 0.0)
-    rows = (
+    rows: list[tuple[float | None, float, float, float]] = [
         (b.max_calls, spent.calls, per_run, calls),
         (b.max_tokens, spent.input_tokens + spent.output_tokens,
          per_run * rates.get("target_tokens_per_call", 0.0), calls * rates.get("optimizer_tokens_per_call", 0.0)),
         (b.max_cost, spent.cost_usd,
          per_run * rates.get("target_usd_per_call", 0.0), calls * rates.get("optimizer_usd_per_call", 0.0)),
-    )  # fmt: skip
+    ]  # fmt: skip
+    if b.max_hours is not None and seconds_left is not None:
+        run_s = rates.get("seconds_per_run", 0.0) / max(cfg.rollout.concurrency, 1)
+        rows.append(
+            (max(seconds_left, 0.0), 0.0, run_s, calls * rates.get("seconds_per_optimizer_call", 0.0))
+        )
     return [
         (float(limit), float(used), run, turn)
         for limit, used, run, turn in rows
@@ -54,44 +67,70 @@ def _limits(cfg: Config, rates: dict[str, float], spent: Usage) -> list[tuple[fl
     ]
 
 
-def fits(cfg: Config, rates: dict[str, float], spent: Usage, runs: float, turns: float = 0.0) -> bool:
+def fits(
+    cfg: Config,
+    rates: dict[str, float],
+    spent: Usage,
+    runs: float,
+    turns: float = 0.0,
+    seconds_left: float | None = None,
+) -> bool:
     """Does the budget still pay for ``runs`` target runs and ``turns`` optimizer turns after
-    ``spent``, at these rates, by every limit set? (True with no limit, or none a rate converts.)"""
+    ``spent`` (and in ``seconds_left``), at these rates, by every limit set? (True with no limit,
+    or none a rate converts.)"""
     return all(
-        used + runs * run + turns * turn <= limit for limit, used, run, turn in _limits(cfg, rates, spent)
+        used + runs * run + turns * turn <= limit
+        for limit, used, run, turn in _limits(cfg, rates, spent, seconds_left)
     )
 
 
-def runs_left(cfg: Config, rates: dict[str, float], spent: Usage) -> float | None:
+def runs_left(
+    cfg: Config, rates: dict[str, float], spent: Usage, seconds_left: float | None = None
+) -> float | None:
     """Target runs the budget's tightest limit still pays for after ``spent``; None without a limit
     a rate converts (for what a run says)."""
-    left = [(limit - used) / run for limit, used, run, _ in _limits(cfg, rates, spent)]
+    left = [(limit - used) / run for limit, used, run, _ in _limits(cfg, rates, spent, seconds_left)]
     return max(0.0, min(left)) if left else None
 
 
-def limited(cfg: Config, rates: dict[str, float]) -> bool:
+def limited(cfg: Config, rates: dict[str, float], seconds_left: float | None = None) -> bool:
     """Is a limit set that these rates convert into runs? (Else there is nothing to plan.)"""
-    return bool(_limits(cfg, rates, Usage()))
+    return bool(_limits(cfg, rates, Usage(), seconds_left))
 
 
 def room_for_step(
-    cfg: Config, rates: dict[str, float], spent: Usage, tasks: int, n_val: int, bank_missing: int
+    cfg: Config,
+    rates: dict[str, float],
+    spent: Usage,
+    tasks: int,
+    n_val: int,
+    bank_missing: int,
+    seconds_left: float | None = None,
 ) -> bool:
     """Does the budget pay for one more explore step (an optimizer turn, the base's and the step's
     runs on ``tasks`` train tasks) and then the chain's validation with one look?"""
-    return fits(cfg, rates, spent, 2 * tasks + validation_runs(cfg, n_val, bank_missing, 1), turns=1)
+    runs = 2 * tasks + validation_runs(cfg, n_val, bank_missing, 1)
+    return fits(cfg, rates, spent, runs, turns=1, seconds_left=seconds_left)
 
 
-def looks(cfg: Config, rates: dict[str, float], spent: Usage, n_val: int, bank_missing: int) -> int:
+def looks(
+    cfg: Config,
+    rates: dict[str, float],
+    spent: Usage,
+    n_val: int,
+    bank_missing: int,
+    seconds_left: float | None = None,
+) -> int:
     """The gate's looks a validation plans for, before it runs: 2, or 1 when the budget pays for
     validating with the first look (and the confirmation) but not the second. Not even one
     fitting is 2: nothing to plan, the gateway will stop the round."""
     g = cfg.gate
     if not (g.second_look and g.confirm_flips):
         return 2
-    if fits(cfg, rates, spent, validation_runs(cfg, n_val, bank_missing, 2)):
+    if fits(cfg, rates, spent, validation_runs(cfg, n_val, bank_missing, 2), seconds_left=seconds_left):
         return 2
-    return 1 if fits(cfg, rates, spent, validation_runs(cfg, n_val, bank_missing, 1)) else 2
+    one = validation_runs(cfg, n_val, bank_missing, 1)
+    return 1 if fits(cfg, rates, spent, one, seconds_left=seconds_left) else 2
 
 
 def one_look(g: GateConfig) -> GateConfig:

@@ -160,7 +160,7 @@ def explore(
     for j in range(1, steps + 1):
         name = f"s{j}"
         if chain and not _room_for_step(ws, svc, rc, len(batch_of(j))):  # a kept step: j > 1
-            left = budget.runs_left(svc.cfg, svc.rates, svc.gateway.total()) or 0.0
+            left = budget.runs_left(svc.cfg, svc.rates, svc.gateway.total(), svc.seconds_left()) or 0.0
             say(
                 f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating the "
                 f"chain's end and not for step {name} too: the chain ends at {chain[-1].name}"
@@ -218,12 +218,13 @@ def explore(
 
 
 def _room_for_step(ws: Workspace, svc: Services, rc: RoundContext, tasks: int) -> bool:
-    """Does the run's budget pay for one more step on ``tasks`` train tasks and then the chain's
-    validation with one look (``search.budget.room_for_step``)? Always, without a limit to plan by."""
-    if not budget.limited(svc.cfg, svc.rates):
+    """Does the run's budget (its calls, tokens, dollars and hours) pay for one more step on ``tasks``
+    train tasks and then the chain's validation with one look (``search.budget.room_for_step``)?
+    Always, without a limit to plan by."""
+    if not budget.limited(svc.cfg, svc.rates, svc.seconds_left()):
         return True
     spent, missing = svc.gateway.total(), bank_missing(ws, svc, rc)
-    return budget.room_for_step(svc.cfg, svc.rates, spent, tasks, len(rc.val), missing)
+    return budget.room_for_step(svc.cfg, svc.rates, spent, tasks, len(rc.val), missing, svc.seconds_left())
 
 
 def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | None = None) -> str:

@@ -87,3 +87,29 @@ def test_the_plan_of_a_step_and_of_the_gates_looks() -> None:
     assert not room_for_step(cfg, rates, Usage(calls=100), 8, 50, 600)  # the bank's missing runs count
     g = one_look(Config().gate)
     assert g.second_look == 0 and g.banked_epochs == Config().gate.banked_epochs == 11
+
+
+def test_the_hours_left_are_planned_as_a_limit_in_seconds() -> None:
+    """``budget.max_hours``: a target run takes ``seconds_per_run`` over ``rollout.concurrency``
+    (here 12 s / 4 = 3 s), an optimizer turn its calls times ``seconds_per_optimizer_call``
+    (5 x 20 s = 100 s); the limit is the seconds left to the deadline. One look (50 val tasks,
+    bank whole) is 330 runs = 990 s, two looks 880 runs = 2,640 s."""
+    rates = {**RATES, "seconds_per_run": 12.0, "seconds_per_optimizer_call": 20.0}
+    cfg = Config.model_validate({"budget": {"max_hours": 1.0}, "rollout": {"concurrency": 4}})
+    assert limited(cfg, rates, 3600.0) and not limited(cfg, rates)  # no deadline known: nothing to plan
+    assert not limited(_cfg(), rates, 3600.0)  # no max_hours: the seconds left are not a limit
+    assert not limited(cfg, {**rates, "seconds_per_run": 0.0}, 3600.0)  # no time a run: no plan
+    assert fits(cfg, rates, Usage(), 10, 1, seconds_left=130.0)  # 30 s + 100 s
+    assert not fits(cfg, rates, Usage(), 10, 1, seconds_left=129.0)
+    assert runs_left(cfg, rates, Usage(), 300.0) == pytest.approx(100)
+    assert runs_left(cfg, rates, Usage(), -5.0) == 0.0  # past the deadline
+    assert looks(cfg, rates, Usage(), 50, 0, 2_641.0) == 2
+    assert looks(cfg, rates, Usage(), 50, 0, 2_600.0) == 1
+    assert room_for_step(cfg, rates, Usage(), 8, 50, 0, 1_138.5)  # 48 + 100 + 990
+    assert not room_for_step(cfg, rates, Usage(), 8, 50, 0, 1_137.0)
+    both = Config.model_validate(
+        {"budget": {"max_hours": 1.0, "max_calls": 100}, "rollout": {"concurrency": 4}}
+    )
+    assert fits(both, rates, Usage(calls=75), 10, 1, seconds_left=3600.0)  # 25 calls, 130 s: both fit
+    assert not fits(both, rates, Usage(calls=76), 10, 1, seconds_left=3600.0)  # the calls do not
+    assert not fits(both, rates, Usage(calls=75), 10, 1, seconds_left=129.0)  # the time does not

@@ -16,6 +16,7 @@ from harnessopt.config import Config
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
+from harnessopt.search.budget import validation_runs
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import cli, git, start_cli, wait_for_phase
 from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits, with_more_train
@@ -199,3 +200,40 @@ def test_a_budgets_last_chain_ends_where_its_validation_fits_and_is_judged_on_on
     assert sum(u.calls for u in m.tokens.values()) <= 310  # validated, confirmed, inside the budget
     events = [e for e in ws.journal.read()[0] if e.get("phase") == "explore_budget_end"]
     assert [e["before"] for e in events] == ["s3"]
+
+
+def test_the_hours_left_end_a_chain_where_its_validation_fits_as_a_budget_does(tmp_path: Path) -> None:
+    """``budget.max_hours`` is planned as a limit in seconds, at the projection's times (a run,
+    concurrency runs at a time; an optimizer turn): set between the one-look validation and it plus
+    one more step, the chain ends at s1 (s2 is never asked for) and the gate judges one look."""
+    probe = Workspace.open(
+        make_ws(tmp_path / "probe", model=_script(tmp_path), search={"explore": 3}, gate=BANKED)
+    )
+    rates, cfg, n_val = project(probe, 1).rates, probe.cfg, len(probe.tasks("val"))
+    run_s = rates["seconds_per_run"] / cfg.rollout.concurrency
+    step_s = (
+        2 * cfg.rollout.batch_size * run_s + rates["optimizer_calls"] * rates["seconds_per_optimizer_call"]
+    )
+    one_s, two_s = (validation_runs(cfg, n_val, n_val * cfg.gate.banked_epochs, n) * run_s for n in (1, 2))
+    seconds = one_s + step_s / 2  # real time the round takes (seconds) leaves it inside both bounds
+    assert step_s / 2 > 60 and seconds < two_s, (one_s, two_s, step_s)  # a margin for slow machines
+    ws = Workspace.open(
+        make_ws(
+            tmp_path,
+            model=_script(tmp_path),
+            search={"explore": 3},
+            gate=BANKED,
+            budget={"max_hours": seconds / 3600},
+        )
+    )
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    m = result.manifest
+    assert result.status == "accepted", m.reason  # a chain of one step is recorded as one candidate
+    [chain] = [e for e in ws.journal.read()[0] if e.get("phase") == "explore"]
+    assert chain["chain"] == ["s1"] and list(chain["steps"]) == ["s1"]
+    assert any("and not for step s2 too: the chain ends at s1" in line for line in said), said
+    assert m.gate.model_extra is not None and m.gate.model_extra["looks_planned"] == 1
+    assert m.gate.model_extra["look_levels"] == [pytest.approx(0.95)]
+    events = [e for e in ws.journal.read()[0] if e.get("phase") == "explore_budget_end"]
+    assert [e["before"] for e in events] == ["s2"]
