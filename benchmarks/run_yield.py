@@ -52,8 +52,8 @@ Strategies (the same worlds and proposal streams for all):
   chain's end, if it moved since the gate last judged it, goes through the default gate and its
   confirmation against main's bank. A chain end the gate rejects is kept and the next round goes on
   from it (``refs/harnessopt/explore/head``). A round's first step reads the round's batch (the
-  optimizer's, as everywhere here); each later step's base runs a fresh batch, which is paid. A
-  round of the per-run table is a gate test (E proposals).
+  start's runs on it, paid as in every loop row); each later step's base runs a fresh batch, also
+  paid. A round of the per-run table is a gate test (E proposals).
   The fixed rows chain 3, 10 (the default before the length was chosen by price) and 30.
 * explore 10, each round from main [before the kept head]: the same, but every round's chain
   starts from main (how ``search.explore`` ran before the kept head).
@@ -62,11 +62,13 @@ Strategies (the same worlds and proposal streams for all):
 * K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
   K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
   drawn afresh each round) plus ``SCREEN_EXTRA`` more train tasks; ``screen`` keeps one, which goes
-  through the default loop. As in the loop, the incumbent's runs on the batch are the optimizer's
-  (already paid for) and its runs on the extra tasks are paid every round.
+  through the default loop. As in the loop, the incumbent runs the batch (the optimizer reads
+  those runs) and the extra tasks, every round, paid.
 
-Counted: every rollout of a candidate or an incumbent on train (screening, minibatch), val, the
-gate's reruns and confirmation. A budget is a budget: whatever would take a run past it (a step, a
+Counted: every rollout of a candidate or an incumbent on train (screening, minibatch, and in the
+loop's rows the round's batch, whose runs the optimizer reads, as GEPA-style's parent runs its
+minibatch), val, the gate's reruns and confirmation. (Until this stop the loop's rows had the round's
+batch free: 8 rollouts a round.) A budget is a budget: whatever would take a run past it (a step, a
 validation, a confirmation, a candidate's score on val) is refused and changes nothing, as the
 gateway refuses a call past ``budget.max_calls`` and the round it was in fails. Optimizer turns
 (printed as "proposals") are free in the first yield tables; the next ones price each at
@@ -363,13 +365,13 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
     r, asked, sc = 0, 0, st.search
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
         if st.kind == "screen":
-            # The round's batch (the optimizer's runs of the incumbent: paid for) and the extra
-            # screening tasks (the incumbent runs them too, paid for here), as ``search.steps``.
+            # The round's batch (the incumbent's runs the optimizer reads) and the extra screening
+            # tasks (the incumbent runs them too), as ``search.steps``: all paid.
             tasks = rng.permutation(w.train)[: BATCH + sc.screen_tasks]
             inc_train = crashy(s, tasks, rng)
             props = [proposal(w, s, seed, r, j) for j in range(sc.candidates)]
             runs = {f"c{j}": crashy(c, tasks, rng) for j, (_, c) in enumerate(props)}
-            spent += sc.candidates * (len(tasks) + turn) + sc.screen_tasks
+            spent += sc.candidates * (len(tasks) + turn) + len(tasks)
             chosen = [x for x in screen(runs, inc_train, keep=sc.winners, floor=sc.screen_floor) if x.chosen]
             asked += sc.candidates
             if not chosen:
@@ -379,7 +381,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
         else:
             kind, cand = proposal(w, s, seed, r)
             asked += 1
-            spent += turn
+            spent += turn + BATCH  # the optimizer's turn and the incumbent's runs on the batch it reads
         judge = plan.gate(spent, inc_out, gate) if plan is not None else gate
         inc_out, n = banked(pol, judge, s, inc_out, rng)
         spent += n
@@ -435,9 +437,9 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         ends = plan is not None and head is not start and not plan.room_for_step(spent, len(tasks), inc_out)
         if not ends:
             kind, cand = proposal(w, head, seed, r)
-            # the base's runs: on a fresh batch and its extra tasks after the round's first step, and
-            # on the first step's extra tasks (its batch is the optimizer's, paid for)
-            spent += len(tasks) if k else extra
+            # the base's runs on the batch and its extra tasks: the round's (the start's runs the
+            # optimizer reads) at the first step, a fresh one after it
+            spent += len(tasks)
             r, k = r + 1, k + 1
             runs = {"s": crashy(cand, tasks, rng)}
             spent += len(tasks) + turn

@@ -79,10 +79,15 @@ def test_a_confirmations_runs_start_the_bank_the_next_validation_tops_up() -> No
 
 
 def test_a_priced_optimizer_turn_buys_fewer_proposals_for_the_same_budget() -> None:
-    w = y.world(5)
+    """Over five runs (in one run a row whose budget goes mostly on validations can end on the
+    same count either way: one proposal a round at 2,000 makes 12 in both on world 5)."""
     for st in y.strategies():
-        free, priced = (y.run_one(st, w, 5, 2000, turn=t) for t in (0, y.TURN_PRICE))
-        assert priced.proposals[0] < free.proposals[0], st.label
+        free = priced = 0
+        for seed in range(5, 10):
+            w = y.world(seed)
+            free += y.run_one(st, w, seed, 2000, turn=0).proposals[0]
+            priced += y.run_one(st, w, seed, 2000, turn=y.TURN_PRICE).proposals[0]
+        assert priced < free, st.label
 
 
 def test_correlated_crashes_take_whole_tasks_down_in_some_batches() -> None:
