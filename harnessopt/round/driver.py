@@ -19,6 +19,7 @@ from harnessopt.round.context import RoundResult
 from harnessopt.round.round0 import BROKEN_PREFIX, Decide, ready
 from harnessopt.round.services import Services, open_services
 from harnessopt.round.steps import run_round
+from harnessopt.search import budget
 from harnessopt.search.length import with_chain
 from harnessopt.util import interrupts
 from harnessopt.workspace.core import Workspace
@@ -74,6 +75,9 @@ def run(
             if results and watch.out_of_time():  # (a first round always starts)
                 say(f"not starting round {k}: {stop.OUT_OF_TIME}")
                 break
+            if results and (short := _budget_short(ws, svc)):
+                say(f"not starting round {k}: {short}")
+                break
             result = run_round(ws, svc, k, say)
             results.append(result)
             for line in round_lines(result.manifest):
@@ -99,6 +103,23 @@ def run(
                 break
         ws.journal.write(results[-1].round if results else start, "run_end")
     return results
+
+
+def _budget_short(ws: Workspace, svc: Services) -> str | None:
+    """Why the run's budget (calls, tokens, dollars, hours) pays for no more round to the end of its
+    validation (``search.budget.round_fits``), or None; only for the task objective, whose
+    validation that bound is for."""
+    cfg, left = svc.cfg, svc.seconds_left()
+    if cfg.objective != "task" or not budget.limited(cfg, svc.rates, left):
+        return None
+    spent, n_val, n_train = svc.gateway.total(), len(ws.tasks("val")), len(ws.tasks("train"))
+    if budget.round_fits(cfg, svc.rates, spent, n_val, n_train, left):
+        return None
+    runs = budget.runs_left(cfg, svc.rates, spent, left) or 0.0
+    return (
+        f"the budget left (about {runs:,.0f} target runs) does not pay for a round to the end of its "
+        "validation (its batch, an optimizer turn and the gate's first look)"
+    )
 
 
 def _why_stop(svc: Services, result: RoundResult, failed_in_a_row: int, spent: str | None) -> str | None:

@@ -113,6 +113,22 @@ def room_for_step(
     return fits(cfg, rates, spent, runs, turns=1, seconds_left=seconds_left)
 
 
+def round_fits(
+    cfg: Config,
+    rates: dict[str, float],
+    spent: Usage,
+    n_val: int,
+    n_train: int,
+    seconds_left: float | None = None,
+) -> bool:
+    """Can one more round still reach the end of its validation? The least a round that validates
+    takes: the incumbent's runs on its batch, one optimizer turn, and a one-look validation against
+    a whole bank, with no reserve (a lower bound: a round it says no to could not commit anything,
+    and one it says yes to may still not fit)."""
+    least = min(cfg.rollout.batch_size, n_train) + validation_runs(cfg, n_val, 0, 1) / (1 + RESERVE_MARGIN)
+    return fits(cfg, rates, spent, least, turns=1, seconds_left=seconds_left)
+
+
 def looks(
     cfg: Config,
     rates: dict[str, float],

@@ -14,6 +14,7 @@ from harnessopt.search.budget import (
     looks,
     one_look,
     room_for_step,
+    round_fits,
     runs_left,
     validation_runs,
 )
@@ -113,3 +114,15 @@ def test_the_hours_left_are_planned_as_a_limit_in_seconds() -> None:
     assert fits(both, rates, Usage(calls=75), 10, 1, seconds_left=3600.0)  # 25 calls, 130 s: both fit
     assert not fits(both, rates, Usage(calls=76), 10, 1, seconds_left=3600.0)  # the calls do not
     assert not fits(both, rates, Usage(calls=75), 10, 1, seconds_left=129.0)  # the time does not
+
+
+def test_a_round_is_started_only_when_its_least_can_finish() -> None:
+    """The least a round that validates takes, at one call a run (50 val tasks, 30 train, batch 8):
+    the batch's 8 runs, a turn of 5 calls and the first look with the check and the confirmation
+    (50 x 6 = 300 runs, no reserve): 313 calls."""
+    rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
+    cfg = _cfg(max_calls=1_000)
+    assert round_fits(cfg, rates, Usage(calls=687), 50, 30)
+    assert not round_fits(cfg, rates, Usage(calls=688), 50, 30)
+    assert round_fits(cfg, rates, Usage(calls=692), 50, 3)  # a train split of 3: a batch of 3
+    assert round_fits(_cfg(), rates, Usage(calls=10**6), 50, 30)  # no limit

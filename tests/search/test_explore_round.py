@@ -179,14 +179,16 @@ def test_a_budgets_last_chain_ends_where_its_validation_fits_and_is_judged_on_on
     bank's 154 runs, 14 x (1 + 3 confirmation + 2 memorised check), 10% over) would not fit, so
     the chain ends at s2 and s3 is never asked for; the two-look validation (14 x 10 more) would
     not fit either, so the gate judges its first look at the whole alpha. Unbudgeted, the same
-    round asks for s3 (``explored``) and plans two looks."""
+    round asks for s3 (``explored``) and plans two looks. Round 2 is not started: what is left
+    does not pay for its batch, a turn and a first look, so the run ends without a failed round."""
     ws = Workspace.open(
         make_ws(
             tmp_path, model=_script(tmp_path), search={"explore": 3}, gate=BANKED, budget={"max_calls": 310}
         )
     )
     said: list[str] = []
-    [result] = driver.run(ws, 1, said.append)
+    [result] = driver.run(ws, 2, said.append)
+    assert any(line.startswith("not starting round 2: the budget left (about ") for line in said), said
     m = result.manifest
     assert result.status == "accepted" and m.search is not None, m.reason
     assert sorted(c.name for c in m.search.candidates) == ["s1", "s2"] and m.search.winners == ["s2"]
