@@ -168,15 +168,31 @@ def _duration(s: float) -> str:
     return f"{s / 60:.0f}min" if s >= 120 else f"{s:.0f}s"
 
 
+def _history(ws: Workspace) -> list[RoundManifest]:
+    """The last ``HISTORY`` rounds that measured something. Failed rounds (crashed, stopped, over
+    budget) ended early: their rates would understate a round."""
+    done = [r.manifest for r in ledger.past_rounds(ws.repo) if r.manifest.phases and r.status != "failed"]
+    return done[-HISTORY:]
+
+
+def current_rates(ws: Workspace, cfg: Config | None = None) -> dict[str, float]:
+    """The rates a projection of ``ws`` uses now: measured on its rounds, else its priors (what a
+    run re-reads after each round, so that its budget's plan prices what rounds really cost)."""
+    cfg = cfg or ws.cfg
+    return _rates(ws, cfg, _history(ws))
+
+
+def _rates(ws: Workspace, cfg: Config, history: list[RoundManifest]) -> dict[str, float]:
+    return measured_rates(history, cfg) if history else prior_rates(ws, cfg)
+
+
 def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection:
     """Project the next ``rounds`` rounds of ``ws`` under ``cfg`` (default: the workspace's)."""
     cfg = cfg or ws.cfg
-    # Failed rounds (crashed, stopped, over budget) ended early: their rates would understate a round.
-    done = [r.manifest for r in ledger.past_rounds(ws.repo) if r.manifest.phases and r.status != "failed"]
-    history = done[-HISTORY:]
+    history = _history(ws)
     n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
     cached, floor = _measured_state(ws, cfg)
-    rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
+    rates = _rates(ws, cfg, history)
     chain = chain_length(cfg, rates, n_val, n_train) if chooses(cfg) else None
     cfg = with_chain(cfg, chain) if chain else cfg  # as the run will set it
     per_round = []

@@ -12,7 +12,7 @@ from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.ledger import store as ledger
 from harnessopt.protocols import Announce
 from harnessopt.reporting.progress import RunProgress, round_lines
-from harnessopt.reporting.projection import project
+from harnessopt.reporting.projection import current_rates, project
 from harnessopt.rollout.runner import RunObserver
 from harnessopt.round import stop
 from harnessopt.round.context import RoundResult
@@ -80,6 +80,7 @@ def run(
                 break
             result = run_round(ws, svc, k, say)
             results.append(result)
+            svc.rates = current_rates(ws)  # the budget's plan prices what the rounds so far cost
             for line in round_lines(result.manifest):
                 say(line)
             if on_round is not None:

@@ -138,3 +138,29 @@ def test_the_line_says_in_which_round_the_budget_would_stop_the_run(tmp_path: Pa
         assert project(ws, 2, ample).budget_note() == ""
     tight = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_calls": 1})})
     assert project(ws, 2, tight).budget_note() == "; budget.max_calls would stop it in round +1"
+
+
+def test_a_run_plans_its_budget_at_the_rates_its_rounds_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run re-reads the projection's rates after each round (``current_rates``): round 1's
+    validation plans at the priors, round 2's at what round 1 measured."""
+    from harnessopt.reporting.projection import measured_rates, prior_rates
+    from harnessopt.round import driver, evaluate
+    from harnessopt.search import budget
+
+    ws = Workspace.open(make_ws(tmp_path, budget={"max_calls": 10**6}))
+    priors = prior_rates(ws, ws.cfg)
+    assert project(ws, 1).rates == priors
+    seen: list[dict[str, float]] = []
+    real = budget.looks
+
+    def looks(cfg, rates, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(dict(rates))  # each validation's plan, at the rates the run holds then
+        return real(cfg, rates, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate.budget, "looks", looks)
+    results = driver.run(ws, 2, lambda _m: None)
+    assert [r.round for r in results] == [1, 2] and len(seen) == 2, (results, seen)
+    measured = measured_rates([results[0].manifest], ws.cfg)
+    assert seen[0] == priors and seen[1] == measured and measured != priors
