@@ -279,6 +279,9 @@ class RoundManifest(_Tolerant):
     """Val task -> [groups of identical reruns seen this round, groups whose runs disagreed]."""
     wall_s: float | None = None
     """Seconds the round took, start to record."""
+    optimizer_s: float | None = None
+    """Seconds of it the optimizer's conversations took (every candidate and step); None in rounds
+    recorded before it was kept, and in rounds that asked the optimizer nothing."""
     noise_floor: NoiseFloorRecord | None = None
     """The A/A test of the incumbent, in the round that measured it (round 1, or after a change)."""
     confirmation: ConfirmationRecord | None = None

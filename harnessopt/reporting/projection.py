@@ -365,7 +365,18 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
     reruns = sum(m.phases["reruns"].runs for m in validated if "reruns" in m.phases)
     target_runs = max(runs, 1)
     wall = sum(m.wall_s or 0.0 for m in history)
-    opt_wall = PRIORS["seconds_per_optimizer_call"] * o_calls
+    # the optimizer's time as the rounds measured it (optimizer_s); a round recorded without it at
+    # the prior a call, and a workspace whose timed rounds made no call keeps the prior
+    timed = [m for m in history if m.optimizer_s is not None]
+    timed_calls = sum(u.calls for m in timed if (u := m.tokens.get("optimizer")))
+    per_call = (
+        sum(m.optimizer_s or 0.0 for m in timed) / timed_calls
+        if timed_calls
+        else PRIORS["seconds_per_optimizer_call"]
+    )
+    opt_wall = sum(m.optimizer_s or 0.0 for m in timed) + PRIORS["seconds_per_optimizer_call"] * (
+        o_calls - timed_calls
+    )
     return {
         "target_calls_per_run": calls / target_runs,
         "target_tokens_per_call": sum(u.input + u.output for u in target if u) / t_calls,
@@ -379,5 +390,5 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
         "probe_runs": sum(m.phases["probe"].runs for m in history if "probe" in m.phases) / len(history),
         "reach_validation": len(validated) / len(history),
         "seconds_per_run": max(wall - opt_wall, 0.0) * cfg.rollout.concurrency / target_runs,
-        "seconds_per_optimizer_call": PRIORS["seconds_per_optimizer_call"],
+        "seconds_per_optimizer_call": per_call,
     }

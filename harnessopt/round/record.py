@@ -111,6 +111,7 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
         phases=t.runs.phases(),
         repeats=t.runs.repeats(),
         wall_s=round(time.monotonic() - t.started, 3),
+        optimizer_s=round(svc.optimizer_s[rc.k], 3) if rc.k in svc.optimizer_s else None,
         checks=t.checks,
         search=t.search.record() if t.search else None,
         trigger=round_stats(

@@ -54,9 +54,16 @@ class Services:
         """Seconds to the run's deadline (0 once past it), or None without ``budget.max_hours``."""
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
+    optimizer_s: dict[int, float] = field(default_factory=dict)
+    """Seconds the optimizer's conversations took, per round (every candidate and step)."""
+
     def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
         assert self.optimizer is not None, "services were opened without an optimizer"
-        return self.optimizer.propose(view, brief, round_no)
+        t0 = time.monotonic()
+        try:
+            return self.optimizer.propose(view, brief, round_no)
+        finally:
+            self.optimizer_s[round_no] = self.optimizer_s.get(round_no, 0.0) + time.monotonic() - t0
 
     def usage_of_round(self, k: int) -> RoundUsage:
         """Calls and tokens per role, and dollars, that round ``k`` spent so far."""

@@ -164,3 +164,38 @@ def test_a_run_plans_its_budget_at_the_rates_its_rounds_measured(
     assert [r.round for r in results] == [1, 2] and len(seen) == 2, (results, seen)
     measured = measured_rates([results[0].manifest], ws.cfg)
     assert seen[0] == priors and seen[1] == measured and measured != priors
+
+
+def test_the_optimizers_seconds_a_call_are_measured_from_the_rounds(tmp_path: Path) -> None:
+    """Each round records the seconds its optimizer's conversations took (``optimizer_s``); the
+    rates divide them by its calls, and take them out of the round's wall before the runs'."""
+    from harnessopt.ledger.manifest import PhaseStats, RoleUsage, RoundManifest
+    from harnessopt.reporting.projection import PRIORS, measured_rates
+    from harnessopt.round import driver
+
+    ws = Workspace.open(make_ws(tmp_path))
+    [result] = driver.run(ws, 1, lambda _m: None)
+    m = result.manifest
+    calls = m.tokens["optimizer"].calls
+    assert m.optimizer_s is not None and 0 < m.optimizer_s < (m.wall_s or 0) and calls > 0
+    assert measured_rates([m], ws.cfg)["seconds_per_optimizer_call"] == pytest.approx(m.optimizer_s / calls)
+
+    def made(optimizer_s: float | None) -> RoundManifest:
+        return RoundManifest(
+            round=1,
+            status="rejected",
+            wall_s=100.0,
+            optimizer_s=optimizer_s,
+            phases={"rollout": PhaseStats(runs=40, calls=40)},
+            tokens={"optimizer": RoleUsage(calls=2), "target": RoleUsage(calls=40)},
+        )
+
+    c = ws.cfg.rollout.concurrency
+    timed = measured_rates([made(30.0)], ws.cfg)
+    assert timed["seconds_per_optimizer_call"] == 15.0
+    assert timed["seconds_per_run"] == pytest.approx(70.0 * c / 40)
+    old = measured_rates([made(None)], ws.cfg)  # a round recorded before optimizer_s: the prior
+    assert old["seconds_per_optimizer_call"] == PRIORS["seconds_per_optimizer_call"]
+    assert old["seconds_per_run"] == pytest.approx(
+        (100.0 - 2 * PRIORS["seconds_per_optimizer_call"]) * c / 40
+    )
