@@ -107,9 +107,9 @@ def run(
 
 
 def _budget_short(ws: Workspace, svc: Services) -> str | None:
-    """Why the run's budget (calls, tokens, dollars, hours) pays for no more round to the end of its
-    validation (``search.budget.round_fits``), or None; only for the task objective, whose
-    validation that bound is for."""
+    """Why the run's budget (calls, tokens, dollars, hours) pays for no more round that could commit
+    (``search.budget.round_fits``), or None; only for the task objective, whose validation that
+    bound is for."""
     cfg, left = svc.cfg, svc.seconds_left()
     if cfg.objective != "task" or not budget.limited(cfg, svc.rates, left):
         return None
@@ -118,8 +118,8 @@ def _budget_short(ws: Workspace, svc: Services) -> str | None:
         return None
     runs = budget.runs_left(cfg, svc.rates, spent, left) or 0.0
     return (
-        f"the budget left (about {runs:,.0f} target runs) does not pay for a round to the end of its "
-        "validation (its batch, an optimizer turn and the gate's first look)"
+        f"the budget left (about {runs:,.0f} target runs) does not pay for a round that could commit "
+        "(its batch, an optimizer turn, the gate's first look and the confirmation)"
     )
 
 

@@ -32,14 +32,21 @@ def validation_runs(cfg: Config, n_val: int, bank_missing: int, looks: int) -> f
     the incumbent's bank where it lacks runs (``bank_missing``), the candidate's first look and,
     with two, its second, the memorised-answer check (at most every task fixed) and the
     confirmation of an accept, with ``RESERVE_MARGIN`` over them."""
+    return (n_val * _per_task(cfg, looks) + bank_missing) * (1 + RESERVE_MARGIN)
+
+
+def _per_task(cfg: Config, looks: int, memorised: bool = True) -> float:
+    """A val task's runs in a validation with ``looks`` looks: the candidate's looks, the
+    confirmation of an accept and, with ``memorised``, the memorised-answer check as if it were
+    fixed (it runs on the fixed tasks only)."""
     g = cfg.gate
     sides = 1 if g.judges_bank else 2  # the banked gate's looks and confirmation run the candidate only
     per_task = g.epochs + (sides * g.second_look if looks > 1 and g.confirm_flips else 0)
     if g.confirm == "val":
         per_task += g.confirm_runs if g.judges_bank else 2 * g.epochs
-    if cfg.checks.memorised != "off":  # a fixed task's perturbed variants, on both sides
+    if memorised and cfg.checks.memorised != "off":  # a fixed task's perturbed variants, on both sides
         per_task += 2 * cfg.checks.memorised_variants
-    return (n_val * per_task + bank_missing) * (1 + RESERVE_MARGIN)
+    return per_task
 
 
 def _limits(
@@ -121,11 +128,11 @@ def round_fits(
     n_train: int,
     seconds_left: float | None = None,
 ) -> bool:
-    """Can one more round still reach the end of its validation? The least a round that validates
-    takes: the incumbent's runs on its batch, one optimizer turn, and a one-look validation against
-    a whole bank, with no reserve (a lower bound: a round it says no to could not commit anything,
-    and one it says yes to may still not fit)."""
-    least = min(cfg.rollout.batch_size, n_train) + validation_runs(cfg, n_val, 0, 1) / (1 + RESERVE_MARGIN)
+    """Can one more round still commit? The least a round that commits takes: the incumbent's runs
+    on its batch, one optimizer turn, the candidate's first look against a whole bank and the
+    confirmation of its accept, with no reserve and no memorised-answer check (a lower bound: a
+    round it says no to could not commit anything, and one it says yes to may still not fit)."""
+    least = min(cfg.rollout.batch_size, n_train) + n_val * _per_task(cfg, 1, memorised=False)
     return fits(cfg, rates, spent, least, turns=1, seconds_left=seconds_left)
 
 

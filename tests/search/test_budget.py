@@ -117,12 +117,12 @@ def test_the_hours_left_are_planned_as_a_limit_in_seconds() -> None:
 
 
 def test_a_round_is_started_only_when_its_least_can_finish() -> None:
-    """The least a round that validates takes, at one call a run (50 val tasks, 30 train, batch 8):
-    the batch's 8 runs, a turn of 5 calls and the first look with the check and the confirmation
-    (50 x 6 = 300 runs, no reserve): 313 calls."""
+    """The least a round that commits takes, at one call a run (50 val tasks, 30 train, batch 8):
+    the batch's 8 runs, a turn of 5 calls and the first look with the confirmation (50 x 4 = 200
+    runs; no reserve, and no memorised-answer check, which runs on the fixed tasks only): 213."""
     rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
     cfg = _cfg(max_calls=1_000)
-    assert round_fits(cfg, rates, Usage(calls=687), 50, 30)
-    assert not round_fits(cfg, rates, Usage(calls=688), 50, 30)
-    assert round_fits(cfg, rates, Usage(calls=692), 50, 3)  # a train split of 3: a batch of 3
+    assert round_fits(cfg, rates, Usage(calls=787), 50, 30)
+    assert not round_fits(cfg, rates, Usage(calls=788), 50, 30)
+    assert round_fits(cfg, rates, Usage(calls=792), 50, 3)  # a train split of 3: a batch of 3
     assert round_fits(_cfg(), rates, Usage(calls=10**6), 50, 30)  # no limit
