@@ -156,7 +156,7 @@ def explore(
         # only the round's batch); step 1's screening collects them
         svc.runner.prefetch(base, [(t, 0) for t in more], rc.k, phase="rollout")
     read = len(train)
-    found = Search([], head=head.name if head else "")
+    found = Search([], head=head.name if head else "", explored=True)
     for j in range(1, steps + 1):
         name = f"s{j}"
         if chain and not _room_for_step(ws, svc, rc, len(batch_of(j))):  # a kept step: j > 1

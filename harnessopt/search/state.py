@@ -57,6 +57,7 @@ class Search:
     merged: list[str] = field(default_factory=list)
     head: str = ""  # search.explore: the kept head the chain started from (round-K/sJ)
     validated: list[str] = field(default_factory=list)  # winners that went to smoke and validation
+    explored: bool = False  # an explore chain: recorded step by step even when the budget ended it at s1
 
     def in_turn(self) -> Iterator[Proposed]:
         """The winners, best first, each noted as validated when its turn comes."""
@@ -66,7 +67,7 @@ class Search:
 
     @property
     def several(self) -> bool:
-        return len(self.proposed) > 1
+        return len(self.proposed) > 1 or self.explored
 
     @property
     def winners(self) -> list[Proposed]:
@@ -107,7 +108,7 @@ class Search:
             )
 
     def record(self) -> SearchRecord | None:
-        """The manifest's ``search`` field (None for a round with one candidate)."""
+        """The manifest's ``search`` field (None for a round with one candidate and no chain)."""
         if not self.several:
             return None
         winners = [p.name for p in self.winners]

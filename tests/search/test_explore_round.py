@@ -231,7 +231,9 @@ def test_the_hours_left_end_a_chain_where_its_validation_fits_as_a_budget_does(t
     said: list[str] = []
     [result] = driver.run(ws, 1, said.append)
     m = result.manifest
-    assert result.status == "accepted", m.reason  # a chain of one step is recorded as one candidate
+    assert result.status == "accepted" and m.search is not None, m.reason  # a chain of one step too
+    assert [c.name for c in m.search.candidates] == ["s1"] and m.search.winners == ["s1"]
+    assert m.search.candidates[0].ref == "refs/harnessopt/candidates/round-1/s1"
     [chain] = [e for e in ws.journal.read()[0] if e.get("phase") == "explore"]
     assert chain["chain"] == ["s1"] and list(chain["steps"]) == ["s1"]
     assert any("and not for step s2 too: the chain ends at s1" in line for line in said), said
