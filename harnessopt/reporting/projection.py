@@ -127,10 +127,11 @@ class Projection:
 
     def budget_note(self) -> str:
         """Where the run's budget would end it before its last round, if it would."""
-        spent = {"max_calls": 0.0, "max_tokens": 0.0, "max_cost": 0.0}
+        spent = {"max_calls": 0.0, "max_tokens": 0.0, "max_cost": 0.0, "max_hours": 0.0}
         for k, r in enumerate(self.rounds, start=1):
             spent = {"max_calls": spent["max_calls"] + r.calls, "max_tokens": spent["max_tokens"] + r.tokens,
-                     "max_cost": spent["max_cost"] + r.cost_usd}  # fmt: skip
+                     "max_cost": spent["max_cost"] + r.cost_usd,
+                     "max_hours": spent["max_hours"] + r.wall_s / 3600}  # fmt: skip
             over = [name for name, limit in self.budget.items() if spent[name] > limit]
             if over:
                 return f"; budget.{over[0]} would stop it in round +{k}"
@@ -211,6 +212,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
         "max_calls": cfg.budget.max_calls,
         "max_tokens": cfg.budget.max_tokens,
         "max_cost": cfg.budget.max_cost,
+        "max_hours": cfg.budget.max_hours,
     }
     r0 = _round0(cfg, rates, n_train) if _round0_pending(ws, cfg) else None
     budget = {k: float(v) for k, v in limits.items() if v is not None}

@@ -138,6 +138,9 @@ def test_the_line_says_in_which_round_the_budget_would_stop_the_run(tmp_path: Pa
         assert project(ws, 2, ample).budget_note() == ""
     tight = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_calls": 1})})
     assert project(ws, 2, tight).budget_note() == "; budget.max_calls would stop it in round +1"
+    hours = (first.wall_s + second.wall_s / 2) / 3600  # the wall clock, from the projected times
+    timed = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_hours": hours})})
+    assert project(ws, 2, timed).budget_note() == "; budget.max_hours would stop it in round +2"
 
 
 def test_a_run_plans_its_budget_at_the_rates_its_rounds_measured(
