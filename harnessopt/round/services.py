@@ -49,13 +49,12 @@ class Services:
     an optimizer turn cost, for what the budget still pays for (``search.budget``); none: no plan."""
     deadline: float | None = None
     """The run's wall-clock deadline (``time.monotonic()``, from ``budget.max_hours``), or None."""
+    optimizer_s: dict[int, float] = field(default_factory=dict)
+    """Seconds the optimizer's conversations took, per round (every candidate and step)."""
 
     def seconds_left(self) -> float | None:
         """Seconds to the run's deadline (0 once past it), or None without ``budget.max_hours``."""
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-
-    optimizer_s: dict[int, float] = field(default_factory=dict)
-    """Seconds the optimizer's conversations took, per round (every candidate and step)."""
 
     def propose(self, view: Path, brief: str, round_no: int) -> Proposal:
         assert self.optimizer is not None, "services were opened without an optimizer"
