@@ -34,16 +34,18 @@ FUTILITY_EVERY = 5  # validation checks for futility every this many tasks (or `
 
 
 def incumbent_outcomes(
-    ws: Workspace, svc: Services, rc: RoundContext, say: Announce
+    ws: Workspace, svc: Services, rc: RoundContext, say: Announce, top_up: int | None = None
 ) -> tuple[Outcomes, dict[str, Any] | None]:
     """The incumbent's val outcomes: cached under everything that changes a rollout or a score
     (``valcache.key_parts``) unless re-running is asked. The first measurement under an environment
     (round 1, or after a scorer, task, model, sandbox or limit change) runs it twice: an A/A test
-    whose noise floor (``noisefloor.measure``) is printed, stored and returned."""
+    whose noise floor (``noisefloor.measure``) is printed, stored and returned. ``top_up``: the runs
+    a val task the bank is topped up to (a validation planned for one look: ``budget.one_look_bank``);
+    by default ``gate.banked_epochs``, the whole bank."""
     cache, floors = ValCache(svc.state_dir), NoiseFloorStore(svc.state_dir)
-    parts, cached, short = _bank(ws, svc, rc)
     g = svc.cfg.gate
-    epochs, banked = g.epochs, g.banked_epochs
+    epochs, banked = g.epochs, g.banked_epochs if top_up is None else top_up
+    parts, cached, short = _bank(ws, svc, rc, banked)
     if cached is not None and not short:
         return cached, None
     aa = cached is None and floors.get(environment_key(parts)) is None
@@ -80,24 +82,28 @@ def incumbent_outcomes(
 
 
 def _bank(
-    ws: Workspace, svc: Services, rc: RoundContext
+    ws: Workspace, svc: Services, rc: RoundContext, runs: int
 ) -> tuple[dict[str, str], Outcomes | None, list[Task]]:
     """The incumbent's val cache key parts, its cached runs (None: none, or ``rerun_incumbent``) and
-    the val tasks with fewer than ``gate.banked_epochs`` of them."""
+    the val tasks with fewer than ``runs`` of them."""
     parts = key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)
     cached = None if svc.cfg.gate.rerun_incumbent else ValCache(svc.state_dir).get(digest(parts))
-    short = [t for t in rc.val if len((cached or {}).get(t.id, ())) < svc.cfg.gate.banked_epochs]
+    short = [t for t in rc.val if len((cached or {}).get(t.id, ())) < runs]
     return parts, cached, short
 
 
-def bank_missing(ws: Workspace, svc: Services, rc: RoundContext) -> int:
-    """Runs the incumbent's bank lacks on val before a round can validate (``incumbent_outcomes``
-    runs them), the A/A test's second pass included."""
-    parts, cached, short = _bank(ws, svc, rc)
+def bank_lacks(ws: Workspace, svc: Services, rc: RoundContext) -> budget.Lacks:
+    """Runs the incumbent's bank lacks on val before it holds ``n`` a task (``incumbent_outcomes``
+    runs them), the A/A test's second pass included: read once, asked for any ``n``."""
     g = svc.cfg.gate
-    missing = sum(g.banked_epochs - len((cached or {}).get(t.id, ())) for t in short)
+    parts, cached, _ = _bank(ws, svc, rc, 0)
+    have = [len((cached or {}).get(t.id, ())) for t in rc.val]
     aa = cached is None and NoiseFloorStore(svc.state_dir).get(environment_key(parts)) is None
-    return missing + (len(rc.val) * g.epochs if aa and g.banked_epochs < 2 * g.epochs else 0)
+
+    def lacks(n: int) -> int:
+        return sum(max(0, n - h) for h in have) + (len(rc.val) * g.epochs if aa and n < 2 * g.epochs else 0)
+
+    return lacks
 
 
 def looks_that_fit(ws: Workspace, svc: Services, rc: RoundContext, say: Announce) -> int:
@@ -106,13 +112,20 @@ def looks_that_fit(ws: Workspace, svc: Services, rc: RoundContext, say: Announce
     made from the budget alone, so the one look may spend all of alpha."""
     if not budget.limited(svc.cfg, svc.rates, svc.seconds_left()):
         return 2
-    spent, missing = svc.gateway.total(), bank_missing(ws, svc, rc)
-    if budget.looks(svc.cfg, svc.rates, spent, len(rc.val), missing, svc.seconds_left()) == 2:
+    spent, lacks = svc.gateway.total(), bank_lacks(ws, svc, rc)
+    if budget.looks(svc.cfg, svc.rates, spent, len(rc.val), lacks, svc.seconds_left()) == 2:
         return 2
     left = budget.runs_left(svc.cfg, svc.rates, spent, svc.seconds_left()) or 0.0
+    g = svc.cfg.gate
+    bank = budget.one_look_bank(g)
+    against = (
+        f", against the incumbent's bank topped up to {bank} runs a val task, not {g.banked_epochs}"
+        if bank < g.banked_epochs
+        else ""
+    )
     say(
         f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating with the "
-        "gate's first look, not its second: this validation is judged on one look at the whole alpha"
+        f"gate's first look, not its second: this validation is judged on one look at the whole alpha{against}"
     )
     return 1
 

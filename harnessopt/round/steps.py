@@ -44,6 +44,7 @@ from harnessopt.round.evaluate import (
 from harnessopt.round.record import record
 from harnessopt.round.round0 import incumbent_broken
 from harnessopt.round.services import Services
+from harnessopt.search import budget
 from harnessopt.search import steps as search
 from harnessopt.search.explore import Head, carried_head, drop_head, explore
 from harnessopt.util import interrupts
@@ -124,7 +125,8 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
         datalike.flag(rc.k, rc.incumbent.root, t.candidate.root, EDITABLE_PATHS, cfg.datalike, say)
     )
     looks = looks_that_fit(ws, svc, rc, say)  # before the bank is topped up: it counts what that costs
-    incumbent_val, floor = incumbent_outcomes(ws, svc, rc, say)  # cached after the first winner
+    bank = budget.one_look_bank(svc.cfg.gate) if looks == 1 else None  # one look: a smaller bank will do
+    incumbent_val, floor = incumbent_outcomes(ws, svc, rc, say, bank)  # cached after the first winner
     t.incumbent_val = incumbent_val
     t.noise_floor = t.noise_floor or floor
     t.probe = t.probe or probe(svc, rc)  # made ahead: counted here

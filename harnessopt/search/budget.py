@@ -8,7 +8,12 @@ the budget down to less than a validation costs is thrown away whole. So a chain
 ends before a step after which its validation would no longer fit, and a round whose validation
 has room for one look of the gate and not two judges that one look at the whole alpha (the gate
 plans its looks from the budget before it sees a run, so every accept path still spends from one
-alpha). Runs without a budget are unchanged.
+alpha). A validation planned for one look tops the incumbent's bank up to ``one_look_bank`` runs a
+val task (the banked gate: ``gate.confirm_runs``, 3), not to the whole bank of 11 the second look
+draws on, and the chain's reserve counts that smaller bank: against one run of the candidate a
+task, a bank of 3 leaves a task's difference with 1 + 1/3 of one run's variance where a bank of 11
+leaves 1 + 1/11 (its SD 10% wider) for 8 runs a task fewer, which buy the chain's steps instead
+(the yield benchmark, docs/gate.md "The budget's last look"). Runs without a budget are unchanged.
 
 Costs are in each unit a limit is set in, from the projection's rates (``reporting.projection``:
 measured on the workspace's rounds, else its priors): a target run is ``target_calls_per_run``
@@ -21,10 +26,16 @@ yield benchmark (``benchmarks/run_yield.py``) runs its budgets through these fun
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harnessopt.config import Config, GateConfig
 from harnessopt.protocols import Usage
 
 RESERVE_MARGIN = 0.1  # a validation's reserve is 10% over its runs: crash reruns, the probe, flips
+
+Lacks = Callable[[int], int]
+"""Runs the incumbent's bank lacks on val before it holds ``n`` runs a task (the first
+measurement's A/A test included): what topping it up to ``n`` costs (``round.evaluate.bank_lacks``)."""
 
 
 def validation_runs(cfg: Config, n_val: int, bank_missing: int, looks: int) -> float:
@@ -111,12 +122,13 @@ def room_for_step(
     spent: Usage,
     tasks: int,
     n_val: int,
-    bank_missing: int,
+    lacks: Lacks,
     seconds_left: float | None = None,
 ) -> bool:
     """Does the budget pay for one more explore step (an optimizer turn, the base's and the step's
-    runs on ``tasks`` train tasks) and then the chain's validation with one look?"""
-    runs = 2 * tasks + validation_runs(cfg, n_val, bank_missing, 1)
+    runs on ``tasks`` train tasks) and then the chain's validation with one look (its bank topped up
+    to ``one_look_bank``)?"""
+    runs = 2 * tasks + validation_runs(cfg, n_val, lacks(one_look_bank(cfg.gate)), 1)
     return fits(cfg, rates, spent, runs, turns=1, seconds_left=seconds_left)
 
 
@@ -141,22 +153,34 @@ def looks(
     rates: dict[str, float],
     spent: Usage,
     n_val: int,
-    bank_missing: int,
+    lacks: Lacks,
     seconds_left: float | None = None,
 ) -> int:
     """The gate's looks a validation plans for, before it runs: 2, or 1 when the budget pays for
-    validating with the first look (and the confirmation) but not the second. Not even one
-    fitting is 2: nothing to plan, the gateway will stop the round."""
+    validating with the first look (its bank topped up to ``one_look_bank``) and the confirmation
+    but not with the second (and the whole bank). Not even one fitting is 2: nothing to plan, the
+    gateway will stop the round."""
     g = cfg.gate
     if not (g.second_look and g.confirm_flips):
         return 2
-    if fits(cfg, rates, spent, validation_runs(cfg, n_val, bank_missing, 2), seconds_left=seconds_left):
+    two = validation_runs(cfg, n_val, lacks(g.banked_epochs), 2)
+    if fits(cfg, rates, spent, two, seconds_left=seconds_left):
         return 2
-    one = validation_runs(cfg, n_val, bank_missing, 1)
+    one = validation_runs(cfg, n_val, lacks(one_look_bank(g)), 1)
     return 1 if fits(cfg, rates, spent, one, seconds_left=seconds_left) else 2
 
 
+def one_look_bank(g: GateConfig) -> int:
+    """Runs a val task the incumbent's bank is topped up to for a validation planned for one look:
+    for the banked gate ``gate.confirm_runs`` (what an accepted winner's fresh bank holds, so a
+    validation after an accept tops up nothing), never fewer than ``epochs``; for a gate that does
+    not judge the bank, the whole bank as configured (its reruns draw on it)."""
+    if not g.judges_bank:
+        return g.banked_epochs
+    return min(g.banked_epochs, max(g.epochs, g.confirm_runs))
+
+
 def one_look(g: GateConfig) -> GateConfig:
-    """``g`` without its second look and with the incumbent's bank as it is: the gate a validation
-    planned for one look runs, whose first look then has the whole level."""
+    """``g`` without its second look: the gate a validation planned for one look runs, whose first
+    look then has the whole level (it reads the incumbent's bank as the validation found it)."""
     return g.model_copy(update={"second_look": 0, "incumbent_epochs": g.banked_epochs})

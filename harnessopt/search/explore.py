@@ -40,7 +40,7 @@ from harnessopt.rollout.run_cache import STEP_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round.context import RoundContext
-from harnessopt.round.evaluate import bank_missing
+from harnessopt.round.evaluate import bank_lacks
 from harnessopt.round.propose import check, propose
 from harnessopt.round.services import Services
 from harnessopt.search import budget
@@ -219,12 +219,12 @@ def explore(
 
 def _room_for_step(ws: Workspace, svc: Services, rc: RoundContext, tasks: int) -> bool:
     """Does the run's budget (its calls, tokens, dollars and hours) pay for one more step on ``tasks``
-    train tasks and then the chain's validation with one look (``search.budget.room_for_step``)?
-    Always, without a limit to plan by."""
+    train tasks and then the chain's validation with one look (``search.budget.room_for_step``: its
+    bank topped up to ``one_look_bank``)? Always, without a limit to plan by."""
     if not budget.limited(svc.cfg, svc.rates, svc.seconds_left()):
         return True
-    spent, missing = svc.gateway.total(), bank_missing(ws, svc, rc)
-    return budget.room_for_step(svc.cfg, svc.rates, spent, tasks, len(rc.val), missing, svc.seconds_left())
+    spent, lacks = svc.gateway.total(), bank_lacks(ws, svc, rc)
+    return budget.room_for_step(svc.cfg, svc.rates, spent, tasks, len(rc.val), lacks, svc.seconds_left())
 
 
 def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | None = None) -> str:

@@ -396,6 +396,29 @@ def test_a_cached_incumbent_with_fewer_runs_than_incumbent_epochs_is_topped_up(t
     assert len(svc.runner.batches) == 1
 
 
+def test_a_one_look_validation_tops_the_bank_up_to_its_size_and_a_later_two_look_one_to_the_whole(
+    tmp_path: Path,
+) -> None:
+    """``incumbent_outcomes(..., top_up=3)`` (a validation the budget plans for one look) measures
+    3 runs a task (its A/A test on runs 0 and 1: no extra pass); ``bank_lacks`` says what each size
+    still costs; a later validation with both looks runs only the 8 a task the whole bank lacks,
+    and a one-look one after that runs nothing."""
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (float(n % 2 == 0), False), incumbent_epochs=11)
+    n = len(rc.val)
+    lacks = evaluate.bank_lacks(ws, svc, rc)
+    assert (lacks(3), lacks(11), lacks(1)) == (3 * n, 11 * n, 2 * n)  # 1 run: the A/A test's second pass
+    got, nf = evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None, 3)
+    assert nf is not None and [b[2] for b in svc.runner.batches] == [[0, 1, 2]]
+    assert all(len(r) == 3 for r in got.values())
+    lacks = evaluate.bank_lacks(ws, svc, rc)
+    assert (lacks(3), lacks(11)) == (0, 8 * n)
+    whole, nf2 = evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None)
+    assert nf2 is None and [b[2] for b in svc.runner.batches][1:] == [list(range(3, 11))]
+    assert all(len(r) == 11 and r[:3] == got[t] for t, r in whole.items())
+    assert evaluate.incumbent_outcomes(ws, svc, rc, lambda _m: None, 3)[0] == whole  # more is read whole
+    assert len(svc.runner.batches) == 2
+
+
 def test_the_loop_hands_a_banked_gate_the_whole_bank_and_reruns_only_the_candidate(tmp_path: Path) -> None:
     """``evaluate.incumbent_outcomes`` reruns the bank's crashed runs once; ``evaluate.gate`` passes
     every banked run and a ``confirm`` that runs the candidate alone."""

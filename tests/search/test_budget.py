@@ -13,6 +13,7 @@ from harnessopt.search.budget import (
     limited,
     looks,
     one_look,
+    one_look_bank,
     room_for_step,
     round_fits,
     runs_left,
@@ -27,6 +28,10 @@ RATES = {  # a target run: 2 calls of 100 tokens at $0.01; an optimizer turn: 5 
     "optimizer_tokens_per_call": 1000.0,
     "optimizer_usd_per_call": 0.10,
 }
+
+
+def whole(n: int) -> int:  # a bank that holds every run asked for
+    return 0
 
 
 def _cfg(**budget: float) -> Config:
@@ -77,17 +82,45 @@ def test_the_plan_of_a_step_and_of_the_gates_looks() -> None:
     rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
     cfg = _cfg(max_calls=1_000)
     assert limited(cfg, rates) and not limited(_cfg(), rates) and not limited(cfg, {})
-    assert looks(cfg, rates, Usage(calls=119), 50, 0) == 2  # 119 + 880 fits
-    assert looks(cfg, rates, Usage(calls=121), 50, 0) == 1  # two looks do not fit, one does
-    assert looks(cfg, rates, Usage(calls=671), 50, 0) == 2  # not even one: nothing to plan
-    assert looks(cfg, rates, Usage(calls=200), 40, 0) == 2  # 40 x 16 x 1.1 = 704 fits
+    assert looks(cfg, rates, Usage(calls=119), 50, whole) == 2  # 119 + 880 fits
+    assert looks(cfg, rates, Usage(calls=121), 50, whole) == 1  # two looks do not fit, one does
+    assert looks(cfg, rates, Usage(calls=671), 50, whole) == 2  # not even one: nothing to plan
+    assert looks(cfg, rates, Usage(calls=200), 40, whole) == 2  # 40 x 16 x 1.1 = 704 fits
     no_second = Config.model_validate({"budget": {"max_calls": 1_000}, "gate": {"second_look": 0}})
-    assert looks(no_second, rates, Usage(calls=500), 50, 0) == 2  # one look is all it has
-    assert room_for_step(cfg, rates, Usage(calls=648), 8, 50, 0)  # 648 + 16 + 5 + 330 = 999
-    assert not room_for_step(cfg, rates, Usage(calls=650), 8, 50, 0)
-    assert not room_for_step(cfg, rates, Usage(calls=100), 8, 50, 600)  # the bank's missing runs count
+    assert looks(no_second, rates, Usage(calls=500), 50, whole) == 2  # one look is all it has
+    assert room_for_step(cfg, rates, Usage(calls=648), 8, 50, whole)  # 648 + 16 + 5 + 330 = 999
+    assert not room_for_step(cfg, rates, Usage(calls=650), 8, 50, whole)
+    lacking = lambda n: 600  # noqa: E731 - the bank's missing runs count
+    assert not room_for_step(cfg, rates, Usage(calls=100), 8, 50, lacking)
     g = one_look(Config().gate)
     assert g.second_look == 0 and g.banked_epochs == Config().gate.banked_epochs == 11
+
+
+def test_a_validation_planned_for_one_look_counts_a_bank_of_the_confirmations_size() -> None:
+    """No bank yet (50 val tasks, the A/A test on the bank's runs): two looks need the whole bank,
+    50 x 11 runs, one look a bank of ``gate.confirm_runs`` (3), 50 x 3. At one call a run: two
+    looks are (50 x 16 + 550) x 1.1 = 1,485, one look (50 x 6 + 150) x 1.1 = 495 (with the whole
+    bank it would be (300 + 550) x 1.1 = 935)."""
+    rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
+    cfg = _cfg(max_calls=1_000)
+    asked: list[int] = []
+
+    def empty(n: int) -> int:
+        asked.append(n)
+        return 50 * n
+
+    assert one_look_bank(cfg.gate) == cfg.gate.confirm_runs == 3
+    assert looks(cfg, rates, Usage(calls=500), 50, empty) == 1  # 500 + 495 fits, 500 + 1,485 does not
+    assert asked == [11, 3]
+    assert looks(cfg, rates, Usage(calls=510), 50, empty) == 2  # not even one: nothing to plan
+    assert room_for_step(cfg, rates, Usage(calls=474), 8, 50, empty)  # 474 + 16 + 5 + 495 = 990
+    assert not room_for_step(cfg, rates, Usage(calls=490), 8, 50, empty)  # 1,006
+    assert asked[-1] == 3
+    # never more than the bank, never fewer than epochs; a gate that does not judge the bank keeps it
+    assert one_look_bank(Config.model_validate({"gate": {"confirm_epochs": 20}}).gate) == 11
+    assert one_look_bank(Config.model_validate({"gate": {"epochs": 4, "confirm_epochs": 2}}).gate) == 4
+    paired = Config.model_validate({"gate": {"policy": "paired", "incumbent_epochs": 5}}).gate
+    assert one_look_bank(paired) == 5
 
 
 def test_the_hours_left_are_planned_as_a_limit_in_seconds() -> None:
@@ -104,10 +137,10 @@ def test_the_hours_left_are_planned_as_a_limit_in_seconds() -> None:
     assert not fits(cfg, rates, Usage(), 10, 1, seconds_left=129.0)
     assert runs_left(cfg, rates, Usage(), 300.0) == pytest.approx(100)
     assert runs_left(cfg, rates, Usage(), -5.0) == 0.0  # past the deadline
-    assert looks(cfg, rates, Usage(), 50, 0, 2_641.0) == 2
-    assert looks(cfg, rates, Usage(), 50, 0, 2_600.0) == 1
-    assert room_for_step(cfg, rates, Usage(), 8, 50, 0, 1_138.5)  # 48 + 100 + 990
-    assert not room_for_step(cfg, rates, Usage(), 8, 50, 0, 1_137.0)
+    assert looks(cfg, rates, Usage(), 50, whole, 2_641.0) == 2
+    assert looks(cfg, rates, Usage(), 50, whole, 2_600.0) == 1
+    assert room_for_step(cfg, rates, Usage(), 8, 50, whole, 1_138.5)  # 48 + 100 + 990
+    assert not room_for_step(cfg, rates, Usage(), 8, 50, whole, 1_137.0)
     both = Config.model_validate(
         {"budget": {"max_hours": 1.0, "max_calls": 100}, "rollout": {"concurrency": 4}}
     )

@@ -16,7 +16,7 @@ from harnessopt.config import Config
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
-from harnessopt.search.budget import validation_runs
+from harnessopt.search.budget import one_look_bank, validation_runs
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import cli, git, start_cli, wait_for_phase
 from tests.support.workspace import DEMO_LINE, FORM, SEAT, make_ws, scripted_edits, with_more_train
@@ -174,16 +174,18 @@ BANKED = {"policy": "banked", "incumbent_epochs": None, "second_look": 10, "firs
 def test_a_budgets_last_chain_ends_where_its_validation_fits_and_is_judged_on_one_look(
     tmp_path: Path,
 ) -> None:
-    """``budget.max_calls: 310`` with the default gate on the demo's 14 val tasks: after s2 is kept
-    (about 37 calls in), one more step (16 runs and a turn) and then the one-look validation (the
-    bank's 154 runs, 14 x (1 + 3 confirmation + 2 memorised check), 10% over) would not fit, so
-    the chain ends at s2 and s3 is never asked for; the two-look validation (14 x 10 more) would
-    not fit either, so the gate judges its first look at the whole alpha. Unbudgeted, the same
-    round asks for s3 (``explored``) and plans two looks. Round 2 is not started: what is left
-    does not pay for its batch, a turn and a first look, so the run ends without a failed round."""
+    """``budget.max_calls: 185`` with the default gate on the demo's 14 val tasks: after s2 is kept
+    (37 calls in), one more step (16 runs and a turn) and then the one-look validation (a bank of
+    3 runs a task, 42 runs, and 14 x (1 + 3 confirmation + 2 memorised check), 10% over: 139)
+    would not fit, so the chain ends at s2 and s3 is never asked for; the two-look validation (the
+    whole bank, 154 runs, and 14 x 10 more) would not fit either, so the gate judges its first look
+    at the whole alpha, against the bank of 3 (with the whole bank's reserve of 262 the chain
+    would have ended at s1). Unbudgeted, the same round asks for s3 (``explored``) and plans two
+    looks. Round 2 is not started: what is left does not pay for its batch, a turn and a first
+    look, so the run ends without a failed round."""
     ws = Workspace.open(
         make_ws(
-            tmp_path, model=_script(tmp_path), search={"explore": 3}, gate=BANKED, budget={"max_calls": 310}
+            tmp_path, model=_script(tmp_path), search={"explore": 3}, gate=BANKED, budget={"max_calls": 185}
         )
     )
     said: list[str] = []
@@ -193,13 +195,18 @@ def test_a_budgets_last_chain_ends_where_its_validation_fits_and_is_judged_on_on
     assert result.status == "accepted" and m.search is not None, m.reason
     assert sorted(c.name for c in m.search.candidates) == ["s1", "s2"] and m.search.winners == ["s2"]
     assert any("and not for step s3 too: the chain ends at s2" in line for line in said), said
-    assert any("this validation is judged on one look at the whole alpha" in line for line in said), said
+    assert any(
+        "judged on one look at the whole alpha, against the incumbent's bank topped up to 3 runs a val "
+        "task, not 11" in line
+        for line in said
+    ), said
     assert m.gate.model_extra is not None and m.gate.model_extra["looks_planned"] == 1
+    assert m.gate.model_extra["incumbent_runs"] == 3  # the bank the one look was judged against
     assert m.reason.endswith("(n=14); one look at the whole alpha: the budget left paid for no second"), (
         m.reason
     )
     assert m.gate.model_extra["look_levels"] == [pytest.approx(0.95)]  # one look at all of alpha (confidence)
-    assert sum(u.calls for u in m.tokens.values()) <= 310  # validated, confirmed, inside the budget
+    assert sum(u.calls for u in m.tokens.values()) <= 185  # validated, confirmed, inside the budget
     events = [e for e in ws.journal.read()[0] if e.get("phase") == "explore_budget_end"]
     assert [e["before"] for e in events] == ["s3"]
 
@@ -216,7 +223,10 @@ def test_the_hours_left_end_a_chain_where_its_validation_fits_as_a_budget_does(t
     step_s = (
         2 * cfg.rollout.batch_size * run_s + rates["optimizer_calls"] * rates["seconds_per_optimizer_call"]
     )
-    one_s, two_s = (validation_runs(cfg, n_val, n_val * cfg.gate.banked_epochs, n) * run_s for n in (1, 2))
+    one_s, two_s = (
+        validation_runs(cfg, n_val, n_val * bank, n) * run_s
+        for n, bank in ((1, one_look_bank(cfg.gate)), (2, cfg.gate.banked_epochs))
+    )
     seconds = one_s + step_s / 2  # real time the round takes (seconds) leaves it inside both bounds
     assert step_s / 2 > 60 and seconds < two_s, (one_s, two_s, step_s)  # a margin for slow machines
     ws = Workspace.open(
