@@ -34,13 +34,17 @@ Strategies (the same worlds and proposal streams for all):
   With the budget planned as the loop plans it (``harnessopt.search.budget``, the table's budget
   as ``budget.max_cost`` at a unit a rollout): a chain that moved ends before a step after which
   its one-look validation would not fit, and a validation with room for one look and not two is
-  judged on one look at the whole alpha.
-* default, no plan for the budget's last chain and look [the stop before]: the same without
+  judged on one look at the whole alpha, against the incumbent's bank topped up to
+  ``one_look_bank`` (3) runs a task instead of 11.
+* default, its one-look validation against the whole bank [the stop before]: the same plan, but a
+  validation planned for one look tops the bank up to all 11 runs a task, and the chain's reserve
+  counts them.
+* default, no plan for the budget's last chain and look [two stops ago]: the same without
   that plan (a chain runs its length whatever the budget left, and a validation the budget cannot
   finish is refused). Every loop row but today's plans; the per-run table has no budget, so no
   plan.
 * default, each step screened on its batch only: the same with ``search.screen_tasks: 0`` (the
-  default two stops ago; the same run as the default where the rule adds no task).
+  default three stops ago; the same run as the default where the rule adds no task).
 * one proposal a round: the same gate, ``search.explore: 0`` (the default before explore).
 * fixed band 0.05 [SkillOpt-Lite]: accept when the val mean rose by more than 0.05, 1 run a task.
 * minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
@@ -57,7 +61,7 @@ Strategies (the same worlds and proposal streams for all):
   The fixed rows chain 3, 10 (the default before the length was chosen by price) and 30.
 * explore 10, each round from main [before the kept head]: the same, but every round's chain
   starts from main (how ``search.explore`` ran before the kept head).
-* explore 10, confirmed by a whole fresh bank [three stops ago]: with ``confirm_epochs`` at the
+* explore 10, confirmed by a whole fresh bank [four stops ago]: with ``confirm_epochs`` at the
   bank's size (11): every accept measures the winner's whole bank before main moves.
 * K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
   K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
@@ -67,7 +71,9 @@ Strategies (the same worlds and proposal streams for all):
 
 Counted: every rollout of a candidate or an incumbent on train (screening, minibatch, and in the
 loop's rows the round's batch, whose runs the optimizer reads, as GEPA-style's parent runs its
-minibatch), val, the gate's reruns and confirmation. (Until this stop the loop's rows had the round's
+minibatch), val, the gate's reruns and confirmation. The loop's rows measure the incumbent's bank
+when a round first validates, as the loop does (``round.evaluate.incumbent_outcomes``); until
+this stop they paid the whole bank before the first round. (Until this stop the loop's rows had the round's
 batch free: 8 rollouts a round.) A budget is a budget: whatever would take a run past it (a step, a
 validation, a confirmation, a candidate's score on val) is refused and changes nothing, as the
 gateway refuses a call past ``budget.max_calls`` and the round it was in fails. Optimizer turns
@@ -104,7 +110,7 @@ from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes, Usage  # noqa: E402
-from harnessopt.search.budget import looks, one_look, room_for_step  # noqa: E402
+from harnessopt.search.budget import Lacks, looks, one_look, one_look_bank, room_for_step  # noqa: E402
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
 from harnessopt.search.length import chain_length  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
@@ -180,6 +186,7 @@ class Strategy:
     gate: GateConfig | None = None  # the loop's: its confirmation after an accept (2m rollouts)
     search: SearchConfig = field(default_factory=SearchConfig)  # the loop's (kind "screen")
     plans: bool = True  # the loop plans its budget's last chain and look (search.budget); rows of before: no
+    whole_bank_look: bool = False  # the plan's one look against the whole bank, as the stop before ran it
 
     @classmethod
     def loop(
@@ -223,13 +230,24 @@ def prices(turn: int) -> dict[str, float]:
 
 def round_strategies() -> list[Strategy]:
     """The per-round table's rows: today, the default gate, the default gate with a shorter second
-    look (what a user who wants fewer rollouts a round gives up in power), and with the whole-bank
+    look (what a user who wants fewer rollouts a round gives up in power), with one look at the
+    whole alpha against the whole bank and against a bank of ``one_look_bank`` runs a task (what a
+    validation the budget plans for one look runs: ``search.budget``), and with the whole-bank
     confirmation of the previous stop (what ``confirm_epochs`` changes per round)."""
     shorter = [Strategy.loop(f"default gate, second look {n}", second_look=n) for n in (4, 6)]
+    g = GateConfig()
     return [
         strategies()[0],
         Strategy.loop("default gate (GateConfig() now)"),
         *shorter,
+        *(  # what search.budget plans when the budget pays for one look only, and with the whole bank
+            Strategy.loop(
+                f"default gate, one look at the whole alpha against a bank of {n} runs a task"
+                + (" (a budget's one-look validation: search.budget)" if n == one_look_bank(g) else ""),
+                **one_look(g).model_copy(update={"incumbent_epochs": n}).model_dump(),
+            )
+            for n in (g.banked_epochs, one_look_bank(g))
+        ),
         Strategy.loop(
             f"default gate, confirmed by a whole fresh bank ({WHOLE_BANK} runs a task)",
             confirm_epochs=WHOLE_BANK,
@@ -249,14 +267,22 @@ def strategies() -> list[Strategy]:
         ),
         dataclasses.replace(
             Strategy.loop(
-                "default, no plan for the budget's last chain and look (search.budget) [the stop before]",
+                "default, no plan for the budget's last chain and look (search.budget) [two stops ago]",
                 "explore",
                 default,
             ),
             plans=False,
         ),
+        dataclasses.replace(
+            Strategy.loop(
+                "default, its one-look validation against the whole bank (11 runs a task) [the stop before]",
+                "explore",
+                default,
+            ),
+            whole_bank_look=True,
+        ),
         Strategy.loop(
-            "default, each step screened on its batch only (search.screen_tasks: 0) [two stops ago]",
+            "default, each step screened on its batch only (search.screen_tasks: 0) [three stops ago]",
             "explore",
             SearchConfig(screen_tasks=0),
         ),
@@ -279,7 +305,7 @@ def strategies() -> list[Strategy]:
         ),
         Strategy.loop("explore 10, each round from main [before the kept head]", "explore-main", before),
         Strategy.loop(
-            f"explore 10, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [three stops ago]",
+            f"explore 10, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [four stops ago]",
             "explore",
             before,
             confirm_epochs=WHOLE_BANK,
@@ -340,13 +366,23 @@ def refused(spent: int, budget: int, rounds: int | None = None) -> bool:
 
 
 def banked(
-    pol: sim.Policy, gate: GatePolicy, s: sim.State, bank: Outcomes, rng: np.random.Generator
+    pol: sim.Policy,
+    gate: GatePolicy,
+    s: sim.State,
+    bank: Outcomes,
+    rng: np.random.Generator,
+    val: np.ndarray,
+    runs: int | None = None,
 ) -> tuple[Outcomes, int]:
     """The incumbent's runs as a round that validates finds them (``round.evaluate.incumbent_outcomes``,
-    before smoke): topped up to ``incumbent_epochs``, only the runs each task lacks (a confirmation's
-    or a validation's runs after an accept; nothing when the bank is whole), crashes rerun when the
-    gate judges the bank; and the rollouts that took."""
-    return sim.top_up(s, bank, pol.inc_epochs or pol.epochs, rng, pol.detail, crashy, gate.bank_first_look)
+    before smoke): measured on ``val`` when the run first validates, then topped up to ``runs`` (by
+    default ``incumbent_epochs``; a validation the budget plans for one look: ``one_look_bank``), only
+    the runs each task lacks (a confirmation's or a validation's runs after an accept; nothing when
+    the bank is whole), crashes rerun when the gate judges the bank; and the rollouts that took."""
+    want, retry = runs or pol.inc_epochs or pol.epochs, gate.bank_first_look
+    if not bank:
+        return sim.measure_incumbent(s, val, rng, want, pol.detail, crashy, retry)
+    return sim.top_up(s, bank, want, rng, pol.detail, crashy, retry)
 
 
 def _mean_score(out: Outcomes) -> float:
@@ -358,11 +394,11 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
     assert st.policy is not None
     pol, res = st.policy, Result()
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
-    plan = Planner(st, budget, turn) if rounds is None and st.plans and st.gate is not None else None
-    epochs, retry = pol.inc_epochs or pol.epochs, gate.bank_first_look
+    plan = Planner(st, w, budget, turn) if rounds is None and st.plans and st.gate is not None else None
+    retry = gate.bank_first_look
     s = w.s0
-    inc_out, spent = sim.measure_incumbent(s, w.val, rng, epochs, pol.detail, crashy, retry)
-    r, asked, sc = 0, 0, st.search
+    inc_out: Outcomes = {}  # the incumbent's bank: measured when a round first validates, as the loop does
+    r, asked, sc, spent = 0, 0, st.search, 0
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
         if st.kind == "screen":
             # The round's batch (the incumbent's runs the optimizer reads) and the extra screening
@@ -382,8 +418,8 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
             kind, cand = proposal(w, s, seed, r)
             asked += 1
             spent += turn + BATCH  # the optimizer's turn and the incumbent's runs on the batch it reads
-        judge = plan.gate(spent, inc_out, gate) if plan is not None else gate
-        inc_out, n = banked(pol, judge, s, inc_out, rng)
+        judge, bank = plan.gate(spent, inc_out, gate) if plan is not None else (gate, None)
+        inc_out, n = banked(pol, judge, s, inc_out, rng, w.val, bank)
         spent += n
         dec, cand_out = sim.decide(pol, judge, s, cand, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
@@ -426,10 +462,10 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     assert st.policy is not None and st.gate is not None
     (steps, extra), pol, res, carry = st.length(turn), st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
-    plan = Planner(st, budget, turn) if rounds is None and st.plans else None
+    plan = Planner(st, w, budget, turn) if rounds is None and st.plans else None
     s = head = tested = w.s0
-    inc_out, spent = sim.measure_incumbent(s, w.val, rng, pol.inc_epochs, pol.detail, crashy, True)
-    r = k = 0  # proposals in all, steps this round
+    inc_out: Outcomes = {}  # the incumbent's bank: measured when a round first validates, as the loop does
+    r = k = spent = 0  # proposals in all, steps this round, rollouts
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
         if k == 0:
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
@@ -451,8 +487,8 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         if head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
         tested = head
-        judge = plan.gate(spent, inc_out, gate) if plan is not None else gate
-        inc_out, n = banked(pol, judge, s, inc_out, rng)
+        judge, bank = plan.gate(spent, inc_out, gate) if plan is not None else (gate, None)
+        inc_out, n = banked(pol, judge, s, inc_out, rng, w.val, bank)
         spent += n
         dec, cand_out = sim.decide(pol, judge, s, head, w.val, inc_out, rng, rollout=crashy)
         spent += dec.rollouts
@@ -480,6 +516,7 @@ class Planner:
     costs one unit and an optimizer turn ``turn``: ``budget.max_cost`` is the run's budget."""
 
     st: Strategy
+    w: World
     budget: int
     turn: int
 
@@ -489,20 +526,27 @@ class Planner:
         self.rates = prices(self.turn)
         self.one = make_gate(one_look(self.st.gate))
 
-    def _missing(self, inc_out: Outcomes) -> int:
-        return sum(max(0, self.cfg.gate.banked_epochs - len(v)) for v in inc_out.values())
+    def _lacks(self, inc_out: Outcomes) -> Lacks:
+        """``round.evaluate.bank_lacks``: runs the bank lacks on val to hold ``n`` a task (with
+        ``whole_bank_look``, the whole bank's for any ``n``: the plan of the stop before)."""
+        have = [len(inc_out.get(f"t{t}", ())) for t in self.w.val.tolist()]
+        whole = self.cfg.gate.banked_epochs if self.st.whole_bank_look else None
+        return lambda n: sum(max(0, (whole or n) - h) for h in have)
 
     def room_for_step(self, spent: int, tasks: int, inc_out: Outcomes) -> bool:
         """``search.explore._room_for_step``: a step on ``tasks`` and then a one-look validation."""
         return room_for_step(
-            self.cfg, self.rates, Usage(cost_usd=float(spent)), tasks, M, self._missing(inc_out)
+            self.cfg, self.rates, Usage(cost_usd=float(spent)), tasks, M, self._lacks(inc_out)
         )
 
-    def gate(self, spent: int, inc_out: Outcomes, two: GatePolicy) -> GatePolicy:
-        """``round.evaluate.looks_that_fit``: the one-look gate when the plan has one look, else
-        ``two`` (the round's gate with both looks)."""
-        planned = looks(self.cfg, self.rates, Usage(cost_usd=float(spent)), M, self._missing(inc_out))
-        return self.one if planned == 1 else two
+    def gate(self, spent: int, inc_out: Outcomes, two: GatePolicy) -> tuple[GatePolicy, int | None]:
+        """``round.evaluate.looks_that_fit`` and the bank ``round.steps.evaluate`` tops up for it: the
+        one-look gate and ``one_look_bank`` when the plan has one look, else ``two`` (the round's
+        gate with both looks) and the whole bank."""
+        planned = looks(self.cfg, self.rates, Usage(cost_usd=float(spent)), M, self._lacks(inc_out))
+        if planned == 2:
+            return two, None
+        return self.one, None if self.st.whole_bank_look else one_look_bank(self.cfg.gate)
 
 
 def run_minibatch(w: World, seed: int, budget: int, turn: int = 0) -> Result:
