@@ -106,10 +106,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import gate_simulation as sim  # noqa: E402
 from benchmarks.baselines import FixedDeadBand, MinibatchImproved  # noqa: E402
 from harnessopt.config import Config, GateConfig, RolloutConfig, SearchConfig  # noqa: E402
-from harnessopt.gate.confirmation import confirmation_record  # noqa: E402
+from harnessopt.gate.confirmation import confirmation_record, split_val  # noqa: E402
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
-from harnessopt.protocols import GatePolicy, Outcome, Outcomes, Usage  # noqa: E402
+from harnessopt.protocols import GatePolicy, Outcome, Outcomes, Task, Usage  # noqa: E402
 from harnessopt.search.budget import Lacks, looks, one_look, one_look_bank, room_for_step  # noqa: E402
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
 from harnessopt.search.length import chain_length  # noqa: E402
@@ -137,6 +137,8 @@ YIELDS = {  # the yield tables: (what an optimizer turn costs in rollouts, the b
 }
 ROUNDS = 20  # the per-run targets: 20-round runs
 WHOLE_BANK = GateConfig().banked_epochs  # confirm_epochs of the previous stop's rows: the winner's whole bank
+# val tasks confirm: holdout sets aside (split_val's rule)
+HELD = max(2, round(GateConfig().holdout_share * M))
 MIX = {
     "null": 0.35,
     "churn": 0.2,
@@ -232,8 +234,10 @@ def round_strategies() -> list[Strategy]:
     """The per-round table's rows: today, the default gate, the default gate with a shorter second
     look (what a user who wants fewer rollouts a round gives up in power), with one look at the
     whole alpha against the whole bank and against a bank of ``one_look_bank`` runs a task (what a
-    validation the budget plans for one look runs: ``search.budget``), and with the whole-bank
-    confirmation of the previous stop (what ``confirm_epochs`` changes per round)."""
+    validation the budget plans for one look runs: ``search.budget``), with the whole-bank
+    confirmation of the previous stop (what ``confirm_epochs`` changes per round), and with
+    ``confirm: holdout`` (the gate on the rest of val; main moves when the held-out tasks find the
+    gain again: what that confirmation costs in power)."""
     shorter = [Strategy.loop(f"default gate, second look {n}", second_look=n) for n in (4, 6)]
     g = GateConfig()
     return [
@@ -251,6 +255,11 @@ def round_strategies() -> list[Strategy]:
         Strategy.loop(
             f"default gate, confirmed by a whole fresh bank ({WHOLE_BANK} runs a task)",
             confirm_epochs=WHOLE_BANK,
+        ),
+        Strategy.loop(
+            f"default gate, confirm: holdout (the gate on {M - HELD} val tasks, {HELD} held out for the "
+            "confirmation)",
+            confirm="holdout",
         ),
     ]
 
@@ -622,18 +631,28 @@ def per_round(st: Strategy, seed: int) -> dict[str, int]:
     """Each null kind and +0.10 once against a freshly measured incumbent (m = 50)."""
     assert st.policy is not None
     w, pol, out = world(seed), st.policy, {}
+    val, held = split(st, w)
     for ki, kind in enumerate((*NULL_KINDS, "+0.10")):
         cand = sim.propose(w.s0, kind, np.random.default_rng([seed, 21, 7, ki]))
         rng = np.random.default_rng([seed, 21, 8, ki])
         gate = pol.make()
         inc_out, _ = sim.measure_incumbent(
-            w.s0, w.val, rng, pol.inc_epochs or pol.epochs, pol.detail, crashy, gate.bank_first_look
+            w.s0, val, rng, pol.inc_epochs or pol.epochs, pol.detail, crashy, gate.bank_first_look
         )
-        dec, _ = sim.decide(pol, gate, w.s0, cand, w.val, inc_out, rng, rollout=crashy)
+        dec, _ = sim.decide(pol, gate, w.s0, cand, val, inc_out, rng, rollout=crashy)
         bank = inc_out if gate.bank_first_look else None
-        out[kind] = int(dec.accept and confirmed(st, w, cand, w.s0, rng, bank))
+        out[kind] = int(dec.accept and confirmed(st, w, cand, w.s0, rng, bank, held))
         out["rollouts"] = out.get("rollouts", 0) + dec.rollouts
     return out
+
+
+def split(st: Strategy, w: World) -> tuple[np.ndarray, np.ndarray]:
+    """(the val tasks the gate sees, the held-out ones): ``gate.confirmation.split_val`` on the
+    world's val, which sets ``holdout_share`` of it aside with ``confirm: holdout`` and nothing
+    otherwise."""
+    tasks = [Task(f"t{t}", "", None, "val") for t in w.val.tolist()]
+    seen, held = split_val(tasks, st.gate or GateConfig())
+    return tuple(np.array([int(t.id[1:]) for t in part], dtype=w.val.dtype) for part in (seen, held))  # type: ignore[return-value]
 
 
 def confirm_banked(
@@ -654,12 +673,18 @@ def confirmed(
     s: sim.State,
     rng: np.random.Generator,
     bank: Outcomes | None = None,
+    held: np.ndarray | None = None,
 ) -> bool:
     """Does main move after the gate accepted? Not when the loop waits for its confirmation and it
     fails: fresh runs on val, both sides (``confirm_accepted``); with the banked gate, the winner's
-    fresh bank against the incumbent's (``bank``)."""
-    if st.gate is None or st.gate.confirm != "val" or not st.gate.confirm_moves_main:
+    fresh bank against the incumbent's (``bank``); with ``confirm: holdout``, fresh runs of both
+    sides on the ``held`` val tasks the gate never saw (``confirm_accepted``)."""
+    if st.gate is None or st.gate.confirm == "none" or not st.gate.confirm_moves_main:
         return True
+    if st.gate.confirm == "holdout":
+        assert held is not None and len(held)
+        again = (crashy(cand, held, rng, st.gate.epochs), crashy(s, held, rng, st.gate.epochs))
+        return bool(confirmation_record(*again, "holdout")["confirmed"])
     if bank is not None:
         return confirm_banked(st, w, cand, bank, rng)[0]
     again = (crashy(cand, w.val, rng, st.gate.epochs), crashy(s, w.val, rng, st.gate.epochs))

@@ -155,3 +155,32 @@ def test_the_default_row_chains_what_the_shipped_rule_chooses_at_each_price() ->
     assert [default.length(t)[1] for t in (0, y.TURN_PRICE, y.PRIORS_TURN_PRICE)] == [0, 0, 16]
     fixed = [s for s in y.strategies() if s.kind == "explore" and s.search.explore is not None]
     assert sorted({s.chain(600) for s in fixed}) == sorted(set(y.FIXED_CHAINS))
+
+
+def test_confirm_holdout_gates_on_the_rest_of_val_and_confirms_on_the_held_out_tasks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The per-round row of ``confirm: holdout``: ``split_val`` sets 15 of the 50 val tasks aside;
+    the gate measures and judges the other 35, and the confirmation runs both sides on the 15."""
+    held_row = y.round_strategies()[-1]
+    assert held_row.gate is not None and held_row.gate.confirm == "holdout"
+    w = y.world(4)
+    seen, held = y.split(held_row, w)
+    assert (len(seen), len(held)) == (35, 15) == (y.M - y.HELD, y.HELD)
+    assert sorted([*seen.tolist(), *held.tolist()]) == sorted(w.val.tolist())
+    whole, none = y.split(y.round_strategies()[1], w)
+    assert whole.tolist() == w.val.tolist() and len(none) == 0
+    drawn: list[set[int]] = []
+    real = y.crashy
+
+    def crashy(s, ids, rng, runs=1, detail="", **kw):  # type: ignore[no-untyped-def]
+        drawn.append(set(ids.tolist()))
+        return real(s, ids, rng, runs, detail, **kw)
+
+    monkeypatch.setattr(y, "crashy", crashy)
+    y.confirmed(held_row, w, w.s0, w.s0, np.random.default_rng(0), None, held)
+    assert drawn == [set(held.tolist())] * 2  # the candidate's and the incumbent's fresh runs
+    drawn.clear()
+    y.per_round(held_row, 4)
+    assert drawn and all(ids <= set(seen.tolist()) or ids == set(held.tolist()) for ids in drawn)
+    assert any(ids == set(seen.tolist()) for ids in drawn)  # the incumbent and the gate: on the 35
