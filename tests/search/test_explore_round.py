@@ -179,8 +179,9 @@ def test_a_budgets_last_chain_ends_where_its_validation_fits_and_is_judged_on_on
     3 runs a task, 42 runs, and 14 x (1 + 3 confirmation + 2 memorised check), 10% over: 139)
     would not fit, so the chain ends at s2 and s3 is never asked for; the two-look validation (the
     whole bank, 154 runs, and 14 x 10 more) would not fit either, so the gate judges its first look
-    at the whole alpha, against the bank of 3 (with the whole bank's reserve of 262 the chain
-    would have ended at s1). Unbudgeted, the same round asks for s3 (``explored``) and plans two
+    at the whole alpha, against the bank of 3. (With the whole bank's reserve of 262, the code
+    of before ended the chain at s1 and then ran out of budget topping the bank up to 11: the
+    round failed.) Unbudgeted, the same round asks for s3 (``explored``) and plans two
     looks. Round 2 is not started: what is left does not pay for its batch, a turn and a first
     look, so the run ends without a failed round."""
     ws = Workspace.open(
