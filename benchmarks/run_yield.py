@@ -137,8 +137,8 @@ YIELDS = {  # the yield tables: (what an optimizer turn costs in rollouts, the b
 }
 ROUNDS = 20  # the per-run targets: 20-round runs
 WHOLE_BANK = GateConfig().banked_epochs  # confirm_epochs of the previous stop's rows: the winner's whole bank
-# val tasks confirm: holdout sets aside (split_val's rule)
-HELD = max(2, round(GateConfig().holdout_share * M))
+# val tasks confirm: holdout sets aside, of M (split_val's own rule)
+HELD = len(split_val([Task(f"t{t}", "", None, "val") for t in range(M)], GateConfig(confirm="holdout"))[1])
 MIX = {
     "null": 0.35,
     "churn": 0.2,
@@ -681,14 +681,12 @@ def confirmed(
     sides on the ``held`` val tasks the gate never saw (``confirm_accepted``)."""
     if st.gate is None or st.gate.confirm == "none" or not st.gate.confirm_moves_main:
         return True
-    if st.gate.confirm == "holdout":
-        assert held is not None and len(held)
-        again = (crashy(cand, held, rng, st.gate.epochs), crashy(s, held, rng, st.gate.epochs))
-        return bool(confirmation_record(*again, "holdout")["confirmed"])
-    if bank is not None:
+    if st.gate.confirm == "val" and bank is not None:
         return confirm_banked(st, w, cand, bank, rng)[0]
-    again = (crashy(cand, w.val, rng, st.gate.epochs), crashy(s, w.val, rng, st.gate.epochs))
-    return bool(confirmation_record(*again, "val")["confirmed"])
+    tasks = held if st.gate.confirm == "holdout" else w.val
+    assert tasks is not None and len(tasks)
+    again = (crashy(cand, tasks, rng, st.gate.epochs), crashy(s, tasks, rng, st.gate.epochs))
+    return bool(confirmation_record(*again, st.gate.confirm)["confirmed"])
 
 
 def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
