@@ -56,6 +56,7 @@ LAYERS: list[set[str]] = [
         "search.clusters",
         "search.archive",
         "search.length",
+        "search.budget",
     },
     {"rollout.runner", "round.services", "reporting", "search.state"},
     {"round", "search"},

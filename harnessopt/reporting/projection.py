@@ -16,6 +16,7 @@ is measured, documented priors stand in (``PRIORS``); the projection says which 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,9 @@ from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.ledger.store import RoundManifest
+from harnessopt.protocols import Usage
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
+from harnessopt.search import budget
 from harnessopt.search.length import ChainLength, chain_length, chooses, with_chain
 from harnessopt.workspace.core import Workspace
 
@@ -82,6 +85,8 @@ class Projection:
     round0: RoundCost | None = None  # harness/joint mode before an approved proposal: the diagnosis
     explore: int = 0  # proposals chained a round (search.explore), each an optimizer conversation
     chain: ChainLength | None = None  # search.explore null: the length chosen from these rates
+    # the run's budget plan (search.budget, the task objective): can a round commit after this spend?
+    plans: BudgetPlan | None = None
 
     def total(self) -> RoundCost:
         out = RoundCost()
@@ -126,15 +131,44 @@ class Projection:
         )
 
     def budget_note(self) -> str:
-        """Where the run's budget would end it before its last round, if it would."""
-        spent = {"max_calls": 0.0, "max_tokens": 0.0, "max_cost": 0.0, "max_hours": 0.0}
+        """Where the run's budget would end it before its last round, if it would; and, where the
+        run plans its budget (``plans``: the task objective), what it does there: the round the
+        budget runs out in plans for what is left (``search.budget``), or, when what is left pays for
+        no round that could commit (``search.budget.round_fits``), the run stops before it."""
+        r0 = self.round0 or RoundCost()  # the diagnosis, when it comes first, spends from it too
+        spent = {
+            "max_calls": r0.calls,
+            "max_tokens": r0.tokens,
+            "max_cost": r0.cost_usd,
+            "max_hours": r0.wall_s / 3600,
+        }
+        before = RoundCost()
         for k, r in enumerate(self.rounds, start=1):
             spent = {"max_calls": spent["max_calls"] + r.calls, "max_tokens": spent["max_tokens"] + r.tokens,
                      "max_cost": spent["max_cost"] + r.cost_usd,
                      "max_hours": spent["max_hours"] + r.wall_s / 3600}  # fmt: skip
             over = [name for name, limit in self.budget.items() if spent[name] > limit]
-            if over:
+            if not over:
+                for name in (
+                    "target_runs",
+                    "target_calls",
+                    "optimizer_calls",
+                    "tokens",
+                    "cost_usd",
+                    "wall_s",
+                ):
+                    setattr(before, name, getattr(before, name) + getattr(r, name))
+                continue
+            if self.plans is None:
                 return f"; budget.{over[0]} would stop it in round +{k}"
+            if not self.plans.fits(before):
+                return f"; budget.{over[0]} would end it before round +{k}: what is left pays for no round that could commit"
+            does = [
+                *(["its chain ends where its validation still fits"] if self.explore else []),
+                *(["the gate takes one look if two do not fit"] if self.plans.looks else []),
+            ]
+            how = f" ({', and '.join(does)}: search.budget)" if does else ""
+            return f"; budget.{over[0]} would end it in round +{k}, which plans for what is left{how}"
         return ""
 
     def table(self) -> list[str]:
@@ -149,6 +183,8 @@ class Projection:
         lines.append("rates: " + ", ".join(f"{k} {v:.3g}" for k, v in self.rates.items()))
         if self.chain is not None:
             lines.append(f"chain: {self.chain.why()}")
+        if note := self.budget_note():
+            lines.append(f"limit: {note.removeprefix('; ')}")
         return lines
 
 
@@ -216,7 +252,34 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     }
     r0 = _round0(cfg, rates, n_train) if _round0_pending(ws, cfg) else None
     budget = {k: float(v) for k, v in limits.items() if v is not None}
-    return Projection(per_round, basis, rates, budget, r0, cfg.explore_steps, chain)
+    plans = _plan(cfg, rates, n_val, n_train, r0) if cfg.objective == "task" else None
+    return Projection(per_round, basis, rates, budget, r0, cfg.explore_steps, chain, plans)
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How a run plans its budget's end (``search.budget``), as the projection says it."""
+
+    fits: Callable[[RoundCost], bool]  # can a round still commit after the rounds before it spent this?
+    looks: bool  # the gate has a second look, which a validation drops when only one fits
+
+
+def _plan(cfg: Config, rates: dict[str, float], n_val: int, n_train: int, r0: RoundCost | None) -> BudgetPlan:
+    """``fits``: whether a round could still commit after the projected rounds before it (and round
+    0) spent this much: ``search.budget.round_fits``, the bound the run stops on (``round.driver``)."""
+    first = r0 or RoundCost()
+
+    def fits(before: RoundCost) -> bool:
+        spent = Usage(
+            calls=round(first.calls + before.calls),
+            input_tokens=round(first.tokens + before.tokens),
+            cost_usd=first.cost_usd + before.cost_usd,
+        )
+        hours = cfg.budget.max_hours
+        left = None if hours is None else hours * 3600 - first.wall_s - before.wall_s
+        return budget.round_fits(cfg, rates, spent, n_val, n_train, left)
+
+    return BudgetPlan(fits, bool(cfg.gate.second_look and cfg.gate.confirm_flips))
 
 
 def _round0_pending(ws: Workspace, cfg: Config) -> bool:

@@ -120,27 +120,56 @@ def test_rounds_screened_out_on_train_are_not_charged_the_incumbents_val_runs(tm
     assert project(Workspace.open(ws.root), 2).rounds[0].target_runs == pytest.approx(made)
 
 
-def test_the_line_says_in_which_round_the_budget_would_stop_the_run(tmp_path: Path) -> None:
+def test_the_line_says_in_which_round_the_budget_would_end_the_run_and_what_that_round_plans(
+    tmp_path: Path,
+) -> None:
     """``budget_note``: the first round whose running total passes a limit set, by the limit's
-    name; nothing when every round fits. The run prints it before anything is spent."""
+    name; nothing when every round fits. The run prints it before anything is spent. With the task
+    objective the run plans its budget (``search.budget``): the round it runs out in still runs,
+    its chain ending where its validation fits and its gate taking one look if two do not, unless
+    what the rounds before it left pays for no round that could commit (``round_fits``, the bound
+    ``round.driver`` stops on), in which case the run ends before it."""
     ws = Workspace.open(make_ws(tmp_path))
     first, second = project(ws, 2).rounds
     assert project(ws, 2).budget_note() == ""  # the demo's config sets no limit
-    for limit, between in (
-        ("max_calls", first.calls + second.calls / 2),
-        ("max_tokens", first.tokens + second.tokens / 2),
+    # the least a round that commits takes in the demo (its batch of 8, the paired gate's first look
+    # and confirmation, 3 runs on each of 14 val tasks, a turn of 4 calls) is 54 calls of round 2's 58
+    for limit, used, size in (
+        ("max_calls", first.calls, second.calls),
+        ("max_tokens", first.tokens, second.tokens),
     ):
-        cfg = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={limit: int(between)})})
-        p = project(ws, 2, cfg)
-        assert p.budget_note() == f"; budget.{limit} would stop it in round +2"
-        assert f"budget.{limit} would stop it in round +2" in p.line()
+        for share, says in (
+            (0.99, "would end it in round +2, which plans for what is left (the gate takes one look if "
+                   "two do not fit: search.budget)"),
+            (0.3, "would end it before round +2: what is left pays for no round that could commit"),
+        ):  # fmt: skip
+            at = int(used + share * size)
+            cfg = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={limit: at})})
+            p = project(ws, 2, cfg)
+            assert p.budget_note() == f"; budget.{limit} {says}"
+            assert f"budget.{limit} {says}" in p.line()
+            assert f"limit: budget.{limit} {says}" in p.table()  # run --dry-run prints it too
         ample = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={limit: 10**9})})
         assert project(ws, 2, ample).budget_note() == ""
     tight = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_calls": 1})})
-    assert project(ws, 2, tight).budget_note() == "; budget.max_calls would stop it in round +1"
+    assert project(ws, 2, tight).budget_note() == (
+        "; budget.max_calls would end it before round +1: what is left pays for no round that could commit"
+    )
+    chained = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"explore": 3})})
+    one, two = project(ws, 2, chained).rounds
+    chained = chained.model_copy(
+        update={"budget": chained.budget.model_copy(update={"max_calls": int(one.calls + 0.99 * two.calls)})}
+    )
+    assert project(ws, 2, chained).budget_note() == (
+        "; budget.max_calls would end it in round +2, which plans for what is left (its chain ends where its "
+        "validation still fits, and the gate takes one look if two do not fit: search.budget)"
+    )
     hours = (first.wall_s + second.wall_s / 2) / 3600  # the wall clock, from the projected times
     timed = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_hours": hours})})
-    assert project(ws, 2, timed).budget_note() == "; budget.max_hours would stop it in round +2"
+    assert project(ws, 2, timed).budget_note().startswith("; budget.max_hours would end it")
+    # an objective whose rounds the budget does not plan: the gateway stops the round it runs out in
+    trigger = cfg.model_copy(update={"objective": "trigger"})
+    assert project(ws, 2, trigger).budget_note() == "; budget.max_tokens would stop it in round +2"
 
 
 def test_a_run_plans_its_budget_at_the_rates_its_rounds_measured(
