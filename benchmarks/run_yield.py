@@ -32,19 +32,25 @@ Strategies (the same worlds and proposal streams for all):
   confirmation finds the gain again (``confirm_moves_main``): ``gate.confirm_epochs`` fresh runs
   of the winner a val task, which start its bank; the next round that validates tops that up.
   With the budget planned as the loop plans it (``harnessopt.search.budget``, the table's budget
-  as ``budget.max_cost`` at a unit a rollout): a chain that moved ends before a step after which
-  its one-look validation would not fit, and a validation with room for one look and not two is
-  judged on one look at the whole alpha, against the incumbent's bank topped up to
-  ``one_look_bank`` (3) runs a task instead of 11.
-* default, its one-look validation against the whole bank [the stop before]: the same plan, but a
+  as ``budget.max_cost`` at a unit a rollout): a chain ends before a step after which its
+  one-look validation would not fit (moved or not: a step it could not validate is not taken), a
+  round of a chain starts only with room for its batch, a step and that validation
+  (``round.driver``), and a validation with room for one look and not two is judged on one look
+  at the whole alpha, against the incumbent's bank topped up to ``one_look_bank`` (3) runs a task
+  instead of 11.
+* default, a chain that has not moved steps past its validation's room [the stop before]: the
+  same plan, but only a chain that has moved is held to it, and a round starts on a lower bound
+  (``budget.round_fits``): its steps may spend the budget down to where a step they keep can no
+  longer be validated, and that validation is refused.
+* default, its one-look validation against the whole bank [two stops ago]: that plan, but a
   validation planned for one look tops the bank up to all 11 runs a task, and the chain's reserve
   counts them.
-* default, no plan for the budget's last chain and look [two stops ago]: the same without
+* default, no plan for the budget's last chain and look [three stops ago]: the same without
   that plan (a chain runs its length whatever the budget left, and a validation the budget cannot
   finish is refused). Every loop row but today's plans; the per-run table has no budget, so no
   plan.
 * default, each step screened on its batch only: the same with ``search.screen_tasks: 0`` (the
-  default three stops ago; the same run as the default where the rule adds no task).
+  default four stops ago; the same run as the default where the rule adds no task).
 * one proposal a round: the same gate, ``search.explore: 0`` (the default before explore).
 * fixed band 0.05 [SkillOpt-Lite]: accept when the val mean rose by more than 0.05, 1 run a task.
 * minibatch [GEPA-style]: a candidate and its parent on 3 random train tasks; if the candidate's
@@ -61,7 +67,7 @@ Strategies (the same worlds and proposal streams for all):
   The fixed rows chain 3, 10 (the default before the length was chosen by price) and 30.
 * explore 10, each round from main [before the kept head]: the same, but every round's chain
   starts from main (how ``search.explore`` ran before the kept head).
-* explore 10, confirmed by a whole fresh bank [four stops ago]: with ``confirm_epochs`` at the
+* explore 10, confirmed by a whole fresh bank [five stops ago]: with ``confirm_epochs`` at the
   bank's size (11): every accept measures the winner's whole bank before main moves.
 * K screened: the loop with ``search.candidates: K`` and ``search.screen_tasks: SCREEN_EXTRA``:
   K proposals a round, each run once on the round's train batch (``rollout.batch_size`` tasks,
@@ -76,13 +82,19 @@ when a round first validates, as the loop does (``round.evaluate.incumbent_outco
 this stop they paid the whole bank before the first round. (Until this stop the loop's rows had the round's
 batch free: 8 rollouts a round.) A budget is a budget: whatever would take a run past it (a step, a
 validation, a confirmation, a candidate's score on val) is refused and changes nothing, as the
-gateway refuses a call past ``budget.max_calls`` and the round it was in fails. Optimizer turns
+gateway refuses a call past ``budget.max_calls`` and the round it was in fails (the yield tables
+count the runs whose budget ran out so, mid-round). Optimizer turns
 (printed as "proposals") are free in the first yield tables; the next ones price each at
 ``TURN_PRICE`` rollouts, a stated assumption, not a measurement (an optimizer turn reads a batch of
 trajectories with a stronger model than the target's), so that strategies that propose more pay for
 it; the last ones at ``PRIORS_TURN_PRICE``, what the projection's priors make of a conversation
 against a target run (default models, the demo's skill), for budgets of as many rollouts as a
 user's dollars buy there.
+
+"Where the gain goes" sets, for the default and GEPA-style in each yield table, the true gain of
+the best state a run built and kept (a head a step moved to; a proposal GEPA-style accepted),
+of its last state (the chain's end) and of what it returns (main; GEPA-style's best on val):
+neither strategy knows the first two.
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
     python benchmarks/run_yield.py --quick    # a fast look
@@ -188,7 +200,10 @@ class Strategy:
     gate: GateConfig | None = None  # the loop's: its confirmation after an accept (2m rollouts)
     search: SearchConfig = field(default_factory=SearchConfig)  # the loop's (kind "screen")
     plans: bool = True  # the loop plans its budget's last chain and look (search.budget); rows of before: no
-    whole_bank_look: bool = False  # the plan's one look against the whole bank, as the stop before ran it
+    whole_bank_look: bool = False  # the plan's one look against the whole bank, as two stops ago ran it
+    moved_only: bool = (
+        False  # the plan holds only a chain that moved to its validation's room (the stop before)
+    )
 
     @classmethod
     def loop(
@@ -276,7 +291,7 @@ def strategies() -> list[Strategy]:
         ),
         dataclasses.replace(
             Strategy.loop(
-                "default, no plan for the budget's last chain and look (search.budget) [two stops ago]",
+                "default, no plan for the budget's last chain and look (search.budget) [three stops ago]",
                 "explore",
                 default,
             ),
@@ -284,14 +299,23 @@ def strategies() -> list[Strategy]:
         ),
         dataclasses.replace(
             Strategy.loop(
-                "default, its one-look validation against the whole bank (11 runs a task) [the stop before]",
+                "default, a chain that has not moved steps past its validation's room [the stop before]",
+                "explore",
+                default,
+            ),
+            moved_only=True,
+        ),
+        dataclasses.replace(
+            Strategy.loop(
+                "default, its one-look validation against the whole bank (11 runs a task) [two stops ago]",
                 "explore",
                 default,
             ),
             whole_bank_look=True,
+            moved_only=True,
         ),
         Strategy.loop(
-            "default, each step screened on its batch only (search.screen_tasks: 0) [three stops ago]",
+            "default, each step screened on its batch only (search.screen_tasks: 0) [four stops ago]",
             "explore",
             SearchConfig(screen_tasks=0),
         ),
@@ -314,7 +338,7 @@ def strategies() -> list[Strategy]:
         ),
         Strategy.loop("explore 10, each round from main [before the kept head]", "explore-main", before),
         Strategy.loop(
-            f"explore 10, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [four stops ago]",
+            f"explore 10, confirmed by a whole fresh bank (confirm_epochs {WHOLE_BANK}) [five stops ago]",
             "explore",
             before,
             confirm_epochs=WHOLE_BANK,
@@ -331,15 +355,23 @@ class Result:
     proposals: list[int] = field(default_factory=list)
     asked_gain: int = 0  # +0.10 proposals judged (per-run power)
     took_gain: int = 0
+    stopped: int = 0  # runs whose budget ran out mid-round: the gateway refused a call, and that round failed
+    # the chains' rows and GEPA-style: the true gain of the best state the run built and kept (a head
+    # a step moved to, an accepted proposal) and of its last one (the chain's end), both unknown to it
+    best: list[float] = field(default_factory=list)
+    last: list[float] = field(default_factory=list)
 
     def merge(self, o: Result) -> None:
         self.gain += o.gain
+        self.best += o.best
+        self.last += o.last
         self.spent += o.spent
         self.proposals += o.proposals
         self.commits += o.commits
         self.bad_commits += o.bad_commits
         self.asked_gain += o.asked_gain
         self.took_gain += o.took_gain
+        self.stopped += o.stopped
 
 
 @dataclass
@@ -455,6 +487,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
         s, inc_out = cand, fresh if fresh is not None else cand_out  # the next round tops it up
     res.gain.append(w.true(s) - w.true(w.s0))
     res.spent.append(spent if rounds is not None else min(spent, budget))
+    res.stopped += refused(spent, budget, rounds)  # the gateway refused a call: that round failed
     res.proposals.append(asked)
     return res
 
@@ -465,9 +498,11 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     runs on each fresh batch after a round's first are paid). Kind "explore" is the loop's: a head
     the gate rejects is where the next round goes on; kind "explore-main" starts every round from
     main (the previous stop's). ``rounds``: gate tests (each ``search.explore`` proposals). With a
-    budget, as the loop plans it (``search.budget``): a chain that moved ends before a step after
-    which its validation would not fit, and a validation with room for one look of the gate and not
-    two judges that one at the whole alpha."""
+    budget, as the loop plans it (``search.budget``): a chain ends before a step after which its
+    validation would not fit (with ``moved_only``, as the stop before: only one that moved), a round
+    after the first starts only with room for its batch, a step and that validation
+    (``round.driver``), and a validation with room for one look of the gate and not two judges
+    that one at the whole alpha."""
     assert st.policy is not None and st.gate is not None
     (steps, extra), pol, res, carry = st.length(turn), st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
@@ -475,11 +510,19 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     s = head = tested = w.s0
     inc_out: Outcomes = {}  # the incumbent's bank: measured when a round first validates, as the loop does
     r = k = spent = 0  # proposals in all, steps this round, rollouts
+    best = w.true(w.s0)
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
         if k == 0:
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
         tasks = rng.permutation(w.train)[: BATCH + extra]  # the batch, then the screening-only tasks
-        ends = plan is not None and head is not start and not plan.room_for_step(spent, len(tasks), inc_out)
+        held = plan is not None and not st.moved_only
+        if held and k == 0 and r > 0 and not plan.room_for_step(spent, len(tasks), inc_out):
+            break  # round.driver starts no round of a chain without room for a step and its validation
+        ends = (
+            plan is not None
+            and (k > 0 if held else head is not start)
+            and not plan.room_for_step(spent, len(tasks), inc_out)
+        )
         if not ends:
             kind, cand = proposal(w, head, seed, r)
             # the base's runs on the batch and its extra tasks: the round's (the start's runs the
@@ -489,7 +532,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             runs = {"s": crashy(cand, tasks, rng)}
             spent += len(tasks) + turn
             if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=STEP_FLOOR)):
-                head = cand
+                head, best = cand, max(best, w.true(cand))
             if k < steps:
                 continue
         k = 0
@@ -513,8 +556,11 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         res.bad_commits += w.true(head) - w.true(s) <= 0
         s, inc_out = head, fresh
         tested = s
+    res.best.append(best - w.true(w.s0))
+    res.last.append(w.true(head) - w.true(w.s0))
     res.gain.append(w.true(s) - w.true(w.s0))
     res.spent.append(spent if rounds is not None else min(spent, budget))
+    res.stopped += refused(spent, budget, rounds)  # the gateway refused a call: that round failed
     res.proposals.append(r)
     return res
 
@@ -537,7 +583,7 @@ class Planner:
 
     def _lacks(self, inc_out: Outcomes) -> Lacks:
         """``round.evaluate.bank_lacks``: runs the bank lacks on val to hold ``n`` a task (with
-        ``whole_bank_look``, the whole bank's for any ``n``: the plan of the stop before)."""
+        ``whole_bank_look``, the whole bank's for any ``n``: the plan of two stops ago)."""
         have = [len(inc_out.get(f"t{t}", ())) for t in self.w.val.tolist()]
         whole = self.cfg.gate.banked_epochs if self.st.whole_bank_look else None
         return lambda n: sum(max(0, (whole or n) - h) for h in have)
@@ -585,8 +631,11 @@ def run_minibatch(w: World, seed: int, budget: int, turn: int = 0) -> Result:
         pool.append((_mean_score(crashy(cand, w.val, rng)), cand))
         s = cand
     best = max(pool, key=lambda x: x[0])[1]
+    res.best.append(max(w.true(c) for _, c in pool) - w.true(w.s0))
+    res.last.append(w.true(s) - w.true(w.s0))
     res.gain.append(w.true(best) - w.true(w.s0))
     res.spent.append(min(spent, budget))
+    res.stopped += refused(spent, budget)
     res.proposals.append(r)
     return res
 
@@ -610,6 +659,7 @@ def run_best_of_n(w: World, seed: int, budget: int, turn: int = 0) -> Result:
         res.bad_commits += w.true(best) <= w.true(w.s0)
     res.gain.append(w.true(best) - w.true(w.s0))
     res.spent.append(min(spent, budget))
+    res.stopped += refused(spent, budget)
     res.proposals.append(n)
     return res
 
@@ -787,7 +837,8 @@ def main(argv: list[str] | None = None) -> int:
         cost = f"{b} rollouts" if not turn else f"a cost of {b} rollouts, an optimizer turn at {turn}"
         print(f"\nyield at {cost} ({runs} runs a strategy, true gain on the held-out population)")
         print("| strategy | E[true gain] | 10th pct | P(final below start) | share of commits <= 0 "
-              "| rollouts per true point | proposals | x today |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+              "| rollouts per true point | proposals | x today | runs the budget cut mid-round |"
+              "\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
         today = statistics.fmean(res[(y, b)][0].gain)
         for st, r in zip(sts, res[(y, b)], strict=True):
             g = statistics.fmean(r.gain)
@@ -797,7 +848,26 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {st.label} | {g:+.4f} ±{statistics.stdev(r.gain) / len(r.gain) ** 0.5:.4f} "
                 f"| {_q(r.gain, 0.1):+.4f} | {statistics.fmean(x < 0 for x in r.gain):.3f} "
                 f"| {r.bad_commits / max(1, r.commits):.3f} | {per_point} "
-                f"| {statistics.fmean(r.proposals):.1f} | {ratio} |"
+                f"| {statistics.fmean(r.proposals):.1f} | {ratio} | {r.stopped / runs:.3f} |"
+            )
+    print(
+        "\nwhere the gain goes (E[true gain] of the best state a run built and kept: a head a step "
+        "moved to, a proposal GEPA-style accepted; of its last state, the chain's end; and of what it "
+        "returns: main, GEPA-style's best on val)"
+    )
+    print(
+        "| strategy | table | best state | last state | returned | returned - best |\n|---|---|---|---|---|---|"
+    )
+    for y, b in tables:
+        for st, r in zip(sts, res[(y, b)], strict=True):
+            if st.kind not in ("explore", "minibatch") or not st.label.startswith(("default (", "minibatch")):
+                continue
+            g, top = statistics.fmean(r.gain), statistics.fmean(r.best)
+            table = f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
+            print(
+                f"| {'default' if st.kind == 'explore' else 'GEPA-style'} | {table} | {top:+.4f} "
+                f"| {statistics.fmean(r.last):+.4f} "
+                f"| {g:+.4f} | {g - top:+.4f} |"
             )
     print(f"\nwall time {time.monotonic() - started:.1f}s")
     return 0

@@ -134,7 +134,7 @@ class Projection:
         """Where the run's budget would end it before its last round, if it would; and, where the
         run plans its budget (``plans``: the task objective), what it does there: the round the
         budget runs out in plans for what is left (``search.budget``), or, when what is left pays for
-        no round that could commit (``search.budget.round_fits``), the run stops before it."""
+        no round that could commit (``search.budget.round_can_commit``), the run stops before it."""
         r0 = self.round0 or RoundCost()  # the diagnosis, when it comes first, spends from it too
         spent = {
             "max_calls": r0.calls,
@@ -161,8 +161,13 @@ class Projection:
                 continue
             if self.plans is None:
                 return f"; budget.{over[0]} would stop it in round +{k}"
-            if not self.plans.fits(before):
-                return f"; budget.{over[0]} would end it before round +{k}: what is left pays for no round that could commit"
+            if not self.plans.fits(before):  # a first round always starts: the gateway stops it
+                return (
+                    f"; budget.{over[0]} would stop it in round +1: it pays for no round that could commit"
+                    if k == 1
+                    else f"; budget.{over[0]} would end it before round +{k}: what is left pays for no round "
+                    "that could commit"
+                )
             does = [
                 *(["its chain ends where its validation still fits"] if self.explore else []),
                 *(["the gate takes one look if two do not fit"] if self.plans.looks else []),
@@ -266,7 +271,9 @@ class BudgetPlan:
 
 def _plan(cfg: Config, rates: dict[str, float], n_val: int, n_train: int, r0: RoundCost | None) -> BudgetPlan:
     """``fits``: whether a round could still commit after the projected rounds before it (and round
-    0) spent this much: ``search.budget.round_fits``, the bound the run stops on (``round.driver``)."""
+    0) spent this much: ``search.budget.round_can_commit``, the bound the run stops on
+    (``round.driver``), with the bank the rounds before it measured (a validated or confirmed
+    incumbent has the runs a one-look validation reads)."""
     first = r0 or RoundCost()
 
     def fits(before: RoundCost) -> bool:
@@ -277,7 +284,7 @@ def _plan(cfg: Config, rates: dict[str, float], n_val: int, n_train: int, r0: Ro
         )
         hours = cfg.budget.max_hours
         left = None if hours is None else hours * 3600 - first.wall_s - before.wall_s
-        return budget.round_fits(cfg, rates, spent, n_val, n_train, left)
+        return budget.round_can_commit(cfg, rates, spent, n_val, n_train, lambda _n: 0, left)
 
     return BudgetPlan(fits, bool(cfg.gate.second_look and cfg.gate.confirm_flips))
 

@@ -8,14 +8,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from harnessopt.errors import UserError
+from harnessopt.gate.confirmation import split_val
 from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
 from harnessopt.protocols import Announce
 from harnessopt.reporting.progress import RunProgress, round_lines
 from harnessopt.reporting.projection import current_rates, project
 from harnessopt.rollout.runner import RunObserver
 from harnessopt.round import stop
 from harnessopt.round.context import RoundResult
+from harnessopt.round.evaluate import bank_lacks_of
 from harnessopt.round.round0 import BROKEN_PREFIX, Decide, ready
 from harnessopt.round.services import Services, open_services
 from harnessopt.round.steps import run_round
@@ -108,18 +111,25 @@ def run(
 
 def _budget_short(ws: Workspace, svc: Services) -> str | None:
     """Why the run's budget (calls, tokens, dollars, hours) pays for no more round that could commit
-    (``search.budget.round_fits``), or None; only for the task objective, whose validation that
-    bound is for."""
+    (``search.budget.round_can_commit``, main's bank as the round would find it), or None; only for
+    the task objective, whose validation the plan is for."""
     cfg, left = svc.cfg, svc.seconds_left()
     if cfg.objective != "task" or not budget.limited(cfg, svc.rates, left):
         return None
-    spent, n_val, n_train = svc.gateway.total(), len(ws.tasks("val")), len(ws.tasks("train"))
-    if budget.round_fits(cfg, svc.rates, spent, n_val, n_train, left):
+    spent, n_train = svc.gateway.total(), len(ws.tasks("train"))
+    val = split_val(ws.tasks("val"), cfg.gate)[0]
+    lacks = bank_lacks_of(ws, svc, vcs.head_sha(ws.repo), val)
+    n_val = len(val) if cfg.explore_steps else len(ws.tasks("val"))  # a chain: as its steps are held
+    if budget.round_can_commit(cfg, svc.rates, spent, n_val, n_train, lacks, left):
         return None
+    what = (
+        "its batch, a step and the chain's validation with one look"
+        if cfg.explore_steps
+        else "its batch, an optimizer turn, the gate's first look and the confirmation"
+    )
     runs = budget.runs_left(cfg, svc.rates, spent, left) or 0.0
     return (
-        f"the budget left (about {runs:,.0f} target runs) does not pay for a round that could commit "
-        "(its batch, an optimizer turn, the gate's first look and the confirmation)"
+        f"the budget left (about {runs:,.0f} target runs) does not pay for a round that could commit ({what})"
     )
 
 

@@ -86,22 +86,34 @@ def _bank(
 ) -> tuple[dict[str, str], Outcomes | None, list[Task]]:
     """The incumbent's val cache key parts, its cached runs (None: none, or ``rerun_incumbent``) and
     the val tasks with fewer than ``runs`` of them."""
-    parts = key_parts(ws.repo, rc.parent, svc.cfg, svc.sandbox)
+    return _bank_of(ws, svc, rc.parent, rc.val, runs)
+
+
+def _bank_of(
+    ws: Workspace, svc: Services, parent: str, val: Sequence[Task], runs: int
+) -> tuple[dict[str, str], Outcomes | None, list[Task]]:
+    parts = key_parts(ws.repo, parent, svc.cfg, svc.sandbox)
     cached = None if svc.cfg.gate.rerun_incumbent else ValCache(svc.state_dir).get(digest(parts))
-    short = [t for t in rc.val if len((cached or {}).get(t.id, ())) < runs]
+    short = [t for t in val if len((cached or {}).get(t.id, ())) < runs]
     return parts, cached, short
 
 
 def bank_lacks(ws: Workspace, svc: Services, rc: RoundContext) -> budget.Lacks:
     """Runs the incumbent's bank lacks on val before it holds ``n`` a task (``incumbent_outcomes``
     runs them), the A/A test's second pass included: read once, asked for any ``n``."""
+    return bank_lacks_of(ws, svc, rc.parent, rc.val)
+
+
+def bank_lacks_of(ws: Workspace, svc: Services, parent: str, val: Sequence[Task]) -> budget.Lacks:
+    """``bank_lacks`` for the skill and harness of commit ``parent`` on the gate's ``val`` tasks:
+    what the driver asks of main before it starts a round."""
     g = svc.cfg.gate
-    parts, cached, _ = _bank(ws, svc, rc, 0)
-    have = [len((cached or {}).get(t.id, ())) for t in rc.val]
+    parts, cached, _ = _bank_of(ws, svc, parent, val, 0)
+    have = [len((cached or {}).get(t.id, ())) for t in val]
     aa = cached is None and NoiseFloorStore(svc.state_dir).get(environment_key(parts)) is None
 
     def lacks(n: int) -> int:
-        return sum(max(0, n - h) for h in have) + (len(rc.val) * g.epochs if aa and n < 2 * g.epochs else 0)
+        return sum(max(0, n - h) for h in have) + (len(val) * g.epochs if aa and n < 2 * g.epochs else 0)
 
     return lacks
 

@@ -4,8 +4,10 @@ A run with a budget (``budget.max_calls``, ``max_tokens``, ``max_cost``) is stop
 its limit, and a round the gateway stops fails: main stays where it was; a run with a wall-clock
 budget (``budget.max_hours``) is stopped at the first batch of runs after its deadline, and the
 round it stops is lost the same way. A chain whose steps spend
-the budget down to less than a validation costs is thrown away whole. So a chain that has moved
-ends before a step after which its validation would no longer fit, and a round whose validation
+the budget down to less than a validation costs is thrown away whole. So a chain ends before a
+step after which its validation would no longer fit (one that has not moved too: a step it could
+not validate buys nothing), a run starts no round of a chain without room for its batch, a step
+and that validation (``round_can_commit``), and a round whose validation
 has room for one look of the gate and not two judges that one look at the whole alpha (the gate
 plans its looks from the budget before it sees a run, so every accept path still spends from one
 alpha). A validation planned for one look tops the incumbent's bank up to ``one_look_bank`` runs a
@@ -146,6 +148,25 @@ def round_fits(
     round it says no to could not commit anything, and one it says yes to may still not fit)."""
     least = min(cfg.rollout.batch_size, n_train) + n_val * _per_task(cfg, 1, memorised=False)
     return fits(cfg, rates, spent, least, turns=1, seconds_left=seconds_left)
+
+
+def round_can_commit(
+    cfg: Config,
+    rates: dict[str, float],
+    spent: Usage,
+    n_val: int,
+    n_train: int,
+    lacks: Lacks,
+    seconds_left: float | None = None,
+) -> bool:
+    """Can one more round still commit? A round of a chain (``search.explore``) commits only
+    through a step and the chain's validation, so it needs room for its batch (the screening-only
+    tasks too), step 1 and a one-look validation (``room_for_step``: what every later step is held
+    to); a round of one proposal the lower bound ``round_fits``."""
+    if cfg.explore_steps:
+        tasks = min(cfg.rollout.batch_size + cfg.search.screening_only, n_train)
+        return room_for_step(cfg, rates, spent, tasks, n_val, lacks, seconds_left)
+    return round_fits(cfg, rates, spent, n_val, n_train, seconds_left)
 
 
 def looks(

@@ -159,11 +159,14 @@ def explore(
     found = Search([], head=head.name if head else "", explored=True)
     for j in range(1, steps + 1):
         name = f"s{j}"
-        if chain and not _room_for_step(ws, svc, rc, len(batch_of(j))):  # a kept step: j > 1
+        if j > 1 and not _room_for_step(ws, svc, rc, len(batch_of(j))):  # step 1: the driver checked
             left = budget.runs_left(svc.cfg, svc.rates, svc.gateway.total(), svc.seconds_left()) or 0.0
             say(
                 f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating the "
                 f"chain's end and not for step {name} too: the chain ends at {chain[-1].name}"
+                if chain
+                else f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for no step "
+                f"{name} that could still be validated: the chain ends with no step kept"
             )
             ws.journal.write(rc.k, "explore_budget_end", before=name, left_runs=round(left))
             break

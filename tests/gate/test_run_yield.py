@@ -27,6 +27,25 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     assert (
         "| default (Config() now: search.explore and search.screen_tasks null, chosen by price) |" in out
     )  # the shipped default
+    gone = out.split("where the gain goes")[1]  # the default's and GEPA-style's, in each yield table
+    assert gone.count("| default | ") == gone.count("| GEPA-style | ") == tables
+
+
+def test_a_budgeted_default_run_ends_without_a_round_the_budget_cut_and_the_stop_befores_did_not() -> None:
+    """The default row holds every step of a chain to room for its validation and starts no round
+    without room for a step and a one-look validation (``round.driver``), so none of its runs ends
+    with a round the gateway stopped; the stop before's row held only a chain that had moved, and
+    some of its runs spent their last steps where no validation fit. The two runs are the same up
+    to the first step the default does not take, and the default then stops: it spends no more."""
+    default, before = y.strategies()[1], y.strategies()[3]
+    assert not default.moved_only and before.moved_only and default.search == before.search
+    ran = [
+        (y.run_one(default, y.world(s), s, 2000, turn=20), y.run_one(before, y.world(s), s, 2000, turn=20))
+        for s in range(12)
+    ]
+    assert sum(d.stopped for d, _ in ran) == 0 and sum(b.stopped for _, b in ran) >= 3
+    assert all(d.spent[0] <= b.spent[0] for d, b in ran)
+    assert sum(d.spent[0] < b.spent[0] for d, b in ran) >= 3
 
 
 def test_a_run_spends_no_more_than_its_budget_and_counts_true_effects() -> None:

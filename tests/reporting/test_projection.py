@@ -153,8 +153,8 @@ def test_the_line_says_in_which_round_the_budget_would_end_the_run_and_what_that
         assert project(ws, 2, ample).budget_note() == ""
     tight = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_calls": 1})})
     assert project(ws, 2, tight).budget_note() == (
-        "; budget.max_calls would end it before round +1: what is left pays for no round that could commit"
-    )
+        "; budget.max_calls would stop it in round +1: it pays for no round that could commit"
+    )  # a first round always starts (round.driver): the gateway stops it
     chained = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"explore": 3})})
     one, two = project(ws, 2, chained).rounds
     chained = chained.model_copy(

@@ -212,6 +212,44 @@ def test_a_budgets_last_chain_ends_where_its_validation_fits_and_is_judged_on_on
     assert [e["before"] for e in events] == ["s3"]
 
 
+def test_a_chain_that_has_not_moved_takes_no_step_it_could_not_validate_and_the_run_ends_clean(
+    tmp_path: Path,
+) -> None:
+    """``budget.max_calls: 190``: s1 and s2 change nothing the scorer sees and are dropped; s3
+    (the answers' form) would beat the incumbent, but after it the one-look validation would no
+    longer fit. The chain has not moved, and yet no step it could not validate is asked for: it
+    ends before s3, the round is rejected (screened out), and round 2 is not started, since what is
+    left pays for no batch, step and validation. (The code of before held only a chain that had
+    moved to the budget: it asked for s3, kept it, and the gateway stopped its validation at 190
+    calls: round 1 failed, and the run with it.)"""
+    edits = {"s1": (OLD, f"{OLD} {TAIL}"), "s2": (OLD, f"{OLD} Be brief."), "s3": (OLD, FORM)}
+    script = scripted_edits(
+        tmp_path,
+        {name: (f"# Round 1:[\\s\\S]*Your step: {name},", old, new) for name, (old, new) in edits.items()},
+    )
+    ws = Workspace.open(
+        make_ws(tmp_path, model=script, search={"explore": 3}, gate=BANKED, budget={"max_calls": 190})
+    )
+    said: list[str] = []
+    [result] = driver.run(ws, 2, said.append)
+    assert result.status == "rejected" and result.reason.startswith("screened out on train"), result.reason
+    assert any(
+        "pays for no step s3 that could still be validated: the chain ends with no step kept" in line
+        for line in said
+    ), said
+    assert not any("step s3" in line and "kept" in line and "no step kept" not in line for line in said)
+    assert any(
+        line.startswith("not starting round 2: the budget left (about ")
+        and line.endswith("(its batch, a step and the chain's validation with one look)")
+        for line in said
+    ), said
+    m = result.manifest
+    assert m.search is not None and sorted(c.name for c in m.search.candidates) == ["s1", "s2"]
+    assert sum(u.calls for u in m.tokens.values()) < 190  # what a step it could not validate would spend
+    events = [e for e in ws.journal.read()[0] if e.get("phase") == "explore_budget_end"]
+    assert [e["before"] for e in events] == ["s3"]
+
+
 def test_the_hours_left_end_a_chain_where_its_validation_fits_as_a_budget_does(tmp_path: Path) -> None:
     """``budget.max_hours`` is planned as a limit in seconds, at the projection's times (a run,
     concurrency runs at a time; an optimizer turn): set between the one-look validation and it plus
