@@ -15,6 +15,7 @@ from harnessopt.search.budget import (
     one_look,
     one_look_bank,
     room_for_step,
+    round_can_commit,
     round_fits,
     runs_left,
     validation_runs,
@@ -159,3 +160,22 @@ def test_a_round_is_started_only_when_its_least_can_finish() -> None:
     assert not round_fits(cfg, rates, Usage(calls=788), 50, 30)
     assert round_fits(cfg, rates, Usage(calls=792), 50, 3)  # a train split of 3: a batch of 3
     assert round_fits(_cfg(), rates, Usage(calls=10**6), 50, 30)  # no limit
+
+
+def test_a_round_of_a_chain_is_started_only_with_room_for_a_step_and_its_one_look_validation() -> None:
+    """``round_can_commit``: a round of one proposal is held to ``round_fits`` (213 runs here); a
+    round of a chain (``search.explore``) commits only through a step and the chain's validation,
+    so it needs ``room_for_step`` for its batch: the batch and step 1's runs (2 x 8), a turn, and a
+    one-look validation (50 x (1 + 3 + 2 memorised-check runs) = 300, and its bank's 3 runs a task
+    where they lack, 10% over: 330, or 495 with no bank yet), far more than the lower bound."""
+    rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
+    one = Config.model_validate({"budget": {"max_calls": 1_000}, "search": {"explore": 0}})
+    chain = Config.model_validate({"budget": {"max_calls": 1_000}, "search": {"explore": 5}})
+    need = 2 * 8 + validation_runs(chain, 50, 0, 1) + 5
+    assert round_can_commit(one, rates, Usage(calls=787), 50, 30, whole)
+    assert not round_can_commit(chain, rates, Usage(calls=787), 50, 30, whole)
+    assert round_can_commit(chain, rates, Usage(calls=int(1_000 - need)), 50, 30, whole)
+    assert not round_can_commit(chain, rates, Usage(calls=int(1_000 - need) + 1), 50, 30, whole)
+    lacking = lambda n: 50 * n  # noqa: E731  (no bank yet: a one-look validation measures 3 runs a task)
+    assert not round_can_commit(chain, rates, Usage(calls=int(1_000 - need)), 50, 30, lacking)
+    assert round_can_commit(chain, rates, Usage(calls=int(1_000 - need - 165)), 50, 30, lacking)
