@@ -122,7 +122,14 @@ from harnessopt.gate.confirmation import confirmation_record, split_val  # noqa:
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes, Task, Usage  # noqa: E402
-from harnessopt.search.budget import Lacks, looks, one_look, one_look_bank, room_for_step  # noqa: E402
+from harnessopt.search.budget import (  # noqa: E402
+    Lacks,
+    looks,
+    one_look,
+    one_look_bank,
+    room_for_step,
+    round_can_commit,
+)
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
 from harnessopt.search.length import chain_length  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
@@ -441,6 +448,8 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
     inc_out: Outcomes = {}  # the incumbent's bank: measured when a round first validates, as the loop does
     r, asked, sc, spent = 0, 0, st.search, 0
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds):
+        if plan is not None and r > 0 and not plan.round_can_commit(spent, inc_out):
+            break  # round.driver starts no round the budget left cannot commit in
         if st.kind == "screen":
             # The round's batch (the incumbent's runs the optimizer reads) and the extra screening
             # tasks (the incumbent runs them too), as ``search.steps``: all paid.
@@ -592,6 +601,13 @@ class Planner:
         """``search.explore._room_for_step``: a step on ``tasks`` and then a one-look validation."""
         return room_for_step(
             self.cfg, self.rates, Usage(cost_usd=float(spent)), tasks, M, self._lacks(inc_out)
+        )
+
+    def round_can_commit(self, spent: int, inc_out: Outcomes) -> bool:
+        """``round.driver._budget_short``: does the budget left pay for a round that could commit
+        (``search.budget.round_can_commit``)?"""
+        return round_can_commit(
+            self.cfg, self.rates, Usage(cost_usd=float(spent)), M, TRAIN, self._lacks(inc_out)
         )
 
     def gate(self, spent: int, inc_out: Outcomes, two: GatePolicy) -> tuple[GatePolicy, int | None]:

@@ -119,13 +119,12 @@ def _budget_short(ws: Workspace, svc: Services) -> str | None:
     spent, n_train = svc.gateway.total(), len(ws.tasks("train"))
     val = split_val(ws.tasks("val"), cfg.gate)[0]
     lacks = bank_lacks_of(ws, svc, vcs.head_sha(ws.repo), val)
-    n_val = len(val) if cfg.explore_steps else len(ws.tasks("val"))  # a chain: as its steps are held
-    if budget.round_can_commit(cfg, svc.rates, spent, n_val, n_train, lacks, left):
+    if budget.round_can_commit(cfg, svc.rates, spent, len(val), n_train, lacks, left):
         return None
     what = (
         "its batch, a step and the chain's validation with one look"
         if cfg.explore_steps
-        else "its batch, an optimizer turn, the gate's first look and the confirmation"
+        else "its batch, its optimizer turns and screening, and a validation with one look"
     )
     runs = budget.runs_left(cfg, svc.rates, spent, left) or 0.0
     return (

@@ -48,16 +48,16 @@ def validation_runs(cfg: Config, n_val: int, bank_missing: int, looks: int) -> f
     return (n_val * _per_task(cfg, looks) + bank_missing) * (1 + RESERVE_MARGIN)
 
 
-def _per_task(cfg: Config, looks: int, memorised: bool = True) -> float:
+def _per_task(cfg: Config, looks: int) -> float:
     """A val task's runs in a validation with ``looks`` looks: the candidate's looks, the
-    confirmation of an accept and, with ``memorised``, the memorised-answer check as if it were
-    fixed (it runs on the fixed tasks only)."""
+    confirmation of an accept and the memorised-answer check as if it were fixed (it runs on the
+    fixed tasks only)."""
     g = cfg.gate
     sides = 1 if g.judges_bank else 2  # the banked gate's looks and confirmation run the candidate only
     per_task = g.epochs + (sides * g.second_look if looks > 1 and g.confirm_flips else 0)
     if g.confirm == "val":
         per_task += g.confirm_runs if g.judges_bank else 2 * g.epochs
-    if memorised and cfg.checks.memorised != "off":  # a fixed task's perturbed variants, on both sides
+    if cfg.checks.memorised != "off":  # a fixed task's perturbed variants, on both sides
         per_task += 2 * cfg.checks.memorised_variants
     return per_task
 
@@ -134,22 +134,6 @@ def room_for_step(
     return fits(cfg, rates, spent, runs, turns=1, seconds_left=seconds_left)
 
 
-def round_fits(
-    cfg: Config,
-    rates: dict[str, float],
-    spent: Usage,
-    n_val: int,
-    n_train: int,
-    seconds_left: float | None = None,
-) -> bool:
-    """Can one more round still commit? The least a round that commits takes: the incumbent's runs
-    on its batch, one optimizer turn, the candidate's first look against a whole bank and the
-    confirmation of its accept, with no reserve and no memorised-answer check (a lower bound: a
-    round it says no to could not commit anything, and one it says yes to may still not fit)."""
-    least = min(cfg.rollout.batch_size, n_train) + n_val * _per_task(cfg, 1, memorised=False)
-    return fits(cfg, rates, spent, least, turns=1, seconds_left=seconds_left)
-
-
 def round_can_commit(
     cfg: Config,
     rates: dict[str, float],
@@ -159,14 +143,21 @@ def round_can_commit(
     lacks: Lacks,
     seconds_left: float | None = None,
 ) -> bool:
-    """Can one more round still commit? A round of a chain (``search.explore``) commits only
-    through a step and the chain's validation, so it needs room for its batch (the screening-only
-    tasks too), step 1 and a one-look validation (``room_for_step``: what every later step is held
-    to); a round of one proposal the lower bound ``round_fits``."""
+    """Can one more round still commit? Only if the budget left pays for the round's train runs,
+    its optimizer turns and a validation with one look (its bank topped up to ``one_look_bank``
+    where it lacks runs, the memorised-answer check at most, the confirmation, 10% over): what a
+    chain's every step is held to (``room_for_step``), so a round that starts can finish. The
+    train runs: a chain's (``search.explore``) batch and step 1's runs on it (with
+    ``search.screen_tasks``), a turn; one proposal's batch and a turn; K candidates'
+    (``search.candidates``) batch and screening tasks, each candidate's runs on them, K turns."""
+    batch = min(cfg.rollout.batch_size, n_train)
+    tasks = min(batch + cfg.search.screening_only, n_train)
     if cfg.explore_steps:
-        tasks = min(cfg.rollout.batch_size + cfg.search.screening_only, n_train)
         return room_for_step(cfg, rates, spent, tasks, n_val, lacks, seconds_left)
-    return round_fits(cfg, rates, spent, n_val, n_train, seconds_left)
+    k = max(1, cfg.search.candidates)
+    train = tasks + k * tasks if k > 1 else batch
+    runs = train + validation_runs(cfg, n_val, lacks(one_look_bank(cfg.gate)), 1)
+    return fits(cfg, rates, spent, runs, turns=k, seconds_left=seconds_left)
 
 
 def looks(

@@ -127,22 +127,20 @@ def test_the_line_says_in_which_round_the_budget_would_end_the_run_and_what_that
     name; nothing when every round fits. The run prints it before anything is spent. With the task
     objective the run plans its budget (``search.budget``): the round it runs out in still runs,
     its chain ending where its validation fits and its gate taking one look if two do not, unless
-    what the rounds before it left pays for no round that could commit (``round_fits``, the bound
-    ``round.driver`` stops on), in which case the run ends before it."""
+    what the rounds before it left pays for no round that could commit and finish
+    (``round_can_commit``, the bound ``round.driver`` stops on), in which case the run ends before
+    it. The demo's round 2 (58 calls) is smaller than what that bound asks (its batch, a turn and a
+    one-look validation with the memorised-answer check and 10% over: 89), so a budget that runs
+    out inside it ends the run before it; a chain of 3 steps makes a round larger than the bound."""
     ws = Workspace.open(make_ws(tmp_path))
     first, second = project(ws, 2).rounds
     assert project(ws, 2).budget_note() == ""  # the demo's config sets no limit
-    # the least a round that commits takes in the demo (its batch of 8, the paired gate's first look
-    # and confirmation, 3 runs on each of 14 val tasks, a turn of 4 calls) is 54 calls of round 2's 58
     for limit, used, size in (
         ("max_calls", first.calls, second.calls),
         ("max_tokens", first.tokens, second.tokens),
     ):
-        for share, says in (
-            (0.99, "would end it in round +2, which plans for what is left (the gate takes one look if "
-                   "two do not fit: search.budget)"),
-            (0.3, "would end it before round +2: what is left pays for no round that could commit"),
-        ):  # fmt: skip
+        says = "would end it before round +2: what is left pays for no round that could commit"
+        for share in (0.99, 0.3):
             at = int(used + share * size)
             cfg = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={limit: at})})
             p = project(ws, 2, cfg)
@@ -157,18 +155,23 @@ def test_the_line_says_in_which_round_the_budget_would_end_the_run_and_what_that
     )  # a first round always starts (round.driver): the gateway stops it
     chained = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"explore": 3})})
     one, two = project(ws, 2, chained).rounds
-    chained = chained.model_copy(
-        update={"budget": chained.budget.model_copy(update={"max_calls": int(one.calls + 0.99 * two.calls)})}
-    )
-    assert project(ws, 2, chained).budget_note() == (
-        "; budget.max_calls would end it in round +2, which plans for what is left (its chain ends where its "
-        "validation still fits, and the gate takes one look if two do not fit: search.budget)"
-    )
+    for share, says in (
+        (0.99, "would end it in round +2, which plans for what is left (its chain ends where its validation "
+               "still fits, and the gate takes one look if two do not fit: search.budget)"),
+        (0.3, "would end it before round +2: what is left pays for no round that could commit"),
+    ):  # fmt: skip
+        at = int(one.calls + share * two.calls)
+        cfg = chained.model_copy(update={"budget": chained.budget.model_copy(update={"max_calls": at})})
+        assert project(ws, 2, cfg).budget_note() == f"; budget.max_calls {says}"
+        assert f"limit: budget.max_calls {says}" in project(ws, 2, cfg).table()
     hours = (first.wall_s + second.wall_s / 2) / 3600  # the wall clock, from the projected times
     timed = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_hours": hours})})
     assert project(ws, 2, timed).budget_note().startswith("; budget.max_hours would end it")
     # an objective whose rounds the budget does not plan: the gateway stops the round it runs out in
-    trigger = cfg.model_copy(update={"objective": "trigger"})
+    tokens = int(first.tokens + 0.5 * second.tokens)
+    trigger = ws.cfg.model_copy(
+        update={"objective": "trigger", "budget": ws.cfg.budget.model_copy(update={"max_tokens": tokens})}
+    )
     assert project(ws, 2, trigger).budget_note() == "; budget.max_tokens would stop it in round +2"
 
 

@@ -16,7 +16,6 @@ from harnessopt.search.budget import (
     one_look_bank,
     room_for_step,
     round_can_commit,
-    round_fits,
     runs_left,
     validation_runs,
 )
@@ -150,30 +149,39 @@ def test_the_hours_left_are_planned_as_a_limit_in_seconds() -> None:
     assert not fits(both, rates, Usage(calls=75), 10, 1, seconds_left=129.0)  # the time does not
 
 
-def test_a_round_is_started_only_when_its_least_can_finish() -> None:
-    """The least a round that commits takes, at one call a run (50 val tasks, 30 train, batch 8):
-    the batch's 8 runs, a turn of 5 calls and the first look with the confirmation (50 x 4 = 200
-    runs; no reserve, and no memorised-answer check, which runs on the fixed tasks only): 213."""
+def test_a_round_is_started_only_when_its_train_runs_turns_and_one_look_validation_fit() -> None:
+    """``round_can_commit`` at one call a run, a turn of 5 calls (50 val tasks, 30 train, batch 8):
+    one proposal needs its batch (8), a turn (5) and a one-look validation (50 x (1 + 3 + 2
+    memorised-check runs) = 300, 10% over: 330): 343; four candidates screened on the batch and 4
+    more train tasks need the incumbent's 12 runs and each candidate's 12 (60), 4 turns (20) and
+    the same validation: 410. A bank that lacks runs adds them (3 a task for a one-look
+    validation, 10% over)."""
     rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
-    cfg = _cfg(max_calls=1_000)
-    assert round_fits(cfg, rates, Usage(calls=787), 50, 30)
-    assert not round_fits(cfg, rates, Usage(calls=788), 50, 30)
-    assert round_fits(cfg, rates, Usage(calls=792), 50, 3)  # a train split of 3: a batch of 3
-    assert round_fits(_cfg(), rates, Usage(calls=10**6), 50, 30)  # no limit
+    one = Config.model_validate({"budget": {"max_calls": 1_000}, "search": {"explore": 0}})
+    assert round_can_commit(one, rates, Usage(calls=657), 50, 30, whole)
+    assert not round_can_commit(one, rates, Usage(calls=658), 50, 30, whole)
+    assert round_can_commit(one, rates, Usage(calls=662), 50, 3, whole)  # a train split of 3: a batch of 3
+    assert round_can_commit(
+        one.model_copy(update={"budget": _cfg().budget}), rates, Usage(calls=10**6), 50, 30, whole
+    )
+    four = Config.model_validate(
+        {"budget": {"max_calls": 1_000}, "search": {"candidates": 4, "screen_tasks": 4}}
+    )
+    assert round_can_commit(four, rates, Usage(calls=590), 50, 30, whole)
+    assert not round_can_commit(four, rates, Usage(calls=591), 50, 30, whole)
+    assert not round_can_commit(one, rates, Usage(calls=657), 50, 30, lambda n: 50 * n)  # no bank yet
+    assert round_can_commit(one, rates, Usage(calls=657 - 165), 50, 30, lambda n: 50 * n)
 
 
 def test_a_round_of_a_chain_is_started_only_with_room_for_a_step_and_its_one_look_validation() -> None:
-    """``round_can_commit``: a round of one proposal is held to ``round_fits`` (213 runs here); a
-    round of a chain (``search.explore``) commits only through a step and the chain's validation,
-    so it needs ``room_for_step`` for its batch: the batch and step 1's runs (2 x 8), a turn, and a
+    """``round_can_commit``: a round of a chain (``search.explore``) commits only through a step and
+    the chain's validation, so it needs ``room_for_step`` for its batch: the batch and step 1's
+    runs (2 x 8), a turn, and a
     one-look validation (50 x (1 + 3 + 2 memorised-check runs) = 300, and its bank's 3 runs a task
-    where they lack, 10% over: 330, or 495 with no bank yet), far more than the lower bound."""
+    where they lack, 10% over: 330, or 495 with no bank yet)."""
     rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
-    one = Config.model_validate({"budget": {"max_calls": 1_000}, "search": {"explore": 0}})
     chain = Config.model_validate({"budget": {"max_calls": 1_000}, "search": {"explore": 5}})
     need = 2 * 8 + validation_runs(chain, 50, 0, 1) + 5
-    assert round_can_commit(one, rates, Usage(calls=787), 50, 30, whole)
-    assert not round_can_commit(chain, rates, Usage(calls=787), 50, 30, whole)
     assert round_can_commit(chain, rates, Usage(calls=int(1_000 - need)), 50, 30, whole)
     assert not round_can_commit(chain, rates, Usage(calls=int(1_000 - need) + 1), 50, 30, whole)
     lacking = lambda n: 50 * n  # noqa: E731  (no bank yet: a one-look validation measures 3 runs a task)
