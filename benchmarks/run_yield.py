@@ -39,9 +39,11 @@ Strategies (the same worlds and proposal streams for all):
   at the whole alpha, against the incumbent's bank topped up to ``one_look_bank`` (3) runs a task
   instead of 11.
 * default, a chain that has not moved steps past its validation's room [the stop before]: the
-  same plan, but only a chain that has moved is held to it, and a round starts on a lower bound
-  (``budget.round_fits``): its steps may spend the budget down to where a step they keep can no
-  longer be validated, and that validation is refused.
+  same plan, but only a chain that has moved is held to it, and a round starts whenever a
+  proposal's rollouts fit (the driver's lower bound of the stop before is not modelled): its steps
+  may spend the budget down to where a step they keep can no longer be validated, and that
+  validation is refused. The other loop rows start a round as ``round.driver`` does now
+  (``search.budget.round_can_commit``: its train runs, turns and a one-look validation fit).
 * default, its one-look validation against the whole bank [two stops ago]: that plan, but a
   validation planned for one look tops the bank up to all 11 runs a task, and the chain's reserve
   counts them.
