@@ -878,12 +878,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     for y, b in tables:
         for st, r in zip(sts, res[(y, b)], strict=True):
-            if st.kind not in ("explore", "minibatch") or not st.label.startswith(("default (", "minibatch")):
+            if st is not sts[1] and st.kind != "minibatch":  # the default and GEPA-style
                 continue
             g, top = statistics.fmean(r.gain), statistics.fmean(r.best)
             table = f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
             print(
-                f"| {'default' if st.kind == 'explore' else 'GEPA-style'} | {table} | {top:+.4f} "
+                f"| {'GEPA-style' if st.kind == 'minibatch' else 'default'} | {table} | {top:+.4f} "
                 f"| {statistics.fmean(r.last):+.4f} "
                 f"| {g:+.4f} | {g - top:+.4f} |"
             )

@@ -17,7 +17,7 @@ is measured, documented priors stand in (``PRIORS``); the projection says which 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harnessopt.config import Config
@@ -73,6 +73,14 @@ class RoundCost:
     def calls(self) -> float:
         return self.target_calls + self.optimizer_calls
 
+    def plus(self, other: RoundCost) -> RoundCost:
+        return RoundCost(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def used(self) -> dict[str, float]:
+        """What this spends of each ``budget`` limit, by the limit's name."""
+        return {"max_calls": self.calls, "max_tokens": self.tokens, "max_cost": self.cost_usd,
+                "max_hours": self.wall_s / 3600}  # fmt: skip
+
 
 @dataclass
 class Projection:
@@ -91,8 +99,7 @@ class Projection:
     def total(self) -> RoundCost:
         out = RoundCost()
         for r in ([self.round0] if self.round0 else []) + self.rounds:
-            for name in ("target_runs", "target_calls", "optimizer_calls", "tokens", "cost_usd", "wall_s"):
-                setattr(out, name, getattr(out, name) + getattr(r, name))
+            out = out.plus(r)
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -135,29 +142,12 @@ class Projection:
         run plans its budget (``plans``: the task objective), what it does there: the round the
         budget runs out in plans for what is left (``search.budget``), or, when what is left pays for
         no round that could commit (``search.budget.round_can_commit``), the run stops before it."""
-        r0 = self.round0 or RoundCost()  # the diagnosis, when it comes first, spends from it too
-        spent = {
-            "max_calls": r0.calls,
-            "max_tokens": r0.tokens,
-            "max_cost": r0.cost_usd,
-            "max_hours": r0.wall_s / 3600,
-        }
-        before = RoundCost()
+        before = self.round0 or RoundCost()  # the diagnosis, when it comes first, spends from it too
         for k, r in enumerate(self.rounds, start=1):
-            spent = {"max_calls": spent["max_calls"] + r.calls, "max_tokens": spent["max_tokens"] + r.tokens,
-                     "max_cost": spent["max_cost"] + r.cost_usd,
-                     "max_hours": spent["max_hours"] + r.wall_s / 3600}  # fmt: skip
-            over = [name for name, limit in self.budget.items() if spent[name] > limit]
+            after = before.plus(r)
+            over = [name for name, limit in self.budget.items() if after.used()[name] > limit]
             if not over:
-                for name in (
-                    "target_runs",
-                    "target_calls",
-                    "optimizer_calls",
-                    "tokens",
-                    "cost_usd",
-                    "wall_s",
-                ):
-                    setattr(before, name, getattr(before, name) + getattr(r, name))
+                before = after
                 continue
             if self.plans is None:
                 return f"; budget.{over[0]} would stop it in round +{k}"
@@ -257,7 +247,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     }
     r0 = _round0(cfg, rates, n_train) if _round0_pending(ws, cfg) else None
     budget = {k: float(v) for k, v in limits.items() if v is not None}
-    plans = _plan(cfg, rates, n_val, n_train, r0) if cfg.objective == "task" else None
+    plans = _plan(cfg, rates, n_val, n_train) if cfg.objective == "task" else None
     return Projection(per_round, basis, rates, budget, r0, cfg.explore_steps, chain, plans)
 
 
@@ -269,21 +259,16 @@ class BudgetPlan:
     looks: bool  # the gate has a second look, which a validation drops when only one fits
 
 
-def _plan(cfg: Config, rates: dict[str, float], n_val: int, n_train: int, r0: RoundCost | None) -> BudgetPlan:
-    """``fits``: whether a round could still commit after the projected rounds before it (and round
-    0) spent this much: ``search.budget.round_can_commit``, the bound the run stops on
+def _plan(cfg: Config, rates: dict[str, float], n_val: int, n_train: int) -> BudgetPlan:
+    """``fits``: whether a round could still commit after the projected rounds before it (round 0
+    included) spent this much: ``search.budget.round_can_commit``, the bound the run stops on
     (``round.driver``), with the bank the rounds before it measured (a validated or confirmed
     incumbent has the runs a one-look validation reads)."""
-    first = r0 or RoundCost()
 
     def fits(before: RoundCost) -> bool:
-        spent = Usage(
-            calls=round(first.calls + before.calls),
-            input_tokens=round(first.tokens + before.tokens),
-            cost_usd=first.cost_usd + before.cost_usd,
-        )
+        spent = Usage(calls=round(before.calls), input_tokens=round(before.tokens), cost_usd=before.cost_usd)
         hours = cfg.budget.max_hours
-        left = None if hours is None else hours * 3600 - first.wall_s - before.wall_s
+        left = None if hours is None else hours * 3600 - before.wall_s
         return budget.round_can_commit(cfg, rates, spent, n_val, n_train, lambda _n: 0, left)
 
     return BudgetPlan(fits, bool(cfg.gate.second_look and cfg.gate.confirm_flips))
