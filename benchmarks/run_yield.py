@@ -98,8 +98,18 @@ the best state a run built and kept (a head a step moved to; a proposal GEPA-sty
 of its last state (the chain's end) and of what it returns (main; GEPA-style's best on val):
 neither strategy knows the first two.
 
+"--tried" prints, beside the default and GEPA-style, the default with one rule changed, each a rule
+tried to commit more of the chain's best state and not shipped: a kept step rechecked on the next
+step's fresh batch, which the head it replaced runs too (the step is undone when the new head does
+worse there); a chain end the gate finds no better than main (a smoke reject, a futility stop, an
+estimate at or below zero) or whose confirmation fails dropped, so the next round's chain starts
+from main; and the chain's end and its middle kept state both validated, each at half the alpha
+(``search.steps.alpha_share`` with two winners), the larger accepted estimate kept. The plan
+counts each rule's extra runs (a recheck's; a second state's one-look validation).
+
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
     python benchmarks/run_yield.py --quick    # a fast look
+    python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (a few minutes)
 """
 
 from __future__ import annotations
@@ -131,6 +141,7 @@ from harnessopt.search.budget import (  # noqa: E402
     one_look_bank,
     room_for_step,
     round_can_commit,
+    validation_runs,
 )
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
 from harnessopt.search.length import chain_length  # noqa: E402
@@ -201,6 +212,11 @@ def loop_policy(gc: GateConfig) -> sim.Policy:
     )
 
 
+def halve(g: GateConfig) -> GateConfig:
+    """``g`` at half its false-accept level, as ``search.steps.alpha_share`` tests each of two winners."""
+    return g.model_copy(update={"confidence": 1.0 - (1.0 - g.confidence) / 2})
+
+
 @dataclass
 class Strategy:
     label: str
@@ -213,6 +229,10 @@ class Strategy:
     moved_only: bool = (
         False  # the plan holds only a chain that moved to its validation's room (the stop before)
     )
+    # Tried against the GEPA gap and not shipped (``--tried``):
+    recheck: bool = False  # a kept step is rechecked on the next step's batch, reverted when worse there
+    restart: bool = False  # a chain end the gate or its confirmation turns down is dropped for main
+    two_states: bool = False  # the chain's end and its middle kept state, each gated at half the alpha
 
     @classmethod
     def loop(
@@ -351,6 +371,36 @@ def strategies() -> list[Strategy]:
             "explore",
             before,
             confirm_epochs=WHOLE_BANK,
+        ),
+    ]
+
+
+def tried_strategies() -> list[Strategy]:
+    """``--tried``: the default, GEPA-style, and what was tried to close the gap between them at
+    5,000 rollouts (the default returns main, 0.05-0.07 below the best state its chain built) and
+    not shipped, each on the default's plan: it is the default with one rule changed."""
+    shipped = strategies()
+    default = shipped[1]
+    return [
+        default,
+        next(st for st in shipped if st.kind == "minibatch"),
+        dataclasses.replace(
+            default,
+            label="a kept step rechecked on the next step's batch (the head it replaced runs it too), undone "
+            "when worse there",
+            recheck=True,
+        ),
+        dataclasses.replace(
+            default,
+            label="a chain end the gate finds no better than main (or its confirmation fails) dropped: "
+            "the next chain starts from main",
+            restart=True,
+        ),
+        dataclasses.replace(
+            default,
+            label="the chain's end and its middle kept state validated, each at half the alpha "
+            "(as search.winners: 2), the larger accepted estimate kept",
+            two_states=True,
         ),
     ]
 
@@ -522,19 +572,33 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     inc_out: Outcomes = {}  # the incumbent's bank: measured when a round first validates, as the loop does
     r = k = spent = 0  # proposals in all, steps this round, rollouts
     best = w.true(w.s0)
+    prev: sim.State | None = None  # recheck: the base of the last kept step, until a batch rechecks it
+    kept: list[sim.State] = []  # the heads this round's steps moved to
+    halves = [make_gate(halve(st.gate)), make_gate(one_look(halve(st.gate)))]  # two_states: two, one look
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
         if k == 0:
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
+            kept = []
         tasks = rng.permutation(w.train)[: BATCH + extra]  # the batch, then the screening-only tasks
         held = plan is not None and not st.moved_only
-        if held and k == 0 and r > 0 and not plan.room_for_step(spent, len(tasks), inc_out):
+        # a recheck's runs, and a second state's one-look validation, planned
+        second = plan.second_state() if plan is not None and st.two_states and len(kept) >= 1 else 0
+        more = len(tasks) * (prev is not None) + second
+        if held and k == 0 and r > 0 and not plan.room_for_step(spent + more, len(tasks), inc_out):
             break  # round.driver starts no round of a chain without room for a step and its validation
         ends = (
             plan is not None
             and (k > 0 if held else head is not start)
-            and not plan.room_for_step(spent, len(tasks), inc_out)
+            and not plan.room_for_step(spent + more, len(tasks), inc_out)
         )
         if not ends:
+            base_runs = None
+            if prev is not None:  # recheck: the last kept step against its base on this batch
+                base_runs, prev_runs = crashy(head, tasks, rng), crashy(prev, tasks, rng)
+                spent += len(tasks)
+                if screen({"h": base_runs}, prev_runs)[0].mean_delta < 0:
+                    head, base_runs = prev, prev_runs
+                prev = None
             kind, cand = proposal(w, head, seed, r)
             # the base's runs on the batch and its extra tasks: the round's (the start's runs the
             # optimizer reads) at the first step, a fresh one after it
@@ -542,24 +606,42 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             r, k = r + 1, k + 1
             runs = {"s": crashy(cand, tasks, rng)}
             spent += len(tasks) + turn
-            if any(x.chosen for x in screen(runs, crashy(head, tasks, rng), floor=STEP_FLOOR)):
+            base_runs = base_runs if base_runs is not None else crashy(head, tasks, rng)
+            if any(x.chosen for x in screen(runs, base_runs, floor=STEP_FLOOR)):
+                prev = head if st.recheck else None
                 head, best = cand, max(best, w.true(cand))
+                kept.append(cand)
             if k < steps:
                 continue
-        k = 0
+        k, prev = 0, None
         if head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
         tested = head
-        judge, bank = plan.gate(spent, inc_out, gate) if plan is not None else (gate, None)
+        second = plan.second_state() if plan is not None and st.two_states and len(kept) >= 2 else 0
+        judge, bank = plan.gate(spent + second, inc_out, gate) if plan is not None else (gate, None)
         inc_out, n = banked(pol, judge, s, inc_out, rng, w.val, bank)
         spent += n
-        dec, cand_out = sim.decide(pol, judge, s, head, w.val, inc_out, rng, rollout=crashy)
-        spent += dec.rollouts
+        if st.two_states and len(kept) >= 2:  # the end and the middle state, each at half the alpha
+            half = halves[plan is not None and judge is plan.one]
+            tried = [(*sim.decide(pol, half, s, c, w.val, inc_out, rng, rollout=crashy), c)
+                     for c in (head, kept[(len(kept) - 1) // 2])]  # fmt: skip
+            spent += sum(d.rollouts for d, _, _ in tried)
+            dec, cand_out, head = max(
+                tried, key=lambda x: (x[0].accept, x[0].delta) if x[0].accept else (0, 0)
+            )
+            head = tested = head if dec.accept else tried[0][2]
+        else:
+            dec, cand_out = sim.decide(pol, judge, s, head, w.val, inc_out, rng, rollout=crashy)
+            spent += dec.rollouts
         if not dec.accept:
+            if st.restart and (dec.smoke_reject or dec.saved > 0 or dec.delta <= 0):
+                head = tested = s  # the next round's chain starts from main
             continue
         ok, fresh, n = confirm_banked(st, w, head, inc_out, rng)
         spent += n
         if not ok:
+            if st.restart:
+                head = tested = s
             continue
         if refused(spent, budget, rounds):
             break  # the round ran out of budget before main could move
@@ -604,6 +686,10 @@ class Planner:
         return room_for_step(
             self.cfg, self.rates, Usage(cost_usd=float(spent)), tasks, M, self._lacks(inc_out)
         )
+
+    def second_state(self) -> int:
+        """``two_states`` (tried, not shipped): a second state's one-look validation, the bank whole."""
+        return int(validation_runs(self.cfg, M, 0, 1)) + 1
 
     def round_can_commit(self, spent: int, inc_out: Outcomes) -> bool:
         """``round.driver._budget_short``: does the budget left pay for a round that could commit
@@ -759,7 +845,9 @@ def confirmed(
 
 def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     what, budget, seeds = job
-    sts = strategies()
+    tried = what.startswith("tried ")
+    what = what.removeprefix("tried ")
+    sts = tried_strategies() if tried else strategies()
     if what == "round":
         rows = round_strategies()
         tallies: list[object] = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in rows]
@@ -786,6 +874,39 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     return what, budget, results
 
 
+def _table(y: str, b: int) -> str:
+    return f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
+
+
+def tried_main(runs: int, workers: int) -> int:
+    """``--tried``: the rules tried against the GEPA gap, beside the default and GEPA-style."""
+    started, sts, chunks = time.monotonic(), tried_strategies(), 4 * workers
+    tables = [(y, b) for y, (_, budgets) in YIELDS.items() for b in budgets]
+    jobs = [(f"tried {y}", b, list(range(w, runs, chunks))) for y, b in tables for w in range(chunks)]
+    res = {key: [Result() for _ in sts] for key in tables}
+    with mp.Pool(workers) as pool:
+        for what, budget, got in pool.map(work, jobs):
+            for r, g in zip(res[(what, budget)], got, strict=True):
+                r.merge(g)  # type: ignore[arg-type]
+    print(f"tried against the GEPA gap: E[true gain] ±SE, {runs} runs a strategy and table (best state / "
+          "last state / runs the budget cut mid-round)")  # fmt: skip
+    print("| strategy | " + " | ".join(_table(y, b) for y, b in tables) + " |")
+    print("|---" * (len(tables) + 1) + "|")
+    for i, st in enumerate(sts):
+        cells = []
+        for key in tables:
+            r = res[key][i]
+            best = f"{statistics.fmean(r.best):+.3f}" if r.best else "-"
+            last = f"{statistics.fmean(r.last):+.3f}" if r.last else "-"
+            cells.append(
+                f"{statistics.fmean(r.gain):+.4f} ±{statistics.stdev(r.gain) / len(r.gain) ** 0.5:.4f} "
+                f"({best} / {last} / {r.stopped / runs:.3f})"
+            )
+        print(f"| {st.label} | " + " | ".join(cells) + " |")
+    print(f"\nwall time {time.monotonic() - started:.1f}s")
+    return 0
+
+
 def _q(xs: list[float], q: float) -> float:
     return float(np.quantile(np.array(xs), q)) if xs else float("nan")
 
@@ -796,8 +917,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=2000, help="per-round trials per proposal kind")
     ap.add_argument("--quick", action="store_true", help="30 runs and 200 trials: a fast look")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--tried", action="store_true", help="only the rules tried against the GEPA gap (not shipped)"
+    )
     a = ap.parse_args(argv)
     runs, trials = (30, 200) if a.quick else (a.runs, a.trials)
+    if a.tried:
+        return tried_main(runs, a.workers)
     started = time.monotonic()
     sts = strategies()
     chunks = 4 * a.workers
@@ -881,7 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
             if st is not sts[1] and st.kind != "minibatch":  # the default and GEPA-style
                 continue
             g, top = statistics.fmean(r.gain), statistics.fmean(r.best)
-            table = f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
+            table = _table(y, b)
             print(
                 f"| {'GEPA-style' if st.kind == 'minibatch' else 'default'} | {table} | {top:+.4f} "
                 f"| {statistics.fmean(r.last):+.4f} "

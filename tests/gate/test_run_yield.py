@@ -203,3 +203,39 @@ def test_confirm_holdout_gates_on_the_rest_of_val_and_confirms_on_the_held_out_t
     y.per_round(held_row, 4)
     assert drawn and all(ids <= set(seen.tolist()) or ids == set(held.tolist()) for ids in drawn)
     assert any(ids == set(seen.tolist()) for ids in drawn)  # the incumbent and the gate: on the 35
+
+
+def test_the_rules_tried_against_the_gepa_gap_print_beside_the_default_and_gepa_style(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert y.main(["--tried", "--runs", "2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    sts = y.tried_strategies()
+    assert sts[0].label == y.strategies()[1].label  # the shipped default
+    assert sts[1].kind == "minibatch"
+    tables = sum(len(budgets) for _, budgets in y.YIELDS.values())
+    for st in sts:
+        row = next(line for line in out.splitlines() if line.startswith(f"| {st.label} |"))
+        assert row.count("±") == tables
+
+
+def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budget() -> None:
+    """A rechecked step, a restart from main and a second state's validation each spend runs the
+    default does not; the plan counts them, so no run ends with a round the budget cut, and each
+    rule changes what some run does."""
+    default, *tried = y.tried_strategies()[:1] + y.tried_strategies()[2:]
+    assert [(st.recheck, st.restart, st.two_states) for st in tried] == [
+        (True, False, False),
+        (False, True, False),
+        (False, False, True),
+    ]
+    for budget, turn in ((2000, 20), (5000, 0)):
+        base = [y.run_one(default, y.world(s), s, budget, turn=turn) for s in range(6)]
+        for st in tried:
+            got = [y.run_one(st, y.world(s), s, budget, turn=turn) for s in range(6)]
+            assert sum(r.stopped for r in got) == 0
+            assert all(r.spent[0] <= budget for r in got)
+            assert any(
+                (r.gain, r.last, r.proposals) != (b.gain, b.last, b.proposals)
+                for r, b in zip(got, base, strict=True)
+            )
