@@ -103,9 +103,14 @@ tried to commit more of the chain's best state and not shipped: a kept step rech
 step's fresh batch, which the head it replaced runs too (the step is undone when the new head does
 worse there); a chain end the gate finds no better than main (a smoke reject, a futility stop, an
 estimate at or below zero) or whose confirmation fails dropped, so the next round's chain starts
-from main; and the chain's end and its middle kept state both validated, each at half the alpha
-(``search.steps.alpha_share`` with two winners), the larger accepted estimate kept. The plan
-counts each rule's extra runs (a recheck's; a second state's one-look validation).
+from main; the chain's end and its middle kept state both validated, each at half the alpha
+(``search.steps.alpha_share`` with two winners), the larger accepted estimate kept; the chain's
+end and its middle state run on ``PICK_TASKS`` fresh train tasks and the better there validated
+at the whole alpha (train is not val: the pick costs the gate nothing); and a dropped step's batch
+and its base's runs serving the next step once (its base runs nothing fresh; what the optimizer
+would lose by reading the same trajectories again is not modelled: proposals here are drawn alike
+whatever they read). The plan counts each rule's extra runs (a recheck's; a second state's
+one-look validation; the pick's).
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
     python benchmarks/run_yield.py --quick    # a fast look
@@ -152,6 +157,7 @@ TRAIN = 100  # train tasks (screening, minibatches)
 BATCH = RolloutConfig().batch_size  # the round's train batch: the optimizer's runs of the incumbent
 SCREEN_EXTRA = 12  # search.screen_tasks for "K screened": train tasks added for screening only
 K = 4  # search.candidates for "K screened"
+PICK_TASKS = 16  # --tried: the fresh train tasks the chain's end and its middle state run for the pick
 FIXED_CHAINS = (3, 10, 30)  # search.explore of the fixed-length rows (10: the default before the rule)
 TURN_PRICE = 20  # rollouts an optimizer turn is priced at in the middle tables: an assumption
 MINIBATCH = 3  # GEPA's default minibatch
@@ -233,6 +239,10 @@ class Strategy:
     recheck: bool = False  # a kept step is rechecked on the next step's batch, reverted when worse there
     restart: bool = False  # a chain end the gate or its confirmation turns down is dropped for main
     two_states: bool = False  # the chain's end and its middle kept state, each gated at half the alpha
+    pick_tasks: int = (
+        0  # the chain's end and its middle state run these fresh train tasks; the better is gated
+    )
+    reuse_once: bool = False  # a dropped step's batch and its base's runs serve the next step too, once
 
     @classmethod
     def loop(
@@ -401,6 +411,18 @@ def tried_strategies() -> list[Strategy]:
             label="the chain's end and its middle kept state validated, each at half the alpha "
             "(as search.winners: 2), the larger accepted estimate kept",
             two_states=True,
+        ),
+        dataclasses.replace(
+            default,
+            label=f"the chain's end and its middle kept state run {PICK_TASKS} fresh train tasks; the middle "
+            "is validated instead when it beats the end there",
+            pick_tasks=PICK_TASKS,
+        ),
+        dataclasses.replace(
+            default,
+            label="a dropped step's batch and its base's runs serve the next step too, once (no fresh "
+            "base runs for it)",
+            reuse_once=True,
         ),
     ]
 
@@ -573,17 +595,19 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     r = k = spent = 0  # proposals in all, steps this round, rollouts
     best = w.true(w.s0)
     prev: sim.State | None = None  # recheck: the base of the last kept step, until a batch rechecks it
+    reuse: tuple[np.ndarray, Outcomes] | None = None  # reuse_once: a dropped step's batch and base runs
     kept: list[sim.State] = []  # the heads this round's steps moved to
     halves = [make_gate(halve(st.gate)), make_gate(one_look(halve(st.gate)))]  # two_states: two, one look
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
         if k == 0:
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
             kept = []
-        tasks = rng.permutation(w.train)[: BATCH + extra]  # the batch, then the screening-only tasks
+        # the batch, then the screening-only tasks
+        tasks = reuse[0] if reuse is not None else rng.permutation(w.train)[: BATCH + extra]
         held = plan is not None and not st.moved_only
-        # a recheck's runs, and a second state's one-look validation, planned
+        # a recheck's runs, a second state's one-look validation, the pick's runs: planned
         second = plan.second_state() if plan is not None and st.two_states and len(kept) >= 1 else 0
-        more = len(tasks) * (prev is not None) + second
+        more = len(tasks) * (prev is not None) + second + 2 * st.pick_tasks * (len(kept) >= 1)
         if held and k == 0 and r > 0 and not plan.room_for_step(spent + more, len(tasks), inc_out):
             break  # round.driver starts no round of a chain without room for a step and its validation
         ends = (
@@ -602,20 +626,31 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             kind, cand = proposal(w, head, seed, r)
             # the base's runs on the batch and its extra tasks: the round's (the start's runs the
             # optimizer reads) at the first step, a fresh one after it
-            spent += len(tasks)
+            spent += len(tasks) * (reuse is None)
             r, k = r + 1, k + 1
             runs = {"s": crashy(cand, tasks, rng)}
             spent += len(tasks) + turn
+            if reuse is not None:
+                base_runs = reuse[1]
             base_runs = base_runs if base_runs is not None else crashy(head, tasks, rng)
-            if any(x.chosen for x in screen(runs, base_runs, floor=STEP_FLOOR)):
+            moved = any(x.chosen for x in screen(runs, base_runs, floor=STEP_FLOOR))
+            reuse = (tasks, base_runs) if st.reuse_once and not moved and reuse is None else None
+            if moved:
                 prev = head if st.recheck else None
                 head, best = cand, max(best, w.true(cand))
                 kept.append(cand)
             if k < steps:
                 continue
-        k, prev = 0, None
+        k, prev, reuse = 0, None, None
         if head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
+        if st.pick_tasks and len(kept) >= 2:  # the end against the middle state on fresh train tasks
+            ids = rng.permutation(w.train)[: st.pick_tasks]
+            mid = kept[(len(kept) - 1) // 2]
+            ends_runs, mid_runs = crashy(head, ids, rng), crashy(mid, ids, rng)
+            spent += 2 * st.pick_tasks
+            if screen({"m": mid_runs}, ends_runs, floor=STEP_FLOOR)[0].chosen:
+                head = mid
         tested = head
         second = plan.second_state() if plan is not None and st.two_states and len(kept) >= 2 else 0
         judge, bank = plan.gate(spent + second, inc_out, gate) if plan is not None else (gate, None)

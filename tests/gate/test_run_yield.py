@@ -220,14 +220,16 @@ def test_the_rules_tried_against_the_gepa_gap_print_beside_the_default_and_gepa_
 
 
 def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budget() -> None:
-    """A rechecked step, a restart from main and a second state's validation each spend runs the
-    default does not; the plan counts them, so no run ends with a round the budget cut, and each
-    rule changes what some run does."""
+    """A rechecked step, a restart from main, a second state's validation, the pick between two
+    states on train and a reused batch each change what the default spends; the plan counts the
+    extra runs, so no run ends with a round the budget cut, and each rule changes what some run does."""
     default, *tried = y.tried_strategies()[:1] + y.tried_strategies()[2:]
-    assert [(st.recheck, st.restart, st.two_states) for st in tried] == [
-        (True, False, False),
-        (False, True, False),
-        (False, False, True),
+    assert [(st.recheck, st.restart, st.two_states, st.pick_tasks, st.reuse_once) for st in tried] == [
+        (True, False, False, 0, False),
+        (False, True, False, 0, False),
+        (False, False, True, 0, False),
+        (False, False, False, y.PICK_TASKS, False),
+        (False, False, False, 0, True),
     ]
     for budget, turn in ((2000, 20), (5000, 0)):
         base = [y.run_one(default, y.world(s), s, budget, turn=turn) for s in range(6)]
