@@ -173,6 +173,7 @@ YIELDS = {  # the yield tables: (what an optimizer turn costs in rollouts, the b
     "priced": (TURN_PRICE, BUDGETS),
     "priors": (PRIORS_TURN_PRICE, PRIORS_BUDGETS),
 }
+TABLES = [(y, b) for y, (_, budgets) in YIELDS.items() for b in budgets]  # every yield table, in order
 ROUNDS = 20  # the per-run targets: 20-round runs
 WHOLE_BANK = GateConfig().banked_epochs  # confirm_epochs of the previous stop's rows: the winner's whole bank
 # val tasks confirm: holdout sets aside, of M (split_val's own rule)
@@ -597,7 +598,8 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     prev: sim.State | None = None  # recheck: the base of the last kept step, until a batch rechecks it
     reuse: tuple[np.ndarray, Outcomes] | None = None  # reuse_once: a dropped step's batch and base runs
     kept: list[sim.State] = []  # the heads this round's steps moved to
-    halves = [make_gate(halve(st.gate)), make_gate(one_look(halve(st.gate)))]  # two_states: two, one look
+    # two_states: its gates at half the alpha, with both looks and with one
+    halves = [make_gate(halve(st.gate)), make_gate(one_look(halve(st.gate)))] if st.two_states else []
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
         if k == 0:
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
@@ -646,11 +648,10 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             continue  # a head the gate has judged is not judged again until a step moves it
         if st.pick_tasks and len(kept) >= 2:  # the end against the middle state on fresh train tasks
             ids = rng.permutation(w.train)[: st.pick_tasks]
-            mid = kept[(len(kept) - 1) // 2]
-            ends_runs, mid_runs = crashy(head, ids, rng), crashy(mid, ids, rng)
+            ends_runs, mid_runs = crashy(head, ids, rng), crashy(middle(kept), ids, rng)
             spent += 2 * st.pick_tasks
             if screen({"m": mid_runs}, ends_runs, floor=STEP_FLOOR)[0].chosen:
-                head = mid
+                head = middle(kept)
         tested = head
         second = plan.second_state() if plan is not None and st.two_states and len(kept) >= 2 else 0
         judge, bank = plan.gate(spent + second, inc_out, gate) if plan is not None else (gate, None)
@@ -659,12 +660,11 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         if st.two_states and len(kept) >= 2:  # the end and the middle state, each at half the alpha
             half = halves[plan is not None and judge is plan.one]
             tried = [(*sim.decide(pol, half, s, c, w.val, inc_out, rng, rollout=crashy), c)
-                     for c in (head, kept[(len(kept) - 1) // 2])]  # fmt: skip
+                     for c in (head, middle(kept))]  # fmt: skip
             spent += sum(d.rollouts for d, _, _ in tried)
-            dec, cand_out, head = max(
-                tried, key=lambda x: (x[0].accept, x[0].delta) if x[0].accept else (0, 0)
-            )
-            head = tested = head if dec.accept else tried[0][2]
+            accepted = [x for x in tried if x[0].accept]
+            dec, cand_out, head = max(accepted, key=lambda x: x[0].delta) if accepted else tried[0]
+            tested = head
         else:
             dec, cand_out = sim.decide(pol, judge, s, head, w.val, inc_out, rng, rollout=crashy)
             spent += dec.rollouts
@@ -691,6 +691,11 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     res.stopped += refused(spent, budget, rounds)  # the gateway refused a call: that round failed
     res.proposals.append(r)
     return res
+
+
+def middle(kept: list[sim.State]) -> sim.State:
+    """The middle of a chain's kept states (the earlier of two): ``two_states`` and ``pick_tasks``."""
+    return kept[(len(kept) - 1) // 2]
 
 
 @dataclass
@@ -909,6 +914,11 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     return what, budget, results
 
 
+def _mean_se(xs: list[float]) -> str:
+    """The mean and its standard error, as the yield tables print them."""
+    return f"{statistics.fmean(xs):+.4f} ±{statistics.stdev(xs) / len(xs) ** 0.5:.4f}"
+
+
 def _table(y: str, b: int) -> str:
     return f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
 
@@ -916,27 +926,23 @@ def _table(y: str, b: int) -> str:
 def tried_main(runs: int, workers: int) -> int:
     """``--tried``: the rules tried against the GEPA gap, beside the default and GEPA-style."""
     started, sts, chunks = time.monotonic(), tried_strategies(), 4 * workers
-    tables = [(y, b) for y, (_, budgets) in YIELDS.items() for b in budgets]
-    jobs = [(f"tried {y}", b, list(range(w, runs, chunks))) for y, b in tables for w in range(chunks)]
-    res = {key: [Result() for _ in sts] for key in tables}
+    jobs = [(f"tried {y}", b, list(range(w, runs, chunks))) for y, b in TABLES for w in range(chunks)]
+    res = {key: [Result() for _ in sts] for key in TABLES}
     with mp.Pool(workers) as pool:
         for what, budget, got in pool.map(work, jobs):
             for r, g in zip(res[(what, budget)], got, strict=True):
                 r.merge(g)  # type: ignore[arg-type]
     print(f"tried against the GEPA gap: E[true gain] ±SE, {runs} runs a strategy and table (best state / "
           "last state / runs the budget cut mid-round)")  # fmt: skip
-    print("| strategy | " + " | ".join(_table(y, b) for y, b in tables) + " |")
-    print("|---" * (len(tables) + 1) + "|")
+    print("| strategy | " + " | ".join(_table(y, b) for y, b in TABLES) + " |")
+    print("|---" * (len(TABLES) + 1) + "|")
     for i, st in enumerate(sts):
         cells = []
-        for key in tables:
+        for key in TABLES:
             r = res[key][i]
             best = f"{statistics.fmean(r.best):+.3f}" if r.best else "-"
             last = f"{statistics.fmean(r.last):+.3f}" if r.last else "-"
-            cells.append(
-                f"{statistics.fmean(r.gain):+.4f} ±{statistics.stdev(r.gain) / len(r.gain) ** 0.5:.4f} "
-                f"({best} / {last} / {r.stopped / runs:.3f})"
-            )
+            cells.append(f"{_mean_se(r.gain)} ({best} / {last} / {r.stopped / runs:.3f})")
         print(f"| {st.label} | " + " | ".join(cells) + " |")
     print(f"\nwall time {time.monotonic() - started:.1f}s")
     return 0
@@ -965,14 +971,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [("round", 0, list(range(w, trials, chunks))) for w in range(chunks)]
     jobs += [("noise", 0, list(range(w, 100, chunks))) for w in range(chunks)]
     jobs += [("runs", 0, list(range(w, runs, chunks))) for w in range(chunks)]
-    tables = [(y, b) for y, (_, budgets) in YIELDS.items() for b in budgets]
-    jobs += [(y, b, list(range(w, runs, chunks))) for y, b in tables for w in range(chunks)]
+    jobs += [(y, b, list(range(w, runs, chunks))) for y, b in TABLES for w in range(chunks)]
     with mp.Pool(a.workers) as pool:
         parts = pool.map(work, jobs)
     rows = round_strategies()
     rounds = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in rows]
     noise: list[tuple[float, float]] = []
-    res = {key: [Result() for _ in sts] for key in [("runs", 0), *tables]}
+    res = {key: [Result() for _ in sts] for key in [("runs", 0), *TABLES]}
     for what, budget, got in parts:
         if what == "round":
             for t, g in zip(rounds, got, strict=True):
@@ -1011,7 +1016,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {statistics.fmean(g < 0 for g in r.gain):.3f} | {power} "
             f"| {statistics.fmean(r.gain):+.4f} |"
         )
-    for y, b in tables:
+    for y, b in TABLES:
         turn = YIELDS[y][0]
         cost = f"{b} rollouts" if not turn else f"a cost of {b} rollouts, an optimizer turn at {turn}"
         print(f"\nyield at {cost} ({runs} runs a strategy, true gain on the held-out population)")
@@ -1024,7 +1029,7 @@ def main(argv: list[str] | None = None) -> int:
             per_point = f"{statistics.fmean(r.spent) / (100 * g):.0f}" if g > 0 else "-"
             ratio = f"{g / today:.2f}" if today > 0 else "-"
             print(
-                f"| {st.label} | {g:+.4f} ±{statistics.stdev(r.gain) / len(r.gain) ** 0.5:.4f} "
+                f"| {st.label} | {_mean_se(r.gain)} "
                 f"| {_q(r.gain, 0.1):+.4f} | {statistics.fmean(x < 0 for x in r.gain):.3f} "
                 f"| {r.bad_commits / max(1, r.commits):.3f} | {per_point} "
                 f"| {statistics.fmean(r.proposals):.1f} | {ratio} | {r.stopped / runs:.3f} |"
@@ -1037,7 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| strategy | table | best state | last state | returned | returned - best |\n|---|---|---|---|---|---|"
     )
-    for y, b in tables:
+    for y, b in TABLES:
         for st, r in zip(sts, res[(y, b)], strict=True):
             if st is not sts[1] and st.kind != "minibatch":  # the default and GEPA-style
                 continue

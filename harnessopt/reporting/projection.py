@@ -145,7 +145,8 @@ class Projection:
         before = self.round0 or RoundCost()  # the diagnosis, when it comes first, spends from it too
         for k, r in enumerate(self.rounds, start=1):
             after = before.plus(r)
-            over = [name for name, limit in self.budget.items() if after.used()[name] > limit]
+            used = after.used()
+            over = [name for name, limit in self.budget.items() if used[name] > limit]
             if not over:
                 before = after
                 continue
