@@ -127,6 +127,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -158,6 +159,8 @@ BATCH = RolloutConfig().batch_size  # the round's train batch: the optimizer's r
 SCREEN_EXTRA = 12  # search.screen_tasks for "K screened": train tasks added for screening only
 K = 4  # search.candidates for "K screened"
 PICK_TASKS = 16  # --tried: the fresh train tasks the chain's end and its middle state run for the pick
+LONG = 150  # --tried: the steps of a long chain
+CHECKPOINTS = (M, 3)  # --tried: a long chain's checkpoints, scored on M fixed train tasks every 3 steps
 FIXED_CHAINS = (3, 10, 30)  # search.explore of the fixed-length rows (10: the default before the rule)
 TURN_PRICE = 20  # rollouts an optimizer turn is priced at in the middle tables: an assumption
 MINIBATCH = 3  # GEPA's default minibatch
@@ -187,7 +190,7 @@ MIX = {
     "+0.05": 0.12,
     "+0.10": 0.08,
 }
-TODAY = {  # the gate's defaults before issue 21
+TODAY: dict[str, Any] = {  # the gate's defaults before issue 21
     "policy": "paired",
     "incumbent_epochs": 1,
     "second_look": 2,
@@ -203,7 +206,7 @@ def crashy(
 ) -> Outcomes:
     """``gate_simulation.rollout`` at a 3% random crash rate, plus correlated crashes: in a fifth of
     the batches an outage crashes a further 10% of the batch's tasks (all their runs)."""
-    out = sim.rollout(s, ids, rng, runs, detail, crash=CRASH)
+    out = dict(sim.rollout(s, ids, rng, runs, detail, crash=CRASH))
     if rng.random() < BURST_P:
         down = rng.random(len(ids)) < BURST
         for t, hit in zip(ids.tolist(), down.tolist(), strict=True):
@@ -244,6 +247,9 @@ class Strategy:
         0  # the chain's end and its middle state run these fresh train tasks; the better is gated
     )
     reuse_once: bool = False  # a dropped step's batch and its base's runs serve the next step too, once
+    steps: int = 0  # a chain this long whatever the price (past search.explore's bound of 50); 0: the rule's
+    checkpoints: tuple[int, int] = (0, 0)  # (S, E): the head every E steps scored once on S fixed train
+    # tasks; the best scored of a round's chain is the state gated
 
     @classmethod
     def loop(
@@ -265,7 +271,7 @@ class Strategy:
             return self.search.explore, self.search.screening_only
         cfg = Config(search=self.search, gate=self.gate or GateConfig())
         got = chain_length(cfg, prices(turn), M, TRAIN)
-        return got.steps, got.screen_tasks
+        return self.steps or got.steps, got.screen_tasks
 
 
 FREE_TURN = 1e-9  # what the rule is told a free turn costs, in rollouts (it weighs no unpriced call)
@@ -425,6 +431,14 @@ def tried_strategies() -> list[Strategy]:
             "base runs for it)",
             reuse_once=True,
         ),
+        dataclasses.replace(default, label=f"chains of {LONG} steps at every price", steps=LONG),
+        dataclasses.replace(
+            default,
+            label=f"chains of {LONG} steps; the head scored once on {CHECKPOINTS[0]} fixed train tasks every "
+            f"{CHECKPOINTS[1]} steps, and the chain's best scored state validated",
+            steps=LONG,
+            checkpoints=CHECKPOINTS,
+        ),
     ]
 
 
@@ -528,7 +542,7 @@ def run_gate(st: Strategy, w: World, seed: int, budget: int, rounds: int | None,
         if st.kind == "screen":
             # The round's batch (the incumbent's runs the optimizer reads) and the extra screening
             # tasks (the incumbent runs them too), as ``search.steps``: all paid.
-            tasks = rng.permutation(w.train)[: BATCH + sc.screen_tasks]
+            tasks = rng.permutation(w.train)[: BATCH + sc.screening_only]
             inc_train = crashy(s, tasks, rng)
             props = [proposal(w, s, seed, r, j) for j in range(sc.candidates)]
             runs = {f"c{j}": crashy(c, tasks, rng) for j, (_, c) in enumerate(props)}
@@ -600,17 +614,28 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     kept: list[sim.State] = []  # the heads this round's steps moved to
     # two_states: its gates at half the alpha, with both looks and with one
     halves = [make_gate(halve(st.gate)), make_gate(one_look(halve(st.gate)))] if st.two_states else []
+    tasks_s, every = st.checkpoints
+    marks = Checkpoints(w.train[-tasks_s:]) if tasks_s else None
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
         if k == 0:
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
             kept = []
+            if marks is not None:
+                marks.chain = []
+                spent += marks.score(head, rng)
         # the batch, then the screening-only tasks
         tasks = reuse[0] if reuse is not None else rng.permutation(w.train)[: BATCH + extra]
         held = plan is not None and not st.moved_only
         # a recheck's runs, a second state's one-look validation, the pick's runs: planned
         second = plan.second_state() if plan is not None and st.two_states and len(kept) >= 1 else 0
-        more = len(tasks) * (prev is not None) + second + 2 * st.pick_tasks * (len(kept) >= 1)
-        if held and k == 0 and r > 0 and not plan.room_for_step(spent + more, len(tasks), inc_out):
+        more = len(tasks) * (prev is not None) + second + 2 * st.pick_tasks * (len(kept) >= 1) + tasks_s
+        if (
+            held
+            and plan is not None
+            and k == 0
+            and r > 0
+            and not plan.room_for_step(spent + more, len(tasks), inc_out)
+        ):
             break  # round.driver starts no round of a chain without room for a step and its validation
         ends = (
             plan is not None
@@ -641,9 +666,14 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
                 prev = head if st.recheck else None
                 head, best = cand, max(best, w.true(cand))
                 kept.append(cand)
+            if marks is not None and k % every == 0:
+                spent += marks.score(head, rng)
             if k < steps:
                 continue
         k, prev, reuse = 0, None, None
+        if marks is not None:  # the chain's end scored too; the best scored state is gated
+            spent += marks.score(head, rng)
+            head = marks.best()
         if head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
         if st.pick_tasks and len(kept) >= 2:  # the end against the middle state on fresh train tasks
@@ -691,6 +721,28 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     res.stopped += refused(spent, budget, rounds)  # the gateway refused a call: that round failed
     res.proposals.append(r)
     return res
+
+
+@dataclass
+class Checkpoints:
+    """``checkpoints`` (tried, not shipped): states of a chain scored once each, one run a task on
+    ``tasks`` (fixed train tasks, the same all run, as GEPA-style scores each state on val)."""
+
+    tasks: np.ndarray
+    scores: dict[int, tuple[sim.State, float]] = field(default_factory=dict)  # by id; holds the state
+    chain: list[sim.State] = field(default_factory=list)  # this round's chain's scored states
+
+    def score(self, s: sim.State, rng: np.random.Generator) -> int:
+        """Score ``s`` (once a run); the rollouts that took."""
+        self.chain.append(s)
+        if id(s) in self.scores:
+            return 0
+        self.scores[id(s)] = (s, _mean_score(crashy(s, self.tasks, rng)))
+        return len(self.tasks)
+
+    def best(self) -> sim.State:
+        """The chain's state with the highest score (the earliest of equals)."""
+        return max(self.chain, key=lambda s: self.scores[id(s)][1])
 
 
 def middle(kept: list[sim.State]) -> sim.State:
@@ -897,12 +949,12 @@ def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
                     t[k] += v  # type: ignore[index]
         return what, budget, tallies
     if what == "noise":
-        rows: list[object] = []
+        pairs: list[object] = []
         for seed in seeds:
             w, rng = world(seed), np.random.default_rng([seed, 21, 9])
             nf = measure(crashy(w.s0, w.val, rng), crashy(w.s0, w.val, rng), GateConfig())
-            rows.append((nf["flip_rate"], nf["paired_sd"]))
-        return what, budget, rows
+            pairs.append((nf["flip_rate"], nf["paired_sd"]))
+        return what, budget, pairs
     results: list[object] = [Result() for _ in sts]
     for seed in seeds:
         w = world(seed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks import gate_simulation as sim
 from benchmarks import run_yield as y
 
 
@@ -221,16 +222,21 @@ def test_the_rules_tried_against_the_gepa_gap_print_beside_the_default_and_gepa_
 
 def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budget() -> None:
     """A rechecked step, a restart from main, a second state's validation, the pick between two
-    states on train and a reused batch each change what the default spends; the plan counts the
-    extra runs, so no run ends with a round the budget cut, and each rule changes what some run does."""
+    states on train, a reused batch, long chains and their checkpoints each change what the default
+    spends; the plan counts the extra runs, so no run ends with a round the budget cut, and each rule
+    changes what some run does."""
     default, *tried = y.tried_strategies()[:1] + y.tried_strategies()[2:]
-    assert [(st.recheck, st.restart, st.two_states, st.pick_tasks, st.reuse_once) for st in tried] == [
+    flags = [(st.recheck, st.restart, st.two_states, st.pick_tasks, st.reuse_once) for st in tried]
+    assert flags == [
         (True, False, False, 0, False),
         (False, True, False, 0, False),
         (False, False, True, 0, False),
         (False, False, False, y.PICK_TASKS, False),
         (False, False, False, 0, True),
+        *[(False, False, False, 0, False)] * 2,
     ]
+    assert [(st.steps, st.checkpoints) for st in tried[-2:]] == [(y.LONG, (0, 0)), (y.LONG, y.CHECKPOINTS)]
+    assert default.chain(20) < y.LONG == tried[-1].chain(20) == tried[-1].chain(0)
     for budget, turn in ((2000, 20), (5000, 0)):
         base = [y.run_one(default, y.world(s), s, budget, turn=turn) for s in range(6)]
         for st in tried:
@@ -241,3 +247,18 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
                 (r.gain, r.last, r.proposals) != (b.gain, b.last, b.proposals)
                 for r, b in zip(got, base, strict=True)
             )
+
+
+def test_a_long_chains_checkpoints_are_scored_once_each_and_the_best_scored_is_gated() -> None:
+    """``Checkpoints``: a state is scored on the fixed train tasks once a run (scoring it again
+    costs nothing and reuses its score); the best of the round's chain is the one gated."""
+    w, rng = y.world(3), np.random.default_rng(0)
+    marks = y.Checkpoints(w.train[-y.CHECKPOINTS[0] :])
+    better = sim.propose(w.s0, "+0.10", np.random.default_rng(1))
+    assert marks.score(w.s0, rng) == y.M and marks.score(w.s0, rng) == 0
+    assert marks.score(better, rng) == y.M
+    marks.scores[id(w.s0)] = (w.s0, 0.0)
+    marks.scores[id(better)] = (better, 1.0)
+    assert marks.best() is better
+    marks.chain = [w.s0]  # a new round's chain: the start alone, its score kept
+    assert marks.score(w.s0, rng) == 0 and marks.best() is w.s0
