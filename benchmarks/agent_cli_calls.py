@@ -98,7 +98,7 @@ def run_task(gw: Gateway, template: str, country: str, tmp: Path) -> tuple[float
     wall = time.monotonic() - t0
     exchanges = gw.release(lease.token)
     events = [json.loads(x) for x in (work / "out" / "trajectory.jsonl").read_text().splitlines()]
-    check = next((e for e in events if e["event"] == "skill_check"), {})
+    check: dict[str, Any] = next((e for e in events if e["event"] == "skill_check"), {})
     return wall, [e.input_tokens for e in exchanges], bool(check.get("loaded")), done.returncode
 
 

@@ -31,9 +31,10 @@ import multiprocessing as mp
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +111,7 @@ BANK = {
 }  # docs/gate.md, "Cached incumbent runs"
 
 
-HO = {"smoke": True, "confirm": True, "futility": True}
+HO: dict[str, Any] = {"smoke": True, "confirm": True, "futility": True}
 POLICIES = [
     Policy("harnessopt (default before issue 21: secondary none)", _paired(), **HO),
     Policy(f"harnessopt, run_alpha {RUN_ALPHA} over {RUN_ROUNDS} rounds", _paired(confidence=1 - RUN_ALPHA / RUN_ROUNDS), **HO),
@@ -291,7 +292,7 @@ def decide(
     spent = len(val) * pol.epochs
     dec = Decision(False, 0.0, spent)
     if pol.smoke:
-        first = {f"t{t}": cand_out[f"t{t}"][:1] for t in val[:SMOKE].tolist()}
+        first: Outcomes = {f"t{t}": cand_out[f"t{t}"][:1] for t in val[:SMOKE].tolist()}
         crashed = [t for t, runs in first.items() if runs[0].crashed]
         dec.smoke_reject_old = any(not all(o.crashed for o in inc_out[t]) for t in crashed)
         again: tuple[Outcomes, Outcomes] = ({}, {})
@@ -480,7 +481,7 @@ def _rate(t: Tally, k: str) -> str:
     return f"{t.accepted[k] / max(1, t.asked[k]):.3f}"
 
 
-def _mean(xs: list[float], fmt: str = "{:+.3f}") -> str:
+def _mean(xs: Sequence[float], fmt: str = "{:+.3f}") -> str:
     return fmt.format(statistics.fmean(xs)) if xs else "-"
 
 

@@ -143,7 +143,7 @@ def _manifest(rng: random.Random, k: int, status: str, parent: str, val: list[st
     }
     return RoundManifest(
         round=k,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         reason=f"{status}: delta {delta:+.3f} against dead zone 0.050",
         summary=f"Round {k}: {_sentence(rng, 8)}\n\n{_sentence(rng, 40)}",
         parent=parent,

@@ -102,11 +102,11 @@ def warm_setting(warm: bool) -> Iterator[None]:
     def open_with(root: Any, overrides: dict[str, Any] | None = None, *a: Any, **kw: Any) -> Any:
         return real(root, {**(overrides or {}), "rollout.warm_interpreter": warm}, *a, **kw)
 
-    roundbench.Workspace.open = open_with  # type: ignore[method-assign]
+    roundbench.Workspace.open = open_with
     try:
         yield
     finally:
-        roundbench.Workspace.open = real  # type: ignore[method-assign]
+        roundbench.Workspace.open = real
 
 
 def rounds(concurrency: list[int], n: int, repeat: int) -> None:

@@ -67,7 +67,7 @@ def _confirm(w: np.random.Generator, inc: State, cand: State, table: set[int] | 
     """The gate's reruns: fresh runs of both sides on the ids asked (a table answers its own)."""
 
     def confirm(ids: object) -> tuple[Outcomes, Outcomes]:
-        keys = np.array([int(t[1:]) for t in ids], dtype=int)  # type: ignore[attr-defined]
+        keys = np.array([int(t[1:]) for t in ids], dtype=np.int64)  # type: ignore[attr-defined]
         got = rollout(cand, keys, w)
         if table is not None:
             got = {t: [Outcome(1.0, None, 0, False)] if int(t[1:]) in table else r for t, r in got.items()}
@@ -78,7 +78,7 @@ def _confirm(w: np.random.Generator, inc: State, cand: State, table: set[int] | 
 
 def _variants(state: State, ids: list[str], n: int, rng: np.random.Generator, flip: float) -> Outcomes:
     """One run of each of ``n`` variants per task id; ``flip``: runs the perturbation itself flips."""
-    out: Outcomes = {}
+    out: dict[str, list[Outcome]] = {}
     for v in range(n):
         got = rollout(state, np.array([int(t[1:]) for t in ids], dtype=int), rng)
         for t, runs in got.items():

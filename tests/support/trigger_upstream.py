@@ -88,7 +88,7 @@ def offered_skills(body: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
         _, _, listing = text.partition("skills are available")
         return "load_skill", _listing(listing)
     if "Skill" in tools:
-        first = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
+        first: dict[str, Any] = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
         for block in re.findall(
             r"<system-reminder>(.*?)</system-reminder>", _text(first.get("content")), re.S
         ):
