@@ -106,11 +106,14 @@ estimate at or below zero) or whose confirmation fails dropped, so the next roun
 from main; the chain's end and its middle kept state both validated, each at half the alpha
 (``search.steps.alpha_share`` with two winners), the larger accepted estimate kept; the chain's
 end and its middle state run on ``PICK_TASKS`` fresh train tasks and the better there validated
-at the whole alpha (train is not val: the pick costs the gate nothing); and a dropped step's batch
+at the whole alpha (train is not val: the pick costs the gate nothing); a dropped step's batch
 and its base's runs serving the next step once (its base runs nothing fresh; what the optimizer
 would lose by reading the same trajectories again is not modelled: proposals here are drawn alike
-whatever they read). The plan counts each rule's extra runs (a recheck's; a second state's
-one-look validation; the pick's).
+whatever they read); chains of 50 (the rule's cap) and ``LONG`` steps at every price, the screen
+still the rule's; and those long chains with checkpoints, GEPA-style's pick moved to train: every
+``CHECKPOINTS[1]`` steps the head runs once on ``CHECKPOINTS[0]`` fixed train tasks, and the
+chain's best scored state (its start included) is the one validated. The plan counts each rule's
+extra runs (a recheck's; a second state's one-look validation; the pick's; a checkpoint's).
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
     python benchmarks/run_yield.py --quick    # a fast look
@@ -150,7 +153,7 @@ from harnessopt.search.budget import (  # noqa: E402
     validation_runs,
 )
 from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
-from harnessopt.search.length import chain_length  # noqa: E402
+from harnessopt.search.length import MAX_STEPS, chain_length  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
 
 M = 50  # val tasks
@@ -431,7 +434,10 @@ def tried_strategies() -> list[Strategy]:
             "base runs for it)",
             reuse_once=True,
         ),
-        dataclasses.replace(default, label=f"chains of {LONG} steps at every price", steps=LONG),
+        *(
+            dataclasses.replace(default, label=f"chains of {n} steps at every price", steps=n)
+            for n in (MAX_STEPS, LONG)
+        ),
         dataclasses.replace(
             default,
             label=f"chains of {LONG} steps; the head scored once on {CHECKPOINTS[0]} fixed train tasks every "

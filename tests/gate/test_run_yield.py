@@ -233,9 +233,13 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
         (False, False, True, 0, False),
         (False, False, False, y.PICK_TASKS, False),
         (False, False, False, 0, True),
-        *[(False, False, False, 0, False)] * 2,
+        *[(False, False, False, 0, False)] * 3,
     ]
-    assert [(st.steps, st.checkpoints) for st in tried[-2:]] == [(y.LONG, (0, 0)), (y.LONG, y.CHECKPOINTS)]
+    assert [(st.steps, st.checkpoints) for st in tried[-3:]] == [
+        (y.MAX_STEPS, (0, 0)),
+        (y.LONG, (0, 0)),
+        (y.LONG, y.CHECKPOINTS),
+    ]
     assert default.chain(20) < y.LONG == tried[-1].chain(20) == tried[-1].chain(0)
     for budget, turn in ((2000, 20), (5000, 0)):
         base = [y.run_one(default, y.world(s), s, budget, turn=turn) for s in range(6)]
@@ -243,10 +247,13 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
             got = [y.run_one(st, y.world(s), s, budget, turn=turn) for s in range(6)]
             assert sum(r.stopped for r in got) == 0
             assert all(r.spent[0] <= budget for r in got)
-            assert any(
+            changed = any(
                 (r.gain, r.last, r.proposals) != (b.gain, b.last, b.proposals)
                 for r, b in zip(got, base, strict=True)
             )
+            # a fixed length the rule already chooses here (50 where turns are free) is the default's run
+            same = st.steps == default.chain(turn) and st.checkpoints == (0, 0)
+            assert changed != same, st.label
 
 
 def test_a_long_chains_checkpoints_are_scored_once_each_and_the_best_scored_is_gated() -> None:
