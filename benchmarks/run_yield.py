@@ -209,8 +209,9 @@ def crashy(
 ) -> Outcomes:
     """``gate_simulation.rollout`` at a 3% random crash rate, plus correlated crashes: in a fifth of
     the batches an outage crashes a further 10% of the batch's tasks (all their runs)."""
-    out = dict(sim.rollout(s, ids, rng, runs, detail, crash=CRASH))
+    out = sim.rollout(s, ids, rng, runs, detail, crash=CRASH)
     if rng.random() < BURST_P:
+        out = dict(out)  # the outage's crashes written over a copy
         down = rng.random(len(ids)) < BURST
         for t, hit in zip(ids.tolist(), down.tolist(), strict=True):
             if hit:
@@ -627,8 +628,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
             kept = []
             if marks is not None:
-                marks.chain = []
-                spent += marks.score(head, rng)
+                spent += marks.begin(head, rng)
         # the batch, then the screening-only tasks
         tasks = reuse[0] if reuse is not None else rng.permutation(w.train)[: BATCH + extra]
         held = plan is not None and not st.moved_only
@@ -737,6 +737,11 @@ class Checkpoints:
     tasks: np.ndarray
     scores: dict[int, tuple[sim.State, float]] = field(default_factory=dict)  # by id; holds the state
     chain: list[sim.State] = field(default_factory=list)  # this round's chain's scored states
+
+    def begin(self, s: sim.State, rng: np.random.Generator) -> int:
+        """A round's chain, from ``s`` (scored unless it was this run); the rollouts that took."""
+        self.chain = []
+        return self.score(s, rng)
 
     def score(self, s: sim.State, rng: np.random.Generator) -> int:
         """Score ``s`` (once a run); the rollouts that took."""

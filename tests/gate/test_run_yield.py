@@ -267,5 +267,5 @@ def test_a_long_chains_checkpoints_are_scored_once_each_and_the_best_scored_is_g
     marks.scores[id(w.s0)] = (w.s0, 0.0)
     marks.scores[id(better)] = (better, 1.0)
     assert marks.best() is better
-    marks.chain = [w.s0]  # a new round's chain: the start alone, its score kept
-    assert marks.score(w.s0, rng) == 0 and marks.best() is w.s0
+    assert marks.begin(w.s0, rng) == 0  # a new round's chain: the start alone, its score kept
+    assert marks.chain == [w.s0] and marks.best() is w.s0
