@@ -10,7 +10,9 @@ its transcript (``.harnessopt/optimizer/optimizer-round-K.jsonl``) as it is writ
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import threading
 import time
@@ -204,8 +206,14 @@ class TranscriptWatcher:
     def __init__(self, directory: Path, say: Callable[[str], None]):
         self.directory = Path(directory)
         self.say = say
-        self._since = time.time() - 1.0  # files written before this run are not this run's
+        # What the transcripts held when the run started is not this run's, whatever their mtimes
+        # say (a copied or restored workspace has new ones): reading starts at their ends. A file
+        # that shrinks was written anew (a round run again after a crash truncates its transcript):
+        # reading starts again at its beginning.
         self._offsets: dict[Path, int] = {}
+        for path in self._transcripts():
+            with contextlib.suppress(OSError):
+                self._offsets[path] = path.stat().st_size
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ho-transcripts", daemon=True)
 
@@ -221,16 +229,18 @@ class TranscriptWatcher:
         while not self._stop.wait(POLL_S):
             self.poll()
 
-    def poll(self) -> None:
+    def _transcripts(self) -> list[Path]:
         try:
-            paths = sorted(self.directory.glob("optimizer-round-*.jsonl"))
+            return sorted(self.directory.glob("optimizer-round-*.jsonl"))
         except OSError:
-            return
-        for path in paths:
+            return []
+
+    def poll(self) -> None:
+        for path in self._transcripts():
             try:
-                if path.stat().st_mtime < self._since:
-                    continue
                 with path.open("rb") as f:
+                    if os.fstat(f.fileno()).st_size < self._offsets.get(path, 0):
+                        self._offsets[path] = 0
                     f.seek(self._offsets.get(path, 0))
                     data = f.read()
             except OSError:

@@ -86,6 +86,36 @@ def test_optimizer_turns_are_printed_as_the_transcript_grows(tmp_path: Path) -> 
     ]
 
 
+def test_transcripts_from_before_the_run_are_not_printed_whatever_their_mtime(tmp_path: Path) -> None:
+    """A copied or restored workspace has transcripts with new mtimes: what they held when the run
+    started is an earlier run's; a line written to one during the run is this run's, and so is all of
+    one written anew."""
+
+    def response(turn: int, command: str) -> str:
+        return json.dumps({"event": "response", "turn": turn, "content": [
+            {"type": "tool_use", "name": "bash", "input": {"command": command}}]}) + "\n"  # fmt: skip
+
+    old = tmp_path / "optimizer-round-1.jsonl"
+    old.write_text(response(1, "ls"))  # written just now, as `cp -r` would
+    resumed = tmp_path / "optimizer-round-2.jsonl"
+    resumed.write_text(response(1, "cat skill/SKILL.md"))
+    said: list[str] = []
+    watcher = TranscriptWatcher(tmp_path, said.append)
+    watcher.start()
+    with resumed.open("a") as f:
+        f.write(response(2, "wc -l trajectories/*.md"))
+    watcher.poll()
+    old.write_text("")  # round 1 run again after a crash: its transcript written anew
+    watcher.poll()
+    with old.open("a") as f:
+        f.write(response(1, "head -3 skill/SKILL.md"))
+    watcher.stop()
+    assert said == [
+        "round 2 optimizer turn 2: bash: wc -l trajectories/*.md",
+        "round 1 optimizer turn 1: bash: head -3 skill/SKILL.md",
+    ]
+
+
 def test_round_line_and_discarded_writes() -> None:
     m = RoundManifest(
         round=2, status="rejected", reason="rejected: +0.000 inside dead zone", val_score=0.5, delta=0.0,
