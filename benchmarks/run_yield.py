@@ -112,7 +112,12 @@ would lose by reading the same trajectories again is not modelled: proposals her
 whatever they read); chains of 50 (the rule's cap) and ``LONG`` steps at every price, the screen
 still the rule's; and those long chains with checkpoints, GEPA-style's pick moved to train: every
 ``CHECKPOINTS[1]`` steps the head runs once on ``CHECKPOINTS[0]`` fixed train tasks, and the
-chain's best scored state (its start included) is the one validated. The plan counts each rule's
+chain's best scored state (its start included) is the one validated; and a sparser pick that
+switches on by budget: where the budget pays for ``SWITCH_VALIDATIONS`` whole validations
+(``search.budget.validation_runs`` with both looks and the whole bank to measure), chains of
+``LONG`` steps with checkpoints every ``SPARSE[1]`` steps, the chain's start not scored, and the
+best scored state validated only when it scored more than ``MARGIN`` above the chain's end (else
+the end); below that budget, and in a run without one, the default. The plan counts each rule's
 extra runs (a recheck's; a second state's one-look validation; the pick's; a checkpoint's).
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
@@ -164,6 +169,9 @@ K = 4  # search.candidates for "K screened"
 PICK_TASKS = 16  # --tried: the fresh train tasks the chain's end and its middle state run for the pick
 LONG = 150  # --tried: the steps of a long chain
 CHECKPOINTS = (M, 3)  # --tried: a long chain's checkpoints, scored on M fixed train tasks every 3 steps
+SPARSE = (M, 10)  # --tried, the pick switched on by budget: checkpoints on M fixed train tasks every 10 steps
+MARGIN = 0.04  # ... where the best scored state is validated only when it scored this much above the end
+SWITCH_VALIDATIONS = 2  # ... switched on where the budget pays for this many whole validations
 FIXED_CHAINS = (3, 10, 30)  # search.explore of the fixed-length rows (10: the default before the rule)
 TURN_PRICE = 20  # rollouts an optimizer turn is priced at in the middle tables: an assumption
 MINIBATCH = 3  # GEPA's default minibatch
@@ -254,6 +262,9 @@ class Strategy:
     steps: int = 0  # a chain this long whatever the price (past search.explore's bound of 50); 0: the rule's
     checkpoints: tuple[int, int] = (0, 0)  # (S, E): the head every E steps scored once on S fixed train
     # tasks; the best scored of a round's chain is the state gated
+    score_start: bool = True  # a round's start is scored and may be the pick
+    margin: float | None = None  # the best scored replaces the chain's end only when above it by more
+    switch: float = 0.0  # checkpoints and ``steps`` only where the budget pays this many whole validations
 
     @classmethod
     def loop(
@@ -446,6 +457,17 @@ def tried_strategies() -> list[Strategy]:
             steps=LONG,
             checkpoints=CHECKPOINTS,
         ),
+        dataclasses.replace(
+            default,
+            label=f"where the budget pays for {SWITCH_VALIDATIONS} whole validations: chains of {LONG} steps, "
+            f"the head scored on {SPARSE[0]} fixed train tasks every {SPARSE[1]} steps (the start not scored), "
+            f"the best scored validated when {MARGIN} above the end; elsewhere the default",
+            steps=LONG,
+            checkpoints=SPARSE,
+            score_start=False,
+            margin=MARGIN,
+            switch=SWITCH_VALIDATIONS,
+        ),
     ]
 
 
@@ -608,6 +630,10 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     after the first starts only with room for its batch, a step and that validation
     (``round.driver``), and a validation with room for one look of the gate and not two judges
     that one at the whole alpha."""
+    if st.switch and (
+        rounds is not None or budget < st.switch * Planner(st, w, budget, turn).whole_validation()
+    ):
+        st = dataclasses.replace(st, steps=0, checkpoints=(0, 0))  # below the switch: the default
     assert st.policy is not None and st.gate is not None
     (steps, extra), pol, res, carry = st.length(turn), st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
@@ -628,7 +654,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
             kept = []
             if marks is not None:
-                spent += marks.begin(head, rng)
+                spent += marks.begin(head, rng, score=st.score_start)
         # the batch, then the screening-only tasks
         tasks = reuse[0] if reuse is not None else rng.permutation(w.train)[: BATCH + extra]
         held = plan is not None and not st.moved_only
@@ -679,7 +705,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         k, prev, reuse = 0, None, None
         if marks is not None:  # the chain's end scored too; the best scored state is gated
             spent += marks.score(head, rng)
-            head = marks.best()
+            head = marks.best(st.margin)
         if head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
         if st.pick_tasks and len(kept) >= 2:  # the end against the middle state on fresh train tasks
@@ -738,10 +764,11 @@ class Checkpoints:
     scores: dict[int, tuple[sim.State, float]] = field(default_factory=dict)  # by id; holds the state
     chain: list[sim.State] = field(default_factory=list)  # this round's chain's scored states
 
-    def begin(self, s: sim.State, rng: np.random.Generator) -> int:
-        """A round's chain, from ``s`` (scored unless it was this run); the rollouts that took."""
+    def begin(self, s: sim.State, rng: np.random.Generator, score: bool = True) -> int:
+        """A round's chain, from ``s`` (scored unless it was this run; with ``score`` false neither
+        scored nor a pick); the rollouts that took."""
         self.chain = []
-        return self.score(s, rng)
+        return self.score(s, rng) if score else 0
 
     def score(self, s: sim.State, rng: np.random.Generator) -> int:
         """Score ``s`` (once a run); the rollouts that took."""
@@ -751,9 +778,14 @@ class Checkpoints:
         self.scores[id(s)] = (s, _mean_score(crashy(s, self.tasks, rng)))
         return len(self.tasks)
 
-    def best(self) -> sim.State:
-        """The chain's state with the highest score (the earliest of equals)."""
-        return max(self.chain, key=lambda s: self.scores[id(s)][1])
+    def best(self, margin: float | None = None) -> sim.State:
+        """The chain's state with the highest score (the earliest of equals); with ``margin``, only
+        when it scored more than that above the chain's end (the last scored), else the end."""
+        top = max(self.chain, key=lambda s: self.scores[id(s)][1])
+        if margin is None:
+            return top
+        end = self.chain[-1]
+        return top if self.scores[id(top)][1] - self.scores[id(end)][1] > margin else end
 
 
 def middle(kept: list[sim.State]) -> sim.State:
@@ -789,6 +821,10 @@ class Planner:
         return room_for_step(
             self.cfg, self.rates, Usage(cost_usd=float(spent)), tasks, M, self._lacks(inc_out)
         )
+
+    def whole_validation(self) -> float:
+        """A validation with both looks and the whole bank to measure: ``search.budget``'s reserve."""
+        return validation_runs(self.cfg, M, self.cfg.gate.banked_epochs * M, 2)
 
     def second_state(self) -> int:
         """``two_states`` (tried, not shipped): a second state's one-look validation, the bank whole."""
@@ -1007,6 +1043,11 @@ def tried_main(runs: int, workers: int) -> int:
             last = f"{statistics.fmean(r.last):+.3f}" if r.last else "-"
             cells.append(f"{_mean_se(r.gain)} ({best} / {last} / {r.stopped / runs:.3f})")
         print(f"| {st.label} | " + " | ".join(cells) + " |")
+    switched = next(st for st in sts if st.switch)
+    whole = Planner(switched, world(0), BUDGETS[0], 0).whole_validation()  # the same at any budget
+    print(f"\nthe switch: a whole validation (search.budget.validation_runs, both looks, the whole bank) is "
+          f"{whole:,.0f} runs at m={M}; {switched.switch:g} of them {switched.switch * whole:,.0f}; "
+          + ", ".join(f"{b:,} rollouts pay for {b / whole:.2f}" for b in sorted({b for _, b in TABLES})))  # fmt: skip
     print(f"\nwall time {time.monotonic() - started:.1f}s")
     return 0
 

@@ -233,17 +233,18 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
         (False, False, True, 0, False),
         (False, False, False, y.PICK_TASKS, False),
         (False, False, False, 0, True),
-        *[(False, False, False, 0, False)] * 3,
+        *[(False, False, False, 0, False)] * 4,
     ]
-    assert [(st.steps, st.checkpoints) for st in tried[-3:]] == [
-        (y.MAX_STEPS, (0, 0)),
-        (y.LONG, (0, 0)),
-        (y.LONG, y.CHECKPOINTS),
+    assert [(st.steps, st.checkpoints, st.score_start, st.margin, st.switch) for st in tried[-4:]] == [
+        (y.MAX_STEPS, (0, 0), True, None, 0.0),
+        (y.LONG, (0, 0), True, None, 0.0),
+        (y.LONG, y.CHECKPOINTS, True, None, 0.0),
+        (y.LONG, y.SPARSE, False, y.MARGIN, y.SWITCH_VALIDATIONS),
     ]
-    assert default.chain(20) < y.LONG == tried[-1].chain(20) == tried[-1].chain(0)
+    assert default.chain(20) < y.LONG == tried[-2].chain(20) == tried[-2].chain(0)
     for budget, turn in ((2000, 20), (5000, 0)):
         base = [y.run_one(default, y.world(s), s, budget, turn=turn) for s in range(6)]
-        for st in tried:
+        for st in tried[:-1]:
             got = [y.run_one(st, y.world(s), s, budget, turn=turn) for s in range(6)]
             assert sum(r.stopped for r in got) == 0
             assert all(r.spent[0] <= budget for r in got)
@@ -254,6 +255,49 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
             # a fixed length the rule already chooses here (50 where turns are free) is the default's run
             same = st.steps == default.chain(turn) and st.checkpoints == (0, 0)
             assert changed != same, st.label
+
+
+def test_the_pick_switched_on_by_budget_is_the_default_below_its_switch_and_in_runs_without_a_budget() -> (
+    None
+):
+    """The sparse pick runs only where the budget pays for ``SWITCH_VALIDATIONS`` whole validations
+    (``search.budget.validation_runs``, both looks, the whole bank): at 2,000 rollouts (about 1.3 of
+    them) and in a run of counted rounds it is the default's run, figure for figure; at 5,000 (about
+    3.4) it changes what runs do, and stays inside the budget with no round cut."""
+    default, switched = y.tried_strategies()[0], y.tried_strategies()[-1]
+    whole = y.Planner(switched, y.world(0), 2000, 0).whole_validation()
+    assert 2000 < y.SWITCH_VALIDATIONS * whole < 5000
+
+    def runs(st: y.Strategy, budget: int, rounds: int | None = None, turn: int = 0) -> list[y.Result]:
+        return [y.run_one(st, y.world(s), s, budget, rounds, turn) for s in range(4)]
+
+    def same(a: list[y.Result], b: list[y.Result]) -> bool:
+        return all(
+            (r.gain, r.last, r.proposals, r.spent) == (q.gain, q.last, q.proposals, q.spent)
+            for r, q in zip(a, b, strict=True)
+        )
+
+    assert same(runs(switched, 2000, turn=20), runs(default, 2000, turn=20))
+    assert same(runs(switched, 10**9, rounds=2), runs(default, 10**9, rounds=2))
+    got = runs(switched, 5000)
+    assert not same(got, runs(default, 5000))
+    assert sum(r.stopped for r in got) == 0 and all(r.spent[0] <= 5000 for r in got)
+
+
+def test_a_margin_keeps_the_chains_end_unless_an_earlier_state_scored_clearly_above_it() -> None:
+    """``Checkpoints.best(margin)``: an earlier state is validated instead of the end only when it
+    scored more than the margin above the end; a start not scored is no pick."""
+    w, rng = y.world(3), np.random.default_rng(0)
+    marks = y.Checkpoints(w.train[-y.SPARSE[0] :])
+    mid = sim.propose(w.s0, "+0.10", np.random.default_rng(1))
+    end = sim.propose(mid, "null", np.random.default_rng(2))
+    assert marks.begin(w.s0, rng, score=False) == 0 and marks.chain == []
+    marks.score(mid, rng), marks.score(end, rng)
+    marks.scores[id(mid)], marks.scores[id(end)] = (mid, 0.60), (end, 0.58)
+    assert marks.best(y.MARGIN) is end and marks.best() is mid
+    marks.scores[id(mid)] = (mid, 0.66)
+    assert marks.best(y.MARGIN) is mid
+    assert all(s is not w.s0 for s in marks.chain)
 
 
 def test_a_long_chains_checkpoints_are_scored_once_each_and_the_best_scored_is_gated() -> None:
