@@ -100,8 +100,7 @@ def test_transcripts_from_before_the_run_are_not_printed_whatever_their_mtime(tm
     resumed = tmp_path / "optimizer-round-2.jsonl"
     resumed.write_text(response(1, "cat skill/SKILL.md"))
     said: list[str] = []
-    watcher = TranscriptWatcher(tmp_path, said.append)
-    watcher.start()
+    watcher = TranscriptWatcher(tmp_path, said.append)  # polled by hand here: no thread to race it
     with resumed.open("a") as f:
         f.write(response(2, "wc -l trajectories/*.md"))
     watcher.poll()
@@ -109,7 +108,7 @@ def test_transcripts_from_before_the_run_are_not_printed_whatever_their_mtime(tm
     watcher.poll()
     with old.open("a") as f:
         f.write(response(1, "head -3 skill/SKILL.md"))
-    watcher.stop()
+    watcher.poll()
     assert said == [
         "round 2 optimizer turn 2: bash: wc -l trajectories/*.md",
         "round 1 optimizer turn 1: bash: head -3 skill/SKILL.md",
