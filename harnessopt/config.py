@@ -215,12 +215,21 @@ class SearchConfig(_Strict):
     (none: the best screened candidate always is)."""
     archive: int = Field(4, ge=0)
     """Candidates of earlier rounds that won on some train tasks offered to a later brief to merge (0: none)."""
-    explore: int | None = Field(None, ge=0, le=50)
+    explore: int | None = Field(None, ge=0, le=150)
     """Proposals chained in a round, each built on the last one that beat its base on a train batch;
-    only the chain's end is validated (0: off, one proposal a round; docs/optimizer.md, "Explore").
-    Null (the default): a run chains as many steps as validating a chain's end costs in steps, from
-    the projection's prices, 3 to 50 (``search.length.chain_length``; the run says what it chose),
-    or 0 when search.candidates > 1 or the objective is not task (``Config.explore_steps``)."""
+    only the chain's end (or with ``checkpoints`` its pick) is validated (0: off, one proposal a
+    round; docs/optimizer.md, "Explore"). Null (the default): a run chains as many steps as
+    validating a chain's end costs in steps, from the projection's prices, 3 to 50
+    (``search.length.chain_length``; the run says what it chose), 150 where the run's budget switches
+    checkpoints on, or 0 when search.candidates > 1 or the objective is not task
+    (``Config.explore_steps``)."""
+    checkpoints: int | None = Field(None, ge=0, le=150)
+    """Every this many steps a chain's head runs once on 50 fixed train tasks (``search.checkpoints``:
+    the same tasks all run), and so does its end; the best scored state is validated instead of the
+    end when it scored more than 0.04 above it (0: off, the end is validated; docs/optimizer.md,
+    "Checkpoints"). Null (the default): every 10 steps of 150-step chains where ``search.explore`` is
+    null, the train split has 50 tasks and the run's budget pays for 2 whole validations (both looks,
+    the whole bank); else off (``search.length.chain_length``; the run says what it chose)."""
 
     @model_validator(mode="after")
     def _explore_is_a_chain(self) -> SearchConfig:
@@ -231,6 +240,11 @@ class SearchConfig(_Strict):
                 "search.explore chains one proposal at a time and search.candidates > 1 proposes several "
                 "side by side; use one of them (search.explore: 0 for several candidates a round)"
             )
+        if self.checkpoints and (self.explore == 0 or self.candidates > 1):
+            raise ValueError(
+                "search.checkpoints scores the steps of a chain and this config chains none (search.explore: 0 "
+                "or search.candidates > 1); set search.checkpoints: 0, or chain (search.explore null or 2 or more)"
+            )
         return self
 
     @property
@@ -238,6 +252,12 @@ class SearchConfig(_Strict):
         """The train tasks a round screens on beyond its batch as it runs: ``screen_tasks``, where a
         null no rule has filled in (``search.length.with_chain``) is none."""
         return self.screen_tasks or 0
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Steps between a chain's checkpoints as it runs: ``checkpoints``, where a null no rule has
+        filled in (``search.length.with_chain``) is off."""
+        return self.checkpoints or 0
 
 
 class BudgetConfig(_Strict):

@@ -198,6 +198,9 @@ class CandidateRecord(_Tolerant):
     commit: str | None = None
     optimizer_tokens: int = 0
     """Input + output tokens the optimizer spent proposing it."""
+    checkpoint: float | None = None
+    """An explore step's state's mean score on the chain's fixed train tasks (``search.checkpoints``),
+    where a checkpoint ran it (None: not scored)."""
 
 
 class SearchRecord(_Tolerant):

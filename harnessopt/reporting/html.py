@@ -370,6 +370,7 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
         "aimed at",
         "train Δ",
         "won/lost",
+        "checkpoint",
         "validated",
         "why",
         "title",
@@ -387,6 +388,7 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
                     _e(c["focus"]),
                     _num(c["mean_delta"], "+.3f"),
                     f"{len(c['wins'])}/{len(c['losses'])}" if screened else "",
+                    _num(c.get("checkpoint"), ".3f"),
                     "yes" if c["chosen"] else "no",
                     _e(c["reason"]),
                     _e(c["title"]),
@@ -398,7 +400,7 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
         f"round {r['round']}: alpha split {r['alpha_split']} ways" for r in searched if r["alpha_split"] > 1
     ]
     note = f'<p class="muted">{_e("; ".join(split))}</p>' if split else ""
-    return ["<h2>Candidates</h2>", _table(head, body, numeric={0, 3, 8}) + note]
+    return ["<h2>Candidates</h2>", _table(head, body, numeric={0, 3, 5, 9}) + note]
 
 
 def _taxonomy(data: dict[str, Any]) -> str:

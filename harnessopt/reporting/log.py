@@ -144,7 +144,8 @@ def _candidate_lines(row: dict[str, Any]) -> str:
         if c["mean_delta"] is None:
             line += c["reason"]
         else:  # the numbers once, the reason without them
-            line += f"{c['mean_delta']:+.3f} on train (won {len(c['wins'])}, lost {len(c['losses'])}): "
+            line += f"{c['mean_delta']:+.3f} on train (won {len(c['wins'])}, lost {len(c['losses'])})"
+            line += f", checkpoint {c['checkpoint']:.3f}: " if c.get("checkpoint") is not None else ": "
             line += c["reason"].rsplit(" (", 1)[0]
         lines.append(line)
     return "".join(f"\n[dim]{visible(line)}[/dim]" for line in lines)

@@ -31,7 +31,7 @@ from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.ledger.store import RoundManifest
 from harnessopt.protocols import Usage
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
-from harnessopt.search import budget
+from harnessopt.search import budget, checkpoints
 from harnessopt.search.length import ChainLength, chain_length, chooses, with_chain
 from harnessopt.workspace.core import Workspace
 
@@ -130,7 +130,7 @@ class Projection:
                 + (
                     "(search.explore; 0 for one a round)"
                     if self.chain is None
-                    else f"(search.explore: null, chosen by price: {self.chain.basis()})"
+                    else f"(search.explore: null, chosen by price: {self.chain.basis()}){self.chain.pick()}"
                 )
                 if self.explore
                 else ""
@@ -305,12 +305,16 @@ def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: i
     """Train runs that screen a round's candidates: each screened one on the batch and the extra
     screening tasks, and the incumbent on those extra tasks (none with one candidate and no floor);
     with ``search.explore``, each step on its batch and extra tasks, and its base on the extra tasks
-    of the first and on every batch and its extra tasks after it."""
+    of the first and on every batch and its extra tasks after it, and each of the chain's checkpoints
+    (``search.checkpoints``) on its fixed train tasks (a state a checkpoint scored again is paid once:
+    this is at most)."""
     s, steps = cfg.search, cfg.explore_steps
     extra = min(s.screening_only, n_train - batch)
     if steps:  # each step on its batch and extra tasks, its base on those (all of them after the first)
         tasks = batch + extra
-        return steps * tasks * rates.get("screened_share", 1.0) + (steps - 1) * tasks + extra
+        every = s.checkpoint_every  # and at most each checkpoint's runs, the end's included
+        scoring = ((steps - 1) // every + 1) * checkpoints.runs(n_train, every) if every else 0
+        return steps * tasks * rates.get("screened_share", 1.0) + (steps - 1) * tasks + extra + scoring
     if s.candidates == 1 and s.screen_floor is None:
         return 0.0
     screened = s.candidates * rates.get("screened_share", 1.0)

@@ -40,6 +40,7 @@ CONFIRM_EPOCH = 2 * 10**6  # the confirmation runs of an accepted round
 PROBE_EPOCH = 3 * 10**6  # the incumbent's smoke rerun made while the optimizer works
 CRASH_RERUN_EPOCH = 5 * 10**6  # the rerun of a crashed banked run of the incumbent (plus its epoch)
 STEP_EPOCH = 6 * 10**6  # an explore step's runs after the first, base and step (plus the step's number)
+CHECKPOINT_EPOCH = 7 * 10**6  # a chain's checkpoints (search.checkpoints): a state's runs on the fixed tasks
 
 RESUME_DIR = "resume"
 

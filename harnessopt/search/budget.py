@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from harnessopt.config import Config, GateConfig
 from harnessopt.protocols import Usage
+from harnessopt.search import checkpoints
 
 RESERVE_MARGIN = 0.1  # a validation's reserve is 10% over its runs: crash reruns, the probe, flips
 
@@ -126,11 +127,13 @@ def room_for_step(
     n_val: int,
     lacks: Lacks,
     seconds_left: float | None = None,
+    scoring: int = 0,
 ) -> bool:
     """Does the budget pay for one more explore step (an optimizer turn, the base's and the step's
-    runs on ``tasks`` train tasks) and then the chain's validation with one look (its bank topped up
-    to ``one_look_bank``)?"""
-    runs = 2 * tasks + validation_runs(cfg, n_val, lacks(one_look_bank(cfg.gate)), 1)
+    runs on ``tasks`` train tasks), a checkpoint's ``scoring`` runs (``search.checkpoints``: the
+    end's, or the step's own) and then the chain's validation with one look (its bank topped up to
+    ``one_look_bank``)?"""
+    runs = 2 * tasks + scoring + validation_runs(cfg, n_val, lacks(one_look_bank(cfg.gate)), 1)
     return fits(cfg, rates, spent, runs, turns=1, seconds_left=seconds_left)
 
 
@@ -148,12 +151,13 @@ def round_can_commit(
     where it lacks runs, the memorised-answer check at most, the confirmation, 10% over): what a
     chain's every step is held to (``room_for_step``), so a round that starts can finish. The
     train runs: a chain's (``search.explore``) batch and step 1's runs on it (with
-    ``search.screen_tasks``), a turn; one proposal's batch and a turn; K candidates'
+    ``search.screen_tasks``) and a checkpoint (``search.checkpoints``), a turn; one proposal's batch and a turn; K candidates'
     (``search.candidates``) batch and screening tasks, each candidate's runs on them, K turns."""
     batch = min(cfg.rollout.batch_size, n_train)
     tasks = min(batch + cfg.search.screening_only, n_train)
     if cfg.explore_steps:
-        return room_for_step(cfg, rates, spent, tasks, n_val, lacks, seconds_left)
+        scoring = checkpoints.runs(n_train, cfg.search.checkpoint_every)
+        return room_for_step(cfg, rates, spent, tasks, n_val, lacks, seconds_left, scoring)
     k = max(1, cfg.search.candidates)
     train = tasks + k * tasks if k > 1 else batch
     runs = train + validation_runs(cfg, n_val, lacks(one_look_bank(cfg.gate)), 1)

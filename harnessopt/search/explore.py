@@ -9,6 +9,9 @@ the base's runs on a fresh train batch (the base runs it and its screening-only 
 incumbent runs the round's batch) and is screened on them. After E steps the chain's end, if any step
 moved it, goes to smoke and validation against the incumbent as the round's one candidate: its
 cumulative diff is what the leakage and memorised checks, the gate, the commit and the review see.
+With ``search.checkpoints`` (every few steps the head runs on fixed train tasks, and so does the
+end: ``search.checkpoints``) the state validated is the chain's pick: the best scored state where it
+scored clearly above the end, else the end; the steps after the pick are not validated.
 
 A chain end the gate judged and did not accept is kept on ``refs/harnessopt/explore/head``, and
 the next round's chain starts from it (the head runs the round's batch instead of main) rather
@@ -36,14 +39,14 @@ from harnessopt.ledger import vcs
 from harnessopt.ledger.store import EXPLORE_HEAD_REF
 from harnessopt.optimizer.view import CopyBackResult
 from harnessopt.protocols import Announce, Task, TaskResult
-from harnessopt.rollout.run_cache import STEP_EPOCH
+from harnessopt.rollout.run_cache import CHECKPOINT_EPOCH, STEP_EPOCH
 from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round.context import RoundContext
 from harnessopt.round.evaluate import bank_lacks
 from harnessopt.round.propose import check, propose
 from harnessopt.round.services import Services
-from harnessopt.search import budget
+from harnessopt.search import budget, checkpoints
 from harnessopt.search.clusters import Focus
 from harnessopt.search.screen import Screened, screen
 from harnessopt.search.state import Proposed, Search
@@ -151,6 +154,8 @@ def explore(
     split = ws.tasks("train")
     batch, more = screen_tasks(split, train, extra, rc.k)  # the round's batch and screening-only tasks
     base, base_runs, chain = head.candidate if head else rc.incumbent, train, list[Proposed]()
+    every = svc.cfg.search.checkpoint_every
+    marks = _Marks(svc, rc, base, checkpoints.fixed(split) if every else [], say)
     if more:
         # the start runs the screening-only tasks too, while step 1's optimizer works (it reads
         # only the round's batch); step 1's screening collects them
@@ -159,7 +164,10 @@ def explore(
     found = Search([], head=head.name if head else "", explored=True)
     for j in range(1, steps + 1):
         name = f"s{j}"
-        if j > 1 and not _room_for_step(ws, svc, rc, len(batch_of(j))):  # step 1: the driver checked
+        if every and j > 1 and (j - 1) % every == 0:  # the checkpoint after step j - 1
+            marks.score(chain, f"s{j - 1}")
+        if j > 1 and not _room_for_step(ws, svc, rc, len(batch_of(j)), len(marks.tasks)):
+            # step 1: the driver checked
             left = budget.runs_left(svc.cfg, svc.rates, svc.gateway.total(), svc.seconds_left()) or 0.0
             say(
                 f"round {rc.k}: the budget left (about {left:,.0f} target runs) pays for validating the "
@@ -206,7 +214,11 @@ def explore(
             )
         else:
             say(f"round {rc.k}: step {name} did not beat {base_name} on train ({s.mean_delta:+.3f}): dropped")
-    _end(chain, head)
+    picked = chain
+    if every:  # the end scored too; the chain's pick is the state validated
+        marks.score(chain, "the end")
+        picked = chain[: marks.choose(chain, head)]
+    _end(picked, head, marks if every else None)
     ws.journal.write(
         rc.k,
         "explore",
@@ -216,18 +228,86 @@ def explore(
             for p in found.proposed
         },
         chain=[p.name for p in chain],
+        **(
+            {
+                "checkpoints": [[_name_of(chain[:n], head), round(v, 4)] for n, v in marks.scored],
+                "pick": _name_of(picked, head),
+            }
+            if every
+            else {}
+        ),
     )
     return found
 
 
-def _room_for_step(ws: Workspace, svc: Services, rc: RoundContext, tasks: int) -> bool:
+class _Marks(checkpoints.Marks):
+    """A round's checkpoints (``search.checkpoints``): each scores the chain's head on the fixed
+    train tasks through the runner at ``CHECKPOINT_EPOCH`` (a resumed round finds the runs in the run
+    cache); a head a checkpoint already scored is not run again."""
+
+    def __init__(self, svc: Services, rc: RoundContext, start: Candidate, tasks: list[Task], say: Announce):
+        super().__init__()
+        self.svc, self.rc, self.start, self.tasks, self.say = svc, rc, start, tasks, say
+
+    def score(self, chain: list[Proposed], after: str) -> None:
+        """Score the head (the last kept step, or the chain's start) at the checkpoint ``after``."""
+        cand = chain[-1].candidate if chain else self.start
+        assert cand is not None
+        value = self.of(len(chain))  # a head that has not moved since it was scored: not run again
+        if value is None:
+            runs = self.svc.runner.run(
+                cand, self.tasks, self.rc.k, epochs=[CHECKPOINT_EPOCH], phase="screening"
+            )
+            interrupts.check()
+            value = checkpoints.score(runs)
+        self.add(len(chain), value)
+        if chain:
+            chain[-1].checkpoint = value
+        who = chain[-1].name if chain else "the chain's start"
+        self.say(
+            f"round {self.rc.k}: checkpoint after {after}: {who} scored {value:.3f} on {len(self.tasks)} "
+            "fixed train tasks"
+        )
+
+    def choose(
+        self, chain: list[Proposed], head: Head | None = None, margin: float = checkpoints.MARGIN
+    ) -> int:
+        """The kept steps of the chain's pick (``checkpoints.Marks.pick``), said when it is not the end."""
+        n = self.pick(margin)
+        if n < len(chain):
+            top, end = self.of(n), self.of(len(chain))
+            assert top is not None and end is not None
+            for p in chain[n:]:
+                assert p.screened is not None
+                lead = (
+                    f"not validated: the chain's pick, {_name_of(chain[:n], head)}, scored {top:.3f} on "
+                    f"{len(self.tasks)} fixed train tasks against the end's {end:.3f}"
+                )
+                p.screened = dataclasses.replace(
+                    p.screened, reason=f"{lead}; {_after_verdict(p.screened.reason)}"
+                )
+            self.say(
+                f"round {self.rc.k}: the chain's pick is {_name_of(chain[:n], head)} ({top:.3f} against the end "
+                f"{chain[-1].name}'s {end:.3f}, more than {margin} above it): "
+                + ("it is validated, not the end" if n else "no step of this chain is validated")
+            )
+        return n
+
+
+def _after_verdict(reason: str) -> str:
+    """A kept step's reason without its verdict and without "a later step built on it"."""
+    return reason.split(": ", 1)[1].removesuffix("; a later step built on it")
+
+
+def _room_for_step(ws: Workspace, svc: Services, rc: RoundContext, tasks: int, scoring: int = 0) -> bool:
     """Does the run's budget (its calls, tokens, dollars and hours) pay for one more step on ``tasks``
-    train tasks and then the chain's validation with one look (``search.budget.room_for_step``: its
-    bank topped up to ``one_look_bank``)? Always, without a limit to plan by."""
+    train tasks, a checkpoint's ``scoring`` runs, and then the chain's validation with one look
+    (``search.budget.room_for_step``: its bank topped up to ``one_look_bank``)? Always, without a
+    limit to plan by."""
     if not budget.limited(svc.cfg, svc.rates, svc.seconds_left()):
         return True
-    spent, lacks = svc.gateway.total(), bank_lacks(ws, svc, rc)
-    return budget.room_for_step(svc.cfg, svc.rates, spent, tasks, len(rc.val), lacks, svc.seconds_left())
+    spent, lacks, left = svc.gateway.total(), bank_lacks(ws, svc, rc), svc.seconds_left()
+    return budget.room_for_step(svc.cfg, svc.rates, spent, tasks, len(rc.val), lacks, left, scoring)
 
 
 def render_step(name: str, j: int, steps: int, chain: list[str], head: Head | None = None) -> str:
@@ -296,15 +376,22 @@ def _step_reason(s: Screened, base: str, outcome: str, chain: str = "") -> str:
     return f"not validated: did not beat {base} on train ({summary}); dropped"
 
 
-def _end(chain: list[Proposed], head: Head | None = None) -> None:
-    """The chain's end is the round's one winner: its diff and summary are the whole chain's, from
-    main (the kept head's edits included)."""
+def _end(chain: list[Proposed], head: Head | None = None, marks: checkpoints.Marks | None = None) -> None:
+    """The chain's end (with ``marks``, its pick: ``chain`` up to it) is the round's one winner: its
+    diff and summary are the whole chain's, from main (the kept head's edits included)."""
     if not chain:
         return
     end = chain[-1]
     assert end.screened is not None
     names = " -> ".join([*([head.name] if head else []), *(p.name for p in chain)])
     reason = _step_reason(end.screened, _name_of(chain[:-1], head), "end", names)
+    if marks is not None and end.checkpoint is not None:
+        what = "pick" if marks.scored[-1][0] != len(chain) else "end"
+        reason = reason.replace(
+            f"the chain's end ({names})",
+            f"the chain's {what} ({names}), scored {end.checkpoint:.3f} on the fixed train tasks",
+            1,
+        )
     end.screened, end.rank = dataclasses.replace(end.screened, chosen=True, reason=reason), 0
     if len(chain) > 1 or head is not None:
         changed = sorted({*(head.changed if head else []), *(c for p in chain for c in p.copied.changed)})

@@ -24,14 +24,21 @@ kept or dropped on 8; the optimizer reads only the batch, and the step's cost co
 Prices come from the projection's rates: measured on the workspace's rounds, else its priors; a
 model without a price counts by tokens, and with neither (or an optimizer whose calls the gateway
 never saw: ``--optimizer manual``, a command) the chain is ``UNPRICED_STEPS`` long.
+
+Where the run's budget pays for ``checkpoints.SWITCH_VALIDATIONS`` whole validations and
+``search.checkpoints`` is null, the chain is ``checkpoints.LONG_STEPS`` long whatever the price,
+and its head is scored every ``checkpoints.EVERY`` steps (``search.checkpoints``): a long chain
+drifts, and the pick validates the state it drifted from.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harnessopt.config import Config
+from harnessopt.protocols import Usage
+from harnessopt.search import budget, checkpoints
 
 MIN_STEPS, MAX_STEPS = 3, 50  # search.explore's bounds when chosen here (the config allows 2 to 50)
 UNPRICED_STEPS = 10  # neither dollars nor tokens say what a step costs: the length before this rule
@@ -45,6 +52,9 @@ class ChainLength:
     validation_runs: float  # what validating a chain's end can spend, in target runs
     unit: str  # what the prices were compared in: "dollars", "tokens" or "" (unpriced)
     screen_tasks: int = 0  # train tasks a step screens on beyond the batch (search.screen_tasks)
+    checkpoints: int = 0  # steps between the head's checkpoints (search.checkpoints; 0: off)
+    validations: float | None = None  # whole validations the run's budget pays for (None: no budget)
+    pick_note: str = ""  # why checkpoints are on or off, a clause after the length (``pick``)
 
     def basis(self) -> str:
         """Why this length, in a clause."""
@@ -58,7 +68,11 @@ class ChainLength:
 
     def why(self) -> str:
         """What a run says it chose: ``this run chains`` + this."""
-        return f"{self.steps} steps a round (search.explore: null; {self.basis()})"
+        return f"{self.steps} steps a round (search.explore: null; {self.basis()}){self.pick()}"
+
+    def pick(self) -> str:
+        """What the chain validates, as a clause after its length."""
+        return self.pick_note
 
 
 def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int | None = None) -> ChainLength:
@@ -82,8 +96,54 @@ def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int 
             extra = min(room, screen_extra(turn, batch) if s.screen_tasks is None else s.screen_tasks)
             step = turn + 2 * (batch + extra)
             steps = min(MAX_STEPS, max(MIN_STEPS, round(validation / step)))
-            return ChainLength(steps, step, validation, unit, extra)
-    return ChainLength(UNPRICED_STEPS, 0.0, validation, "", min(room, s.screening_only))
+            return _switched(cfg, rates, n_val, n_train, ChainLength(steps, step, validation, unit, extra))
+    chain = ChainLength(UNPRICED_STEPS, 0.0, validation, "", min(room, s.screening_only))
+    return _switched(cfg, rates, n_val, n_train, chain)
+
+
+def whole_validations(cfg: Config, rates: dict[str, float], n_val: int) -> float | None:
+    """Whole validations (both looks, the whole bank to measure: ``search.budget.validation_runs``)
+    the run's budget pays for from its start, by its tightest limit (``budget.max_hours`` as the
+    whole run's hours); None without a limit these rates convert into runs."""
+    hours = cfg.budget.max_hours
+    total = budget.runs_left(cfg, rates, Usage(), hours * 3600 if hours is not None else None)
+    if total is None:
+        return None
+    g = cfg.gate
+    return total / budget.validation_runs(cfg, max(n_val, 1), g.banked_epochs * max(n_val, 1), 2)
+
+
+def _switched(
+    cfg: Config, rates: dict[str, float], n_val: int, n_train: int | None, chain: ChainLength
+) -> ChainLength:
+    """``chain`` with its checkpoints: ``search.checkpoints`` when set; when null, on (a chain of
+    ``checkpoints.LONG_STEPS`` steps, its head scored every ``checkpoints.EVERY``) where the budget
+    pays for ``checkpoints.SWITCH_VALIDATIONS`` whole validations and the train split has
+    ``checkpoints.TASKS`` tasks to score on, else off."""
+    paid = whole_validations(cfg, rates, n_val)
+    every = cfg.search.checkpoints
+    if every is not None:
+        note = f", its head scored every {every} steps (search.checkpoints: {every})" if every else ""
+        return replace(chain, checkpoints=every, validations=paid, pick_note=note)
+    need = f"{checkpoints.SWITCH_VALIDATIONS:g} switch them on"
+    b = cfg.budget
+    if paid is None and (b.max_calls, b.max_tokens, b.max_cost, b.max_hours) != (None,) * 4:
+        off = "no price or count the run has turns its budget into target runs"
+    elif paid is None:
+        off = "a run without a budget validates each chain's end"
+    elif paid < checkpoints.SWITCH_VALIDATIONS:
+        off = f"the budget pays for {paid:,.1f} whole validations, {need}"
+    elif n_train is not None and n_train < checkpoints.TASKS:
+        off = f"the train split has {n_train} tasks to score on, not {checkpoints.TASKS}"
+    else:
+        note = (
+            f", its head scored every {checkpoints.EVERY} steps on {checkpoints.TASKS} fixed train tasks and "
+            f"the best scored state validated (search.checkpoints: null; the budget pays for {paid:,.1f} "
+            f"whole validations, {need})"
+        )
+        steps = checkpoints.LONG_STEPS
+        return replace(chain, steps=steps, checkpoints=checkpoints.EVERY, validations=paid, pick_note=note)
+    return replace(chain, validations=paid, pick_note=f"; no checkpoints (search.checkpoints: null; {off})")
 
 
 def screen_extra(turn: float, batch: int) -> int:
@@ -100,9 +160,11 @@ def chooses(cfg: Config) -> bool:
 
 
 def with_chain(cfg: Config, chain: ChainLength) -> Config:
-    """``cfg`` as a run that chose ``chain`` runs it: ``search.explore`` set to its steps and a null
-    ``search.screen_tasks`` to its extra screening tasks."""
+    """``cfg`` as a run that chose ``chain`` runs it: ``search.explore`` set to its steps, a null
+    ``search.screen_tasks`` to its extra screening tasks and a null ``search.checkpoints`` to its."""
     update: dict[str, int] = {"explore": chain.steps}
     if cfg.search.screen_tasks is None:
         update["screen_tasks"] = chain.screen_tasks
+    if cfg.search.checkpoints is None:
+        update["checkpoints"] = chain.checkpoints
     return cfg.model_copy(update={"search": cfg.search.model_copy(update=update)})

@@ -36,6 +36,7 @@ class Proposed:
     rank: int = 0  # place in the screen's order (best first)
     ref: str | None = None
     commit: str | None = None
+    checkpoint: float | None = None  # search.checkpoints: its state's score on the fixed train tasks
 
     def parts(self) -> tuple[Proposal, ViewSnapshot | None, CopyBackResult, Candidate | None]:
         """What the round's later steps and its record take from it; the candidate as smoke and
@@ -139,6 +140,7 @@ class Search:
             optimizer_tokens=p.proposal.input_tokens + p.proposal.output_tokens,
             ref=p.ref,
             commit=p.commit,
+            checkpoint=None if p.checkpoint is None else round(p.checkpoint, 6),
         )
 
 

@@ -19,6 +19,7 @@ from harnessopt.search.budget import (
     runs_left,
     validation_runs,
 )
+from harnessopt.search.checkpoints import TASKS
 
 RATES = {  # a target run: 2 calls of 100 tokens at $0.01; an optimizer turn: 5 calls of 1,000 at $0.10
     "target_calls_per_run": 2.0,
@@ -187,3 +188,19 @@ def test_a_round_of_a_chain_is_started_only_with_room_for_a_step_and_its_one_loo
     lacking = lambda n: 50 * n  # noqa: E731  (no bank yet: a one-look validation measures 3 runs a task)
     assert not round_can_commit(chain, rates, Usage(calls=int(1_000 - need)), 50, 30, lacking)
     assert round_can_commit(chain, rates, Usage(calls=int(1_000 - need - 165)), 50, 30, lacking)
+
+
+def test_a_chain_with_checkpoints_reserves_a_checkpoints_runs_too() -> None:
+    """``search.checkpoints``: each step's room holds a checkpoint's runs (the end's at least) on
+    the fixed train tasks, at most ``checkpoints.TASKS`` of the train split."""
+    rates = {"target_calls_per_run": 1.0, "optimizer_calls": 5.0}
+    scored = Config.model_validate(
+        {"budget": {"max_calls": 2_000}, "search": {"explore": 5, "checkpoints": 2}}
+    )
+    need = 2 * 8 + validation_runs(scored, 50, 0, 1) + 5
+    for n_train, scoring in [(100, TASKS), (30, 30)]:
+        room = int(2_000 - need - scoring)
+        assert round_can_commit(scored, rates, Usage(calls=room), 50, n_train, whole)
+        assert not round_can_commit(scored, rates, Usage(calls=room + 1), 50, n_train, whole)
+    assert room_for_step(scored, rates, Usage(calls=int(2_000 - need - 7)), 8, 50, whole, scoring=7)
+    assert not room_for_step(scored, rates, Usage(calls=int(2_000 - need - 6)), 8, 50, whole, scoring=7)

@@ -97,6 +97,38 @@ def test_the_projection_counts_the_steps_runs(explored: tuple[Path, Any, float])
     assert added == phases["screening"].runs + phases["rollout"].runs - 8 == 3 * 8 + 2 * 8
 
 
+def test_checkpoints_score_the_chain_on_fixed_train_tasks_and_validate_its_pick(tmp_path: Path) -> None:
+    """``search.checkpoints: 2``: after s2 the head (s2) runs once on the fixed train tasks (the
+    demo's 8), and so does the end (s3 was dropped: s2 again, which the run cache has); no earlier
+    state scored above the end, so the end is validated. The projection counts a checkpoint's runs
+    at most (every checkpoint a new state), the manifest and journal carry the scores."""
+    ws = Workspace.open(make_ws(tmp_path, model=_script(tmp_path), search={"explore": 3, "checkpoints": 2}))
+    plain = ws.cfg.model_copy(
+        update={"search": ws.cfg.search.model_copy(update={"explore": 0, "checkpoints": 0})}
+    )
+    added = project(ws, 1).rounds[0].target_runs - project(ws, 1, plain).rounds[0].target_runs
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    m = result.manifest
+    assert result.status == "accepted" and m.search is not None and m.search.winners == ["s2"], m.reason
+    by_name = {c.name: c for c in m.search.candidates}
+    assert by_name["s2"].checkpoint == 1.0 and by_name["s1"].checkpoint is None
+    assert by_name["s2"].reason.startswith(
+        "validated: the chain's end (s1 -> s2), scored 1.000 on the fixed train tasks; beat s1 on train"
+    )
+    assert m.phases["screening"].runs == 3 * 8 + 8  # the steps' screens, one checkpoint of s2
+    assert added == pytest.approx(
+        3 * 8 + 2 * 8 + 2 * 8
+    )  # and at most two checkpoints' runs: after s2, the end
+    assert "round 1: checkpoint after s2: s2 scored 1.000 on 8 fixed train tasks" in said
+    assert "round 1: checkpoint after the end: s2 scored 1.000 on 8 fixed train tasks" in said
+    [chain] = [e for e in ws.journal.read()[0] if e.get("phase") == "explore"]
+    assert chain["checkpoints"] == [["s2", 1.0], ["s2", 1.0]] and chain["pick"] == "s2"
+    shown = cli("log", ws.root)
+    assert shown.returncode == 0, shown.stderr
+    assert "checkpoint 1.000: validated: the chain's end" in " ".join(shown.stdout.split())
+
+
 def test_screening_only_tasks_widen_each_steps_screen_but_not_what_the_optimizer_reads(
     tmp_path: Path,
 ) -> None:
@@ -146,8 +178,10 @@ def test_a_config_explore_cannot_run_says_why(search: dict[str, int], objective:
         Config.model_validate({"search": search, "objective": objective})
 
 
-def test_a_rerun_after_ctrl_c_pays_for_no_step_again(tmp_path: Path) -> None:
-    ws = make_ws(tmp_path, model=_script(tmp_path), search={"explore": 3})
+@pytest.mark.parametrize("checkpoints", [0, 2])
+def test_a_rerun_after_ctrl_c_pays_for_no_step_again(tmp_path: Path, checkpoints: int) -> None:
+    """With ``search.checkpoints`` too: a checkpoint's runs are the run cache's like a step's."""
+    ws = make_ws(tmp_path, model=_script(tmp_path), search={"explore": 3, "checkpoints": checkpoints})
     proc = start_cli("run", ws, "--rounds", "1")
     try:
         wait_for_phase(ws, proc, "explore")  # every step proposed, checked and screened
@@ -163,7 +197,8 @@ def test_a_rerun_after_ctrl_c_pays_for_no_step_again(tmp_path: Path) -> None:
     for name in STEPS:
         assert f"round 1 candidate {name}: reusing the optimizer's proposal" in out
     reused = int(out.split("round 1: reused ")[1].split()[0])
-    assert reused >= 8 + 2 * 8 + 3 * 8  # the round's batch, each later base's batch, every step's runs
+    # the round's batch, each later base's batch, every step's runs, and s2's checkpoint on 8 tasks
+    assert reused >= 8 + 2 * 8 + 3 * 8 + (8 if checkpoints else 0)
     m = ledger.find(Workspace.open(ws).repo, 1).manifest
     assert m.status == "accepted" and m.search is not None and m.search.winners == ["s2"]
 

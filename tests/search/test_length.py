@@ -12,6 +12,7 @@ from harnessopt.config import Config, GateConfig, SearchConfig
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
+from harnessopt.search.checkpoints import EVERY, LONG_STEPS, TASKS
 from harnessopt.search.length import (
     MAX_SCREEN,
     MAX_STEPS,
@@ -20,11 +21,12 @@ from harnessopt.search.length import (
     chain_length,
     chooses,
     screen_extra,
+    whole_validations,
     with_chain,
 )
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import cli
-from tests.support.workspace import DEMO_LINE, FORM, make_ws, scripted_edits
+from tests.support.workspace import DEMO_LINE, FORM, make_ws, scripted_edits, with_more_train
 
 M = 50  # val tasks: validating a chain's end can cost 50 x (1 + 10 + 11) = 1,100 runs
 
@@ -57,7 +59,8 @@ def test_a_validation_over_a_step_in_target_runs() -> None:
     assert got.steps == round(1100 / 36) == 31
     assert got.why() == (
         "31 steps a round (search.explore: null; a step costs about 36 target runs and validating a "
-        "chain's end up to 1,100, by dollars)"
+        "chain's end up to 1,100, by dollars); no checkpoints (search.checkpoints: null; a run without a "
+        "budget validates each chain's end)"
     )
 
 
@@ -102,7 +105,8 @@ def test_a_dear_turn_is_screened_on_more_train_tasks_than_the_batch() -> None:
     assert got.screen_tasks == 16 and got.step_runs == 600 + 2 * 24 and got.steps == MIN_STEPS
     assert got.why() == (
         "3 steps a round (search.explore: null; a step, screened on 16 train tasks beyond its batch, costs "
-        "about 648 target runs and validating a chain's end up to 1,100, by dollars)"
+        "about 648 target runs and validating a chain's end up to 1,100, by dollars); no checkpoints "
+        "(search.checkpoints: null; a run without a budget validates each chain's end)"
     )
     assert (
         chain_length(cfg, rates(run_usd=0.005, turn_usd=0.15), M, n_train=12).screen_tasks == 4
@@ -172,3 +176,93 @@ def test_run_dry_run_prints_the_chain_it_would_run(tmp_path: Path) -> None:
     assert chain is not None and f"chain: {chain.why()}" in out.stdout.splitlines()
     fixed = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "search.explore=4")
     assert fixed.returncode == 0 and "chain:" not in fixed.stdout  # a number is kept as set
+
+
+def test_checkpoints_are_switched_on_where_the_budget_pays_for_two_whole_validations() -> None:
+    """A whole validation (both looks, the whole bank to measure) at m = 50 is 1,485 target runs:
+    at $0.01 a run, $14.85. From two of them the chain is 150 steps and its head scored every 10;
+    below, without a budget, or with fewer train tasks than a checkpoint scores, the rule's chain."""
+    r = rates(run_usd=0.01, turn_usd=0.01)
+
+    def at(cost: float | None, n_train: int = 100, **search: Any) -> Any:
+        budget = {"max_cost": cost} if cost else {}
+        return chain_length(Config.model_validate({"budget": budget, "search": search}), r, M, n_train)
+
+    on = at(2 * 14.85 + 0.01)
+    assert on.validations == pytest.approx(2.0, abs=1e-3) and (on.steps, on.checkpoints) == (
+        LONG_STEPS,
+        EVERY,
+    )
+    assert (
+        with_chain(Config(), on).search.checkpoints == EVERY
+        and with_chain(Config(), on).search.explore == 150
+    )
+    assert on.why().endswith(
+        f", its head scored every 10 steps on {TASKS} fixed train tasks and the best scored state validated "
+        "(search.checkpoints: null; the budget pays for 2.0 whole validations, 2 switch them on)"
+    )
+    below = at(2 * 14.85 - 0.01)
+    assert (below.steps, below.checkpoints) == (31, 0)
+    assert below.why().endswith("the budget pays for 2.0 whole validations, 2 switch them on)")
+    assert with_chain(Config(), below).search.checkpoints == 0  # a null is filled in: off
+    assert (at(None).steps, at(None).checkpoints, at(None).validations) == (31, 0, None)
+    few = at(100.0, n_train=TASKS - 1)
+    assert few.checkpoints == 0 and few.why().endswith(
+        f"the train split has {TASKS - 1} tasks to score on, not {TASKS})"
+    )
+    # a number is kept as set, on the rule's length, and 0 is off whatever the budget pays
+    assert (at(None, checkpoints=5).steps, at(None, checkpoints=5).checkpoints) == (31, 5)
+    assert at(100.0, checkpoints=0).checkpoints == 0 and at(100.0, checkpoints=0).steps == 31
+
+
+def test_whole_validations_count_the_tightest_limit_and_the_whole_runs_hours() -> None:
+    r = {**rates(run_usd=0.01, turn_usd=0.01), "seconds_per_run": 4.0}
+    calls = Config.model_validate({"budget": {"max_calls": 2_970, "max_cost": 1_000.0}})
+    assert whole_validations(calls, r, M) == pytest.approx(2.0)  # calls are the tighter limit
+    hours = Config.model_validate({"budget": {"max_hours": 1.0}, "rollout": {"concurrency": 4}})
+    assert whole_validations(hours, r, M) == pytest.approx(3600 / 1.0 / 1485)  # a run is 1 s at 4 at once
+    assert whole_validations(Config(), r, M) is None
+
+
+def test_a_config_that_chains_nothing_cannot_set_checkpoints() -> None:
+    with pytest.raises(ValueError, match="search.checkpoints scores the steps of a chain"):
+        SearchConfig(explore=0, checkpoints=10)
+    with pytest.raises(ValueError, match="search.checkpoints scores the steps of a chain"):
+        SearchConfig(candidates=3, explore=0, checkpoints=10)
+    assert SearchConfig(explore=0, checkpoints=0).checkpoint_every == 0
+    assert SearchConfig(checkpoints=None).checkpoint_every == 0  # null, no run chose: off
+
+
+def test_run_dry_run_says_a_budget_switches_checkpoints_on_and_counts_their_runs(tmp_path: Path) -> None:
+    """58 train tasks and a budget of a million calls: it pays for many whole validations, so the
+    run would chain 150 steps and score the head every 10 (the projection counts those runs); 200
+    calls pay for less than two, and the chain's end is validated."""
+    ws = make_ws(tmp_path, tasks=with_more_train(tmp_path, 50), search={"explore": None})
+    rich = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_calls=1000000")
+    assert rich.returncode == 0, rich.stderr
+    [line] = [x for x in rich.stdout.splitlines() if x.startswith("chain: ")]
+    assert line.startswith("chain: 150 steps a round (search.explore: null;")
+    assert (
+        ", its head scored every 10 steps on 50 fixed train tasks and the best scored state validated" in line
+    )
+    poor = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_calls=200")
+    [line] = [x for x in poor.stdout.splitlines() if x.startswith("chain: ")]
+    assert "; no checkpoints (search.checkpoints: null; the budget pays for 1.3 whole validations" in line
+    off = cli(
+        "run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_cost=500", "-c", "search.checkpoints=0"
+    )
+    [line] = [x for x in off.stdout.splitlines() if x.startswith("chain: ")]
+    assert "150 steps" not in line and "checkpoints" not in line
+    w = Workspace.open(ws)
+    on = w.cfg.model_copy(update={"budget": w.cfg.budget.model_copy(update={"max_calls": 1_000_000})})
+    scored = project(w, 1, on).rounds[0].target_runs
+    unscored = project(
+        w, 1, on.model_copy(update={"search": on.search.model_copy(update={"checkpoints": 0})})
+    )
+    assert unscored.chain is not None and unscored.chain.steps < 150
+    # the same 150 steps without checkpoints would cost less by 15 checkpoints of 50 runs
+    chain = project(w, 1, on).chain
+    assert chain is not None and (chain.steps, chain.checkpoints) == (150, 10)
+    same = {"checkpoints": 0, "explore": 150, "screen_tasks": chain.screen_tasks}
+    long = on.model_copy(update={"search": on.search.model_copy(update=same)})
+    assert scored - project(w, 1, long).rounds[0].target_runs == pytest.approx(15 * 50)

@@ -1,0 +1,85 @@
+"""A chain's pick (``search.checkpoints``): the state validated when a long chain drifts past its best.
+
+A chain keeps a step when it beats its base on a train batch, and every kept step is a chance to keep
+a lucky one: over a long chain the head drifts, and its end can be worse than a state it passed
+through. GEPA-style scores every state on the same tasks and keeps the best; checkpoints do that on
+train, which is not val, so the pick costs the val gate nothing. Every ``every`` steps the head
+runs once on ``TASKS`` fixed train tasks (the same tasks for every state of the run, ``fixed``), and
+so does the chain's end; the best scored state is validated instead of the end only when it scored
+more than ``MARGIN`` above it (a state chosen from several by its score is flattered by it, and the
+end is what the chain's last steps were kept on). The chain's start is not scored, except where a
+checkpoint finds the head has not moved from it.
+
+A checkpoint's runs go through the runner at ``CHECKPOINT_EPOCH``: within a round the run cache
+keys them by content, so a state scored twice (a checkpoint the head did not move past, the end on
+a checkpoint) is paid once, and a resumed round pays none of them again. A later round scores its
+states afresh (the cache is per round).
+
+When ``search.checkpoints`` is null they are switched on by budget (``switched_on``): where the
+run's budget pays for ``SWITCH_VALIDATIONS`` whole validations (``search.budget.validation_runs``
+with both looks and the whole bank to measure), chains of ``LONG_STEPS`` steps with checkpoints
+every ``EVERY``; below that, and in a run without a budget, the chain's end as before. The yield
+benchmark (``benchmarks/run_yield.py``; docs/gate.md, "Yield") chose the threshold: at 2,000
+rollouts (1.35 validations at m = 50) checkpoints cost 0.02-0.10 of true gain in every form tried,
+and from 5,000 (3.37) they pay.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from harnessopt.protocols import Task, TaskResult
+
+LONG_STEPS = 150  # a chain's steps where checkpoints are switched on by budget
+EVERY = 10  # steps between checkpoints, switched on by budget
+TASKS = 50  # fixed train tasks a checkpoint runs (at most the train split's)
+MARGIN = 0.04  # the best scored state replaces the chain's end only when above it by more than this
+SWITCH_VALIDATIONS = 2.0  # on by budget where the run's budget pays for this many whole validations
+
+
+def fixed(split: Sequence[Task]) -> list[Task]:
+    """The train tasks every checkpoint of a run scores on: ``TASKS`` of the train split, a fixed
+    shuffle (the same in every round and every run of the workspace)."""
+    tasks = sorted(split, key=lambda t: t.id)
+    random.Random(0).shuffle(tasks)
+    return tasks[:TASKS]
+
+
+def runs(n_train: int, every: int) -> int:
+    """Runs one checkpoint takes with ``n_train`` train tasks (0 when checkpoints are off)."""
+    return min(TASKS, n_train) if every else 0
+
+
+def score(results: Sequence[TaskResult]) -> float:
+    """A state's score: its mean over the fixed tasks (a crashed run scores what the scorer gave it)."""
+    return statistics.fmean(r.score for r in results) if results else 0.0
+
+
+def above(top: float, end: float, margin: float = MARGIN) -> bool:
+    """Did ``top`` score more than ``margin`` above ``end``? (Scores are means over tasks: a
+    difference of exactly the margin, 2 of 50 tasks, is not more than it, whatever the rounding.)"""
+    return top - end > margin + 1e-9
+
+
+@dataclass
+class Marks:
+    """A round's checkpoints in chain order: (how many kept steps the head had, its score)."""
+
+    scored: list[tuple[int, float]] = field(default_factory=list)
+
+    def add(self, kept: int, value: float) -> None:
+        self.scored.append((kept, value))
+
+    def pick(self, margin: float = MARGIN) -> int:
+        """The kept steps of the state to validate: the best scored (the earliest of equals) when it
+        scored more than ``margin`` above the end (the last scored), else the end's."""
+        top = max(self.scored, key=lambda m: m[1])  # max keeps the earliest of equals
+        end = self.scored[-1]
+        return top[0] if above(top[1], end[1], margin) else end[0]
+
+    def of(self, kept: int) -> float | None:
+        """The score of the state with ``kept`` kept steps, if a checkpoint ran it."""
+        return next((v for k, v in self.scored if k == kept), None)
