@@ -37,7 +37,17 @@ Strategies (the same worlds and proposal streams for all):
   round of a chain starts only with room for its batch, a step and that validation
   (``round.driver``), and a validation with room for one look and not two is judged on one look
   at the whole alpha, against the incumbent's bank topped up to ``one_look_bank`` (3) runs a task
-  instead of 11.
+  instead of 11. Where the budget pays for ``checkpoints.SWITCH_VALIDATIONS`` whole validations
+  (``search.length.chain_length`` with the table's budget; none in a run of counted rounds), the
+  chain is ``checkpoints.LONG_STEPS`` steps and its pick is validated (``search.checkpoints`` null,
+  ``harnessopt.search.checkpoints``): every ``checkpoints.EVERY`` steps the head runs once on
+  ``checkpoints.TASKS`` fixed train tasks (the chain's start not scored; a head scored this round
+  is not run again, a later round scores afresh), and so does the end; the best scored state is
+  validated instead of the end when it scored more than ``checkpoints.MARGIN`` above it
+  (``checkpoints.Marks.pick``), and the plan reserves a checkpoint's runs with each step.
+* default before checkpoints: the same with ``search.checkpoints: 0`` (the chain's end validated,
+  the rule's length at every budget). The rows below marked by stops, and the ``--tried`` rows,
+  are this one with one rule changed.
 * default, a chain that has not moved steps past its validation's room [the stop before]: the
   same plan, but only a chain that has moved is held to it, and a round starts whenever a
   proposal's rollouts fit (the driver's lower bound of the stop before is not modelled): its steps
@@ -98,8 +108,9 @@ the best state a run built and kept (a head a step moved to; a proposal GEPA-sty
 of its last state (the chain's end) and of what it returns (main; GEPA-style's best on val):
 neither strategy knows the first two.
 
-"--tried" prints, beside the default and GEPA-style, the default with one rule changed, each a rule
-tried to commit more of the chain's best state and not shipped: a kept step rechecked on the next
+"--tried" prints, beside the default, the default before checkpoints and GEPA-style, the default
+before checkpoints with one rule changed, each a rule tried to commit more of the chain's best state
+(the last of them shipped, as the default's checkpoints): a kept step rechecked on the next
 step's fresh batch, which the head it replaced runs too (the step is undone when the new head does
 worse there); a chain end the gate finds no better than main (a smoke reject, a futility stop, an
 estimate at or below zero) or whose confirmation fails dropped, so the next round's chain starts
@@ -117,12 +128,14 @@ switches on by budget: where the budget pays for ``SWITCH_VALIDATIONS`` whole va
 (``search.budget.validation_runs`` with both looks and the whole bank to measure), chains of
 ``LONG`` steps with checkpoints every ``SPARSE[1]`` steps, the chain's start not scored, and the
 best scored state validated only when it scored more than ``MARGIN`` above the chain's end (else
-the end); below that budget, and in a run without one, the default. The plan counts each rule's
+the end); below that budget, and in a run without one, the default before checkpoints. That row
+scored a state once a run; the default's checkpoints score it once a round, as the loop's per-round
+run cache does. The plan counts each rule's
 extra runs (a recheck's; a second state's one-look validation; the pick's; a checkpoint's).
 
-    python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (a few minutes)
+    python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (about 30 minutes on 2 cores)
     python benchmarks/run_yield.py --quick    # a fast look
-    python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (a few minutes)
+    python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (about 13 minutes)
 """
 
 from __future__ import annotations
@@ -148,6 +161,7 @@ from harnessopt.gate.confirmation import confirmation_record, split_val  # noqa:
 from harnessopt.gate.noise_floor import measure  # noqa: E402
 from harnessopt.gate.policy import make_gate  # noqa: E402
 from harnessopt.protocols import GatePolicy, Outcome, Outcomes, Task, Usage  # noqa: E402
+from harnessopt.search import checkpoints  # noqa: E402
 from harnessopt.search.budget import (  # noqa: E402
     Lacks,
     looks,
@@ -278,15 +292,17 @@ class Strategy:
         (``search.length.chain_length``) at this price of an optimizer turn, in rollouts, and m = M."""
         return self.length(turn)[0]
 
-    def length(self, turn: int) -> tuple[int, int]:
-        """(steps a round chains, train tasks a step screens on beyond the batch): ``search.explore``
-        and ``search.screen_tasks`` (null: none), or where explore is null the shipped rule
-        (``search.length.chain_length``, with TRAIN train tasks) at this price of a turn."""
+    def length(self, turn: int, budget: int | None = None) -> tuple[int, int, int]:
+        """(steps a round chains, train tasks a step screens on beyond the batch, steps between its
+        checkpoints): ``search.explore``, ``search.screen_tasks`` and ``search.checkpoints`` (null:
+        none), or where explore is null the shipped rule (``search.length.chain_length``, with TRAIN
+        train tasks) at this price of a turn and with this budget (None: a run without one)."""
         if self.search.explore is not None:
-            return self.search.explore, self.search.screening_only
-        cfg = Config(search=self.search, gate=self.gate or GateConfig())
+            return self.search.explore, self.search.screening_only, self.search.checkpoint_every
+        limit = {"max_cost": float(budget)} if budget else {}
+        cfg = Config(search=self.search, gate=self.gate or GateConfig(), budget=limit)
         got = chain_length(cfg, prices(turn), M, TRAIN)
-        return self.steps or got.steps, got.screen_tasks
+        return self.steps or got.steps, got.screen_tasks, got.checkpoints
 
 
 FREE_TURN = 1e-9  # what the rule is told a free turn costs, in rollouts (it weighs no unpriced call)
@@ -341,12 +357,21 @@ def round_strategies() -> list[Strategy]:
 
 
 def strategies() -> list[Strategy]:
-    default = Config().search  # what a new workspace runs: search.explore null, the chain's length by price
+    new = Config().search  # what a new workspace runs: search.explore and search.checkpoints null
+    default = new.model_copy(
+        update={"checkpoints": 0}
+    )  # the default before checkpoints, and the rows after it
     before = SearchConfig(explore=10)  # the default's chain before the rule
     return [
         dataclasses.replace(Strategy.loop("today (gate defaults before issue 21)", **TODAY), plans=False),
         Strategy.loop(
-            "default (Config() now: search.explore and search.screen_tasks null, chosen by price)",
+            "default (Config() now: search.explore, search.screen_tasks and search.checkpoints null, chosen by "
+            "price and budget)",
+            "explore",
+            new,
+        ),
+        Strategy.loop(
+            "default before checkpoints (search.checkpoints: 0) [the stop before]",
             "explore",
             default,
         ),
@@ -376,7 +401,8 @@ def strategies() -> list[Strategy]:
             moved_only=True,
         ),
         Strategy.loop(
-            "default, each step screened on its batch only (search.screen_tasks: 0) [four stops ago]",
+            "default, each step screened on its batch only (search.screen_tasks: 0; the default four stops ago "
+            "had it, without checkpoints)",
             "explore",
             SearchConfig(screen_tasks=0),
         ),
@@ -412,8 +438,9 @@ def tried_strategies() -> list[Strategy]:
     5,000 rollouts (the default returns main, 0.05-0.07 below the best state its chain built) and
     not shipped, each on the default's plan: it is the default with one rule changed."""
     shipped = strategies()
-    default = shipped[1]
+    default = shipped[2]  # the default before checkpoints: each row below changes one rule of it
     return [
+        shipped[1],
         default,
         next(st for st in shipped if st.kind == "minibatch"),
         dataclasses.replace(
@@ -461,7 +488,8 @@ def tried_strategies() -> list[Strategy]:
             default,
             label=f"where the budget pays for {SWITCH_VALIDATIONS} whole validations: chains of {LONG} steps, "
             f"the head scored on {SPARSE[0]} fixed train tasks every {SPARSE[1]} steps (the start not scored), "
-            f"the best scored validated when {MARGIN} above the end; elsewhere the default",
+            f"the best scored validated when {MARGIN} above the end, a state scored once a run; elsewhere the "
+            "default before checkpoints [the stop before; the default's checkpoints score once a round]",
             steps=LONG,
             checkpoints=SPARSE,
             score_start=False,
@@ -635,7 +663,8 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     ):
         st = dataclasses.replace(st, steps=0, checkpoints=(0, 0))  # below the switch: the default
     assert st.policy is not None and st.gate is not None
-    (steps, extra), pol, res, carry = st.length(turn), st.policy, Result(), st.kind == "explore"
+    steps, extra, every = st.length(turn, budget if rounds is None else None)
+    pol, res, carry = st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
     plan = Planner(st, w, budget, turn) if rounds is None and st.plans else None
     s = head = tested = w.s0
@@ -647,14 +676,18 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     kept: list[sim.State] = []  # the heads this round's steps moved to
     # two_states: its gates at half the alpha, with both looks and with one
     halves = [make_gate(halve(st.gate)), make_gate(one_look(halve(st.gate)))] if st.two_states else []
-    tasks_s, every = st.checkpoints
-    marks = Checkpoints(w.train[-tasks_s:]) if tasks_s else None
+    # checkpoints: a tried row's, or the shipped ones (search.checkpoints), scored once a round
+    margin: float | None = checkpoints.MARGIN
+    tasks_s, score_start = checkpoints.runs(TRAIN, every), False
+    if st.checkpoints != (0, 0):
+        (tasks_s, every), margin, score_start = st.checkpoints, st.margin, st.score_start
+    marks = Checkpoints(w.train[-tasks_s:], per_round=not st.checkpoints[0]) if tasks_s else None
     while (rounds is None and budget - spent >= M) or (rounds is not None and r < rounds * steps):
         if k == 0:
             start = head = head if carry else s  # a round's chain starts from main, or the kept head
             kept = []
             if marks is not None:
-                spent += marks.begin(head, rng, score=st.score_start)
+                spent += marks.begin(head, rng, score=score_start)
         # the batch, then the screening-only tasks
         tasks = reuse[0] if reuse is not None else rng.permutation(w.train)[: BATCH + extra]
         held = plan is not None and not st.moved_only
@@ -705,7 +738,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         k, prev, reuse = 0, None, None
         if marks is not None:  # the chain's end scored too; the best scored state is gated
             spent += marks.score(head, rng)
-            head = marks.best(st.margin)
+            head = marks.best(margin)
         if head is tested:
             continue  # a head the gate has judged is not judged again until a step moves it
         if st.pick_tasks and len(kept) >= 2:  # the end against the middle state on fresh train tasks
@@ -757,17 +790,21 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
 
 @dataclass
 class Checkpoints:
-    """``checkpoints`` (tried, not shipped): states of a chain scored once each, one run a task on
-    ``tasks`` (fixed train tasks, the same all run, as GEPA-style scores each state on val)."""
+    """A chain's checkpoints (the default's ``search.checkpoints``, and the ``--tried`` rows'): states
+    of a chain scored once each, one run a task on ``tasks`` (fixed train tasks, the same all run,
+    as GEPA-style scores each state on val)."""
 
     tasks: np.ndarray
+    per_round: bool = False  # a state is scored once a round (the loop's run cache), else once a run
     scores: dict[int, tuple[sim.State, float]] = field(default_factory=dict)  # by id; holds the state
     chain: list[sim.State] = field(default_factory=list)  # this round's chain's scored states
 
     def begin(self, s: sim.State, rng: np.random.Generator, score: bool = True) -> int:
-        """A round's chain, from ``s`` (scored unless it was this run; with ``score`` false neither
-        scored nor a pick); the rollouts that took."""
+        """A round's chain, from ``s`` (scored unless it was this run, or round; with ``score``
+        false neither scored nor a pick); the rollouts that took."""
         self.chain = []
+        if self.per_round:
+            self.scores = {}
         return self.score(s, rng) if score else 0
 
     def score(self, s: sim.State, rng: np.random.Generator) -> int:
@@ -785,7 +822,7 @@ class Checkpoints:
         if margin is None:
             return top
         end = self.chain[-1]
-        return top if self.scores[id(top)][1] - self.scores[id(end)][1] > margin else end
+        return top if checkpoints.above(self.scores[id(top)][1], self.scores[id(end)][1], margin) else end
 
 
 def middle(kept: list[sim.State]) -> sim.State:
@@ -1045,7 +1082,7 @@ def tried_main(runs: int, workers: int) -> int:
         print(f"| {st.label} | " + " | ".join(cells) + " |")
     switched = next(st for st in sts if st.switch)
     whole = Planner(switched, world(0), BUDGETS[0], 0).whole_validation()  # the same at any budget
-    print(f"\nthe switch: a whole validation (search.budget.validation_runs, both looks, the whole bank) is "
+    print(f"\nthe switch (the default's, search.length.chain_length; the last row's): a whole validation (search.budget.validation_runs, both looks, the whole bank) is "
           f"{whole:,.0f} runs at m={M}; {switched.switch:g} of them {switched.switch * whole:,.0f}; "
           + ", ".join(f"{b:,} rollouts pay for {b / whole:.2f}" for b in sorted({b for _, b in TABLES})))  # fmt: skip
     print(f"\nwall time {time.monotonic() - started:.1f}s")

@@ -57,6 +57,7 @@ LAYERS: list[set[str]] = [
         "search.archive",
         "search.length",
         "search.budget",
+        "search.checkpoints",
     },
     {"rollout.runner", "round.services", "reporting", "search.state"},
     {"round", "search"},

@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks import gate_simulation as sim
 from benchmarks import run_yield as y
+from harnessopt.search.checkpoints import EVERY, LONG_STEPS
 
 
 def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,7 +27,8 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     for st in y.round_strategies()[1:]:  # the gate's rows: per round only
         assert out.count(f"| {st.label} |") == 1
     assert (
-        "| default (Config() now: search.explore and search.screen_tasks null, chosen by price) |" in out
+        "| default (Config() now: search.explore, search.screen_tasks and search.checkpoints null, chosen by "
+        "price and budget) |" in out
     )  # the shipped default
     gone = out.split("where the gain goes")[1]  # the default's and GEPA-style's, in each yield table
     assert gone.count("| default | ") == gone.count("| GEPA-style | ") == tables
@@ -38,7 +40,7 @@ def test_a_budgeted_default_run_ends_without_a_round_the_budget_cut_and_the_stop
     with a round the gateway stopped; the stop before's row held only a chain that had moved, and
     some of its runs spent their last steps where no validation fit. The two runs are the same up
     to the first step the default does not take, and the default then stops: it spends no more."""
-    default, before = y.strategies()[1], y.strategies()[3]
+    default, before = y.strategies()[2], y.strategies()[4]  # before checkpoints: at 2,000 the default's run
     assert not default.moved_only and before.moved_only and default.search == before.search
     ran = [
         (y.run_one(default, y.world(s), s, 2000, turn=20), y.run_one(before, y.world(s), s, 2000, turn=20))
@@ -63,7 +65,7 @@ def test_a_round_the_budget_cannot_finish_moves_nothing() -> None:
     """780 rollouts pay the default's first chain (the batch and 50 steps: 808) only in part, and
     without the plan (the row of before it) nothing ends the chain early: no run validates, let
     alone commits, though the same rounds unbounded do."""
-    st = y.strategies()[2]
+    st = y.strategies()[3]
     assert not st.plans
     unbounded = [y.run_explore(st, y.world(s), s, 10**6, 1).commits for s in range(20)]
     assert sum(unbounded) >= 2
@@ -76,7 +78,7 @@ def test_the_budgets_plan_validates_a_shorter_last_chain_inside_the_budget() -> 
     validation; the loop's plan (``search.budget``) ends the chain where a one-look validation (its
     bank of 3 runs a task) still fits, so some runs commit, none spends past its budget; without
     the plan (the stop before's row) none commits."""
-    planned, unplanned = y.strategies()[1], y.strategies()[2]
+    planned, unplanned = y.strategies()[2], y.strategies()[3]
     assert planned.plans and not unplanned.plans and planned.search == unplanned.search
     pairs = [
         (y.run_one(planned, y.world(s), s, 1200), y.run_one(unplanned, y.world(s), s, 1200))
@@ -175,6 +177,13 @@ def test_the_default_row_chains_what_the_shipped_rule_chooses_at_each_price() ->
     assert [default.length(t)[1] for t in (0, y.TURN_PRICE, y.PRIORS_TURN_PRICE)] == [0, 0, 16]
     fixed = [s for s in y.strategies() if s.kind == "explore" and s.search.explore is not None]
     assert sorted({s.chain(600) for s in fixed}) == sorted(set(y.FIXED_CHAINS))
+    # with the table's budget: from two whole validations (2,970 rollouts) 150 steps, checkpoints every 10
+    assert [default.length(t, 2000) for t in (0, y.TURN_PRICE)] == [(50, 0, 0), (31, 0, 0)]
+    assert [default.length(t, b) for t, b in ((0, 5000), (y.PRIORS_TURN_PRICE, 20_000))] == [
+        (LONG_STEPS, 0, EVERY),
+        (LONG_STEPS, 16, EVERY),
+    ]
+    assert y.strategies()[2].length(0, 5000) == (50, 0, 0)  # the default before checkpoints
 
 
 def test_confirm_holdout_gates_on_the_rest_of_val_and_confirms_on_the_held_out_tasks(
@@ -213,7 +222,8 @@ def test_the_rules_tried_against_the_gepa_gap_print_beside_the_default_and_gepa_
     out = capsys.readouterr().out
     sts = y.tried_strategies()
     assert sts[0].label == y.strategies()[1].label  # the shipped default
-    assert sts[1].kind == "minibatch"
+    assert sts[1].label == y.strategies()[2].label  # the default before checkpoints
+    assert sts[2].kind == "minibatch"
     tables = sum(len(budgets) for _, budgets in y.YIELDS.values())
     for st in sts:
         row = next(line for line in out.splitlines() if line.startswith(f"| {st.label} |"))
@@ -225,7 +235,7 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
     states on train, a reused batch, long chains and their checkpoints each change what the default
     spends; the plan counts the extra runs, so no run ends with a round the budget cut, and each rule
     changes what some run does."""
-    default, *tried = y.tried_strategies()[:1] + y.tried_strategies()[2:]
+    default, *tried = y.tried_strategies()[1:2] + y.tried_strategies()[3:]
     flags = [(st.recheck, st.restart, st.two_states, st.pick_tasks, st.reuse_once) for st in tried]
     assert flags == [
         (True, False, False, 0, False),
@@ -264,7 +274,7 @@ def test_the_pick_switched_on_by_budget_is_the_default_below_its_switch_and_in_r
     (``search.budget.validation_runs``, both looks, the whole bank): at 2,000 rollouts (about 1.3 of
     them) and in a run of counted rounds it is the default's run, figure for figure; at 5,000 (about
     3.4) it changes what runs do, and stays inside the budget with no round cut."""
-    default, switched = y.tried_strategies()[0], y.tried_strategies()[-1]
+    shipped, default, switched = y.tried_strategies()[0], y.tried_strategies()[1], y.tried_strategies()[-1]
     whole = y.Planner(switched, y.world(0), 2000, 0).whole_validation()
     assert 2000 < y.SWITCH_VALIDATIONS * whole < 5000
 
@@ -277,11 +287,12 @@ def test_the_pick_switched_on_by_budget_is_the_default_below_its_switch_and_in_r
             for r, q in zip(a, b, strict=True)
         )
 
-    assert same(runs(switched, 2000, turn=20), runs(default, 2000, turn=20))
-    assert same(runs(switched, 10**9, rounds=2), runs(default, 10**9, rounds=2))
-    got = runs(switched, 5000)
-    assert not same(got, runs(default, 5000))
-    assert sum(r.stopped for r in got) == 0 and all(r.spent[0] <= 5000 for r in got)
+    for st in (switched, shipped):  # the row tried last stop, and the default's checkpoints now
+        assert same(runs(st, 2000, turn=20), runs(default, 2000, turn=20))
+        assert same(runs(st, 10**9, rounds=2), runs(default, 10**9, rounds=2))
+        got = runs(st, 5000)
+        assert not same(got, runs(default, 5000))
+        assert sum(r.stopped for r in got) == 0 and all(r.spent[0] <= 5000 for r in got)
 
 
 def test_a_margin_keeps_the_chains_end_unless_an_earlier_state_scored_clearly_above_it() -> None:
