@@ -227,7 +227,7 @@ class SearchConfig(_Strict):
     """Every this many steps a chain's head runs once on 50 fixed train tasks (``search.checkpoints``:
     the same tasks all run), and so does its end; the best scored state is validated instead of the
     end when it scored more than 0.04 above it (0: off, the end is validated; docs/optimizer.md,
-    "Checkpoints"). Null (the default): every 10 steps of 150-step chains where ``search.explore`` is
+    "Explore" 8). Null (the default): every 10 steps of 150-step chains where ``search.explore`` is
     null, the train split has 50 tasks and the run's budget pays for 2 whole validations (both looks,
     the whole bank); else off (``search.length.chain_length``; the run says what it chose)."""
 
