@@ -10,12 +10,12 @@ more than ``MARGIN`` above it (a state chosen from several by its score is flatt
 end is what the chain's last steps were kept on). The chain's start is not scored, except where a
 checkpoint finds the head has not moved from it.
 
-A checkpoint's runs go through the runner at ``CHECKPOINT_EPOCH``: within a round the run cache
-keys them by content, so a state scored twice (a checkpoint the head did not move past, the end on
-a checkpoint) is paid once, and a resumed round pays none of them again. A later round scores its
+A checkpoint's runs go through the runner (``search.explore``) at ``CHECKPOINT_EPOCH``: a state a
+checkpoint scored is not run again in its round (a checkpoint the head did not move past, the end
+on a checkpoint), and a resumed round finds the runs in the run cache. A later round scores its
 states afresh (the cache is per round).
 
-When ``search.checkpoints`` is null they are switched on by budget (``switched_on``): where the
+When ``search.checkpoints`` is null they are switched on by budget (``search.length``): where the
 run's budget pays for ``SWITCH_VALIDATIONS`` whole validations (``search.budget.validation_runs``
 with both looks and the whole bank to measure), chains of ``LONG_STEPS`` steps with checkpoints
 every ``EVERY``; below that, and in a run without a budget, the chain's end as before. The yield

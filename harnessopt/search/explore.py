@@ -277,26 +277,21 @@ class _Marks(checkpoints.Marks):
         if n < len(chain):
             top, end = self.of(n), self.of(len(chain))
             assert top is not None and end is not None
-            for p in chain[n:]:
-                assert p.screened is not None
-                lead = (
-                    f"not validated: the chain's pick, {_name_of(chain[:n], head)}, scored {top:.3f} on "
-                    f"{len(self.tasks)} fixed train tasks against the end's {end:.3f}"
-                )
-                p.screened = dataclasses.replace(
-                    p.screened, reason=f"{lead}; {_after_verdict(p.screened.reason)}"
-                )
+            why = (
+                f"the chain's pick, {_name_of(chain[:n], head)}, scored {top:.3f} on {len(self.tasks)} fixed "
+                f"train tasks against the end's {end:.3f}"
+            )
+            for i in range(n, len(chain)):
+                s = chain[i].screened
+                assert s is not None
+                reason = _step_reason(s, _name_of(chain[:i], head), "passed", why)
+                chain[i].screened = dataclasses.replace(s, reason=reason)
             self.say(
                 f"round {self.rc.k}: the chain's pick is {_name_of(chain[:n], head)} ({top:.3f} against the end "
                 f"{chain[-1].name}'s {end:.3f}, more than {margin} above it): "
                 + ("it is validated, not the end" if n else "no step of this chain is validated")
             )
         return n
-
-
-def _after_verdict(reason: str) -> str:
-    """A kept step's reason without its verdict and without "a later step built on it"."""
-    return reason.split(": ", 1)[1].removesuffix("; a later step built on it")
 
 
 def _room_for_step(ws: Workspace, svc: Services, rc: RoundContext, tasks: int, scoring: int = 0) -> bool:
@@ -365,12 +360,15 @@ def _name_of(chain: list[Proposed], head: Head | None = None) -> str:
     return f"the kept head {head.name}" if head else "the incumbent"
 
 
-def _step_reason(s: Screened, base: str, outcome: str, chain: str = "") -> str:
-    """Why a step was kept (``kept``: a later one built on it), ``dropped``, or validated (``end``:
-    the end of ``chain``)."""
+def _step_reason(s: Screened, base: str, outcome: str, what: str = "") -> str:
+    """Why a step was kept (``kept``: a later one built on it), ``dropped``, validated (``end``:
+    ``what`` says which state of which chain) or kept and not validated (``passed``: after the
+    chain's pick, ``what`` says why)."""
     summary = f"{s.mean_delta:+.3f} on {s.n} train tasks, won {len(s.wins)}, lost {len(s.losses)}"
     if outcome == "end":
-        return f"validated: the chain's end ({chain}); beat {base} on train ({summary})"
+        return f"validated: {what}; beat {base} on train ({summary})"
+    if outcome == "passed":
+        return f"not validated: {what}; beat {base} on train ({summary})"
     if outcome == "kept":
         return f"not validated: beat {base} on train ({summary}); a later step built on it"
     return f"not validated: did not beat {base} on train ({summary}); dropped"
@@ -384,14 +382,11 @@ def _end(chain: list[Proposed], head: Head | None = None, marks: checkpoints.Mar
     end = chain[-1]
     assert end.screened is not None
     names = " -> ".join([*([head.name] if head else []), *(p.name for p in chain)])
-    reason = _step_reason(end.screened, _name_of(chain[:-1], head), "end", names)
+    what = f"the chain's end ({names})"
     if marks is not None and end.checkpoint is not None:
-        what = "pick" if marks.scored[-1][0] != len(chain) else "end"
-        reason = reason.replace(
-            f"the chain's end ({names})",
-            f"the chain's {what} ({names}), scored {end.checkpoint:.3f} on the fixed train tasks",
-            1,
-        )
+        which = "pick" if marks.scored[-1][0] != len(chain) else "end"
+        what = f"the chain's {which} ({names}), scored {end.checkpoint:.3f} on the fixed train tasks"
+    reason = _step_reason(end.screened, _name_of(chain[:-1], head), "end", what)
     end.screened, end.rank = dataclasses.replace(end.screened, chosen=True, reason=reason), 0
     if len(chain) > 1 or head is not None:
         changed = sorted({*(head.changed if head else []), *(c for p in chain for c in p.copied.changed)})

@@ -54,7 +54,7 @@ class ChainLength:
     screen_tasks: int = 0  # train tasks a step screens on beyond the batch (search.screen_tasks)
     checkpoints: int = 0  # steps between the head's checkpoints (search.checkpoints; 0: off)
     validations: float | None = None  # whole validations the run's budget pays for (None: no budget)
-    pick_note: str = ""  # why checkpoints are on or off, a clause after the length (``pick``)
+    pick: str = ""  # what the chain validates and why checkpoints are on or off: a clause after the length
 
     def basis(self) -> str:
         """Why this length, in a clause."""
@@ -68,11 +68,7 @@ class ChainLength:
 
     def why(self) -> str:
         """What a run says it chose: ``this run chains`` + this."""
-        return f"{self.steps} steps a round (search.explore: null; {self.basis()}){self.pick()}"
-
-    def pick(self) -> str:
-        """What the chain validates, as a clause after its length."""
-        return self.pick_note
+        return f"{self.steps} steps a round (search.explore: null; {self.basis()}){self.pick}"
 
 
 def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int | None = None) -> ChainLength:
@@ -124,7 +120,7 @@ def _switched(
     every = cfg.search.checkpoints
     if every is not None:
         note = f", its head scored every {every} steps (search.checkpoints: {every})" if every else ""
-        return replace(chain, checkpoints=every, validations=paid, pick_note=note)
+        return replace(chain, checkpoints=every, validations=paid, pick=note)
     need = f"{checkpoints.SWITCH_VALIDATIONS:g} switch them on"
     b = cfg.budget
     if paid is None and (b.max_calls, b.max_tokens, b.max_cost, b.max_hours) != (None,) * 4:
@@ -142,8 +138,8 @@ def _switched(
             f"whole validations, {need})"
         )
         steps = checkpoints.LONG_STEPS
-        return replace(chain, steps=steps, checkpoints=checkpoints.EVERY, validations=paid, pick_note=note)
-    return replace(chain, validations=paid, pick_note=f"; no checkpoints (search.checkpoints: null; {off})")
+        return replace(chain, steps=steps, checkpoints=checkpoints.EVERY, validations=paid, pick=note)
+    return replace(chain, validations=paid, pick=f"; no checkpoints (search.checkpoints: null; {off})")
 
 
 def screen_extra(turn: float, batch: int) -> int:

@@ -65,7 +65,8 @@ class _Runner:
         return [_result(t, self.scores[cand.root.name]) for t in tasks]
 
 
-def _step(name: str) -> Proposed:
+def _step(name: str, base: str) -> Proposed:
+    """A kept step built on ``base``, its reason as the loop writes it (``explore._step_reason``)."""
     p = Proposed(
         name,
         Focus(name),
@@ -76,7 +77,7 @@ def _step(name: str) -> Proposed:
         None,
     )
     p.screened = Screened(
-        name, 0.125, ("t1",), False, "not validated: beat s0 on train (+0.125 on 8 train tasks, won 1, "
+        name, 0.125, ("t1",), False, f"not validated: beat {base} on train (+0.125 on 8 train tasks, won 1, "
         "lost 0); a later step built on it", n=8,
     )  # fmt: skip
     return p
@@ -92,7 +93,7 @@ def _marks(scores: dict[str, float]) -> tuple[_Marks, _Runner, list[str]]:
 
 
 def test_a_pick_before_the_end_is_validated_and_the_steps_after_it_say_why_not() -> None:
-    chain = [_step(f"s{i}") for i in range(1, 5)]
+    chain = [_step(f"s{i}", f"s{i - 1}" if i > 1 else "the incumbent") for i in range(1, 5)]
     marks, runner, said = _marks({"s2": 0.80, "s3": 0.75, "s4": 0.70})
     marks.score(chain[:2], "s2")
     marks.score(chain[:2], "s3")  # s3 was dropped: the head is s2 still, not run again
@@ -105,11 +106,11 @@ def test_a_pick_before_the_end_is_validated_and_the_steps_after_it_say_why_not()
         "round 4: the chain's pick is s2 (0.800 against the end s4's 0.700, more than 0.04 above it): it is "
         "validated, not the end"
     )
-    for p in chain[2:]:
+    for i, p in enumerate(chain[2:], start=3):  # s3 and s4, each with the base it beat
         assert p.screened is not None
         assert p.screened.reason == (
             "not validated: the chain's pick, s2, scored 0.800 on 4 fixed train tasks against the end's 0.700; "
-            "beat s0 on train (+0.125 on 8 train tasks, won 1, lost 0)"
+            f"beat s{i - 1} on train (+0.125 on 8 train tasks, won 1, lost 0)"
         )
     _end(chain[:n], None, marks)
     s2 = chain[1]
@@ -123,7 +124,7 @@ def test_a_pick_before_the_end_is_validated_and_the_steps_after_it_say_why_not()
 
 @pytest.mark.parametrize("end", [0.80 - MARGIN, 0.80])
 def test_an_end_within_the_margin_of_the_best_is_validated(end: float) -> None:
-    chain = [_step(f"s{i}") for i in range(1, 4)]
+    chain = [_step(f"s{i}", f"s{i - 1}" if i > 1 else "the incumbent") for i in range(1, 4)]
     marks, _, said = _marks({"s1": 0.80, "s3": end})
     marks.score(chain[:1], "s1")
     marks.score(chain, "the end")
