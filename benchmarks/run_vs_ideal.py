@@ -7,7 +7,8 @@ For each K: the demo's workspace (its skill, tasks and scripted model, which pla
 candidates a round) with every model reply held ``--latency`` seconds (the scripted model's
 ``latency_s``), then ``harnessopt run WS --rounds R`` through the real CLI, timed end to end
 (start-up, rollout, optimizer, screening, probe, smoke, validation, flip reruns, confirmation,
-git). Prints the wall time, the ideal ``target calls x latency / C + optimizer calls x latency``
+git). Prints the wall time, the seconds before the first round (from the command's start to
+the journal's ``run_start``), the ideal ``target calls x latency / C + optimizer calls x latency``
 (calls counted from the rounds' manifests) and their ratio. The optimizer's calls are
 sequential (one conversation after another), the target's run C at a time.
 
@@ -25,6 +26,7 @@ beside its batch, step 1's while its optimizer works.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -60,6 +62,16 @@ STEPS = {  # explore's steps in round 1: (old, new), each on the files of the ch
 }
 
 
+def started(ws: Path, t0: float) -> float:
+    """Seconds from the command's start to the journal's ``run_start`` (imports, the projection,
+    the services opened: what the run does before its first round)."""
+    for line in (ws / ".harnessopt" / "journal.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry["phase"] == "run_start":
+            return float(entry["t"]) - t0
+    return float("nan")
+
+
 def one(
     k: int,
     sandbox: str,
@@ -70,8 +82,8 @@ def one(
     explore: int = 0,
     more_train: int = 0,
     screen_tasks: int = 0,
-) -> tuple[float, int, int, list[str]]:
-    """(wall seconds, target calls, optimizer calls, statuses) of one run."""
+) -> tuple[float, float, int, int, list[str]]:
+    """(wall seconds, seconds to the first round, target calls, optimizer calls, statuses) of one run."""
     with tempfile.TemporaryDirectory(prefix="ho-run-ideal-") as tmp:
         model = DEMO_DATA / "model.yaml"
         if explore:
@@ -91,7 +103,7 @@ def one(
             # confirmation of the winner's whole bank, or the demo's (the paired gate)
             **({"gate": GATES[gate]} if gate in GATES else {}),
         )
-        t0 = time.monotonic()
+        t0, at = time.monotonic(), time.time()
         r = subprocess.run(
             [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", str(rounds)],
             capture_output=True,
@@ -104,7 +116,7 @@ def one(
         found = ledger.past_rounds(Workspace.open(ws).repo)
         calls = {role: sum(x.manifest.tokens[role].calls for x in found if role in x.manifest.tokens)
                  for role in ("target", "optimizer")}  # fmt: skip
-        return wall, calls["target"], calls["optimizer"], [x.status for x in found]
+        return wall, started(ws, at), calls["target"], calls["optimizer"], [x.status for x in found]
 
 
 def main() -> int:
@@ -128,15 +140,17 @@ def main() -> int:
         + (f", {a.more_train} more train tasks" if a.more_train else "")
         + (f", search.screen_tasks {a.screen_tasks}" if a.screen_tasks else "")
     )
-    print(f"{'K/E':>4}  {'wall s':>7}  {'target':>6}  {'optim.':>6}  {'ideal s':>7}  {'ratio':>5}  statuses")
+    print(
+        f"{'K/E':>4}  {'wall s':>7}  {'start s':>7}  {'target':>6}  {'optim.':>6}  {'ideal s':>7}  {'ratio':>5}  statuses"
+    )
     rows = [(f"K={k}", k, 0) for k in a.candidates] + [(f"E={e}", 1, e) for e in a.explore]
     for label, k, e in rows:
-        wall, target, optimizer, statuses = one(
+        wall, start, target, optimizer, statuses = one(
             k, a.sandbox, a.latency, a.rounds, a.concurrency, a.gate, e, a.more_train, a.screen_tasks
         )
         ideal = target * a.latency / a.concurrency + optimizer * a.latency
         print(
-            f"{label:>4}  {wall:>7.1f}  {target:>6}  {optimizer:>6}  {ideal:>7.1f}  {wall / ideal:>5.2f}  "
+            f"{label:>4}  {wall:>7.1f}  {start:>7.2f}  {target:>6}  {optimizer:>6}  {ideal:>7.1f}  {wall / ideal:>5.2f}  "
             f"{' '.join(statuses)}"
         )
     return 0

@@ -193,6 +193,37 @@ def test_run_imports_no_model_sdk_until_a_model_is_opened(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_built_in_optimizer_loads_its_sdk_in_the_background() -> None:
+    """Its module does not import the SDK; making the optimizer starts the import on a thread, so
+    the run's start does not wait for it; an SDK that cannot be imported fails there in silence
+    and again, with its message, where it is used."""
+    import subprocess
+    import sys
+
+    loaded = (
+        "import sys, threading\n"
+        "import harnessopt.optimizer.anthropic_agent\n"
+        "from harnessopt.config import OptimizerConfig\n"
+        "from harnessopt.optimizer import make_optimizer\n"
+        "assert 'anthropic' not in sys.modules\n"
+        "make_optimizer(OptimizerConfig(unsafe_host=True), client_factory=None, announce=print)\n"
+        "for t in threading.enumerate():\n"
+        "    if t.name == 'import-anthropic': t.join(120)\n"
+        "assert 'anthropic' in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", loaded], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    blocked = (
+        "import sys\nsys.modules['anthropic'] = None\n"
+        "from harnessopt.optimizer import import_in_background\n"
+        "import_in_background('anthropic').join(120)\n"
+        "import anthropic\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.count("Traceback") == 1, proc.stderr
+    assert "ModuleNotFoundError: import of anthropic halted" in proc.stderr
+
+
 def test_no_folder_holds_more_than_fifteen_modules() -> None:
     """One folder per concept, each small enough to take in at a glance."""
     crowded = {

@@ -8,7 +8,10 @@ to the workspace.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,6 +103,22 @@ def check_placement(cfg: OptimizerConfig, *, on_host: bool, announce: Callable[[
     )
 
 
+def import_in_background(module: str) -> threading.Thread:
+    """Import ``module`` on a daemon thread and return the thread. The anthropic SDK's import is 1-2 s
+    of CPU (docs/performance.md); a run needs it at the round's first optimizer call, after the
+    train batch, so it loads while that batch runs instead of before the run starts. An import of
+    the module meanwhile waits for this one (the import system's lock per module); one that fails
+    here is left to fail again, with its message, where the module is used."""
+
+    def load() -> None:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+
+    thread = threading.Thread(target=load, name=f"import-{module}", daemon=True)
+    thread.start()
+    return thread
+
+
 def _lease_of_client(client_factory: Callable[[int], anthropic.Anthropic]) -> Callable[[int], GatewayLease]:
     def lease(round_no: int) -> GatewayLease:
         client = client_factory(round_no)
@@ -116,8 +135,11 @@ def anthropic_optimizer(
     transcript_dir: Path | None = None,
     **_: object,
 ) -> Optimizer:
-    """``anthropic``: the built-in Claude tool loop over the view."""
+    """``anthropic``: the built-in Claude tool loop over the view. The SDK's import starts here, in
+    the background (``import_in_background``)."""
     from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
+
+    import_in_background("anthropic")
 
     return AnthropicOptimizer(
         client_factory,

@@ -14,14 +14,15 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
-
-import anthropic
+from typing import TYPE_CHECKING, Any, TextIO
 
 from harnessopt.config import OptimizerConfig
 from harnessopt.optimizer.tools import BASH_TOOL, EDITOR_TOOL, BashTool, EditorTool
 from harnessopt.optimizer.view import transcript_stem
 from harnessopt.protocols import Proposal, Shell, SupportsClose
+
+if TYPE_CHECKING:  # the SDK is imported where it is used: a run imports it in the background
+    import anthropic
 
 SYSTEM_PROMPT = (
     "You improve an AI agent's skill from evidence. Your working directory is a copy of the skill, its "
@@ -81,6 +82,8 @@ class AnthropicOptimizer:
         view = Path(view).resolve()
         path = transcript_path or self._default_transcript(view, round_no)
         transcript = _Transcript(path)
+        import anthropic  # loaded by then in a run (``optimizer.import_in_background``)
+
         client = self.client if isinstance(self.client, anthropic.Anthropic) else self.client(round_no)
         shell = self.shell_factory(view)
         try:
@@ -127,6 +130,8 @@ class _Loop:
         self.last_text = ""
 
     def run(self, brief: str) -> Proposal:
+        import anthropic
+
         user = (
             "Your task for this round is in OPTIMIZE.md in the working directory; it is repeated here.\n\n"
             + brief
