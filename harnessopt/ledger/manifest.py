@@ -220,6 +220,11 @@ class SearchRecord(_Tolerant):
     head: str = ""
     """search.explore: the kept head this round's chain started from (``round-K/sJ``, an earlier
     round's chain end the gate did not accept); empty: the chain started from main."""
+    checkpoints: int = 0
+    """search.checkpoints: the checkpoints this round's chain held, the end's included (0: none)."""
+    checkpoints_run: int = 0
+    """Of them, those that ran the fixed train tasks: a head a checkpoint already scored is not run
+    again. The projection prices later rounds' checkpoints at this share (docs/report.md)."""
 
 
 class TriggerSide(_Tolerant):

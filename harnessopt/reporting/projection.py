@@ -305,15 +305,18 @@ def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: i
     """Train runs that screen a round's candidates: each screened one on the batch and the extra
     screening tasks, and the incumbent on those extra tasks (none with one candidate and no floor);
     with ``search.explore``, each step on its batch and extra tasks, and its base on the extra tasks
-    of the first and on every batch and its extra tasks after it, and each of the chain's checkpoints
-    (``search.checkpoints``) on its fixed train tasks (a state a checkpoint scored again is paid once:
-    this is at most)."""
+    of the first and on every batch and its extra tasks after it, and the chain's checkpoints
+    (``search.checkpoints``) on their fixed train tasks. A head a checkpoint already scored is not run
+    again, so only a share of the checkpoints run: the share the measured rounds' chains ran
+    (``checkpoint_share``), and all of them (an upper bound) before a round with checkpoints is
+    measured."""
     s, steps = cfg.search, cfg.explore_steps
     extra = min(s.screening_only, n_train - batch)
     if steps:  # each step on its batch and extra tasks, its base on those (all of them after the first)
         tasks = batch + extra
-        every = s.checkpoint_every  # and at most each checkpoint's runs, the end's included
-        scoring = ((steps - 1) // every + 1) * checkpoints.runs(n_train, every) if every else 0
+        every = s.checkpoint_every  # the checkpoints, the end's included, at the share that ran
+        held = (steps - 1) // every + 1 if every else 0
+        scoring = held * checkpoints.runs(n_train, every) * rates.get("checkpoint_share", 1.0)
         return steps * tasks * rates.get("screened_share", 1.0) + (steps - 1) * tasks + extra + scoring
     if s.candidates == 1 and s.screen_floor is None:
         return 0.0
@@ -421,6 +424,7 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
     conversations = sum(len(m.search.candidates) if m.search else 1 for m in proposed)
     searched = [m.search for m in history if m.search]
     screened = sum(sum(c.n > 0 for c in s.candidates) for s in searched)
+    held = sum(s.checkpoints for s in searched)  # checkpoints the chains held, and those that ran
     smoked = [m for m in history if "smoke" in m.phases or "validation" in m.phases]
     validated = [m for m in history if "validation" in m.phases]
     n_val = max((m.n or 0 for m in validated), default=0) or 1
@@ -445,6 +449,7 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
         "target_usd_per_call": sum(u.cost_usd or 0.0 for u in target if u) / t_calls,
         "optimizer_calls": o_calls / conversations,  # per candidate: search.candidates multiplies it
         "screened_share": screened / sum(len(s.candidates) for s in searched) if searched else 1.0,
+        "checkpoint_share": sum(s.checkpoints_run for s in searched) / held if held else 1.0,
         "optimizer_tokens_per_call": sum(u.input + u.output for u in optimizer if u) / max(o_calls, 1),
         "optimizer_usd_per_call": sum(u.cost_usd or 0.0 for u in optimizer if u) / max(o_calls, 1),
         "reruns_per_val_task": reruns / len(validated) / n_val if validated else 0.0,

@@ -218,6 +218,7 @@ def explore(
     if every:  # the end scored too; the chain's pick is the state validated
         marks.score(chain, "the end")
         picked = chain[: marks.choose(chain, head)]
+        found.checkpoints, found.checkpoints_run = len(marks.scored), marks.ran
     _end(picked, head, marks if every else None)
     ws.journal.write(
         rc.k,
@@ -248,6 +249,7 @@ class _Marks(checkpoints.Marks):
     def __init__(self, svc: Services, rc: RoundContext, start: Candidate, tasks: list[Task], say: Announce):
         super().__init__()
         self.svc, self.rc, self.start, self.tasks, self.say = svc, rc, start, tasks, say
+        self.ran = 0  # checkpoints that ran the fixed tasks
 
     def score(self, chain: list[Proposed], after: str) -> None:
         """Score the head (the last kept step, or the chain's start) at the checkpoint ``after``."""
@@ -260,6 +262,7 @@ class _Marks(checkpoints.Marks):
             )
             interrupts.check()
             value = checkpoints.score(runs)
+            self.ran += 1
         self.add(len(chain), value)
         if chain:
             chain[-1].checkpoint = value

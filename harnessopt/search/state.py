@@ -59,6 +59,8 @@ class Search:
     head: str = ""  # search.explore: the kept head the chain started from (round-K/sJ)
     validated: list[str] = field(default_factory=list)  # winners that went to smoke and validation
     explored: bool = False  # an explore chain: recorded step by step even when the budget ended it at s1
+    checkpoints: int = 0  # search.checkpoints: the chain's checkpoints, the end's included
+    checkpoints_run: int = 0  # of them, those that ran the fixed tasks (a head scored before is not run)
 
     def in_turn(self) -> Iterator[Proposed]:
         """The winners, best first, each noted as validated when its turn comes."""
@@ -121,6 +123,8 @@ class Search:
             screen_tasks=self.screen_tasks,
             merged=self.merged,
             head=self.head,
+            checkpoints=self.checkpoints,
+            checkpoints_run=self.checkpoints_run,
         )
 
     def _record(self, p: Proposed) -> CandidateRecord:

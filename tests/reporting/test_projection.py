@@ -234,3 +234,29 @@ def test_the_optimizers_seconds_a_call_are_measured_from_the_rounds(tmp_path: Pa
     assert old["seconds_per_run"] == pytest.approx(
         (100.0 - 2 * PRIORS["seconds_per_optimizer_call"]) * c / 40
     )
+
+
+def test_checkpoints_are_projected_at_the_share_of_them_the_measured_rounds_ran(tmp_path: Path) -> None:
+    """A chain's checkpoints score its head; a head already scored is not run again. Before a round
+    is measured every checkpoint is counted (an upper bound); after, the share that ran: here no
+    step is kept, so of the chain's two checkpoints (after s2 and at the end) only the first runs
+    its 50 fixed tasks, and the next round is projected at what this one made."""
+    from harnessopt.round import driver
+    from tests.support.workspace import DEMO_LINE as old
+    from tests.support.workspace import scripted_edits, with_more_train
+
+    when = r"# Round (?P<r>\d+):[\s\S]*Your step: (?P<s>s\d+),"  # a sentence the answers ignore
+    model = scripted_edits(tmp_path, {"step": (when, old, old + " Be kind (round {r}, {s}).")})
+    tasks = with_more_train(tmp_path, 50)
+    ws = Workspace.open(make_ws(tmp_path, tasks=tasks, model=model, search={"explore": 4, "checkpoints": 2}))
+    unscored = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"checkpoints": 0})})
+    upper = project(ws, 1).rounds[0].target_runs - project(ws, 1, unscored).rounds[0].target_runs
+    assert upper == pytest.approx(2 * 50)
+    [first] = driver.run(ws, 1, lambda _m: None)
+    assert first.status == "rejected" and "screened out on train" in first.reason
+    search = first.manifest.search
+    assert search is not None and (search.checkpoints, search.checkpoints_run) == (2, 1)
+    made = sum(p.runs for p in first.manifest.phases.values())
+    measured = project(Workspace.open(ws.root), 2)
+    assert measured.rates["checkpoint_share"] == 0.5
+    assert measured.rounds[0].target_runs == pytest.approx(made)
