@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "harnessopt"
@@ -162,13 +164,15 @@ def test_rounds_are_read_only_through_the_ledger() -> None:
     assert offenders == []
 
 
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter (what it imports is its own)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
 def test_run_imports_no_model_sdk_until_a_model_is_opened(tmp_path: Path) -> None:
     """`harnessopt run`'s modules, its start-up (``--dry-run``), ``log`` and ``status`` work where
     neither SDK can be imported (importing one costs 1-2 s of CPU, docs/performance.md); opening
     a model imports its SDK."""
-    import subprocess
-    import sys
-
     from tests.support.workspace import make_ws
 
     ws = make_ws(tmp_path)
@@ -178,7 +182,7 @@ def test_run_imports_no_model_sdk_until_a_model_is_opened(tmp_path: Path) -> Non
         f"for command in ('log', 'status'):\n    assert harnessopt.cli.main([command, {str(ws)!r}]) == 0\n"
         f"sys.exit(harnessopt.cli.main(['run', {str(ws)!r}, '--dry-run']))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=300)
+    proc = _python(blocked)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, (proc.stdout, proc.stderr)
     opened = (
         "import sys, harnessopt.round.steps\n"
@@ -189,7 +193,7 @@ def test_run_imports_no_model_sdk_until_a_model_is_opened(tmp_path: Path) -> Non
         "make_model('openai', env={'OPENAI_API_KEY': 'k'})\n"
         "assert 'openai' in sys.modules\n"
     )
-    proc = subprocess.run([sys.executable, "-c", opened], capture_output=True, text=True, timeout=300)
+    proc = _python(opened)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -197,9 +201,6 @@ def test_the_built_in_optimizer_loads_its_sdk_in_the_background() -> None:
     """Its module does not import the SDK; making the optimizer starts the import on a thread, so
     the run's start does not wait for it; an SDK that cannot be imported fails there in silence
     and again, with its message, where it is used."""
-    import subprocess
-    import sys
-
     loaded = (
         "import sys, threading\n"
         "import harnessopt.optimizer.anthropic_agent\n"
@@ -211,7 +212,7 @@ def test_the_built_in_optimizer_loads_its_sdk_in_the_background() -> None:
         "    if t.name == 'import-anthropic': t.join(120)\n"
         "assert 'anthropic' in sys.modules\n"
     )
-    proc = subprocess.run([sys.executable, "-c", loaded], capture_output=True, text=True, timeout=300)
+    proc = _python(loaded)
     assert proc.returncode == 0, proc.stderr
     blocked = (
         "import sys\nsys.modules['anthropic'] = None\n"
@@ -219,7 +220,7 @@ def test_the_built_in_optimizer_loads_its_sdk_in_the_background() -> None:
         "import_in_background('anthropic').join(120)\n"
         "import anthropic\n"
     )
-    proc = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=300)
+    proc = _python(blocked)
     assert proc.returncode == 1 and proc.stderr.count("Traceback") == 1, proc.stderr
     assert "ModuleNotFoundError: import of anthropic halted" in proc.stderr
 
