@@ -26,7 +26,6 @@ beside its batch, step 1's while its optimizer works.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -62,14 +61,10 @@ STEPS = {  # explore's steps in round 1: (old, new), each on the files of the ch
 }
 
 
-def started(ws: Path, t0: float) -> float:
-    """Seconds from the command's start to the journal's ``run_start`` (imports, the projection,
-    the services opened: what the run does before its first round)."""
-    for line in (ws / ".harnessopt" / "journal.jsonl").read_text().splitlines():
-        entry = json.loads(line)
-        if entry["phase"] == "run_start":
-            return float(entry["t"]) - t0
-    return float("nan")
+def started(ws: Workspace, t0: float) -> float:
+    """Seconds from the command's start (``t0``, wall clock) to the journal's ``run_start`` (imports,
+    the projection, the services opened: what the run does before its first round)."""
+    return next((float(e["t"]) - t0 for e in ws.journal.entries() if e["phase"] == "run_start"), float("nan"))
 
 
 def one(
@@ -113,10 +108,11 @@ def one(
         wall = time.monotonic() - t0
         if r.returncode not in (0,):
             print(r.stdout[-1500:], r.stderr[-1500:], sep="\n")
-        found = ledger.past_rounds(Workspace.open(ws).repo)
+        w = Workspace.open(ws)
+        found = ledger.past_rounds(w.repo)
         calls = {role: sum(x.manifest.tokens[role].calls for x in found if role in x.manifest.tokens)
                  for role in ("target", "optimizer")}  # fmt: skip
-        return wall, started(ws, at), calls["target"], calls["optimizer"], [x.status for x in found]
+        return wall, started(w, at), calls["target"], calls["optimizer"], [x.status for x in found]
 
 
 def main() -> int:

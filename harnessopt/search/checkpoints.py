@@ -83,3 +83,9 @@ class Marks:
     def of(self, kept: int) -> float | None:
         """The score of the state with ``kept`` kept steps, if a checkpoint ran it."""
         return next((v for k, v in self.scored if k == kept), None)
+
+    @property
+    def ran(self) -> int:
+        """The checkpoints that ran their tasks: one per state scored (a checkpoint that found its
+        state scored already took that score, ``of``)."""
+        return len({k for k, _ in self.scored})

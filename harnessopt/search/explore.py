@@ -249,7 +249,6 @@ class _Marks(checkpoints.Marks):
     def __init__(self, svc: Services, rc: RoundContext, start: Candidate, tasks: list[Task], say: Announce):
         super().__init__()
         self.svc, self.rc, self.start, self.tasks, self.say = svc, rc, start, tasks, say
-        self.ran = 0  # checkpoints that ran the fixed tasks
 
     def score(self, chain: list[Proposed], after: str) -> None:
         """Score the head (the last kept step, or the chain's start) at the checkpoint ``after``."""
@@ -262,7 +261,6 @@ class _Marks(checkpoints.Marks):
             )
             interrupts.check()
             value = checkpoints.score(runs)
-            self.ran += 1
         self.add(len(chain), value)
         if chain:
             chain[-1].checkpoint = value

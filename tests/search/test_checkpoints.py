@@ -100,6 +100,7 @@ def test_a_pick_before_the_end_is_validated_and_the_steps_after_it_say_why_not()
     marks.score(chain[:3], "s4")
     marks.score(chain, "the end")
     assert runner.calls == [(n, CHECKPOINT_EPOCH, "screening") for n in ("s2", "s3", "s4")]
+    assert (len(marks.scored), marks.ran) == (4, 3)  # the manifest's checkpoints and checkpoints_run
     assert [p.checkpoint for p in chain] == [None, 0.80, 0.75, 0.70]
     n = marks.choose(chain)
     assert n == 2 and said[-1] == (
