@@ -108,6 +108,12 @@ the best state a run built and kept (a head a step moved to; a proposal GEPA-sty
 of its last state (the chain's end) and of what it returns (main; GEPA-style's best on val):
 neither strategy knows the first two.
 
+"The default against each baseline" sets the default's true gain against each baseline's (every
+row that is not a chain of the loop's) run by run: every strategy runs the same seeds, so each
+pair shares its world and proposal stream, and the mean of the paired differences and its standard
+error say whether the default is above, below or level with it (beyond two standard errors or not)
+more sharply than the two rows' own standard errors, which carry the spread between worlds too.
+
 "--tried" prints, beside the default, the default before checkpoints and GEPA-style, the default
 before checkpoints with one rule changed, each a rule tried to commit more of the chain's best state
 (the last of them shipped, as the default's checkpoints): a kept step rechecked on the next
@@ -1055,6 +1061,15 @@ def _mean_se(xs: list[float]) -> str:
     return f"{statistics.fmean(xs):+.4f} ±{statistics.stdev(xs) / len(xs) ** 0.5:.4f}"
 
 
+def _paired(a: list[float], b: list[float]) -> str:
+    """``a`` against ``b`` run by run (the same seeds: the same world and proposal stream): the mean of
+    their differences, its standard error, and what it says at two standard errors."""
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    mean, se = statistics.fmean(d), statistics.stdev(d) / len(d) ** 0.5
+    verdict = "above" if mean > 2 * se else "below" if mean < -2 * se else "level"
+    return f"{mean:+.4f} ±{se:.4f} {verdict}"
+
+
 def _table(y: str, b: int) -> str:
     return f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
 
@@ -1175,6 +1190,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {r.bad_commits / max(1, r.commits):.3f} | {per_point} "
                 f"| {statistics.fmean(r.proposals):.1f} | {ratio} | {r.stopped / runs:.3f} |"
             )
+    baselines = [i for i, st in enumerate(sts) if st.kind not in ("explore", "explore-main")]
+    print(
+        f"\nthe default against each baseline, run by run ({runs} runs a table, each seed the same world and "
+        "proposal stream for both): mean of (default - baseline) true gain ±SE of that difference; above or "
+        "below: beyond two standard errors, else level"
+    )
+    print("| baseline | " + " | ".join(_table(y, b) for y, b in TABLES) + " |")
+    print("|---" * (len(TABLES) + 1) + "|")
+    for i in baselines:
+        cells = " | ".join(_paired(res[key][1].gain, res[key][i].gain) for key in TABLES)  # 1: the default
+        print(f"| {sts[i].label} | {cells} |")
     print(
         "\nwhere the gain goes (E[true gain] of the best state a run built and kept: a head a step "
         "moved to, a proposal GEPA-style accepted; of its last state, the chain's end; and of what it "

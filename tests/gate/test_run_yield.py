@@ -18,7 +18,8 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     for st in y.strategies():
         runs = st.kind in y.LOOP_KINDS
         tables = sum(len(budgets) for _, budgets in y.YIELDS.values())
-        assert out.count(f"| {st.label} |") == runs + tables + (st.label in per_round)
+        baseline = st.kind not in ("explore", "explore-main")  # a row of the paired table too
+        assert out.count(f"| {st.label} |") == runs + tables + (st.label in per_round) + baseline
     for b in y.BUDGETS:
         assert f"yield at {b} rollouts" in out
         assert f"yield at a cost of {b} rollouts, an optimizer turn at {y.TURN_PRICE}" in out
@@ -30,8 +31,27 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
         "| default (Config() now: search.explore, search.screen_tasks and search.checkpoints null, chosen by "
         "price and budget) |" in out
     )  # the shipped default
+    paired = out.split("the default against each baseline, run by run")[1].split("where the gain goes")[0]
+    rows = [line for line in paired.splitlines() if line.startswith("| ")][1:]  # under the header
+    assert [r.split(" | ")[0][2:] for r in rows] == [
+        st.label for st in y.strategies() if st.kind not in ("explore", "explore-main")
+    ]
+    for r in rows:
+        cells = r.strip("| ").split(" | ")[1:]
+        assert len(cells) == tables and all(c.split()[-1] in ("above", "below", "level") for c in cells)
     gone = out.split("where the gain goes")[1]  # the default's and GEPA-style's, in each yield table
     assert gone.count("| default | ") == gone.count("| GEPA-style | ") == tables
+
+
+def test_the_default_is_set_against_a_baseline_run_by_run() -> None:
+    """A difference every run shows is above or below however much the runs differ from one another
+    (the rows' own standard errors would call it level); one that goes both ways is level."""
+    runs = [0.0, 0.5, 1.0, 0.25]
+    assert y._paired(runs, [g - 0.125 for g in runs]) == "+0.1250 ±0.0000 above"
+    assert y._paired([g - 0.125 for g in runs], runs) == "-0.1250 ±0.0000 below"
+    assert y._paired(runs, [0.25, 0.25, 0.75, 0.0]) == "+0.1250 ±0.1250 level"  # -0.25 once, +0.25 thrice
+    with pytest.raises(ValueError):
+        y._paired(runs, runs[:3])  # runs that are not the same seeds' are not paired
 
 
 def test_a_budgeted_default_run_ends_without_a_round_the_budget_cut_and_the_stop_befores_did_not() -> None:
