@@ -113,6 +113,8 @@ row that is not a chain of the loop's) run by run: every strategy runs the same 
 pair shares its world and proposal stream, and the mean of the paired differences and its standard
 error say whether the default is above, below or level with it (beyond two standard errors or not)
 more sharply than the two rows' own standard errors, which carry the spread between worlds too.
+"--paired" runs the default and GEPA-style alone, the one baseline the default is close to, for as
+many runs as "--runs" says (its first 200 are the full benchmark's), and prints the same comparison.
 
 "--tried" prints, beside the default, the default before checkpoints and GEPA-style, the default
 before checkpoints with one rule changed, each a rule tried to commit more of the chain's best state
@@ -142,6 +144,7 @@ extra runs (a recheck's; a second state's one-look validation; the pick's; a che
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (about 30 minutes on 2 cores)
     python benchmarks/run_yield.py --quick    # a fast look
     python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (about 13 minutes)
+    python benchmarks/run_yield.py --paired --runs 800   # the default against GEPA-style alone, paired
 """
 
 from __future__ import annotations
@@ -1027,9 +1030,9 @@ def confirmed(
 
 def work(job: tuple[str, int, list[int]]) -> tuple[str, int, list[object]]:
     what, budget, seeds = job
-    tried = what.startswith("tried ")
-    what = what.removeprefix("tried ")
-    sts = tried_strategies() if tried else strategies()
+    mode, _, rest = what.partition(" ")
+    what = rest if mode in ("tried", "paired") else what
+    sts = {"tried": tried_strategies, "paired": paired_strategies}.get(mode, strategies)()
     if what == "round":
         rows = round_strategies()
         tallies: list[object] = [dict.fromkeys((*NULL_KINDS, "+0.10", "rollouts"), 0) for _ in rows]
@@ -1072,6 +1075,35 @@ def _paired(a: list[float], b: list[float]) -> str:
 
 def _table(y: str, b: int) -> str:
     return f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
+
+
+def paired_strategies() -> list[Strategy]:
+    """``--paired``: the default and GEPA-style only, the one baseline it is level with in some tables."""
+    shipped = strategies()
+    return [shipped[1], next(st for st in shipped if st.kind == "minibatch")]
+
+
+def paired_main(runs: int, workers: int) -> int:
+    """``--paired``: the default against GEPA-style run by run, at as many runs as asked (the full run's
+    paired table has 200 a table, whose standard errors leave some tables level)."""
+    started, chunks = time.monotonic(), 4 * workers
+    jobs = [(f"paired {y}", b, list(range(w, runs, chunks))) for y, b in TABLES for w in range(chunks)]
+    res = {key: [Result(), Result()] for key in TABLES}
+    with mp.Pool(workers) as pool:
+        for what, budget, got in pool.map(work, jobs):
+            for r, g in zip(res[(what, budget)], got, strict=True):
+                r.merge(g)  # type: ignore[arg-type]
+    print(f"the default against GEPA-style, run by run: {runs} runs a table, each seed the same world and "
+          "proposal stream for both; E[true gain] ±SE of each, then mean of (default - GEPA-style) ±SE of "
+          "that difference (above or below: beyond two standard errors, else level)")  # fmt: skip
+    print("| table | default | GEPA-style | default - GEPA-style |\n|---|---|---|---|")
+    for key in TABLES:
+        default, gepa = res[key]
+        print(
+            f"| {_table(*key)} | {_mean_se(default.gain)} | {_mean_se(gepa.gain)} | {_paired(default.gain, gepa.gain)} |"
+        )
+    print(f"\nwall time {time.monotonic() - started:.1f}s")
+    return 0
 
 
 def tried_main(runs: int, workers: int) -> int:
@@ -1117,10 +1149,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--tried", action="store_true", help="only the rules tried against the GEPA gap (not shipped)"
     )
+    ap.add_argument("--paired", action="store_true", help="only the default against GEPA-style, run by run")
     a = ap.parse_args(argv)
     runs, trials = (30, 200) if a.quick else (a.runs, a.trials)
     if a.tried:
         return tried_main(runs, a.workers)
+    if a.paired:
+        return paired_main(runs, a.workers)
     started = time.monotonic()
     sts = strategies()
     chunks = 4 * a.workers

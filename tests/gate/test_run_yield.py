@@ -235,6 +235,27 @@ def test_confirm_holdout_gates_on_the_rest_of_val_and_confirms_on_the_held_out_t
     assert any(ids == set(seen.tolist()) for ids in drawn)  # the incumbent and the gate: on the 35
 
 
+def test_paired_runs_the_default_and_gepa_style_alone_on_the_full_runs_seeds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--paired`` reruns only the two strategies (for more runs than the full benchmark affords): a
+    seed gives each the same run it has in the full benchmark, so its rows extend the full table's."""
+    assert y.main(["--paired", "--runs", "3", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "±" in line]
+    assert [r.split(" | ")[0][2:] for r in rows] == [y._table(*key) for key in y.TABLES]
+    full = y.strategies()
+    gepa = next(i for i, st in enumerate(full) if st.kind == "minibatch")
+    key = y.TABLES[0]
+    _, _, got = y.work((key[0], key[1], [0, 1, 2]))  # the full benchmark's job for that table
+    default, baseline = got[1].gain, got[gepa].gain  # type: ignore[attr-defined]
+    assert rows[0].strip("| ").split(" | ")[1:] == [
+        y._mean_se(default),
+        y._mean_se(baseline),
+        y._paired(default, baseline),
+    ]
+
+
 def test_the_rules_tried_against_the_gepa_gap_print_beside_the_default_and_gepa_style(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
