@@ -131,7 +131,7 @@ def main() -> int:
             # against those the projected rounds ran
             each = checkpoints.runs(have + len(extra), a.checkpoints)
             share = measured_rates([r.manifest for r in past[: a.measured]], w.cfg)["checkpoint_share"]
-            held = (a.explore - 1) // a.checkpoints + 1
+            held = checkpoints.held(a.explore, a.checkpoints)
             ran_later = sum(r.manifest.search.checkpoints_run for r in later if r.manifest.search)
             print(
                 f"checkpoint runs: projected {share * held * each * a.rounds:.0f} (share {share:.2f} of {held} "

@@ -232,7 +232,8 @@ TODAY: dict[str, Any] = {  # the gate's defaults before issue 21
     "confirm_moves_main": False,
 }
 NULL_KINDS = ("null", "churn", "cheap-harm")
-LOOP_KINDS = ("gate", "screen", "explore", "explore-main")  # run as rounds of a loop: the per-run table
+CHAIN_KINDS = ("explore", "explore-main")  # the loop's chains: the default and its variants, no baseline
+LOOP_KINDS = ("gate", "screen", *CHAIN_KINDS)  # run as rounds of a loop: the per-run table
 
 
 def crashy(
@@ -961,7 +962,7 @@ def run_one(
         return run_minibatch(w, seed, budget, turn)
     if st.kind == "best-of-n":
         return run_best_of_n(w, seed, budget, turn)
-    if st.kind in ("explore", "explore-main"):
+    if st.kind in CHAIN_KINDS:
         return run_explore(st, w, seed, budget, rounds, turn)
     return run_gate(st, w, seed, budget, rounds, turn)
 
@@ -1077,6 +1078,19 @@ def _table(y: str, b: int) -> str:
     return f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
 
 
+def _yield_tables(mode: str, strategies: int, runs: int, workers: int) -> dict[tuple[str, int], list[Result]]:
+    """The yield tables of ``mode``'s strategies (``work``'s "tried" or "paired"), ``runs`` seeds a
+    table split among ``workers`` processes: a table's results, one a strategy in ``mode``'s order."""
+    chunks = 4 * workers
+    jobs = [(f"{mode} {y}", b, list(range(w, runs, chunks))) for y, b in TABLES for w in range(chunks)]
+    res = {key: [Result() for _ in range(strategies)] for key in TABLES}
+    with mp.Pool(workers) as pool:
+        for what, budget, got in pool.map(work, jobs):
+            for r, g in zip(res[(what, budget)], got, strict=True):
+                r.merge(g)  # type: ignore[arg-type]
+    return res
+
+
 def paired_strategies() -> list[Strategy]:
     """``--paired``: the default and GEPA-style only, the one baseline it is level with in some tables."""
     shipped = strategies()
@@ -1086,13 +1100,8 @@ def paired_strategies() -> list[Strategy]:
 def paired_main(runs: int, workers: int) -> int:
     """``--paired``: the default against GEPA-style run by run, at as many runs as asked (the full run's
     paired table has 200 a table, whose standard errors leave some tables level)."""
-    started, chunks = time.monotonic(), 4 * workers
-    jobs = [(f"paired {y}", b, list(range(w, runs, chunks))) for y, b in TABLES for w in range(chunks)]
-    res = {key: [Result(), Result()] for key in TABLES}
-    with mp.Pool(workers) as pool:
-        for what, budget, got in pool.map(work, jobs):
-            for r, g in zip(res[(what, budget)], got, strict=True):
-                r.merge(g)  # type: ignore[arg-type]
+    started = time.monotonic()
+    res = _yield_tables("paired", 2, runs, workers)
     print(f"the default against GEPA-style, run by run: {runs} runs a table, each seed the same world and "
           "proposal stream for both; E[true gain] ±SE of each, then mean of (default - GEPA-style) ±SE of "
           "that difference (above or below: beyond two standard errors, else level)")  # fmt: skip
@@ -1108,13 +1117,8 @@ def paired_main(runs: int, workers: int) -> int:
 
 def tried_main(runs: int, workers: int) -> int:
     """``--tried``: the rules tried against the GEPA gap, beside the default and GEPA-style."""
-    started, sts, chunks = time.monotonic(), tried_strategies(), 4 * workers
-    jobs = [(f"tried {y}", b, list(range(w, runs, chunks))) for y, b in TABLES for w in range(chunks)]
-    res = {key: [Result() for _ in sts] for key in TABLES}
-    with mp.Pool(workers) as pool:
-        for what, budget, got in pool.map(work, jobs):
-            for r, g in zip(res[(what, budget)], got, strict=True):
-                r.merge(g)  # type: ignore[arg-type]
+    started, sts = time.monotonic(), tried_strategies()
+    res = _yield_tables("tried", len(sts), runs, workers)
     print(f"tried against the GEPA gap: E[true gain] ±SE, {runs} runs a strategy and table (best state / "
           "last state / runs the budget cut mid-round)")  # fmt: skip
     print("| strategy | " + " | ".join(_table(y, b) for y, b in TABLES) + " |")
@@ -1225,7 +1229,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {r.bad_commits / max(1, r.commits):.3f} | {per_point} "
                 f"| {statistics.fmean(r.proposals):.1f} | {ratio} | {r.stopped / runs:.3f} |"
             )
-    baselines = [i for i, st in enumerate(sts) if st.kind not in ("explore", "explore-main")]
+    baselines = [i for i, st in enumerate(sts) if st.kind not in CHAIN_KINDS]
     print(
         f"\nthe default against each baseline, run by run ({runs} runs a table, each seed the same world and "
         "proposal stream for both): mean of (default - baseline) true gain ±SE of that difference; above or "

@@ -315,8 +315,11 @@ def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: i
     if steps:  # each step on its batch and extra tasks, its base on those (all of them after the first)
         tasks = batch + extra
         every = s.checkpoint_every  # the checkpoints, the end's included, at the share that ran
-        held = (steps - 1) // every + 1 if every else 0
-        scoring = held * checkpoints.runs(n_train, every) * rates.get("checkpoint_share", 1.0)
+        scoring = (
+            checkpoints.held(steps, every)
+            * checkpoints.runs(n_train, every)
+            * rates.get("checkpoint_share", 1.0)
+        )
         return steps * tasks * rates.get("screened_share", 1.0) + (steps - 1) * tasks + extra + scoring
     if s.candidates == 1 and s.screen_floor is None:
         return 0.0

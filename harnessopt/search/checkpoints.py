@@ -48,6 +48,12 @@ def fixed(split: Sequence[Task]) -> list[Task]:
     return tasks[:TASKS]
 
 
+def held(steps: int, every: int) -> int:
+    """Checkpoints a chain of ``steps`` steps holds (0 when checkpoints are off): one after every
+    ``every`` steps before the end, as ``explore`` scores them, and the end's."""
+    return (steps - 1) // every + 1 if every else 0
+
+
 def runs(n_train: int, every: int) -> int:
     """Runs one checkpoint takes with ``n_train`` train tasks (0 when checkpoints are off)."""
     return min(TASKS, n_train) if every else 0

@@ -18,7 +18,7 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     for st in y.strategies():
         runs = st.kind in y.LOOP_KINDS
         tables = sum(len(budgets) for _, budgets in y.YIELDS.values())
-        baseline = st.kind not in ("explore", "explore-main")  # a row of the paired table too
+        baseline = st.kind not in y.CHAIN_KINDS  # a row of the paired table too
         assert out.count(f"| {st.label} |") == runs + tables + (st.label in per_round) + baseline
     for b in y.BUDGETS:
         assert f"yield at {b} rollouts" in out
@@ -34,7 +34,7 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     paired = out.split("the default against each baseline, run by run")[1].split("where the gain goes")[0]
     rows = [line for line in paired.splitlines() if line.startswith("| ")][1:]  # under the header
     assert [r.split(" | ")[0][2:] for r in rows] == [
-        st.label for st in y.strategies() if st.kind not in ("explore", "explore-main")
+        st.label for st in y.strategies() if st.kind not in y.CHAIN_KINDS
     ]
     for r in rows:
         cells = r.strip("| ").split(" | ")[1:]
