@@ -45,7 +45,24 @@ class _Parser(argparse.ArgumentParser):
         hint = ""
         if "unrecognized arguments: --" in message and self.prog.split(" ")[-1] in ("run", "audit"):
             hint = "; a setting without a flag of its own is set with -c KEY=VALUE (e.g. -c gate.epochs=3)"
-        raise UserError(f"{message}{hint} (see 'harnessopt {self.prog.split(' ', 1)[-1]} --help')")
+        command = self.prog.split(" ", 1)[1] + " " if " " in self.prog else ""
+        raise UserError(f"{message}{hint} (see 'harnessopt {command}--help')")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        """As argparse's, but an argument no parser knows is reported by the command it was given
+        to (its name and hint), not by the top-level parser that collects the leftovers."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            chosen = _subparser(self, getattr(parsed, "command", None)) or self
+            chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return None
 
 
 def _positive(text: str) -> int:

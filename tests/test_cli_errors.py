@@ -152,3 +152,15 @@ def test_harness_mode_needs_confirmation(ws: Path) -> None:
 def test_help_exits_zero() -> None:
     r = cli("--help")
     assert r.returncode == 0 and "demo" in r.stdout
+
+
+def test_an_unknown_flag_is_reported_by_its_command(ws: Path) -> None:
+    """argparse's top-level parser collects the leftovers; the line names the command they were
+    given to (and run's hint for settings without a flag), not 'harnessopt harnessopt'."""
+    before = snapshot(ws)
+    r = cli("run", ws, "--rounds", "1", "--frob", "3")
+    assert_user_error(r, "unrecognized arguments: --frob 3", "-c KEY=VALUE", "'harnessopt run --help'")
+    assert_user_error(cli("log", ws, "--frob"), "'harnessopt log --help'")
+    assert "harnessopt harnessopt" not in cli("log", ws, "--frob").stderr
+    assert_user_error(cli(), "'harnessopt --help'")
+    assert snapshot(ws) == before
