@@ -48,14 +48,16 @@ class _Parser(argparse.ArgumentParser):
         command = self.prog.split(" ", 1)[1] + " " if " " in self.prog else ""
         raise UserError(f"{message}{hint} (see 'harnessopt {command}--help')")
 
-    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
-        """As argparse's, but an argument no parser knows is reported by the command it was given
-        to (its name and hint), not by the top-level parser that collects the leftovers."""
-        parsed, extra = self.parse_known_args(args, namespace)
-        if extra:
-            chosen = _subparser(self, getattr(parsed, "command", None)) or self
-            chosen.error(f"unrecognized arguments: {' '.join(extra)}")
-        return parsed
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, parsed; an argument no parser knows is reported by the command it was
+    given to (its name and hint), not by the top-level parser that collects argparse's leftovers."""
+    parser = build_parser()
+    parsed, extra = parser.parse_known_args(argv)
+    if extra:
+        chosen = _subparser(parser, getattr(parsed, "command", None)) or parser
+        chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+    return parsed
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
@@ -547,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hardening.make_non_dumpable()  # other processes of this uid cannot read our environ (the key) or memory
     interrupts.install()
     try:
-        args = build_parser().parse_args(argv)
+        args = parse(argv)
         return COMMANDS[args.command](args)
     except UserError as e:
         err_console.print(f"harnessopt: {e}", markup=False)
