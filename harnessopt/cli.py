@@ -180,7 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="an HTML report with plots (needs harnessopt[report])")
     rep.add_argument("ws", type=Path)
     rep.add_argument(
-        "--out", type=Path, help="directory for report.html and its plots (default WS/.harnessopt/report)"
+        "--out",
+        type=Path,
+        help="directory for report.html and its plots (default WS/.harnessopt/report), or the page's own "
+        "path ending in .html (its plots beside it as STEM-NAME.png)",
     )
 
     audit = sub.add_parser("audit", help="held-out gain of ho/best over ho/round-0 on the test split")

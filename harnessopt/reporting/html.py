@@ -42,9 +42,16 @@ def _pyplot() -> Any:
 
 
 def write_report(ws: Workspace, out: Path | None = None) -> Path:
-    """Write ``report.html`` and its PNG plots to ``out`` (default ``WS/.harnessopt/report``)."""
+    """Write ``report.html`` and its PNG plots to the directory ``out`` (default
+    ``WS/.harnessopt/report``); an ``out`` ending in ``.html`` is the page itself, its plots beside
+    it as ``STEM-NAME.png`` (so two reports in one directory keep their own plots)."""
     plt = _pyplot()
-    out = Path(out) if out else ws.root / STATE_DIR / "report"
+    page, prefix = page_path(ws, out)
+    out = page.parent
+    if out.exists() and not out.is_dir():
+        raise UserError(
+            f"--out: {out} is a file, not a directory; pass a directory or a path ending in .html"
+        )
     out.mkdir(parents=True, exist_ok=True)
     data = report_data(ws)
     plots: dict[str, Path] = {}
@@ -52,13 +59,22 @@ def write_report(ws: Workspace, out: Path | None = None) -> Path:
         fig = draw(plt, data)
         if fig is None:
             continue
-        path = out / f"{name}.png"
+        path = out / f"{prefix}{name}.png"
         fig.savefig(path, dpi=100, bbox_inches="tight")
         plt.close(fig)
         plots[name] = path
-    page = out / "report.html"
     page.write_text(render_html(data, plots), encoding="utf-8")
     return page
+
+
+def page_path(ws: Workspace, out: Path | None) -> tuple[Path, str]:
+    """Where the page goes and the prefix of its plots' file names."""
+    if out is None:
+        return ws.root / STATE_DIR / "report" / "report.html", ""
+    out = Path(out)
+    if out.suffix.lower() in (".html", ".htm"):
+        return out, f"{out.stem}-"
+    return out / "report.html", ""
 
 
 # --------------------------------------------------------------------------- plots

@@ -20,6 +20,7 @@ from harnessopt.reporting.log import print_log
 from harnessopt.workspace.core import Workspace
 from tests.support.browser import Page, chromium
 from tests.support.cli import cli
+from tests.support.cli_errors import assert_user_error, snapshot
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +130,30 @@ def test_report_html_and_plots(demo: Path, tmp_path: Path) -> None:
     page = (tmp_path / "rep" / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == 6 and "<script" not in page and "http" not in page
     assert "harness/NOTES.txt" in page and "Flaky val tasks" in page
+
+
+def test_report_out_as_a_page_path(demo: Path, tmp_path: Path) -> None:
+    """``--out run1.html`` is the page itself (not a directory named so), its plots beside it with the
+    page's stem, so a second report in the same directory keeps its own; an --out under a file is
+    one line, exit 2, nothing written."""
+    pytest.importorskip("matplotlib", reason="the report is the optional extra harnessopt[report]")
+    for stem in ("run1", "run2"):
+        r = cli("report", demo, "--out", tmp_path / "reports" / f"{stem}.html")
+        assert r.returncode == 0, r.stderr
+        assert f"{stem}.html" in r.stdout
+    out = tmp_path / "reports"
+    assert (out / "run1.html").is_file() and (out / "run2.html").is_file()
+    names = {p.name for p in out.iterdir()}
+    for stem in ("run1", "run2"):
+        assert {
+            f"{stem}-{n}.png" for n in ("scores", "matrix", "cost", "outcomes", "audit", "taxonomy")
+        } <= names
+    assert "report.html" not in names
+    (tmp_path / "afile").write_text("x")
+    before = snapshot(tmp_path)
+    assert_user_error(cli("report", demo, "--out", tmp_path / "afile" / "r.html"), "is a file", ".html")
+    assert_user_error(cli("report", demo, "--out", tmp_path / "afile"), "is a file")
+    assert snapshot(tmp_path) == before
 
 
 @pytest.mark.browser
