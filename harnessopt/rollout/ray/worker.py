@@ -4,7 +4,7 @@ The head sends a ``WorkerJob`` (the task's public part, the harness env, the run
 the sandbox settings, where the relay reaches the head) and the candidate as one ``Bundle`` per
 round through the object store. The worker returns a ``WorkerResult``: the run's outcome and its
 /out as a capped tar, which the head unpacks and scores. No gold answer, scorer or API key is in
-either: the head never puts them there, and tests/executors/test_ray_executor.py checks the bytes.
+either: the head never puts them there, and tests/rollout/ray/test_ray_executor.py checks the bytes.
 """
 
 from __future__ import annotations
