@@ -25,8 +25,8 @@ from harnessopt.util import hardening, interrupts
 
 EXIT_ROUND_FAILED = 3  # a run whose rounds failed (infrastructure, budget): not bad input (2)
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, soft_wrap=True, emoji=False)  # ":b:" in a path or summary is text
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def say(msg: str) -> None:

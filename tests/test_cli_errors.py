@@ -164,3 +164,15 @@ def test_an_unknown_flag_is_reported_by_its_command(ws: Path) -> None:
     assert "harnessopt harnessopt" not in cli("log", ws, "--frob").stderr
     assert_user_error(cli(), "'harnessopt --help'")
     assert snapshot(ws) == before
+
+
+def test_colons_in_a_message_stay_text(tmp_path: Path, example) -> None:
+    """rich turns ':b:' into an emoji unless told not to: a --split, a path or a summary with colons
+    is shown as typed, on stderr and on stdout."""
+    from harnessopt import cli as cli_module
+
+    _init_fails(tmp_path, *example, "'a:b:c'", extra=("--split", "a:b:c"))
+    for console in (cli_module.console, cli_module.err_console):
+        with console.capture() as captured:
+            console.print("round :b: and :smile:", markup=False)
+        assert captured.get().strip() == "round :b: and :smile:"

@@ -95,7 +95,7 @@ def print_log(ws: Workspace, console: Console) -> None:
             f"{visible(r['summary'])}\n[dim]{visible(_with_confirmation(r))}[/dim]" + _candidate_lines(r),
         )
     if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
-        console = Console(width=LOG_WIDTH, highlight=False, file=console.file)
+        console = Console(width=LOG_WIDTH, highlight=False, emoji=False, file=console.file)
     console.print(table)
     if r0:
         console.print(r0, markup=False)
