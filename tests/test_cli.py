@@ -100,6 +100,9 @@ def test_two_rounds_accept_then_reject_then_log_diff_rollback(tmp_path: Path, up
     assert (ws / "skill" / "SKILL.md").read_text() == SKILL_MD
     assert git(ws, "rev-parse", "HEAD~1") == head  # a new commit; history kept
     assert git(ws, "rev-parse", "ho/round-1") == head
+    # The diff is a patch git applies: round 1's change applies again onto round 0's skill.
+    (tmp_path / "round1.patch").write_text(d1)
+    assert git(ws, "apply", "--check", str(tmp_path / "round1.patch")) == ""
 
     # The real key went upstream only; no harness or optimizer request carried it to the gateway.
     # (the anthropic SDK sends a key as x-api-key in older releases, as a bearer token in newer ones)

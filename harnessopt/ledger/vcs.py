@@ -163,10 +163,13 @@ def reset_hard(repo: git.Repo) -> None:
 
 
 def diff(repo: git.Repo, old: str, new: str, paths: Sequence[str] = ()) -> str:
+    """``git diff --stat -p`` as git prints it: GitPython strips the output's last newline, and a
+    patch without it is "corrupt" to ``git apply`` (``harnessopt diff WS K > p.patch``)."""
     args = ["--stat", "-p", old, new]
     if paths:
         args += ["--", *paths]
-    return str(repo.git.diff(*args))
+    out = str(repo.git.diff(*args))
+    return out + "\n" if out else out
 
 
 def export(repo: git.Repo, rev: str, paths: Sequence[str], dest: Path) -> None:
