@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,8 @@ def say_err(msg: str) -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse prints usage + exits 2 by itself; keep that to one line that says what to do."""
 
+    commands: Mapping[str, argparse.ArgumentParser] = {}  # the top-level parser's: command -> its parser
+
     def error(self, message: str) -> Any:
         hint = ""
         if "unrecognized arguments: --" in message and self.prog.split(" ")[-1] in ("run", "audit"):
@@ -55,16 +57,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     parsed, extra = parser.parse_known_args(argv)
     if extra:
-        chosen = _subparser(parser, getattr(parsed, "command", None)) or parser
+        chosen = parser.commands.get(getattr(parsed, "command", None) or "", parser)
         chosen.error(f"unrecognized arguments: {' '.join(extra)}")
     return parsed
-
-
-def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
-            return action.choices[command]
-    return None
 
 
 def _positive(text: str) -> int:
@@ -77,12 +72,13 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     p = _Parser(
         prog="harnessopt", description="Improve agent skills and harnesses with gated, reviewable commits."
     )
     p.add_argument("--version", action="version", version=f"harnessopt {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p.commands = sub.choices
 
     init = sub.add_parser("init", help="create a workspace from a skill directory and a task file")
     init.add_argument("ws", type=Path)
