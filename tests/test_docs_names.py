@@ -1,13 +1,17 @@
-"""Every repository path the docs name exists: a module moved without its docs is caught here, not by a
-reader who opens a file that is gone (the layout move of issue 21's round left seven such paths)."""
+"""Every repository path and command-line flag the docs name exists: a module moved or a flag renamed
+without its docs is caught here, not by a reader who opens a file that is gone or types a flag the
+command refuses (the layout move of issue 21's round left seven such paths)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from harnessopt.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -62,3 +66,44 @@ def test_a_stale_path_is_caught() -> None:
     assert resolves("harnessopt/sandbox/docker/") and resolves("sandbox/docker/pool.py")
     assert resolves("harnessopt/sandbox/image/context/runner.py")  # a wheel's copy of sandbox/runner.py
     assert not resolves("harnessopt/sandbox/image/context/nope.py")
+
+
+# "harnessopt CMD ..." up to the end of the code span, table cell or line: the flags given to CMD.
+COMMAND = re.compile(r"harnessopt ([a-z]+)\b([^`|\n]*)")
+FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+
+
+def command_flags() -> dict[str, set[str]]:
+    """Each command's flags, a command with commands of its own (sandbox build) taking theirs."""
+
+    def flags(parser: argparse.ArgumentParser) -> set[str]:
+        out = {o for a in parser._actions for o in a.option_strings}
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub in a.choices.values():
+                    out |= flags(sub)
+        return out
+
+    return {name: flags(parser) for name, parser in build_parser().commands.items()}
+
+
+def unknown_flags(text: str, known: dict[str, set[str]]) -> list[str]:
+    return [
+        f"harnessopt {m.group(1)} {flag}"
+        for m in COMMAND.finditer(text)
+        if m.group(1) in known
+        for flag in FLAG.findall(m.group(2))
+        if flag not in known[m.group(1)]
+    ]
+
+
+def test_the_flag_pattern() -> None:
+    known = {"run": {"--rounds"}, "sandbox": {"--with"}}
+    text = "`harnessopt run WS --rounds 3 --frob` | `harnessopt sandbox build --with codex` and harnessopt is"
+    assert unknown_flags(text, known) == ["harnessopt run --frob"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_flag_a_doc_gives_a_command_exists(doc: Path) -> None:
+    unknown = unknown_flags(doc.read_text(encoding="utf-8"), command_flags())
+    assert not unknown, f"{doc.name} gives flags the command does not have: {unknown}"
