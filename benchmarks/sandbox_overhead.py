@@ -18,16 +18,27 @@ median overhead of one task (latency minus the work) and wall time per task (tot
 the ratio of the overhead to (a).
 With ``--repeat R`` every variant is measured R times (in reversed order every other time, so a
 load that drifts during the run weighs on all of them alike): the median is over the R x N tasks.
-Usage: python benchmarks/sandbox_overhead.py [--n 20] [--work 0 1] [--repeat 1]  (needs Docker and the image)
+The last columns are the machine's CPU: busy CPU seconds of the whole machine (``/proc/stat``:
+dockerd, containerd, the shims, runc, the containers and this process alike) from the first task to
+the variant's clean-up (its containers removed), from before its 1 s warm-up, the containers the
+engine created meanwhile (its live events), and that CPU per container: for ours the pool's spare containers, made and removed
+unused, are among them (in a long run they are a few among thousands), so per container is the
+figure that holds for a run. Anything else running counts too: it needs a quiet machine.
+Against the model-bound ideal, C tasks in flight of ``work`` seconds each need C / work tasks a
+second: the machine's cores are what bounds the rate at which a sandbox can start them.
+Usage: python benchmarks/sandbox_overhead.py [--n 20] [--work 0 1] [--repeat 1] [--concurrency 1 2]
+(needs Docker and the image)
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +49,7 @@ from harnessopt.config import RolloutConfig
 from harnessopt.protocols import GatewayLease, RunSpec
 from harnessopt.sandbox.docker.pool import container_kwargs
 from harnessopt.sandbox.docker.sandbox import DockerSandbox
-from harnessopt.sandbox.image.build import docker_client
+from harnessopt.sandbox.image.build import LABEL, docker_client
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_templates" / "chat" / "run.py"
 
@@ -57,6 +68,38 @@ HARNESS = template_imports() + (
     "a = p.parse_args(); open(os.path.join(a.out, 'answer.txt'), 'w').write('ok')\n"
 )
 ARGV = ["python3", "/ho/harness/run.py", "--task", "/ho/task.json", "--skill", "/ho/skill", "--out", "/out"]
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``'s cpu line, less idle
+    and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class Creations:
+    """Counts the containers of ours (label ``harnessopt``) the engine creates while it is open, from
+    its live event stream (the engine keeps only its last 256 events: asking afterwards loses some)."""
+
+    def __init__(self, client: Any):
+        filters = {"type": "container", "event": "create", "label": LABEL}
+        self.stream = client.events(filters=filters, decode=True)
+        self.count = 0
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # the stream closed under us
+            for _ in self.stream:
+                self.count += 1
+
+    def close(self) -> int:
+        time.sleep(0.5)  # the last events on their way
+        self.stream.close()
+        self.thread.join(5)
+        return self.count
 
 
 def measure(one: Callable[[int], None], n: int, concurrency: int) -> tuple[list[float], float]:
@@ -79,6 +122,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--work", type=float, nargs="+", default=[0.0, 1.0])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2])
     ap.add_argument(
         "--repeat",
         type=int,
@@ -87,18 +131,23 @@ def main() -> None:
     )
     args = ap.parse_args()
     load_before = os.getloadavg()
-    rows: list[tuple[str, float, int, float, float]] = []
+    rows: list[tuple[str, float, int, float, float, tuple[float, int]]] = []
     for work_s in args.work:
-        rows += run_all(args.n, work_s, args.repeat)
+        rows += run_all(args.n, work_s, args.repeat, tuple(args.concurrency))
     load_after = os.getloadavg()
     print(f"harness: the chat template's imports ({', '.join(imported_names())}), then --work s of sleep")
     print(f"load average (1, 5, 15 min): before {_load(load_before)}, after {_load(load_after)}")
     print(
         f"{'variant':24} {'work s':>6} {'conc':>4} {'overhead s':>11} {'wall s/task':>12} {'overhead/(a)':>13}"
+        f" {'CPU s':>6} {'containers':>10} {'CPU s/container':>15}"
     )
-    for name, work_s, conc, med, per in rows:
+    for name, work_s, conc, med, per, (cpu, made) in rows:
         base = next(r for r in rows if r[1:3] == (work_s, conc) and r[0].startswith("(a)"))
-        print(f"{name:24} {work_s:>6.1f} {conc:>4} {med:>11.3f} {per:>12.3f} {med / base[3]:>13.2f}")
+        per_container = f"{cpu / made:.3f}" if made else "-"
+        print(
+            f"{name:24} {work_s:>6.1f} {conc:>4} {med:>11.3f} {per:>12.3f} {med / base[3]:>13.2f}"
+            f" {cpu:>6.1f} {made:>10} {per_container:>15}"
+        )
 
 
 def _load(avg: tuple[float, float, float]) -> str:
@@ -151,9 +200,11 @@ def _ours(sandbox: DockerSandbox, spec: RunSpec, work: Path) -> Callable[[int], 
     return ours
 
 
-def run_all(n: int, work_s: float, repeat: int = 1) -> list[tuple[str, float, int, float, float]]:
-    """One row per (variant, concurrency): (name, work_s, concurrency, median overhead, wall/task)
-    over ``repeat`` measurements of ``n`` tasks each."""
+def run_all(
+    n: int, work_s: float, repeat: int = 1, concurrencies: tuple[int, ...] = (1, 2)
+) -> list[tuple[str, float, int, float, float, tuple[float, int]]]:
+    """One row per (variant, concurrency): (name, work_s, concurrency, median overhead, wall/task,
+    (machine CPU s, containers created)) over ``repeat`` measurements of ``n`` tasks each."""
     client = docker_client()
     work = Path(tempfile.mkdtemp(prefix="ho-bench-"))
     work.chmod(0o755)
@@ -169,10 +220,12 @@ def run_all(n: int, work_s: float, repeat: int = 1) -> list[tuple[str, float, in
     env = {"WORK_S": str(work_s)}
     lat: dict[tuple[str, int], list[float]] = {}
     walls: dict[tuple[str, int], list[float]] = {}
+    cpus: dict[tuple[str, int], list[tuple[float, int]]] = {}
     for r in range(repeat):
-        for conc in (1, 2):
+        for conc in concurrencies:
             found = list(variants(client, RolloutConfig(concurrency=conc), slot, env, work).items())
             for name, (fn, done) in found if r % 2 == 0 else found[::-1]:  # the load drifts: both orders
+                busy, created = busy_seconds(), Creations(client)
                 try:
                     time.sleep(1.0)  # let the pool warm up, as it does while the first tasks run
                     got, per = measure(fn, n, conc)
@@ -180,9 +233,18 @@ def run_all(n: int, work_s: float, repeat: int = 1) -> list[tuple[str, float, in
                     walls.setdefault((name, conc), []).append(per)
                 finally:
                     done()
+                    made = created.close()
+                    cpus.setdefault((name, conc), []).append((busy_seconds() - busy, made))
     order = sorted(lat, key=lambda key: (key[1], key[0]))
     return [
-        (name, work_s, c, statistics.median(lat[name, c]) - work_s, statistics.mean(walls[name, c]))
+        (
+            name,
+            work_s,
+            c,
+            statistics.median(lat[name, c]) - work_s,
+            statistics.mean(walls[name, c]),
+            (sum(x for x, _ in cpus[name, c]), sum(k for _, k in cpus[name, c])),
+        )
         for name, c in order
     ]
 
