@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,14 +78,22 @@ def test_log_fits_100_columns_and_diff_names_discarded_writes(demo: Path) -> Non
     assert "# discarded 1 write(s) outside the whitelist" in d2 and "#   harness/NOTES.txt" in d2
 
 
-def test_audit_shows_progress(demo: Path) -> None:
-    r = cli("audit", demo, "--sandbox", "local", timeout=900)
+@pytest.fixture(scope="module")
+def audited(demo: Path) -> subprocess.CompletedProcess:
+    """The demo workspace audited once (an audit of the same pair again is refused): the report's
+    tests need its plot, whichever of them runs first."""
+    return cli("audit", demo, "--sandbox", "local", timeout=900)
+
+
+def test_audit_shows_progress(audited: subprocess.CompletedProcess) -> None:
+    r = audited
     assert r.returncode == 0, r.stderr
     assert (
         "audit: 10/10 tasks" in r.stdout and "audit: 20/20 tasks" in r.stdout and "held-out gain" in r.stdout
     )
 
 
+@pytest.mark.usefixtures("audited")
 def test_report_data_of_the_demo(demo: Path) -> None:
     data = report_data(Workspace.open(demo))
     assert data["outcomes"] == {"improved": 2, "regressed": 0, "no change": 1, "not measured": 0}
@@ -121,6 +130,7 @@ def test_report_without_matplotlib_says_what_to_install(demo: Path, monkeypatch:
         write_report(Workspace.open(demo), demo / "nowhere")
 
 
+@pytest.mark.usefixtures("audited")
 def test_report_html_and_plots(demo: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the report is the optional extra harnessopt[report]")
     r = cli("report", demo, "--out", tmp_path / "rep")
@@ -132,6 +142,7 @@ def test_report_html_and_plots(demo: Path, tmp_path: Path) -> None:
     assert "harness/NOTES.txt" in page and "Flaky val tasks" in page
 
 
+@pytest.mark.usefixtures("audited")
 def test_report_out_as_a_page_path(demo: Path, tmp_path: Path) -> None:
     """``--out run1.html`` is the page itself (not a directory named so), its plots beside it with the
     page's stem, so a second report in the same directory keeps its own; an --out under a file is
@@ -157,6 +168,7 @@ def test_report_out_as_a_page_path(demo: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.browser
+@pytest.mark.usefixtures("audited")
 def test_report_in_headless_chromium(demo: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the report is the optional extra harnessopt[report]")
     if not chromium():  # CI installs it (.ci/browser_setup.sh): a missing browser fails there
