@@ -48,11 +48,13 @@ def write_report(ws: Workspace, out: Path | None = None) -> Path:
     plt = _pyplot()
     page, prefix = page_path(ws, out)
     out = page.parent
-    if out.exists() and not out.is_dir():
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # out, or a folder above it, is a file
         raise UserError(
-            f"--out: {out} is a file, not a directory; pass a directory or a path ending in .html"
-        )
-    out.mkdir(parents=True, exist_ok=True)
+            f"--out: {out} or a folder above it is a file, not a directory; pass a directory or a path "
+            "ending in .html"
+        ) from None
     data = report_data(ws)
     plots: dict[str, Path] = {}
     for name, draw in PLOTS.items():

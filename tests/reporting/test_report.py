@@ -164,6 +164,7 @@ def test_report_out_as_a_page_path(demo: Path, tmp_path: Path) -> None:
     before = snapshot(tmp_path)
     assert_user_error(cli("report", demo, "--out", tmp_path / "afile" / "r.html"), "is a file", ".html")
     assert_user_error(cli("report", demo, "--out", tmp_path / "afile"), "is a file")
+    assert_user_error(cli("report", demo, "--out", tmp_path / "afile" / "sub" / "r.html"), "is a file")
     assert snapshot(tmp_path) == before
 
 
