@@ -5,6 +5,7 @@ command refuses (the layout move of issue 21's round left seven such paths)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -25,6 +26,7 @@ def named_paths(text: str) -> list[tuple[str, str | None]]:
     return [(m.group(1), m.group(2)) for m in PATH.finditer(text) if not any(c in m.group(1) for c in "*<>")]
 
 
+@functools.cache
 def wheel_dirs() -> dict[str, str]:
     """Folders a wheel carries inside the package (pyproject's package-dir): installed path -> repository path."""
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -73,6 +75,7 @@ COMMAND = re.compile(r"harnessopt ([a-z]+)\b([^`|\n]*)")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
+@functools.cache
 def command_flags() -> dict[str, set[str]]:
     """Each command's flags, a command with commands of its own (sandbox build) taking theirs."""
 
