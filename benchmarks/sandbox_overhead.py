@@ -24,6 +24,12 @@ the variant's clean-up (its containers removed), from before its 1 s warm-up, th
 engine created meanwhile (its live events), and that CPU per container: for ours the pool's spare containers, made and removed
 unused, are among them (in a long run they are a few among thousands), so per container is the
 figure that holds for a run. Anything else running counts too: it needs a quiet machine.
+That CPU a container is then split three ways: ``in it``, what the processes inside the containers
+spent (the engine's parent cgroup of its containers, which keeps a removed container's CPU: v1's
+cpuacct or v2's cpu.stat with the cgroupfs driver; ``-`` with the systemd driver, where they have
+no parent of their own); ``here``, this process (the pool's threads, the attach streams, the tar
+of /out); ``rest``, the machine's busy CPU less both: dockerd, containerd, the shims, runc and the
+kernel's work for them, and anything else that ran meanwhile.
 Against the model-bound ideal, C tasks in flight of ``work`` seconds each need C / work tasks a
 second: the machine's cores are what bounds the rate at which a sandbox can start them.
 Usage: python benchmarks/sandbox_overhead.py [--n 20] [--work 0 1] [--repeat 1] [--concurrency 1 2]
@@ -42,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +84,51 @@ def busy_seconds() -> float:
         fields = [int(x) for x in f.readline().split()[1:]]
     idle = fields[3] + fields[4]
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+# The engine's parent cgroup of its containers with the cgroupfs driver (v1's cpuacct, v2's cpu.stat).
+# A parent keeps the CPU of children that were removed, so it counts every container run meanwhile.
+CONTAINERS_V1 = Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage")
+CONTAINERS_V2 = Path("/sys/fs/cgroup/docker/cpu.stat")
+
+
+def container_seconds() -> float | None:
+    """CPU seconds spent inside the engine's containers (all of them, ours and any other), or None
+    where the engine's containers have no parent cgroup of their own (the systemd driver)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(CONTAINERS_V1.read_text()) / 1e9
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        lines = CONTAINERS_V2.read_text().splitlines()
+        return int(next(x for x in lines if x.startswith("usage_usec ")).split()[1]) / 1e6
+    return None
+
+
+def own_seconds() -> float:
+    """CPU seconds of this process (its threads: the sandbox's pool, the attach streams, the tar of /out)."""
+    t = os.times()
+    return t.user + t.system
+
+
+@dataclass
+class Cpu:
+    """CPU seconds of a measurement: the machine's, inside containers (None: not told apart) and ours."""
+
+    machine: float
+    inside: float | None
+    own: float
+    made: int
+
+    @staticmethod
+    def now() -> Cpu:
+        return Cpu(busy_seconds(), container_seconds(), own_seconds(), 0)
+
+    def since(self, start: Cpu, made: int) -> Cpu:
+        inside = None if self.inside is None or start.inside is None else self.inside - start.inside
+        return Cpu(self.machine - start.machine, inside, self.own - start.own, made)
+
+    def __add__(self, other: Cpu) -> Cpu:
+        inside = None if self.inside is None or other.inside is None else self.inside + other.inside
+        return Cpu(self.machine + other.machine, inside, self.own + other.own, self.made + other.made)
 
 
 class Creations:
@@ -131,7 +183,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     load_before = os.getloadavg()
-    rows: list[tuple[str, float, int, float, float, tuple[float, int]]] = []
+    rows: list[tuple[str, float, int, float, float, Cpu]] = []
     for work_s in args.work:
         rows += run_all(args.n, work_s, args.repeat, tuple(args.concurrency))
     load_after = os.getloadavg()
@@ -139,15 +191,20 @@ def main() -> None:
     print(f"load average (1, 5, 15 min): before {_load(load_before)}, after {_load(load_after)}")
     print(
         f"{'variant':24} {'work s':>6} {'conc':>4} {'overhead s':>11} {'wall s/task':>12} {'overhead/(a)':>13}"
-        f" {'CPU s':>6} {'containers':>10} {'CPU s/container':>15}"
+        f" {'CPU s':>6} {'containers':>10} {'CPU s/container':>15} {'in it':>6} {'here':>6} {'rest':>6}"
     )
-    for name, work_s, conc, med, per, (cpu, made) in rows:
+    for name, work_s, conc, med, per, cpu in rows:
         base = next(r for r in rows if r[1:3] == (work_s, conc) and r[0].startswith("(a)"))
-        per_container = f"{cpu / made:.3f}" if made else "-"
         print(
             f"{name:24} {work_s:>6.1f} {conc:>4} {med:>11.3f} {per:>12.3f} {med / base[3]:>13.2f}"
-            f" {cpu:>6.1f} {made:>10} {per_container:>15}"
+            f" {cpu.machine:>6.1f} {cpu.made:>10} {_per(cpu.machine, cpu.made):>15}"
+            f" {_per(cpu.inside, cpu.made):>6} {_per(cpu.own, cpu.made):>6}"
+            f" {_per(None if cpu.inside is None else cpu.machine - cpu.inside - cpu.own, cpu.made):>6}"
         )
+
+
+def _per(seconds: float | None, made: int) -> str:
+    return "-" if seconds is None or not made else f"{seconds / made:.3f}"
 
 
 def _load(avg: tuple[float, float, float]) -> str:
@@ -202,9 +259,9 @@ def _ours(sandbox: DockerSandbox, spec: RunSpec, work: Path) -> Callable[[int], 
 
 def run_all(
     n: int, work_s: float, repeat: int = 1, concurrencies: tuple[int, ...] = (1, 2)
-) -> list[tuple[str, float, int, float, float, tuple[float, int]]]:
+) -> list[tuple[str, float, int, float, float, Cpu]]:
     """One row per (variant, concurrency): (name, work_s, concurrency, median overhead, wall/task,
-    (machine CPU s, containers created)) over ``repeat`` measurements of ``n`` tasks each."""
+    CPU and containers created) over ``repeat`` measurements of ``n`` tasks each."""
     client = docker_client()
     work = Path(tempfile.mkdtemp(prefix="ho-bench-"))
     work.chmod(0o755)
@@ -220,12 +277,12 @@ def run_all(
     env = {"WORK_S": str(work_s)}
     lat: dict[tuple[str, int], list[float]] = {}
     walls: dict[tuple[str, int], list[float]] = {}
-    cpus: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    cpus: dict[tuple[str, int], list[Cpu]] = {}
     for r in range(repeat):
         for conc in concurrencies:
             found = list(variants(client, RolloutConfig(concurrency=conc), slot, env, work).items())
             for name, (fn, done) in found if r % 2 == 0 else found[::-1]:  # the load drifts: both orders
-                busy, created = busy_seconds(), Creations(client)
+                start, created = Cpu.now(), Creations(client)
                 try:
                     time.sleep(1.0)  # let the pool warm up, as it does while the first tasks run
                     got, per = measure(fn, n, conc)
@@ -234,7 +291,7 @@ def run_all(
                 finally:
                     done()
                     made = created.close()
-                    cpus.setdefault((name, conc), []).append((busy_seconds() - busy, made))
+                    cpus.setdefault((name, conc), []).append(Cpu.now().since(start, made))
     order = sorted(lat, key=lambda key: (key[1], key[0]))
     return [
         (
@@ -243,7 +300,7 @@ def run_all(
             c,
             statistics.median(lat[name, c]) - work_s,
             statistics.mean(walls[name, c]),
-            (sum(x for x, _ in cpus[name, c]), sum(k for _, k in cpus[name, c])),
+            sum(cpus[name, c][1:], cpus[name, c][0]),
         )
         for name, c in order
     ]
