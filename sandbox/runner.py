@@ -207,14 +207,34 @@ def send_out(exit_code: int | None, stopped: bool) -> None:
     send(b"Z")  # nothing follows: the host need not wait ~40 ms for the attach stream to close
 
 
-def wait_for_go() -> dict:
+def wake_on_signals() -> int:
+    """A pipe the interpreter writes a byte to whenever a signal with a handler arrives; returns its
+    read end. A wait in ``select`` on it ends at the signal: a handler alone would not end it
+    (Python runs the handler, then resumes the wait)."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)
+    return r
+
+
+def wait_readable(fds: list[int], wake: int, timeout: float | None = None) -> list[int]:
+    """Block until one of ``fds`` is readable, a signal arrives (``wake``) or ``timeout`` passes;
+    returns the readable ones of ``fds``. No polling: a waiting task costs no CPU."""
+    ready, _, _ = select.select([*fds, wake], [], [], timeout)
+    if wake in ready:
+        with contextlib.suppress(OSError):  # BlockingIOError: another wait took the bytes first
+            os.read(wake, 4096)
+    return [fd for fd in ready if fd != wake]
+
+
+def wait_for_go(wake: int) -> dict:
     """The job: one JSON line on stdin (env with the run's token, the gateway socket), or {}."""
     buf = b""
     while not buf.endswith(b"\n"):
         if STOP.is_set() or len(buf) > JOB_MAX:
             return {}
-        ready, _, _ = select.select([0], [], [], 0.05)
-        if ready:
+        if wait_readable([0], wake):
             chunk = os.read(0, 65536)
             if not chunk:  # stdin closed: no job is coming
                 return {}
@@ -222,11 +242,30 @@ def wait_for_go() -> dict:
     return json.loads(buf)
 
 
+def wait_exit(proc: subprocess.Popen, wake: int) -> int | None:
+    """The harness's exit code once it exits, or None once a signal has set STOP (the host's
+    timeout). Blocks on a pidfd of the harness (readable at its exit) and ``wake``; where the
+    kernel or a seccomp profile refuses pidfd_open, polls every 10 ms instead."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:
+        while (exit_code := proc.poll()) is None and not STOP.wait(0.01):
+            pass
+        return exit_code
+    try:
+        while (exit_code := proc.poll()) is None and not STOP.is_set():
+            wait_readable([pidfd], wake)
+        return exit_code
+    finally:
+        os.close(pidfd)
+
+
 def run_task(args: list[str]) -> int:
     """``task [--warm-env JSON]``: with ``--warm-env`` (the harness's static environment), a warm
     interpreter (``warm`` mode) is started at once and handed the job; without, a cold start."""
     signal.signal(signal.SIGUSR1, lambda *_: STOP.set())
     signal.signal(signal.SIGTERM, lambda *_: STOP.set())
+    wake = wake_on_signals()  # before any wait: a signal from here on ends whichever wait is under way
     not_dumpable()
     opts, _ = _options(args)
     stub = None
@@ -238,7 +277,7 @@ def run_task(args: list[str]) -> int:
                 cwd="/tmp",
                 preexec=prefer_oom_kill,
             )
-    job = wait_for_go()
+    job = wait_for_go(wake)
     if not job:
         return 3
     env = dict(job["env"])
@@ -273,8 +312,7 @@ def run_task(args: list[str]) -> int:
             pumps[-1].start()
         if listener is not None:
             bridge(listener, job["socket"])
-        while (exit_code := proc.poll()) is None and not STOP.wait(0.01):
-            pass
+        exit_code = wait_exit(proc, wake)
     kill_all_others()
     for t in pumps:  # every writer of the pipes is dead: they end at once
         t.join(5)

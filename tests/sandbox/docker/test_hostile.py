@@ -276,6 +276,24 @@ def test_background_process_is_killed_before_collection(make_sandbox, candidate,
     assert not (tmp_path / "out" / "late.txt").exists()
 
 
+def test_the_runner_sleeps_while_its_harness_runs(make_sandbox, candidate, gateway, tmp_path, spec_for):
+    """The runner (PID 1) waits for its harness's exit and for the host's stop without polling: its
+    main thread does not wake while a silent harness sleeps (a 10 ms poll woke it ~100 times a
+    second, CPU a task paid for every second it ran)."""
+    skill, harness = candidate("""
+        def wakeups():
+            for line in open("/proc/1/status"):
+                if line.startswith("voluntary_ctxt_switches"):
+                    return int(line.split()[1])
+        before = wakeups()
+        time.sleep(2)
+        answer(wakeups() - before)
+    """)
+    out = make_sandbox().run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+    assert out.error_class is None, out.stderr_tail
+    assert int((tmp_path / "out" / "answer.txt").read_text()) <= 5
+
+
 def test_crash_reports_exit_code_and_stderr(make_sandbox, candidate, gateway, tmp_path, spec_for):
     skill, harness = candidate('raise SystemExit("harness gave up")\n')
     out = make_sandbox().run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
