@@ -257,7 +257,9 @@ class WarmPool:
         # Containers still running a task (Ctrl-C, a crash): removing them ends their tasks now,
         # instead of the exit waiting for each to reach its timeout.
         with contextlib.suppress(Exception):
-            for c in self.client.containers.list(all=True, filters={"label": f"{LABEL}.run={self.run_id}"}):
+            label = {"label": f"{LABEL}.run={self.run_id}"}
+            # ignore_removed: one the reaper removes meanwhile must not end the sweep (NotFound)
+            for c in self.client.containers.list(all=True, filters=label, ignore_removed=True):
                 remove_container(c)
         self._trash.put(None)
         self._reaper.join(timeout=60)

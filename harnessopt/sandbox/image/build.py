@@ -200,7 +200,9 @@ def cleanup_containers(label: str = LABEL) -> int:
     killed run); containers of live runs on this host, or of other hosts, are spared. The count."""
     client = docker_client()
     removed = 0
-    for c in client.containers.list(all=True, filters={"label": label}):
+    # ignore_removed: a container another run removes between the listing and its inspect is skipped,
+    # not a NotFound that ends the whole clean-up
+    for c in client.containers.list(all=True, filters={"label": label}, ignore_removed=True):
         if owner_alive(dict(c.labels or {})):
             continue
         try:

@@ -229,7 +229,8 @@ def test_an_interrupt_of_the_main_thread_ends_a_silent_run_at_once(
     assert late < 3, f"KeyboardInterrupt came {late:.1f} s after interrupt_main"
     label = {"label": f"harnessopt.run={sb.run_id}"}
     deadline = time.monotonic() + 10
-    while taken[0].container.id in {c.id for c in docker_client.containers.list(all=True, filters=label)}:
+    listed = lambda: docker_client.containers.list(all=True, filters=label, ignore_removed=True)  # noqa: E731
+    while taken[0].container.id in {c.id for c in listed()}:
         assert time.monotonic() < deadline, "the interrupted task's container was not removed"
         time.sleep(0.1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import docker
 import pytest
 
 from harnessopt.sandbox.docker.sandbox import DockerSandbox
@@ -37,4 +38,29 @@ def test_prewarm_starts_the_pool_before_any_task_and_the_first_task_takes_a_star
         assert taken and taken[0] in ready  # started before the task came
     finally:
         sb.close()
+    assert _ours(docker_client, sb) == []
+
+
+def test_close_removes_a_running_task_past_a_container_removed_while_it_lists(
+    docker_client, small_cfg, gateway, monkeypatch
+) -> None:
+    """close() (Ctrl-C mid-task) sweeps the run's containers by label; one that the reaper removes
+    between the listing and docker-py's inspect of it must not end the sweep (NotFound, swallowed,
+    left the running task's container behind until exit)."""
+    sb = DockerSandbox(small_cfg(concurrency=1), docker_client, warm=0)
+    socket_dir = str(gateway.lease().socket_path.parent)
+    labels = {"harnessopt": "1", "harnessopt.run": sb.run_id}
+    gone = docker_client.containers.create("harnessopt-sandbox:latest", ["sleep", "600"], labels=labels)
+    (entry,) = docker_client.api.containers(all=True, filters={"id": gone.id})
+    gone.remove(force=True)
+    running = sb.pool.take(socket_dir)  # a task's container, never handed back
+    listing = docker.APIClient.containers
+    monkeypatch.setattr(
+        docker.APIClient, "containers", lambda self, *a, **kw: [entry, *listing(self, *a, **kw)]
+    )
+    try:
+        sb.close()
+    finally:
+        monkeypatch.undo()
+    assert running.container.id not in {c.id for c in _ours(docker_client, sb)}
     assert _ours(docker_client, sb) == []
