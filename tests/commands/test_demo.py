@@ -42,7 +42,7 @@ def test_demo_local(tmp_path: Path) -> None:
 @pytest.mark.docker
 def test_demo_docker(tmp_path: Path, docker_client: Any) -> None:
     def ours() -> set[str]:  # containers whose owning run has ended (other live runs may share the engine)
-        listed = docker_client.containers.list(all=True, filters={"label": "harnessopt"})
+        listed = docker_client.containers.list(all=True, filters={"label": "harnessopt"}, ignore_removed=True)
         return {c.id for c in listed if not owner_alive(dict(c.labels or {}))}
 
     before = ours()
