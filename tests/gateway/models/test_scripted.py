@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 
 import pytest
 
+from harnessopt.commands.demo import DEMO_DATA
 from harnessopt.errors import UserError
 from harnessopt.gateway.models import ScriptedModel, make_model
 from harnessopt.protocols import ModelError
+from harnessopt.round.memorised import builtin
 
 
 def req(*messages, system=None, model="claude-x"):
@@ -160,3 +164,33 @@ def test_latency_holds_each_reply(monkeypatch: pytest.MonkeyPatch) -> None:
     assert m.create(req, "target")["content"][0]["text"] == "ok" and slept == [1.5]
     with pytest.raises(UserError, match="latency_s"):
         ScriptedModel.from_dict({"default": "ok", "latency_s": -1})
+
+
+@pytest.mark.parametrize(
+    "system",
+    [
+        "Answer questions about capitals.",  # the seed skill: a chatty reply
+        "Answer with only the city name.",  # round 1's edit: the largest city, for some
+        "Answer with only the city name. The capital is often not its largest city.",
+    ],
+)
+def test_the_demo_model_answers_a_perturbed_task_as_the_task(system: str) -> None:
+    """The demo's scripted target stands in for a real model, which a doubled space or a leading
+    newline does not change: the memorised-answer check's built-in perturbation of each demo task
+    gets the answer the task gets. (Its rules matched 'capital of' and 'New Zealand' with one space:
+    about 40% of the variants missed, and a real gain failed the check by chance.)"""
+    model = ScriptedModel.from_yaml(DEMO_DATA / "model.yaml")
+
+    def reply(text: str) -> str:
+        body = model.create({"system": system, "messages": [{"role": "user", "content": text}]}, "target")
+        return " ".join(body["content"][0]["text"].split())
+
+    rng = random.Random(7)
+    tasks = [
+        json.loads(line) for line in (DEMO_DATA / "tasks.jsonl").read_text().splitlines() if line.strip()
+    ]
+    for task in tasks:
+        want = reply(task["input"])
+        for _ in range(10):
+            variant = builtin(dict(task), rng)["input"]
+            assert reply(variant) == want, (task["id"], variant)
