@@ -218,10 +218,10 @@ def wake_on_signals() -> int:
     return r
 
 
-def wait_readable(fds: list[int], wake: int, timeout: float | None = None) -> list[int]:
-    """Block until one of ``fds`` is readable, a signal arrives (``wake``) or ``timeout`` passes;
-    returns the readable ones of ``fds``. No polling: a waiting task costs no CPU."""
-    ready, _, _ = select.select([*fds, wake], [], [], timeout)
+def wait_readable(fds: list[int], wake: int) -> list[int]:
+    """Block until one of ``fds`` is readable or a signal arrives (``wake``); returns the readable
+    ones of ``fds``. No polling: a waiting task costs no CPU."""
+    ready, _, _ = select.select([*fds, wake], [], [])
     if wake in ready:
         with contextlib.suppress(OSError):  # BlockingIOError: another wait took the bytes first
             os.read(wake, 4096)
