@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import docker
 import pytest
 
 from harnessopt.sandbox.docker.sandbox import DockerSandbox
+from tests.support.docker_listing import list_a_removed_container
 
 pytestmark = pytest.mark.docker
 
@@ -49,15 +49,8 @@ def test_close_removes_a_running_task_past_a_container_removed_while_it_lists(
     left the running task's container behind until exit)."""
     sb = DockerSandbox(small_cfg(concurrency=1), docker_client, warm=0)
     socket_dir = str(gateway.lease().socket_path.parent)
-    labels = {"harnessopt": "1", "harnessopt.run": sb.run_id}
-    gone = docker_client.containers.create("harnessopt-sandbox:latest", ["sleep", "600"], labels=labels)
-    (entry,) = docker_client.api.containers(all=True, filters={"id": gone.id})
-    gone.remove(force=True)
     running = sb.pool.take(socket_dir)  # a task's container, never handed back
-    listing = docker.APIClient.containers
-    monkeypatch.setattr(
-        docker.APIClient, "containers", lambda self, *a, **kw: [entry, *listing(self, *a, **kw)]
-    )
+    list_a_removed_container(docker_client, monkeypatch, {"harnessopt": "1", "harnessopt.run": sb.run_id})
     try:
         sb.close()
     finally:

@@ -14,6 +14,7 @@ import pytest
 from harnessopt.sandbox.docker.pool import LABEL
 from harnessopt.sandbox.image.build import cleanup_containers
 from tests.support.cli import cli
+from tests.support.docker_listing import list_a_removed_container
 
 pytestmark = pytest.mark.docker
 
@@ -50,16 +51,9 @@ def test_cleanup_spares_the_containers_of_live_runs(docker_client: Any) -> None:
 def test_cleanup_goes_on_past_a_container_removed_while_it_lists(docker_client: Any, monkeypatch) -> None:
     """Another run removes a container between the engine's listing and the inspect docker-py makes
     of each: the clean-up skips it and removes the rest (before, NotFound ended it, a traceback)."""
-    labels = {LABEL: "1", f"{LABEL}.run": "test-gone"}
-    gone = docker_client.containers.create("harnessopt-sandbox:latest", ["sleep", "600"], labels=labels)
-    (entry,) = docker_client.api.containers(all=True, filters={"id": gone.id})
-    gone.remove(force=True)
+    list_a_removed_container(docker_client, monkeypatch, {LABEL: "1", f"{LABEL}.run": "test-gone"})
     labels = {LABEL: "1", f"{LABEL}.run": "test-left"}
     leftover = docker_client.containers.create("harnessopt-sandbox:latest", ["sleep", "600"], labels=labels)
-    listing = docker.APIClient.containers
-    monkeypatch.setattr(
-        docker.APIClient, "containers", lambda self, *a, **kw: [entry, *listing(self, *a, **kw)]
-    )
     try:
         assert cleanup_containers() >= 1
     finally:
