@@ -2,7 +2,10 @@
 
 Python raises KeyboardInterrupt wherever the main thread happens to be; when that is a garbage
 collector finalizer (a weakref callback), the exception is printed and swallowed, and the run
-would go on. The handler here also sets a flag, and the loop checks it between steps and tasks.
+would go on. The handler here also sets a flag, and the loop checks it between steps and tasks;
+the sandboxes' waits, which come back to Python every slice for an interrupt that comes without a
+signal (a Ray cancel), check it there too (``check_on_main``). The CLI and a Ray worker's job
+install it.
 
 SIGTERM becomes ``SystemExit`` (when nobody else handles it), so the interpreter exits through
 its normal path and the callbacks registered with ``on_exit`` run: that is how containers left
@@ -81,6 +84,15 @@ def check() -> None:
     """Raise KeyboardInterrupt if Ctrl-C came, even if its first raise was swallowed."""
     if _interrupted.is_set():
         raise KeyboardInterrupt
+
+
+def check_on_main() -> None:
+    """``check``, on the main thread only (the thread an interrupt is for): for the waits that come
+    back to Python every slice to see an interrupt that came without a signal (a Ray cancel is
+    ``_thread.interrupt_main()``), so that one swallowed by a finalizer meanwhile ends them too.
+    Elsewhere a no-op: a worker thread ends as the pool it runs in is stopped."""
+    if threading.current_thread() is threading.main_thread():
+        check()
 
 
 @contextmanager

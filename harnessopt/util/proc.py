@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from harnessopt.util import interrupts
 from harnessopt.util.text import head_tail_of_file
 
 KILL_GRACE_S = 2.0  # after SIGKILL, how long to wait for the main process to be reaped
@@ -240,6 +241,7 @@ def wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
             exited = bool(poller.poll(math.ceil(min(left, INTERRUPT_CHECK_S) * 1000)))
             if exited or left <= INTERRUPT_CHECK_S:
                 break
+            interrupts.check_on_main()  # one a finalizer swallowed (with ``interrupts.install``)
     finally:
         os.close(pidfd)
     if exited or proc.poll() is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harnessopt.util.proc import run_in_session
+from tests.support.interrupts import flag_handler_installed, swallow_an_interrupt_main
 
 
 def _alive(pid: int) -> bool:
@@ -176,3 +177,18 @@ def test_killing_a_session_leaves_other_sessions_alone(tmp_path: Path) -> None:
     finally:
         bystander.kill()
         bystander.wait()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow, on purpose
+def test_a_cancel_a_finalizer_swallowed_still_ends_the_wait() -> None:
+    """A Ray cancel's KeyboardInterrupt that lands in a finalizer is dropped; with the flag's
+    handler (the CLI's, and a Ray worker's job's) the wait's next slice raises it again, rather than
+    the wait going on to the child's exit (3 s here)."""
+    pids: list[int] = []
+    with flag_handler_installed():
+        swallow_an_interrupt_main()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            run_in_session(["bash", "-c", "sleep 3"], timeout_s=20, cap=100, started=pids.append)
+        assert time.monotonic() - t0 < 2
+    assert _wait_dead(pids[0])

@@ -24,6 +24,7 @@ from harnessopt.config import RolloutConfig
 from harnessopt.protocols import GatewayLease, RunSpec, Sandbox
 from harnessopt.rollout.ray.relay import WorkerRelay
 from harnessopt.sandbox.untar import extract
+from harnessopt.util import interrupts
 
 BUNDLE_MAX_BYTES = 256 * 1024 * 1024
 BUNDLE_MAX_MEMBERS = 50_000
@@ -73,7 +74,12 @@ _candidates: dict[str, Path] = {}
 
 
 def run_job(job: WorkerJob, bundle: Bundle) -> WorkerResult:
-    """Run ``harness/run.py`` of ``bundle`` on ``job.task`` in this node's sandbox."""
+    """Run ``harness/run.py`` of ``bundle`` on ``job.task`` in this node's sandbox.
+
+    Ray cancels it with ``_thread.interrupt_main()``: a KeyboardInterrupt that lands in a finalizer
+    is printed and dropped, and the run would go on to its timeout. With the flag's handler
+    (``interrupts.install``, a no-op off the main thread) the sandbox's wait raises it again."""
+    interrupts.install()
     root = _candidate(bundle)
     relay = _relay(job.ingress, job.relay_secret)
     sandbox = _sandbox(job.rollout)

@@ -37,6 +37,7 @@ from harnessopt.sandbox.docker.pool import (
 from harnessopt.sandbox.docker.shell import OPTIMIZER_UID, DockerShell
 from harnessopt.sandbox.image.build import docker_image_id
 from harnessopt.sandbox.prepared import PreparedCopies
+from harnessopt.util import interrupts
 
 __all__ = ["DockerSandbox", "DockerShell"]
 
@@ -330,7 +331,9 @@ def _frames(sock: Any) -> Iterator[tuple[int, bytes]]:
             try:
                 return bytes(raw.recv(min(n, 1 << 16)))
             except (TimeoutError, InterruptedError, BlockingIOError):
-                continue  # nothing yet: back in Python, where a pending interrupt is raised
+                # nothing yet: back in Python, where a pending interrupt is raised, and one a
+                # finalizer swallowed since is raised again (with ``interrupts.install``)
+                interrupts.check_on_main()
 
     while True:
         header = b""

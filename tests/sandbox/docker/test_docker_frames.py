@@ -1,9 +1,16 @@
-"""The host's reading of the runner's frames (docker.DockerSandbox._take_frames), without Docker."""
+"""The host's reading of the runner's frames (docker.DockerSandbox._take_frames, _frames), without Docker."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
+import pytest
+
 from harnessopt.sandbox.docker.capture import HeadTail
-from harnessopt.sandbox.docker.sandbox import DockerSandbox, _Stream
+from harnessopt.sandbox.docker.sandbox import DockerSandbox, _frames, _Stream
+from tests.support.interrupts import flag_handler_installed, swallow_an_interrupt_main
 
 
 def frame(kind: bytes, payload: bytes = b"") -> bytes:
@@ -25,3 +32,24 @@ def test_a_stream_without_an_end_frame_is_read_to_its_close() -> None:
     buf = bytearray(frame(b"M", b'{"exit_code": 1}') + frame(b"T", b"x"))
     assert DockerSandbox._take_frames(st, buf, tar_cap=10) is True and not st.ended
     assert DockerSandbox._take_frames(st, bytearray(frame(b"Q")), tar_cap=10) is False and st.broken
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow, on purpose
+def test_a_cancel_a_finalizer_swallowed_still_ends_a_silent_read() -> None:
+    """A Ray cancel's KeyboardInterrupt that lands in a finalizer is dropped; with the flag's
+    handler (as a Ray worker's job installs it) the next read slice raises it again, rather than the
+    read going on until the container ends (here its peer closes after 3 s)."""
+    ours, theirs = socket.socketpair()
+    closer = threading.Timer(3, theirs.close)
+    try:
+        with flag_handler_installed():
+            swallow_an_interrupt_main()
+            closer.start()
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                list(_frames(ours))
+            assert time.monotonic() - t0 < 2
+    finally:
+        closer.cancel()
+        ours.close()
+        theirs.close()
