@@ -139,12 +139,19 @@ best scored state validated only when it scored more than ``MARGIN`` above the c
 the end); below that budget, and in a run without one, the default before checkpoints. That row
 scored a state once a run; the default's checkpoints score it once a round, as the loop's per-round
 run cache does. The plan counts each rule's
-extra runs (a recheck's; a second state's one-look validation; the pick's; a checkpoint's).
+extra runs (a recheck's; a second state's one-look validation; the pick's; a checkpoint's). The
+last row is the default itself with one rule added: at each checkpoint the chain goes on from its
+pick (the best scored state, where it scored more than ``MARGIN`` above the head), as GEPA builds
+on its best candidates, rather than from a head that has drifted below it; no run is added.
+
+"--first-seed" moves the seeds of "--paired" and "--tried" (0 by default: the full benchmark's),
+to judge a rule, or the gap, on worlds and proposal streams the printed tables never saw.
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (about 30 minutes on 2 cores)
     python benchmarks/run_yield.py --quick    # a fast look
-    python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (about 13 minutes)
+    python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (about 6 minutes)
     python benchmarks/run_yield.py --paired --runs 800   # the default against GEPA-style alone, paired
+    python benchmarks/run_yield.py --paired --runs 3000 --first-seed 200000   # ... on other seeds
 """
 
 from __future__ import annotations
@@ -289,6 +296,7 @@ class Strategy:
     score_start: bool = True  # a round's start is scored and may be the pick
     margin: float | None = None  # the best scored replaces the chain's end only when above it by more
     switch: float = 0.0  # checkpoints and ``steps`` only where the budget pays this many whole validations
+    backtrack: bool = False  # at each checkpoint the chain goes on from its pick (tried on the default)
 
     @classmethod
     def loop(
@@ -505,6 +513,12 @@ def tried_strategies() -> list[Strategy]:
             score_start=False,
             margin=MARGIN,
             switch=SWITCH_VALIDATIONS,
+        ),
+        dataclasses.replace(
+            shipped[1],
+            label=f"the default, and at each checkpoint the chain goes on from its pick (the best scored "
+            f"state, where more than {MARGIN} above the head) [not shipped]",
+            backtrack=True,
         ),
     ]
 
@@ -743,6 +757,8 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
                 kept.append(cand)
             if marks is not None and k % every == 0:
                 spent += marks.score(head, rng)
+                if st.backtrack:
+                    head = marks.best(margin)
             if k < steps:
                 continue
         k, prev, reuse = 0, None, None
@@ -1078,11 +1094,18 @@ def _table(y: str, b: int) -> str:
     return f"{b}" + (f", turns at {YIELDS[y][0]}" if YIELDS[y][0] else ", turns free")
 
 
-def _yield_tables(mode: str, strategies: int, runs: int, workers: int) -> dict[tuple[str, int], list[Result]]:
+def _yield_tables(
+    mode: str, strategies: int, runs: int, workers: int, first: int = 0
+) -> dict[tuple[str, int], list[Result]]:
     """The yield tables of ``mode``'s strategies (``work``'s "tried" or "paired"), ``runs`` seeds a
-    table split among ``workers`` processes: a table's results, one a strategy in ``mode``'s order."""
+    table from ``first`` on, split among ``workers`` processes: a table's results, one a strategy
+    in ``mode``'s order."""
     chunks = 4 * workers
-    jobs = [(f"{mode} {y}", b, list(range(w, runs, chunks))) for y, b in TABLES for w in range(chunks)]
+    jobs = [
+        (f"{mode} {y}", b, list(range(first + w, first + runs, chunks)))
+        for y, b in TABLES
+        for w in range(chunks)
+    ]
     res = {key: [Result() for _ in range(strategies)] for key in TABLES}
     with mp.Pool(workers) as pool:
         for what, budget, got in pool.map(work, jobs):
@@ -1097,12 +1120,13 @@ def paired_strategies() -> list[Strategy]:
     return [shipped[1], next(st for st in shipped if st.kind == "minibatch")]
 
 
-def paired_main(runs: int, workers: int) -> int:
+def paired_main(runs: int, workers: int, first: int = 0) -> int:
     """``--paired``: the default against GEPA-style run by run, at as many runs as asked (the full run's
     paired table has 200 a table, whose standard errors leave some tables level)."""
     started = time.monotonic()
-    res = _yield_tables("paired", 2, runs, workers)
-    print(f"the default against GEPA-style, run by run: {runs} runs a table, each seed the same world and "
+    res = _yield_tables("paired", 2, runs, workers, first)
+    print(f"the default against GEPA-style, run by run: {runs} runs a table (seeds {first:,} to "
+          f"{first + runs - 1:,}), each seed the same world and "
           "proposal stream for both; E[true gain] ±SE of each, then mean of (default - GEPA-style) ±SE of "
           "that difference (above or below: beyond two standard errors, else level)")  # fmt: skip
     print("| table | default | GEPA-style | default - GEPA-style |\n|---|---|---|---|")
@@ -1115,11 +1139,12 @@ def paired_main(runs: int, workers: int) -> int:
     return 0
 
 
-def tried_main(runs: int, workers: int) -> int:
+def tried_main(runs: int, workers: int, first: int = 0) -> int:
     """``--tried``: the rules tried against the GEPA gap, beside the default and GEPA-style."""
     started, sts = time.monotonic(), tried_strategies()
-    res = _yield_tables("tried", len(sts), runs, workers)
-    print(f"tried against the GEPA gap: E[true gain] ±SE, {runs} runs a strategy and table (best state / "
+    res = _yield_tables("tried", len(sts), runs, workers, first)
+    print(f"tried against the GEPA gap: E[true gain] ±SE, {runs} runs a strategy and table (seeds {first:,} "
+          f"to {first + runs - 1:,}; best state / "
           "last state / runs the budget cut mid-round)")  # fmt: skip
     print("| strategy | " + " | ".join(_table(y, b) for y, b in TABLES) + " |")
     print("|---" * (len(TABLES) + 1) + "|")
@@ -1154,12 +1179,17 @@ def main(argv: list[str] | None = None) -> int:
         "--tried", action="store_true", help="only the rules tried against the GEPA gap (not shipped)"
     )
     ap.add_argument("--paired", action="store_true", help="only the default against GEPA-style, run by run")
+    ap.add_argument(
+        "--first-seed", type=int, default=0, help="--paired and --tried: the first seed (0: the full run's)"
+    )
     a = ap.parse_args(argv)
     runs, trials = (30, 200) if a.quick else (a.runs, a.trials)
+    if a.first_seed and not (a.tried or a.paired):
+        ap.error("--first-seed moves the seeds of --paired and --tried only")
     if a.tried:
-        return tried_main(runs, a.workers)
+        return tried_main(runs, a.workers, a.first_seed)
     if a.paired:
-        return paired_main(runs, a.workers)
+        return paired_main(runs, a.workers, a.first_seed)
     started = time.monotonic()
     sts = strategies()
     chunks = 4 * a.workers

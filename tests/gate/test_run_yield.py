@@ -3,6 +3,8 @@ the shipped gate (the real figures take minutes)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -276,7 +278,7 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
     states on train, a reused batch, long chains and their checkpoints each change what the default
     spends; the plan counts the extra runs, so no run ends with a round the budget cut, and each rule
     changes what some run does."""
-    default, *tried = y.tried_strategies()[1:2] + y.tried_strategies()[3:]
+    default, *tried = y.tried_strategies()[1:2] + y.tried_strategies()[3:-1]  # [-1]: on the default
     flags = [(st.recheck, st.restart, st.two_states, st.pick_tasks, st.reuse_once) for st in tried]
     assert flags == [
         (True, False, False, 0, False),
@@ -315,7 +317,7 @@ def test_the_pick_switched_on_by_budget_is_the_default_below_its_switch_and_in_r
     (``search.budget.validation_runs``, both looks, the whole bank): at 2,000 rollouts (about 1.3 of
     them) and in a run of counted rounds it is the default's run, figure for figure; at 5,000 (about
     3.4) it changes what runs do, and stays inside the budget with no round cut."""
-    shipped, default, switched = y.tried_strategies()[0], y.tried_strategies()[1], y.tried_strategies()[-1]
+    shipped, default, switched = y.tried_strategies()[0], y.tried_strategies()[1], y.tried_strategies()[-2]
     whole = y.Planner(switched, y.world(0), 2000, 0).whole_validation()
     assert 2000 < y.SWITCH_VALIDATIONS * whole < 5000
 
@@ -334,6 +336,29 @@ def test_the_pick_switched_on_by_budget_is_the_default_below_its_switch_and_in_r
         got = runs(st, 5000)
         assert not same(got, runs(default, 5000))
         assert sum(r.stopped for r in got) == 0 and all(r.spent[0] <= 5000 for r in got)
+
+
+def test_going_on_from_the_pick_changes_only_runs_with_checkpoints_and_adds_no_run() -> None:
+    """The last tried row is the default with one rule: at each checkpoint the chain goes on from
+    its pick. Where the default scores no checkpoint (2,000 rollouts) it is the default's run; at
+    5,000 it changes what runs do, inside the budget, with no round cut and no more runs a step."""
+    shipped, backtrack = y.tried_strategies()[0], y.tried_strategies()[-1]
+    assert backtrack.backtrack and not shipped.backtrack
+    fields = [
+        f.name for f in dataclasses.fields(y.Strategy) if f.name not in ("label", "policy", "backtrack")
+    ]
+    assert [getattr(backtrack, f) for f in fields] == [getattr(shipped, f) for f in fields]
+
+    def runs(st: y.Strategy, budget: int, turn: int = 0) -> list[y.Result]:
+        return [y.run_one(st, y.world(s), s, budget, None, turn) for s in range(4)]
+
+    def key(rs: list[y.Result]) -> list[object]:
+        return [(r.gain, r.last, r.proposals, r.spent) for r in rs]
+
+    assert key(runs(backtrack, 2000, 20)) == key(runs(shipped, 2000, 20))
+    got, base = runs(backtrack, 5000), runs(shipped, 5000)
+    assert key(got) != key(base)
+    assert sum(r.stopped for r in got) == 0 and all(r.spent[0] <= 5000 for r in got)
 
 
 def test_a_margin_keeps_the_chains_end_unless_an_earlier_state_scored_clearly_above_it() -> None:
