@@ -258,6 +258,21 @@ def test_paired_runs_the_default_and_gepa_style_alone_on_the_full_runs_seeds(
     ]
 
 
+def test_first_seed_moves_the_paired_runs_to_other_seeds(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--first-seed 7 --runs 2``: the runs of seeds 7 and 8, as the full benchmark would run them;
+    the full benchmark itself has no such option (its seeds are its figures')."""
+    assert y.main(["--paired", "--runs", "2", "--first-seed", "7", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "seeds 7 to 8" in out
+    first = next(line for line in out.splitlines() if line.startswith(f"| {y._table(*y.TABLES[0])} |"))
+    _, _, got = y.work(("paired " + y.TABLES[0][0], y.TABLES[0][1], [7, 8]))
+    default, gepa = got[0].gain, got[1].gain  # type: ignore[attr-defined]
+    assert first.strip("| ").split(" | ")[3] == y._paired(default, gepa)
+    with pytest.raises(SystemExit) as exit_:
+        y.main(["--first-seed", "7"])
+    assert exit_.value.code == 2
+
+
 def test_the_rules_tried_against_the_gepa_gap_print_beside_the_default_and_gepa_style(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
