@@ -325,6 +325,19 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
             assert changed != same, st.label
 
 
+def _runs(st: y.Strategy, budget: int, rounds: int | None = None, turn: int = 0) -> list[y.Result]:
+    """Runs of ``st`` on the first four seeds."""
+    return [y.run_one(st, y.world(s), s, budget, rounds, turn) for s in range(4)]
+
+
+def _same(a: list[y.Result], b: list[y.Result]) -> bool:
+    """The same runs, figure for figure: gains, last states, proposals and rollouts spent."""
+    return all(
+        (r.gain, r.last, r.proposals, r.spent) == (q.gain, q.last, q.proposals, q.spent)
+        for r, q in zip(a, b, strict=True)
+    )
+
+
 def test_the_pick_switched_on_by_budget_is_the_default_below_its_switch_and_in_runs_without_a_budget() -> (
     None
 ):
@@ -336,20 +349,11 @@ def test_the_pick_switched_on_by_budget_is_the_default_below_its_switch_and_in_r
     whole = y.Planner(switched, y.world(0), 2000, 0).whole_validation()
     assert 2000 < y.SWITCH_VALIDATIONS * whole < 5000
 
-    def runs(st: y.Strategy, budget: int, rounds: int | None = None, turn: int = 0) -> list[y.Result]:
-        return [y.run_one(st, y.world(s), s, budget, rounds, turn) for s in range(4)]
-
-    def same(a: list[y.Result], b: list[y.Result]) -> bool:
-        return all(
-            (r.gain, r.last, r.proposals, r.spent) == (q.gain, q.last, q.proposals, q.spent)
-            for r, q in zip(a, b, strict=True)
-        )
-
     for st in (switched, shipped):  # the row tried last stop, and the default's checkpoints now
-        assert same(runs(st, 2000, turn=20), runs(default, 2000, turn=20))
-        assert same(runs(st, 10**9, rounds=2), runs(default, 10**9, rounds=2))
-        got = runs(st, 5000)
-        assert not same(got, runs(default, 5000))
+        assert _same(_runs(st, 2000, turn=20), _runs(default, 2000, turn=20))
+        assert _same(_runs(st, 10**9, rounds=2), _runs(default, 10**9, rounds=2))
+        got = _runs(st, 5000)
+        assert not _same(got, _runs(default, 5000))
         assert sum(r.stopped for r in got) == 0 and all(r.spent[0] <= 5000 for r in got)
 
 
@@ -364,15 +368,9 @@ def test_going_on_from_the_pick_changes_only_runs_with_checkpoints_and_adds_no_r
     ]
     assert [getattr(backtrack, f) for f in fields] == [getattr(shipped, f) for f in fields]
 
-    def runs(st: y.Strategy, budget: int, turn: int = 0) -> list[y.Result]:
-        return [y.run_one(st, y.world(s), s, budget, None, turn) for s in range(4)]
-
-    def key(rs: list[y.Result]) -> list[object]:
-        return [(r.gain, r.last, r.proposals, r.spent) for r in rs]
-
-    assert key(runs(backtrack, 2000, 20)) == key(runs(shipped, 2000, 20))
-    got, base = runs(backtrack, 5000), runs(shipped, 5000)
-    assert key(got) != key(base)
+    assert _same(_runs(backtrack, 2000, turn=20), _runs(shipped, 2000, turn=20))
+    got = _runs(backtrack, 5000)
+    assert not _same(got, _runs(shipped, 5000))
     assert sum(r.stopped for r in got) == 0 and all(r.spent[0] <= 5000 for r in got)
 
 

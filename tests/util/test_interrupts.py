@@ -15,15 +15,13 @@ from pathlib import Path
 import pytest
 
 from harnessopt.util import interrupts
+from tests.support.interrupts import handlers_restored
 
 
 @pytest.fixture(autouse=True)
 def restore_sigint():
-    term = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, term)
-    interrupts._interrupted.clear()
+    with handlers_restored():  # SIGINT, SIGTERM, the unraisable hook and the flag, as they were
+        yield
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow, on purpose
