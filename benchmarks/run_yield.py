@@ -151,7 +151,7 @@ to judge a rule, or the gap, on worlds and proposal streams the printed tables n
     python benchmarks/run_yield.py --quick    # a fast look
     python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (about 6 minutes)
     python benchmarks/run_yield.py --paired --runs 800   # the default against GEPA-style alone, paired
-    python benchmarks/run_yield.py --paired --runs 3000 --first-seed 200000   # ... on other seeds
+    python benchmarks/run_yield.py --paired --runs 2000 --first-seed 200000   # ... on other seeds
 """
 
 from __future__ import annotations
