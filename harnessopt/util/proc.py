@@ -223,19 +223,25 @@ def wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     the exit itself (a pidfd, Linux 5.3+), where ``Popen.wait(timeout)`` polls in steps of up to
     50 ms; elsewhere that. The pidfd is polled in slices of ``INTERRUPT_CHECK_S``: a poll() of the
     whole timeout would hold off a KeyboardInterrupt that comes without a signal (a Ray cancel)
-    until the child exits, and a cancelled task would keep its sandbox and its node's CPU."""
+    until the child exits, and a cancelled task would keep its sandbox and its node's CPU. The
+    fallback waits in the same slices and checks the flag between them too."""
+    deadline = time.monotonic() + timeout_s
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
-        try:
-            proc.wait(timeout=max(0.0, timeout_s))
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                proc.wait(timeout=min(left, INTERRUPT_CHECK_S))
+            except subprocess.TimeoutExpired:
+                if left <= INTERRUPT_CHECK_S:
+                    return False
+                interrupts.check_on_main()  # one a finalizer swallowed (with ``interrupts.install``)
+                continue
+            return True
     try:
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
-        deadline = time.monotonic() + timeout_s
         while True:
             left = max(0.0, deadline - time.monotonic())
             exited = bool(poller.poll(math.ceil(min(left, INTERRUPT_CHECK_S) * 1000)))

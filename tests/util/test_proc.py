@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import errno
 import os
 import shlex
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harnessopt.util.proc import run_in_session
+from harnessopt.util.proc import run_in_session, wait_for_exit
 from tests.support.interrupts import flag_handler_installed, swallow_an_interrupt_main
 
 
@@ -180,10 +181,16 @@ def test_killing_a_session_leaves_other_sessions_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow, on purpose
-def test_a_cancel_a_finalizer_swallowed_still_ends_the_wait() -> None:
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no-pidfd"])
+def test_a_cancel_a_finalizer_swallowed_still_ends_the_wait(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A Ray cancel's KeyboardInterrupt that lands in a finalizer is dropped; with the flag's
     handler (the CLI's, and a Ray worker's job's) the wait's next slice raises it again, rather than
-    the wait going on to the child's exit (3 s here)."""
+    the wait going on to the child's exit (3 s here): with a pidfd, and where pidfd_open is refused
+    (an old kernel, a seccomp filter) and the wait falls back to ``Popen.wait``."""
+    if not pidfd:
+        monkeypatch.setattr(os, "pidfd_open", _refused, raising=False)
     pids: list[int] = []
     with flag_handler_installed():
         swallow_an_interrupt_main()
@@ -192,3 +199,27 @@ def test_a_cancel_a_finalizer_swallowed_still_ends_the_wait() -> None:
             run_in_session(["bash", "-c", "sleep 3"], timeout_s=20, cap=100, started=pids.append)
         assert time.monotonic() - t0 < 2
     assert _wait_dead(pids[0])
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no-pidfd"])
+def test_the_wait_reaps_an_exit_and_keeps_its_deadline(pidfd: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wait_for_exit``: True and reaped once the child exits, False at the deadline with the child
+    left running, on either path."""
+    if not pidfd:
+        monkeypatch.setattr(os, "pidfd_open", _refused, raising=False)
+    quick = subprocess.Popen(["sleep", "0.3"])
+    assert wait_for_exit(quick, 10)
+    assert quick.returncode == 0
+    slow = subprocess.Popen(["sleep", "30"])
+    try:
+        t0 = time.monotonic()
+        assert not wait_for_exit(slow, 0.7)
+        assert 0.6 < time.monotonic() - t0 < 5
+        assert slow.poll() is None
+    finally:
+        slow.kill()
+        slow.wait()
+
+
+def _refused(_pid: int, _flags: int = 0) -> int:
+    raise OSError(errno.ENOSYS, "pidfd_open refused")
