@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from rich.console import Console
 from harnessopt import __version__
 from harnessopt.errors import HarnessoptError, UserError
 from harnessopt.ledger.lock import workspace_lock
+from harnessopt.limits import MAX_ROUNDS, MAX_RUNS_A_TASK
 from harnessopt.util import hardening, interrupts
 
 EXIT_ROUND_FAILED = 3  # a run whose rounds failed (infrastructure, budget): not bad input (2)
@@ -62,14 +64,26 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parsed
 
 
-def _positive(text: str) -> int:
+def _positive(text: str, most: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if most is not None and value > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most:,}, got {value:,}")
     return value
+
+
+def _at_most(most: int) -> Callable[[str], int]:
+    """``_positive`` with an upper bound: a count past it is a typo, not a plan."""
+
+    def parse(text: str) -> int:
+        return _positive(text, most)
+
+    parse.__name__ = "whole number"  # argparse names the type in its message
+    return parse
 
 
 def build_parser() -> _Parser:
@@ -107,7 +121,9 @@ def build_parser() -> _Parser:
 
     run = sub.add_parser("run", help="run optimization rounds")
     run.add_argument("ws", type=Path)
-    run.add_argument("--rounds", type=_positive, default=1, help="rounds to run (default: %(default)s)")
+    run.add_argument(
+        "--rounds", type=_at_most(MAX_ROUNDS), default=1, help="rounds to run (default: %(default)s)"
+    )
     run.add_argument("--batch-size", type=_positive, help="train tasks rolled out per round")
     run.add_argument("--target", help="target model (HARNESSOPT_TARGET_MODEL)")
     run.add_argument(
@@ -184,7 +200,7 @@ def build_parser() -> _Parser:
 
     audit = sub.add_parser("audit", help="held-out gain of ho/best over ho/round-0 on the test split")
     audit.add_argument("ws", type=Path)
-    audit.add_argument("--epochs", type=_positive, default=1)
+    audit.add_argument("--epochs", type=_at_most(MAX_RUNS_A_TASK), default=1)
     audit.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
     audit.add_argument(
         "--executor", help="where tasks run: local, ray (docs/cluster.md) or package.module:Factory"
@@ -318,6 +334,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws, _overrides(a, RUN_FLAGS))
+    ws.check_runnable()  # also for --dry-run, whose projection reads the skill
     from harnessopt.sandbox.docker.pool import concurrency_warning
 
     if warning := concurrency_warning(ws.cfg.rollout.concurrency):  # one line, at run start
@@ -561,17 +578,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HarnessoptError as e:
         err_console.print(f"harnessopt: {e}", markup=False)
         return 1
-    except OSError as e:
-        # shutil.copytree gathers its errors into one shutil.Error with no errno of its own.
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT) and os.strerror(errno.ENOSPC) not in str(e):
-            raise
-        where = f" ({e.filename})" if e.filename else ""
-        err_console.print(
-            f"harnessopt: no space left on the disk{where}; free some space and run again", markup=False
-        )
-        return 2
-    except BrokenPipeError:
+    except BrokenPipeError:  # before OSError, of which it is one: a reader such as `head` went away
         return 0
+    except OSError as e:
+        line = os_error_line(e)
+        if line is None:
+            raise
+        err_console.print(f"harnessopt: {line}", markup=False)
+        return 2
+
+
+# What a file the user gave or owns can refuse us, and what to do about it (the rest is ours: raised).
+_OS_ADVICE = {
+    errno.EACCES: "make it readable and writable by this user and run again",
+    errno.EPERM: "make it readable and writable by this user and run again",
+    errno.EROFS: "the file system is read-only; use a writable location",
+    errno.ENAMETOOLONG: "use a shorter path",
+    errno.ENOTDIR: "a part of the path is a file, not a directory; use another path",
+    errno.ELOOP: "the path has a symlink loop; use another path",
+}
+
+
+def os_error_line(e: OSError) -> str | None:
+    """One line for an ``OSError`` that comes from the user's files (a full disk, a file we may not
+    read, a name too long), or None for one that is ours to raise. ``shutil.copytree`` gathers its
+    errors into one ``shutil.Error`` with no errno of its own: its first is read."""
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+        src, _dst, why = e.args[0][0]
+        for code in (errno.ENOSPC, *_OS_ADVICE):
+            if os.strerror(code) in str(why):
+                return os_error_line(OSError(code, os.strerror(code), src))
+        return None
+    where = f" ({e.filename})" if e.filename else ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT) or os.strerror(errno.ENOSPC) in str(e):
+        return f"no space left on the disk{where}; free some space and run again"
+    if e.errno in _OS_ADVICE:
+        return f"{(e.strerror or str(e)).lower()}{where}; {_OS_ADVICE[e.errno]}"
+    return None
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harnessopt import registry
-from harnessopt.errors import UserError
+from harnessopt.errors import UserError, not_utf8
+from harnessopt.limits import MAX_RUNS_A_TASK
 
 CONFIG_NAME = "harnessopt.yaml"
 # What each mode lets the optimizer change, and what no mode or whitelist ever does (globs).
@@ -44,7 +45,7 @@ PricePair = Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=2, m
 class ModelConfig(_Strict):
     provider: ModelName = "anthropic"
     """Where model calls go: anthropic (Messages API), openai (any Chat Completions endpoint), scripted."""
-    target: str = "claude-sonnet-4-6"
+    target: str = Field("claude-sonnet-4-6", min_length=1)
     """Model the harness runs (exported as HARNESSOPT_TARGET_MODEL)."""
     base_url: str | None = None
     """Upstream endpoint, e.g. http://localhost:8000/v1 (default: ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the official API)."""
@@ -94,7 +95,7 @@ class RolloutConfig(_Strict):
 class OptimizerConfig(_Strict):
     backend: OptimizerName = "anthropic"
     """Who edits the view: the built-in Claude tool loop, a CLI agent, or a person."""
-    model: str = "claude-opus-4-1"
+    model: str = Field("claude-opus-4-1", min_length=1)
     """Model of the built-in optimizer."""
     provider: ModelName | None = None
     """Upstream of the optimizer's calls; default: the target's (model.provider, base_url, api_key_env)."""
@@ -130,14 +131,14 @@ class GateConfig(_Strict):
     """Val tasks run first; any crash or timeout there rejects without spending the rest."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """One-sided confidence that the gain is real."""
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1, le=MAX_RUNS_A_TASK)
     """Runs per val task (for stochastic targets)."""
-    incumbent_epochs: int | None = Field(None, ge=1)
+    incumbent_epochs: int | None = Field(None, ge=1, le=MAX_RUNS_A_TASK)
     """Runs per val task measured and cached for the incumbent (default: epochs + second_look). The
     runs past the first ``epochs`` are a bank the gate's reruns of the incumbent draw on before
     running it again (docs/gate.md, "Cached incumbent runs"); at 2 x epochs or more the A/A noise
     floor is measured on the cached runs at no extra cost."""
-    second_look: int = Field(10, ge=0)
+    second_look: int = Field(10, ge=0, le=MAX_RUNS_A_TASK)
     """Runs of every val task the gate's second look adds, when the first look is promising but
     inside the dead zone (0: a single look)."""
     first_look_share: float = Field(0.05, gt=0.0, lt=1.0)
@@ -164,7 +165,7 @@ class GateConfig(_Strict):
     confirm: Literal["val", "holdout", "none"] = "val"
     """After an accept, runs that did not select it: fresh runs on val, or on the held-out part
     of val; ho/best moves only when they confirm the gain."""
-    confirm_epochs: int = Field(3, ge=1)
+    confirm_epochs: int = Field(3, ge=1, le=MAX_RUNS_A_TASK)
     """The banked gate's confirmation (confirm: val): fresh runs of each val task by the accepted
     candidate, against the incumbent's bank. They start the new incumbent's bank, which the next
     round that validates tops up to incumbent_epochs; capped at incumbent_epochs."""
@@ -423,13 +424,15 @@ class Config(_Strict):
 def load_config(ws: Path) -> Config:
     path = ws / CONFIG_NAME
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise UserError(
             f"{ws} is not a harnessopt workspace (no {CONFIG_NAME}); run 'harnessopt init' first"
         ) from None
     except yaml.YAMLError as e:
         raise UserError(f"{path} is not valid YAML ({_first_line(e)}); fix it or restore it with git") from e
+    except UnicodeDecodeError as e:
+        raise UserError(not_utf8(path, e)) from None
     return parse_config(raw, str(path))
 
 

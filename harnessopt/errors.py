@@ -11,3 +11,10 @@ class HarnessoptError(Exception):
 
 class BudgetExceeded(HarnessoptError):
     """The run's model budget (calls, tokens or cost) is spent."""
+
+
+def not_utf8(path: object, e: UnicodeDecodeError) -> str:
+    """The one line for a file of the user's that is not UTF-8 text."""
+    return (
+        f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); re-save it as UTF-8 or restore it with git"
+    )

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "harnessopt"
 # module places it, so a folder whose modules sit in different layers lists them one by one and
 # the test checks the order inside folders as well as between them.
 LAYERS: list[set[str]] = [
-    {"errors", "protocols", "registry", "util"},
+    {"errors", "limits", "protocols", "registry", "util"},
     {
         "config",
         "workspace.tasks",

@@ -110,3 +110,111 @@ def test_a_full_disk(tmp_path: Path) -> None:
         assert list(small.iterdir()) == []
     finally:
         subprocess.run(["umount", str(small)])
+
+
+def test_a_config_that_is_not_utf8(ws: Path) -> None:
+    (ws / "harnessopt.yaml").write_bytes(b"objective: task\nmode: \xff\n")
+    git(ws, "commit", "-qam", "latin-1")
+    before = snapshot(ws)
+    for command in (("status",), ("run", "--dry-run"), ("run", *RUN)):
+        assert_user_error(cli(*command, ws, env=ENV), "harnessopt.yaml is not UTF-8 text", "re-save")
+    _unchanged(ws, before)
+
+
+def test_a_stored_split_that_is_not_utf8(ws: Path) -> None:
+    with (ws / "tasks" / "val.jsonl").open("ab") as f:
+        f.write(b"\xff\n")
+    git(ws, "commit", "-qam", "a stray byte")
+    before = snapshot(ws)
+    assert_user_error(cli("run", ws, "--dry-run", env=ENV), "val.jsonl is not UTF-8 text")
+    _unchanged(ws, before)
+
+
+def test_state_files_that_are_not_utf8_are_measured_afresh(ws: Path) -> None:
+    """The noise floor's and the val cache's files are ours: unreadable ones are a cache miss."""
+    state = ws / ".harnessopt"
+    state.mkdir(exist_ok=True)
+    for name in ("noise_floor.json", "val_cache.json"):
+        (state / name).write_bytes(b'{"x": "\xff"}')
+    for command in (("status",), ("run", "--dry-run")):
+        r = cli(*command, ws, env=ENV)
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "break_it, needle",
+    [
+        (lambda ws: git(ws, "rm", "-q", "skill/SKILL.md"), "SKILL.md is missing on main"),
+        (
+            lambda ws: (ws / "skill" / "SKILL.md").write_text(
+                "---\nname: [unclosed\ndescription: x\n---\nbody\n"
+            ),
+            "front matter",
+        ),
+        (lambda ws: (ws / "tasks" / "val.jsonl").write_text(""), "holds 0 val task(s)"),
+    ],
+    ids=["no SKILL.md", "broken front matter", "no val task"],
+)
+def test_a_main_that_init_would_refuse_is_refused_before_the_run_spends(
+    ws: Path, break_it: object, needle: str
+) -> None:
+    """A commit on main that breaks what init checked (the skill's SKILL.md, val's smoke tasks) is
+    refused up front, dry run or not: no round is spent and none recorded failed or rejected."""
+    break_it(ws)  # type: ignore[operator]
+    git(ws, "commit", "-qam", "mine")
+    before, refs = snapshot(ws), git(ws, "for-each-ref")
+    for command in (("run", "--dry-run"), ("run", *RUN)):
+        assert_user_error(cli(*command, ws, env=ENV), needle)
+    _unchanged(ws, before)
+    assert git(ws, "for-each-ref") == refs
+
+
+def test_counts_past_any_plan_are_refused(ws: Path) -> None:
+    """A count that is a typo would exhaust memory before anything ran."""
+    assert_user_error(cli("run", ws, "--dry-run", "--rounds", "99999999999"), "--rounds", "at most 10,000")
+    assert_user_error(cli("audit", ws, "--epochs", "99999999999"), "--epochs", "at most 100")
+    before = snapshot(ws)
+    assert_user_error(cli("run", ws, "--dry-run", "-c", "gate.epochs=100000"), "gate.epochs")
+    _unchanged(ws, before)
+
+
+def test_a_file_where_a_folder_belongs(tmp_path: Path, ws: Path) -> None:
+    skill, tasks = write_example(tmp_path / "in")
+    assert_user_error(cli("log", tasks), "is a file, not a workspace")
+    assert_user_error(cli("init", tmp_path / "w", "--skill", tasks, "--tasks", tasks), "is a file")
+    before = snapshot(tmp_path / "in")
+    assert_user_error(
+        cli("init", tasks / "w", "--skill", skill, "--tasks", tasks), "is a file, not a directory"
+    )
+    assert_user_error(
+        cli("init", skill / "w", "--skill", skill, "--tasks", tasks), "inside the skill directory"
+    )
+    assert snapshot(tmp_path / "in") == before
+
+
+def test_a_path_too_long(tmp_path: Path) -> None:
+    skill, tasks = write_example(tmp_path)
+    long = tmp_path / ("w" * 300)
+    assert_user_error(
+        cli("init", long, "--skill", skill, "--tasks", tasks), "file name too long", "shorter path"
+    )
+    assert_user_error(cli("log", long), "file name too long")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([skill.name, tasks.name])
+
+
+def test_a_detached_head(ws: Path) -> None:
+    """A rollback or round there would commit on no branch and be lost at the next checkout."""
+    git(ws, "checkout", "-q", "--detach", "HEAD")
+    before, main = snapshot(ws), git(ws, "rev-parse", "main")
+    for command in (("rollback", "0"), ("run", "--dry-run"), ("status",)):
+        assert_user_error(cli(*command[:1], ws, *command[1:], env=ENV), "HEAD is detached", "checkout main")
+    _unchanged(ws, before)
+    assert git(ws, "rev-parse", "main") == main
+
+
+def test_an_empty_model_name(ws: Path) -> None:
+    before = snapshot(ws)
+    assert_user_error(cli("replay", ws, "--target", "", env=ENV), "model.target")
+    assert_user_error(cli("run", ws, "--dry-run", "--target", "", env=ENV), "model.target")
+    _unchanged(ws, before)

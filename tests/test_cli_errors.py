@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.cli import cli, git, write_example
 from tests.support.cli_errors import assert_user_error, snapshot
+from tests.support.interrupts import handlers_restored
 
 
 @pytest.fixture
@@ -176,3 +181,75 @@ def test_colons_in_a_message_stay_text(tmp_path: Path, example) -> None:
         with console.capture() as captured:
             console.print("round :b: and :smile:", markup=False)
         assert captured.get().strip() == "round :b: and :smile:"
+
+
+@pytest.mark.parametrize(
+    "error, needles",
+    [
+        (
+            PermissionError(errno.EACCES, "Permission denied", "ws/harnessopt.yaml"),
+            ("permission denied (ws/harnessopt.yaml)", "readable"),
+        ),
+        (
+            OSError(errno.ENAMETOOLONG, "File name too long", "w" * 300),
+            ("file name too long", "shorter path"),
+        ),
+        (OSError(errno.ENOSPC, "No space left on device", "ws/x"), ("no space left on the disk (ws/x)",)),
+        (
+            shutil.Error([("skill/a.md", "ws/skill/a.md", "[Errno 13] Permission denied: 'skill/a.md'")]),
+            ("permission denied (skill/a.md)",),
+        ),
+    ],
+    ids=["unreadable", "too long", "full disk", "copytree"],
+)
+def test_an_os_error_from_the_users_files_is_one_line(
+    error: OSError,
+    needles: tuple[str, ...],
+    in_process: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What a file of the user's can refuse us (as root in CI, chmod refuses nothing, so the command
+    raises it here) is exit 2 and one line that says what to do; any other OSError is ours: raised."""
+    cli_module = in_process
+
+    def refuse(_args: object) -> int:
+        raise error
+
+    monkeypatch.setitem(cli_module.COMMANDS, "status", refuse)
+    assert cli_module.main(["status", "ws"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    for needle in needles:
+        assert needle in lines[0]
+
+    def ours(_args: object) -> int:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setitem(cli_module.COMMANDS, "status", ours)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        cli_module.main(["status", "ws"])
+
+
+def test_a_reader_that_goes_away_is_not_an_error(in_process: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`harnessopt log ws | head`: the pipe closes under us; exit 0, as before BrokenPipeError was
+    caught by the OSError clause above it."""
+    cli_module = in_process
+
+    def closed(_args: object) -> int:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setitem(cli_module.COMMANDS, "log", closed)
+    assert cli_module.main(["log", "ws"]) == 0
+
+
+@pytest.fixture
+def in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``cli`` to call ``main`` in this process: its hardening off (it would leave pytest's process
+    non-dumpable for the tests after) and the signal handlers it installs put back."""
+    from harnessopt import cli as cli_module
+    from harnessopt.util import hardening
+
+    monkeypatch.setattr(hardening, "make_non_dumpable", lambda: None)
+    with handlers_restored():
+        yield cli_module

@@ -205,7 +205,7 @@ class NoiseFloorStore:
 
     def _load(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # unreadable, not UTF-8 or not JSON: measured afresh
             return {}
         return data if isinstance(data, dict) else {}

@@ -23,6 +23,7 @@ from harnessopt.protocols import Task
 from harnessopt.workspace.skillspec import read_skill
 from harnessopt.workspace.tasks import (
     DEFAULT_SPLIT,
+    MIN_VAL_TASKS,
     assign_splits,
     check_splits,
     default_gives_val,
@@ -67,6 +68,8 @@ class Workspace:
     @classmethod
     def open(cls, path: Path, overrides: Mapping[str, Any] | None = None) -> Workspace:
         root = Path(path).resolve()
+        if root.exists() and not root.is_dir():
+            raise UserError(f"{path} is a file, not a workspace; pass the workspace's directory")
         if not root.is_dir():
             raise UserError(f"{path} does not exist; create a workspace with 'harnessopt init {path} ...'")
         if not (root / CONFIG_NAME).is_file() or not (root / ".git").exists():
@@ -79,6 +82,11 @@ class Workspace:
             repo.git.rev_parse("ho/round-0")
         except (git.InvalidGitRepositoryError, git.GitCommandError):
             raise UserError(f"{path} is not a harnessopt workspace (no ho/round-0 tag)") from None
+        if repo.head.is_detached:  # a commit made there (a round, a rollback) would be on no branch
+            raise UserError(
+                f"{path}: HEAD is detached (not on main), so a round or rollback would commit on no "
+                f"branch; put it back with git -C {path} checkout main"
+            )
         try:
             head = vcs.head_sha(repo)
         except ValueError:
@@ -95,6 +103,24 @@ class Workspace:
         if overrides:
             cfg = apply_overrides(cfg, overrides)
         return cls(root, cfg, repo, Journal(root))
+
+    def check_runnable(self) -> None:
+        """What ``init`` checked and a later commit on main may have broken, checked again before a
+        run spends anything: the incumbent's SKILL.md reads and passes the static check a candidate
+        must pass, and val holds the smoke test's tasks. A UserError that says what to fix."""
+        skill = self.root / "skill"
+        if not (skill / "SKILL.md").is_file():
+            raise UserError(
+                f"{skill / 'SKILL.md'} is missing on main; restore it (git -C {self.root} checkout "
+                "ho/best -- skill) and commit"
+            )
+        read_skill(skill, rules_off=self.cfg.checks.skill_rules_off)
+        n_val = len(read_split(self.root / "tasks", "val"))
+        if n_val < MIN_VAL_TASKS:
+            raise UserError(
+                f"{self.root / 'tasks' / 'val.jsonl'} holds {n_val} val task(s); a run needs at least "
+                f"{MIN_VAL_TASKS} for the smoke test: restore the file with git, or init a new workspace"
+            )
 
     def tasks(self, split: str) -> list[Task]:
         """The split's tasks of the run's objective (``objective.trigger.round_tasks``)."""
@@ -125,6 +151,10 @@ def init_workspace(
     ws = Path(ws)
     if ws.exists() and (not ws.is_dir() or any(ws.iterdir())):
         raise UserError(f"{ws} exists and is not empty; choose a new directory for the workspace")
+    if file := next((p for p in ws.absolute().parents if p.exists() and not p.is_dir()), None):
+        raise UserError(f"{file} is a file, not a directory; choose a workspace path outside it")
+    if Path(skill_dir).resolve() in (ws.resolve(), *ws.resolve().parents):
+        raise UserError(f"{ws} is inside the skill directory {skill_dir}; choose a workspace path outside it")
     cfg = config or Config(template=template)
     rules_off = cfg.checks.skill_rules_off
     folder = Path(skill_dir).resolve().name if check_folder_name else None  # the spec: name = folder

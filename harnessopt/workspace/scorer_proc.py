@@ -125,8 +125,11 @@ class ScorerProcess:
         hello = first.receive(start_timeout_s)
         if hello is None or "ready" not in hello:
             first.kill()
-            why = (hello or {}).get("error") or f"its process {first.why_dead()}"
-            raise UserError(f"scorer {self.path} failed to load: {why}; fix scorer.py")
+            if error := (hello or {}).get("error"):  # load_scorer's own line: it names the scorer and the fix
+                raise UserError(error)
+            raise UserError(
+                f"scorer {self.path} failed to load: its process {first.why_dead()}; fix scorer.py"
+            )
         self._idle.append(first)
 
     def score(self, task: dict[str, Any], answer: str, out_dir: Path) -> ScoreResult:

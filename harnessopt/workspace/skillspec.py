@@ -216,6 +216,8 @@ def skill_body(skill_dir: Path) -> str:
 
 def _skill_file(skill_dir: Path) -> Path:
     skill_dir = Path(skill_dir)
+    if skill_dir.exists() and not skill_dir.is_dir():
+        raise UserError(f"{skill_dir} is a file; pass the skill's folder, the one that holds SKILL.md")
     if not skill_dir.is_dir():
         raise UserError(f"skill directory {skill_dir} does not exist; pass a folder that holds SKILL.md")
     path = skill_dir / SKILL_FILE

@@ -24,7 +24,7 @@ from typing import Any, Literal, NoReturn
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from harnessopt.errors import UserError
+from harnessopt.errors import UserError, not_utf8
 from harnessopt.protocols import Task
 
 SPLITS = ("train", "val", "test")
@@ -54,18 +54,21 @@ def _remember(task: Task, where: str) -> Task:
 MAX_LINE_CHARS = 2_000_000  # a task must fit in one model request through the gateway (4 MiB)
 
 
-def load_tasks(path: Path) -> list[Task]:
-    """Parse a JSONL task file. Blank lines are skipped; ``"split": null`` counts as no split."""
+def _task_text(path: Path) -> str:
+    """A task file's text, or one line that says why it cannot be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"task file {path} does not exist; pass an existing JSONL file") from None
     except UnicodeDecodeError as e:
-        raise UserError(
-            f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); re-save it as UTF-8"
-        ) from e
+        raise UserError(not_utf8(path, e)) from None
     except OSError as e:
         raise UserError(f"cannot read task file {path}: {e.strerror}") from e
+
+
+def load_tasks(path: Path) -> list[Task]:
+    """Parse a JSONL task file. Blank lines are skipped; ``"split": null`` counts as no split."""
+    text = _task_text(path)
     tasks: list[Task] = []
     first_line: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -369,7 +372,7 @@ def read_split(tasks_dir: Path, split: str) -> list[Task]:
     path = Path(tasks_dir) / f"{split}.jsonl"
     if not path.exists():
         raise UserError(f"{path} is missing; the workspace tasks are incomplete (restore them with git)")
-    if not path.read_text(encoding="utf-8").strip():
+    if not _task_text(path).strip():
         return []
     tasks = load_tasks(path)
     for task in tasks:

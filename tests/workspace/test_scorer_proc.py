@@ -88,8 +88,9 @@ def test_concurrent_calls_each_get_their_own_answer(scorer, tmp_path: Path) -> N
 def test_a_scorer_that_does_not_import_stops_before_any_rollout(tmp_path: Path) -> None:
     path = tmp_path / "scorer.py"
     path.write_text("import nonexistent_module_xyz\n")
-    with pytest.raises(UserError, match="nonexistent_module_xyz"):
+    with pytest.raises(UserError, match="nonexistent_module_xyz") as err:
         ScorerProcess(path, timeout_s=3)
+    assert str(err.value).count("fix scorer.py") == 1  # the child's line, not wrapped in a second one
 
 
 PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('ran')\n"

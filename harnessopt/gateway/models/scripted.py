@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harnessopt.errors import UserError
+from harnessopt.errors import UserError, not_utf8
 from harnessopt.gateway.http import estimate_input_tokens, text_of
 from harnessopt.protocols import Forward, Model, ModelError
 
@@ -99,9 +99,11 @@ class ScriptedModel(Model):
     def from_yaml(cls, path: Path) -> ScriptedModel:
         """Load and validate a script file; any problem is a UserError naming it."""
         try:
-            raw = yaml.safe_load(Path(path).read_text())
+            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise UserError(f"scripted model: script {path} does not exist; fix model.script") from None
+        except UnicodeDecodeError as e:
+            raise UserError(f"scripted model: {not_utf8(path, e)}") from None
         except yaml.YAMLError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"scripted model: {path} is not valid YAML ({first})") from e

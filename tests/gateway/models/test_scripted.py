@@ -150,6 +150,9 @@ def test_from_yaml_and_make_model(tmp_path: Path):
         ScriptedModel.from_yaml(path)
     with pytest.raises(UserError, match="does not exist"):
         ScriptedModel.from_yaml(tmp_path / "missing.yaml")
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(UserError, match="not UTF-8 text"):
+        ScriptedModel.from_yaml(path)
     with pytest.raises(UserError, match="needs a script"):
         make_model("scripted")
     with pytest.raises(UserError, match="known providers: anthropic, openai, scripted"):
