@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from harnessopt import registry
 from harnessopt.errors import UserError, not_utf8
 from harnessopt.limits import MAX_RUNS_A_TASK
+from harnessopt.util.text import duplicate_key
 
 CONFIG_NAME = "harnessopt.yaml"
 # What each mode lets the optimizer change, and what no mode or whitelist ever does (globs).
@@ -433,6 +434,8 @@ def load_config(ws: Path) -> Config:
         raise UserError(f"{path} is not valid YAML ({_first_line(e)}); fix it or restore it with git") from e
     except UnicodeDecodeError as e:
         raise UserError(not_utf8(path, e)) from None
+    if twice := duplicate_key(path.read_text(encoding="utf-8")):
+        raise UserError(f"{path}: {twice} is given twice (only the last would count); keep one")
     return parse_config(raw, str(path))
 
 

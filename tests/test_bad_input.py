@@ -218,3 +218,18 @@ def test_an_empty_model_name(ws: Path) -> None:
     assert_user_error(cli("replay", ws, "--target", "", env=ENV), "model.target")
     assert_user_error(cli("run", ws, "--dry-run", "--target", "", env=ENV), "model.target")
     _unchanged(ws, before)
+
+
+def test_a_config_key_given_twice(ws: Path) -> None:
+    """YAML keeps the last of two values silently; which the user meant is theirs to say."""
+    text = (ws / "harnessopt.yaml").read_text()
+    assert "\n  concurrency: " in text
+    (ws / "harnessopt.yaml").write_text(text + "\nrollout:\n  concurrency: 1\n")
+    git(ws, "commit", "-qam", "twice")
+    before = snapshot(ws)
+    assert_user_error(cli("status", ws), "harnessopt.yaml: rollout is given twice", "keep one")
+    _unchanged(ws, before)
+    (ws / "harnessopt.yaml").write_text(
+        text.replace("\n  concurrency: ", "\n  concurrency: 1\n  concurrency: ", 1)
+    )
+    assert_user_error(cli("run", ws, "--dry-run"), "rollout.concurrency is given twice")

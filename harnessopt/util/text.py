@@ -122,6 +122,37 @@ def load_yaml(text: str) -> Any:
     raise FrontMatterError("yaml", f"front matter is not valid YAML ({detail})", detail)
 
 
+def duplicate_key(raw_yaml: str) -> str | None:
+    """The first key of a YAML mapping given twice, at any depth, as a dotted path (only the last
+    value would count); None when every key is given once. For text that parsed already: a
+    compose failure leaves the problem to the parse."""
+    try:
+        node = yaml.compose(raw_yaml, Loader=yaml.SafeLoader)
+    except Exception:
+        return None
+
+    def walk(n: Any, at: str) -> str | None:
+        if isinstance(n, yaml.SequenceNode):
+            return next((d for i, x in enumerate(n.value) if (d := walk(x, f"{at}{i}."))), None)
+        if not isinstance(n, yaml.MappingNode):
+            return None
+        seen: set[Any] = set()
+        for key, value in n.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and name in seen:
+                return f"{at}{name}"
+            if name is not None:
+                seen.add(name)
+            if found := walk(value, f"{at}{name}."):
+                return found
+        return None
+
+    try:
+        return walk(node, "")
+    except RecursionError:  # nested past what a document of ours holds; the parse judges it
+        return None
+
+
 def read_front_matter(text: str) -> tuple[dict[str, Any], str]:
     """The front matter as a mapping (``{}`` when empty) and the body after it.
 

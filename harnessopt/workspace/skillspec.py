@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from harnessopt.errors import UserError
-from harnessopt.util.text import FrontMatterError, load_yaml, split_front_matter
+from harnessopt.util.text import FrontMatterError, duplicate_key, load_yaml, split_front_matter
 
 SKILL_FILE = "SKILL.md"
 RULES_OFF = ("folder-name", "unknown-keys")  # spec rules a user may turn off (checks.skill_rules_off)
@@ -187,26 +186,11 @@ def _read_front_matter(text: str, where: str) -> tuple[dict[Any, Any], str]:
         ) from e
     if not isinstance(meta, dict):
         raise UserError(f"{where}: front matter must be a YAML mapping with 'name' and 'description'")
-    if twice := _duplicate_key(raw_yaml):
+    if twice := duplicate_key(raw_yaml):
         raise UserError(
             f"{where}: front matter key {twice!r} is given twice (only one value would count); keep one"
         )
     return meta, body
-
-
-def _duplicate_key(raw_yaml: str) -> str | None:
-    """The first top-level key of the front matter given twice (the YAML already parsed)."""
-    try:
-        node = yaml.compose(raw_yaml, Loader=yaml.SafeLoader)
-    except Exception:  # parsed once already; a compose failure leaves the check to the parse
-        return None
-    seen: set[Any] = set()
-    for key, _value in getattr(node, "value", []) if isinstance(node, yaml.MappingNode) else []:
-        if isinstance(key, yaml.ScalarNode):
-            if key.value in seen:
-                return str(key.value)
-            seen.add(key.value)
-    return None
 
 
 def skill_body(skill_dir: Path) -> str:
