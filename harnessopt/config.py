@@ -425,7 +425,8 @@ class Config(_Strict):
 def load_config(ws: Path) -> Config:
     path = ws / CONFIG_NAME
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text) or {}
     except FileNotFoundError:
         raise UserError(
             f"{ws} is not a harnessopt workspace (no {CONFIG_NAME}); run 'harnessopt init' first"
@@ -434,7 +435,7 @@ def load_config(ws: Path) -> Config:
         raise UserError(f"{path} is not valid YAML ({_first_line(e)}); fix it or restore it with git") from e
     except UnicodeDecodeError as e:
         raise UserError(not_utf8(path, e)) from None
-    if twice := duplicate_key(path.read_text(encoding="utf-8")):
+    if twice := duplicate_key(text):
         raise UserError(f"{path}: {twice} is given twice (only the last would count); keep one")
     return parse_config(raw, str(path))
 
