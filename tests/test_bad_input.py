@@ -153,14 +153,18 @@ def test_state_files_that_are_not_utf8_are_measured_afresh(ws: Path) -> None:
             "front matter",
         ),
         (lambda ws: (ws / "tasks" / "val.jsonl").write_text(""), "holds 0 val task(s)"),
+        (
+            lambda ws: (ws / "harness" / "flags.yaml").write_text("flags: [unclosed\n"),
+            "flags.yaml is not valid YAML",
+        ),
     ],
-    ids=["no SKILL.md", "broken front matter", "no val task"],
+    ids=["no SKILL.md", "broken front matter", "no val task", "broken flags.yaml"],
 )
 def test_a_main_that_init_would_refuse_is_refused_before_the_run_spends(
     ws: Path, break_it: object, needle: str
 ) -> None:
-    """A commit on main that breaks what init checked (the skill's SKILL.md, val's smoke tasks) is
-    refused up front, dry run or not: no round is spent and none recorded failed or rejected."""
+    """A commit on main that breaks what init checked (the skill's SKILL.md, val's smoke tasks) or
+    what ablate reads (the harness's flags.yaml) is refused up front, dry run or not: no round is spent and none recorded failed or rejected."""
     break_it(ws)  # type: ignore[operator]
     git(ws, "commit", "-qam", "mine")
     before, refs = snapshot(ws), git(ws, "for-each-ref")

@@ -20,6 +20,7 @@ from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR, Journal
 from harnessopt.objective.trigger import default_objective, round_tasks
 from harnessopt.protocols import Task
+from harnessopt.workspace import flags
 from harnessopt.workspace.skillspec import read_skill
 from harnessopt.workspace.tasks import (
     DEFAULT_SPLIT,
@@ -107,7 +108,8 @@ class Workspace:
     def check_runnable(self) -> None:
         """What ``init`` checked and a later commit on main may have broken, checked again before a
         run spends anything: the incumbent's SKILL.md reads and passes the static check a candidate
-        must pass, and val holds the smoke test's tasks. A UserError that says what to fix."""
+        must pass, its harness's flags.yaml (if any) reads, and val holds the smoke test's tasks.
+        A UserError that says what to fix."""
         skill = self.root / "skill"
         if not (skill / "SKILL.md").is_file():
             raise UserError(
@@ -115,6 +117,7 @@ class Workspace:
                 "ho/best -- skill) and commit"
             )
         read_skill(skill, rules_off=self.cfg.checks.skill_rules_off)
+        flags.registered(self.root / "harness")  # a candidate's bad flags.yaml is lenient; main's is not
         n_val = len(read_split(self.root / "tasks", "val"))
         if n_val < MIN_VAL_TASKS:
             raise UserError(
