@@ -350,6 +350,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             say(line)
         say(f"dry run: nothing was run; start it with: harnessopt run {a.ws} --rounds {a.rounds}")
         return 0
+    ws.require_main()
     with (
         workspace_lock(ws.root, "run", say),
         _mlflow(ws, a.mlflow) as on_round,
@@ -412,6 +413,7 @@ def cmd_decide(a: argparse.Namespace) -> int:
     from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)
+    ws.require_main()
     approve = a.command == "approve"
     with workspace_lock(ws.root, a.command, say):
         st = record_decision(ws.repo, approve, "" if approve else a.reason)
@@ -451,6 +453,7 @@ def cmd_rollback(a: argparse.Namespace) -> int:
     from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)
+    ws.require_main()
     with workspace_lock(ws.root, "rollback", say):
         say(rollback(ws, a.round))
     return 0
@@ -590,8 +593,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # What a file the user gave or owns can refuse us, and what to do about it (the rest is ours: raised).
 _OS_ADVICE = {
-    errno.EACCES: "make it readable and writable by this user and run again",
-    errno.EPERM: "make it readable and writable by this user and run again",
+    errno.EACCES: "give this user access to it and run again",
+    errno.EPERM: "give this user access to it and run again",
     errno.EROFS: "the file system is read-only; use a writable location",
     errno.ENAMETOOLONG: "use a shorter path",
     errno.ENOTDIR: "a part of the path is a file, not a directory; use another path",

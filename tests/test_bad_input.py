@@ -207,14 +207,20 @@ def test_a_path_too_long(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([skill.name, tasks.name])
 
 
-def test_a_detached_head(ws: Path) -> None:
-    """A rollback or round there would commit on no branch and be lost at the next checkout."""
-    git(ws, "checkout", "-q", "--detach", "HEAD")
-    before, main = snapshot(ws), git(ws, "rev-parse", "main")
-    for command in (("rollback", "0"), ("run", "--dry-run"), ("status",)):
-        assert_user_error(cli(*command[:1], ws, *command[1:], env=ENV), "HEAD is detached", "checkout main")
+@pytest.mark.parametrize("where", ["detached", "a branch of mine"])
+def test_a_head_off_main(ws: Path, where: str) -> None:
+    """Main moves by a compare-and-swap of refs/heads/main and a checkout of it: from a detached
+    HEAD or another branch that checkout would reset the user's branch to main's commit. The
+    commands that move main refuse; those that read work wherever HEAD is."""
+    git(ws, "checkout", "-q", *(["--detach", "HEAD"] if where == "detached" else ["-b", "mine"]))
+    before, refs = snapshot(ws), git(ws, "for-each-ref")
+    for command in (("rollback", "0"), ("run", *RUN), ("approve",)):
+        assert_user_error(cli(command[0], ws, *command[1:], env=ENV), "not on main", "checkout main")
     _unchanged(ws, before)
-    assert git(ws, "rev-parse", "main") == main
+    assert git(ws, "for-each-ref") == refs
+    for command in (("status",), ("log",), ("run", "--dry-run")):
+        r = cli(command[0], ws, *command[1:], env=ENV)
+        assert r.returncode == 0, r.stderr
 
 
 def test_an_empty_model_name(ws: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -188,7 +190,7 @@ def test_colons_in_a_message_stay_text(tmp_path: Path, example) -> None:
     [
         (
             PermissionError(errno.EACCES, "Permission denied", "ws/harnessopt.yaml"),
-            ("permission denied (ws/harnessopt.yaml)", "readable"),
+            ("permission denied (ws/harnessopt.yaml)", "give this user access"),
         ),
         (
             OSError(errno.ENAMETOOLONG, "File name too long", "w" * 300),
@@ -253,3 +255,32 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(hardening, "make_non_dumpable", lambda: None)
     with handlers_restored():
         yield cli_module
+
+
+def _as_nobody(*args: str | Path) -> subprocess.CompletedProcess:
+    """``python -m harnessopt ARGS`` in a new user namespace, where this process is nobody: chmod
+    bites there (tests run as root, where it refuses nothing)."""
+    return subprocess.run(
+        ["unshare", "-U", sys.executable, "-m", "harnessopt", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+
+
+def test_files_this_user_may_not_touch(tmp_path: Path, example) -> None:
+    skill, tasks = example
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    assert_user_error(
+        _as_nobody("init", ro / "w", "--skill", skill, "--tasks", tasks), f"permission denied in {ro}"
+    )
+    assert list(ro.iterdir()) == []
+    (skill / "SKILL.md").chmod(0)
+    r = _as_nobody("init", tmp_path / "w", "--skill", skill, "--tasks", tasks)
+    assert_user_error(r, "permission denied", "SKILL.md", "give this user access")
+    assert not (tmp_path / "w").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".w.init-")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.util import interrupts
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
 
@@ -22,11 +23,14 @@ def rollback(ws: Workspace, k: int) -> str:
         )
     if vcs.dirty_paths(ws.repo):
         raise UserError(f"{ws.root} has uncommitted changes; commit or stash them before a rollback")
-    repo = ws.repo
-    repo.git.rm("-r", "-q", "--ignore-unmatch", "--", *EDITABLE_PATHS)
-    repo.git.checkout(r.commit, "--", *EDITABLE_PATHS)
-    if not repo.git.status("--porcelain"):
+    repo, head = ws.repo, vcs.head_sha(ws.repo)
+    sha = vcs.commit_paths_from(repo, head, r.commit, EDITABLE_PATHS, ledger.rollback_message(k, r.commit))
+    if sha is None:
         return f"skill/ and harness/ already are as of round {k}; nothing to commit"
-    repo.git.commit("-q", "-m", ledger.rollback_message(k, r.commit))
-    ws.journal.write(k, "rollback", commit=vcs.head_sha(repo))
-    return f"restored skill/ and harness/ as of round {k} in commit {vcs.head_sha(repo)[:10]}"
+    # The commit is built aside; the journal line comes first, so a journal that cannot be written
+    # refuses the rollback with main untouched, and main then moves in one step (a compare-and-swap
+    # against the head read above), with Ctrl-C held until the checkout is done.
+    ws.journal.write(k, "rollback", commit=sha)
+    with interrupts.deferred():
+        vcs.advance_main(repo, sha, head)
+    return f"restored skill/ and harness/ as of round {k} in commit {sha[:10]}"

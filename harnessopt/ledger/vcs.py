@@ -100,6 +100,24 @@ def build_commit(repo: git.Repo, parent: str, overlay: Path, paths: Sequence[str
     return str(sha)
 
 
+def commit_paths_from(
+    repo: git.Repo, parent: str, source: str, paths: Sequence[str], message: str
+) -> str | None:
+    """A commit on ``parent`` whose ``paths`` are as in commit ``source`` (a path absent there is
+    removed) and the rest as in ``parent``; None when that is ``parent``'s tree already. Neither the
+    working tree nor the real index nor any branch is touched."""
+    with _private_index(repo) as env, repo.git.custom_environment(**env):
+        repo.git.read_tree(parent)
+        repo.git.rm("-r", "--cached", "-q", "--ignore-unmatch", "--", *paths)
+        present = [p for p in paths if repo.git.ls_tree(source, "--", p)]
+        if present:
+            repo.git.restore("--staged", f"--source={source}", "--", *present)
+        tree = repo.git.write_tree()
+    if tree == repo.git.rev_parse(f"{parent}^{{tree}}"):
+        return None
+    return str(repo.git.commit_tree(tree, "-p", parent, "-m", message))
+
+
 class RecordMismatch(Exception):
     """A built commit's tree differs from the overlay it was built from (e.g. a nested .git)."""
 

@@ -235,10 +235,12 @@ def incumbent_broken(train: list[TaskResult]) -> str | None:
     if not train or 2 * len(crashed) <= len(train):
         return None
     kinds = ", ".join(sorted({str(r.error_class) for r in crashed}))
-    said = next((r.stderr_tail for r in crashed if r.stderr_tail.strip()), "") or crashed[0].notes[0:1]
-    first = " | ".join(line.strip() for line in str(said).strip().splitlines()[:3] if line.strip())
+    said = next((r.stderr_tail for r in crashed if r.stderr_tail.strip()), "")
+    first = " | ".join(line.strip() for line in said.strip().splitlines()[:3] if line.strip())
+    codes = sorted({r.exit_code for r in crashed if r.exit_code is not None})
+    exits = f" (exit code {', '.join(map(str, codes))})" if codes else ""
     return (
-        f"{len(crashed)}/{len(train)} {BROKEN_PREFIX} failed ({kinds}) before any optimizer "
+        f"{len(crashed)}/{len(train)} {BROKEN_PREFIX} failed ({kinds}){exits} before any optimizer "
         f"call; the harness said: {first or '(nothing on stderr)'}"
     )
 

@@ -83,11 +83,6 @@ class Workspace:
             repo.git.rev_parse("ho/round-0")
         except (git.InvalidGitRepositoryError, git.GitCommandError):
             raise UserError(f"{path} is not a harnessopt workspace (no ho/round-0 tag)") from None
-        if repo.head.is_detached:  # a commit made there (a round, a rollback) would be on no branch
-            raise UserError(
-                f"{path}: HEAD is detached (not on main), so a round or rollback would commit on no "
-                f"branch; put it back with git -C {path} checkout main"
-            )
         try:
             head = vcs.head_sha(repo)
         except ValueError:
@@ -104,6 +99,20 @@ class Workspace:
         if overrides:
             cfg = apply_overrides(cfg, overrides)
         return cls(root, cfg, repo, Journal(root))
+
+    def require_main(self) -> None:
+        """For a command that moves main (run, rollback, approve, reject): HEAD must be main. Main
+        moves by a compare-and-swap of refs/heads/main and a checkout of it, which on a detached
+        HEAD or another branch would reset that checkout to main's commit. Reading commands
+        (status, log, diff, report) work wherever HEAD is."""
+        head = self.repo.head
+        branch = None if head.is_detached else head.reference.path
+        if branch != "refs/heads/main":
+            where = "detached" if branch is None else f"on {branch.removeprefix('refs/heads/')}"
+            raise UserError(
+                f"{self.root}: HEAD is {where}, not on main, where this command commits; put it back "
+                f"with git -C {self.root} checkout main"
+            )
 
     def check_runnable(self) -> None:
         """What ``init`` checked and a later commit on main may have broken, checked again before a
@@ -184,8 +193,13 @@ def init_workspace(
         cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"image": needs})})
 
     parent = ws.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{ws.name}.init-", dir=parent))
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{ws.name}.init-", dir=parent))
+    except PermissionError:  # named by the folder, not by the staging path that could not be made
+        raise UserError(
+            f"cannot create {ws}: permission denied in {parent}; choose a folder this user may write"
+        ) from None
     try:
         _populate(staging, Path(skill_dir), template, tasks, cfg, extra_files or {})
         _first_commit(staging, info.name, len(tasks))

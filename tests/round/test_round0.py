@@ -307,3 +307,23 @@ def test_round0_spend_is_counted_by_status_log_and_the_report(tmp_path: Path) ->
     log = ho("log", ws).stdout
     assert line in log and "no rounds yet" in log
     assert any(x.startswith(line) for x in report_data(Workspace.open(ws))["spend"])
+
+
+def _crash(i: int, stderr: str, exit_code: int | None) -> Any:
+    from harnessopt.protocols import TaskResult
+
+    return TaskResult(
+        task_id=f"t{i}", split="train", round=1, epoch=0, score=0.0, passed=False, soft=None, feedback="",
+        answer="", exit_code=exit_code, error_class="crash", wall_s=0.1, input_tokens=0, output_tokens=0,
+        steps=0, stderr_tail=stderr, notes=["local sandbox (bwrap): host files read-only, ..."],
+    )  # fmt: skip
+
+
+def test_a_broken_incumbent_is_named_by_its_stderr_and_exit_code_not_the_sandbox_banner() -> None:
+    from harnessopt.round.round0 import incumbent_broken
+
+    said = incumbent_broken([_crash(i, "", 7) for i in range(4)])
+    assert said is not None
+    assert "(exit code 7)" in said and "(nothing on stderr)" in said and "bwrap" not in said
+    said = incumbent_broken([_crash(0, "", None), _crash(1, "Traceback\nImportError: no x\n", 1)])
+    assert said is not None and "the harness said: Traceback | ImportError: no x" in said

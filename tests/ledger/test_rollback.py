@@ -1,0 +1,62 @@
+"""ledger.rollback: skill/ and harness/ as of a round, in one new commit on main, or nothing at all."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from harnessopt.ledger import store as ledger
+from harnessopt.ledger.rollback import rollback
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import cli, git, write_example
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    """A workspace whose main moved past round 0: the skill edited, a harness file added, one removed."""
+    skill, tasks = write_example(tmp_path)
+    root = tmp_path / "ws"
+    assert cli("init", root, "--skill", skill, "--tasks", tasks).returncode == 0
+    (root / "skill" / "SKILL.md").write_text((root / "skill" / "SKILL.md").read_text() + "\nmine\n")
+    (root / "skill" / "notes.md").write_text("new\n")
+    harness_file = next(p for p in sorted((root / "harness").iterdir()) if p.is_file() and p.name != "run.py")
+    harness_file.unlink()
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "my edits")
+    return Workspace.open(root)
+
+
+def test_a_rollback_restores_both_folders_in_one_commit(ws: Workspace) -> None:
+    head = git(ws.root, "rev-parse", "HEAD")
+    said = rollback(ws, 0)
+    new = git(ws.root, "rev-parse", "main")
+    assert new[:10] in said and git(ws.root, "rev-parse", "HEAD^") == head
+    for top in ("skill", "harness"):
+        assert git(ws.root, "rev-parse", f"{new}:{top}") == git(ws.root, "rev-parse", f"ho/round-0:{top}")
+    assert git(ws.root, "status", "--porcelain") == ""
+    assert not (ws.root / "skill" / "notes.md").exists()
+    assert ledger.manifest_data(git(ws.root, "log", "-1", "--format=%B"))["to_round"] == 0
+    last = ws.journal.last()
+    assert last is not None and (last["phase"], last["commit"]) == ("rollback", new)
+    assert "already" in rollback(ws, 0)
+    assert git(ws.root, "rev-parse", "main") == new
+
+
+def test_a_journal_that_cannot_be_written_leaves_main_and_the_tree_as_they_were(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit is built aside and the journal line comes before main moves: a refused journal
+    (as root in CI chmod refuses nothing, so its write raises here) changes nothing."""
+    head, tree = git(ws.root, "rev-parse", "HEAD"), (ws.root / "skill" / "SKILL.md").read_text()
+
+    def refused(*_a: object, **_k: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(ws.journal.path))
+
+    monkeypatch.setattr(ws.journal, "write", refused)
+    with pytest.raises(PermissionError):
+        rollback(ws, 0)
+    assert git(ws.root, "rev-parse", "main") == head
+    assert git(ws.root, "status", "--porcelain") == ""
+    assert (ws.root / "skill" / "SKILL.md").read_text() == tree
