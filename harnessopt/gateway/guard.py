@@ -303,7 +303,7 @@ def secure_socket_dir(directory: Path, gid: int | None, mode: int = 0o750) -> No
     list the others) owned by group ``gid`` (no-op for None)."""
     if gid is None:
         return
-    os.chown(directory, -1, gid)
+    _give_group(directory, gid)
     os.chmod(directory, mode)
 
 
@@ -312,8 +312,15 @@ def secure_socket(path: Path, gid: int | None) -> None:
     if gid is None:
         os.chmod(path, 0o666)  # a container user of another uid must be able to connect
         return
-    os.chown(path, -1, gid)
+    _give_group(path, gid)
     os.chmod(path, 0o660)
+
+
+def _give_group(path: Path, gid: int) -> None:
+    """``path`` owned by group ``gid``; no chown when it is already (a file we make has our group),
+    which a user namespace without a group mapping refuses even for our own group (EINVAL)."""
+    if os.stat(path).st_gid != gid:
+        os.chown(path, -1, gid)
 
 
 def unused_gid(low: int = 2_000_000, high: int = 2_999_999) -> int:
