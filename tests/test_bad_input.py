@@ -157,8 +157,12 @@ def test_state_files_that_are_not_utf8_are_measured_afresh(ws: Path) -> None:
             lambda ws: (ws / "harness" / "flags.yaml").write_text("flags: [unclosed\n"),
             "flags.yaml is not valid YAML",
         ),
+        (
+            lambda ws: (ws / "harness" / "flags.yaml").write_bytes(b"flags:\n  - name: caf\xe9\n"),
+            "flags.yaml is not UTF-8",
+        ),
     ],
-    ids=["no SKILL.md", "broken front matter", "no val task", "broken flags.yaml"],
+    ids=["no SKILL.md", "broken front matter", "no val task", "broken flags.yaml", "flags.yaml not UTF-8"],
 )
 def test_a_main_that_init_would_refuse_is_refused_before_the_run_spends(
     ws: Path, break_it: object, needle: str

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from harnessopt.errors import UserError
+from harnessopt.errors import UserError, not_utf8
 
 FLAGS_FILE = "flags.yaml"  # inside harness/
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -52,7 +52,9 @@ def registered(harness_dir: Path) -> list[Flag]:
     if not path.is_file():
         return []
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(not_utf8(path, e)) from None
     except yaml.YAMLError as e:
         raise UserError(f"{path} is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
     if isinstance(raw, dict) and "flags" in raw:
