@@ -247,3 +247,16 @@ def test_a_config_key_given_twice(ws: Path) -> None:
         text.replace("\n  concurrency: ", "\n  concurrency: 1\n  concurrency: ", 1)
     )
     assert_user_error(cli("run", ws, "--dry-run"), "rollout.concurrency is given twice")
+
+
+@pytest.mark.parametrize("setting", ["rollout:\n  batch_size: yes\n", "gate:\n  confidence: true\n"])
+def test_true_or_false_where_a_number_belongs(ws: Path, setting: str) -> None:
+    """Pydantic would take true as 1 (a batch of one task) and false as 0; YAML reads yes and on as true."""
+    assert_user_error(
+        cli("run", ws, "--dry-run", "-c", "rollout.concurrency=on"), "rollout.concurrency: expected a number"
+    )
+    (ws / "harnessopt.yaml").write_text(setting)
+    git(ws, "commit", "-qam", "a bool")
+    before = snapshot(ws)
+    assert_user_error(cli("status", ws), "expected a number, got true")
+    _unchanged(ws, before)
