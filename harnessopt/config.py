@@ -443,10 +443,10 @@ def load_config(ws: Path) -> Config:
 def parse_config(raw: Any, where: str) -> Config:
     if not isinstance(raw, dict):
         raise UserError(f"{where} must be a YAML mapping")
-    if key := _bool_for_a_number(raw, Config):
+    if found := _bool_for_a_number(raw, Config):
+        key, value = found
         raise UserError(
-            f"{where}: {key}: expected a number, got {str(_at(raw, key)).lower()}; fix the setting "
-            "(see docs/workspace.md)"
+            f"{where}: {key}: expected a number, got {str(value).lower()}; fix the setting (see docs/workspace.md)"
         )
     try:
         return Config.model_validate(raw)
@@ -457,27 +457,21 @@ def parse_config(raw: Any, where: str) -> Config:
         raise UserError(f"{where}: {loc}{msg}; fix the setting (see docs/workspace.md)") from e
 
 
-def _bool_for_a_number(raw: Any, model: type[BaseModel], at: str = "") -> str | None:
+def _bool_for_a_number(raw: Any, model: type[BaseModel], at: str = "") -> tuple[str, bool] | None:
     """The first setting of ``raw`` that holds a number in ``model`` and true or false (YAML's
-    yes, no, on and off too), which pydantic would take as 1 or 0: its dotted key, or None."""
+    yes, no, on and off too), which pydantic would take as 1 or 0: its dotted key and value."""
     if not isinstance(raw, dict):
         return None
     for name, field in model.model_fields.items():
         kinds = set(get_args(field.annotation)) or {field.annotation}
         value = raw.get(name)
         if isinstance(value, bool) and kinds & {int, float} and bool not in kinds:
-            return f"{at}{name}"
+            return f"{at}{name}", value
         for kind in kinds:
             nested = isinstance(kind, type) and issubclass(kind, BaseModel)
             if nested and (found := _bool_for_a_number(value, kind, f"{at}{name}.")):
                 return found
     return None
-
-
-def _at(raw: dict[str, Any], dotted: str) -> Any:
-    for part in dotted.split("."):
-        raw = raw[part]
-    return raw
 
 
 def dump_config(cfg: Config) -> str:

@@ -224,32 +224,35 @@ def wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     50 ms; elsewhere that. The pidfd is polled in slices of ``INTERRUPT_CHECK_S``: a poll() of the
     whole timeout would hold off a KeyboardInterrupt that comes without a signal (a Ray cancel)
     until the child exits, and a cancelled task would keep its sandbox and its node's CPU. The
-    fallback waits in the same slices and checks the flag between them too."""
+    fallback waits in the same slices, and the flag is checked between them on either path."""
     deadline = time.monotonic() + timeout_s
     try:
-        pidfd = os.pidfd_open(proc.pid)
+        pidfd: int | None = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
-        while True:
-            left = max(0.0, deadline - time.monotonic())
-            try:
-                proc.wait(timeout=min(left, INTERRUPT_CHECK_S))
-            except subprocess.TimeoutExpired:
-                if left <= INTERRUPT_CHECK_S:
-                    return False
-                interrupts.check_on_main()  # one a finalizer swallowed (with ``interrupts.install``)
-                continue
-            return True
-    try:
-        poller = select.poll()
+        pidfd = None
+    poller = select.poll()
+    if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
+
+    def exits_within(seconds: float) -> bool:
+        if pidfd is not None:
+            return bool(poller.poll(math.ceil(seconds * 1000)))
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    try:
         while True:
             left = max(0.0, deadline - time.monotonic())
-            exited = bool(poller.poll(math.ceil(min(left, INTERRUPT_CHECK_S) * 1000)))
+            exited = exits_within(min(left, INTERRUPT_CHECK_S))
             if exited or left <= INTERRUPT_CHECK_S:
                 break
             interrupts.check_on_main()  # one a finalizer swallowed (with ``interrupts.install``)
     finally:
-        os.close(pidfd)
+        if pidfd is not None:
+            os.close(pidfd)
     if exited or proc.poll() is not None:
         proc.wait()
         return True

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from harnessopt.errors import UserError
+from harnessopt.errors import UserError, not_utf8
 from harnessopt.util.text import FrontMatterError, duplicate_key, load_yaml, split_front_matter
 
 SKILL_FILE = "SKILL.md"
@@ -156,7 +156,7 @@ def read_skill(skill_dir: Path, expect_name: str | None = None, rules_off: Colle
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 text; re-save it as UTF-8") from e
+        raise UserError(not_utf8(path, e)) from None
     meta, body = _read_front_matter(text, str(path))
     known = ("name", "description", *OPTIONAL_KEYS)
     checked = {k: v for k, v in meta.items() if k in known} if "unknown-keys" in rules_off else meta

@@ -54,21 +54,17 @@ def _remember(task: Task, where: str) -> Task:
 MAX_LINE_CHARS = 2_000_000  # a task must fit in one model request through the gateway (4 MiB)
 
 
-def _task_text(path: Path) -> str:
-    """A task file's text, or one line that says why it cannot be read."""
+def load_tasks(path: Path, *, empty_ok: bool = False) -> list[Task]:
+    """Parse a JSONL task file. Blank lines are skipped; ``"split": null`` counts as no split.
+    A file with no task is an error unless ``empty_ok`` (a stored split may be empty)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"task file {path} does not exist; pass an existing JSONL file") from None
     except UnicodeDecodeError as e:
         raise UserError(not_utf8(path, e)) from None
     except OSError as e:
         raise UserError(f"cannot read task file {path}: {e.strerror}") from e
-
-
-def load_tasks(path: Path) -> list[Task]:
-    """Parse a JSONL task file. Blank lines are skipped; ``"split": null`` counts as no split."""
-    text = _task_text(path)
     tasks: list[Task] = []
     first_line: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -87,7 +83,7 @@ def load_tasks(path: Path) -> list[Task]:
             )
         first_line[task.id] = lineno
         tasks.append(task)
-    if not tasks:
+    if not tasks and not empty_ok:
         raise UserError(f"{path} holds no tasks; add one JSON object per line")
     return tasks
 
@@ -372,9 +368,7 @@ def read_split(tasks_dir: Path, split: str) -> list[Task]:
     path = Path(tasks_dir) / f"{split}.jsonl"
     if not path.exists():
         raise UserError(f"{path} is missing; the workspace tasks are incomplete (restore them with git)")
-    if not _task_text(path).strip():
-        return []
-    tasks = load_tasks(path)
+    tasks = load_tasks(path, empty_ok=True)
     for task in tasks:
         if task.split != split:
             raise UserError(
