@@ -13,7 +13,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -578,6 +578,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "harnessopt: interrupted; main is unchanged past the last recorded round", markup=False
         )
         return 130
+    except interrupts.Terminated as e:  # SIGTERM, SIGHUP: what started has been stopped on the way out
+        with suppress(OSError):  # a closed terminal (SIGHUP) takes no line
+            err_console.print(
+                f"harnessopt: stopped by {e.name}; main is unchanged past the last recorded round",
+                markup=False,
+            )
+        return 128 + e.signum
     except HarnessoptError as e:
         err_console.print(f"harnessopt: {e}", markup=False)
         return 1

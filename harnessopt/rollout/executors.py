@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -97,6 +98,18 @@ class PooledExecutor(Executor):
                 fut.cancel()
             self._queue.clear()
             self._cond.notify_all()
+
+    def join(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` in all for the worker threads to end: after ``shutdown`` each
+        ends once its running job returns, and a job whose task the sandbox stopped returns at once,
+        through its own clean-up (its task's temporary folder, its container's slot). The process
+        exits after this, and would stop a thread still cleaning up where it stood."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            workers = list(self._workers)
+        for t in workers:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
 
     def _work(self) -> None:
         while True:

@@ -21,14 +21,23 @@ from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR
 from harnessopt.optimizer import make_optimizer
 from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
+from harnessopt.rollout.executors import PooledExecutor
 from harnessopt.rollout.run_cache import RoundStore, rollout_settings
 from harnessopt.rollout.runner import Runner, make_executor
 from harnessopt.sandbox import make_sandbox
 from harnessopt.util.hardening import drop_secrets_from_environ
 from harnessopt.workspace.scorer_proc import ScorerProcess
 
+WORKERS_JOIN_S = 10.0  # how long a stopped run waits in all for its task threads' clean-up
+
 if TYPE_CHECKING:
     import anthropic
+
+
+def _join(pooled: list[PooledExecutor]) -> None:
+    """Wait, ``WORKERS_JOIN_S`` at most for each, for the executors' task threads to end."""
+    for executor in pooled:
+        executor.join(WORKERS_JOIN_S)
 
 
 @dataclass
@@ -110,6 +119,10 @@ def open_services(
         r = cfg.rollout
         scorer = ScorerProcess(root / "scorer.py", timeout_s=r.scorer_timeout_s, memory_mb=r.scorer_memory_mb)
         stack.callback(scorer.close)
+        # On the way out, after the sandbox has stopped the tasks still running (Ctrl-C, SIGTERM, a
+        # crash): their threads finish their own clean-up before the process exits.
+        pooled: list[PooledExecutor] = []
+        stack.callback(_join, pooled)
         sandbox = make_sandbox(cfg.rollout, announce=say)
         if sandbox.description:  # a weak sandbox warned already
             say(f"sandbox: {sandbox.description}")
@@ -130,6 +143,8 @@ def open_services(
         store = RoundStore(state_dir, rollout_settings(cfg, root))
         executor = make_executor(cfg, sandbox, gateway.base_url)  # ray: joins the cluster here
         stack.callback(executor.close)
+        if isinstance(executor, PooledExecutor):
+            pooled.append(executor)
         if gateway.socket_path is not None and executor.uses_run_sandbox:
             sandbox.prewarm(str(gateway.socket_path.parent))  # docker: its pool starts containers meanwhile
         runner = Runner(

@@ -7,9 +7,12 @@ the sandboxes' waits, which come back to Python every slice for an interrupt tha
 signal (a Ray cancel), check it there too (``check_on_main``). The CLI and a Ray worker's job
 install it.
 
-SIGTERM becomes ``SystemExit`` (when nobody else handles it), so the interpreter exits through
-its normal path and the callbacks registered with ``on_exit`` run: that is how containers left
-by a killed run are removed. Nothing else in the package installs signal handlers.
+SIGTERM and SIGHUP (a closed terminal) become ``Terminated``, a ``SystemExit`` (when nobody else
+handles them), so the interpreter exits through its normal path: every ``finally`` and context
+manager of the round unwinds (temporary folders, containers, the gateway) and then the callbacks
+registered with ``on_exit`` run, which is how containers left by a killed run are removed. Like
+Ctrl-C, the signal is also kept in a flag, so one whose exception a finalizer swallowed is raised
+at the next ``check``. Nothing else in the package installs signal handlers.
 """
 
 from __future__ import annotations
@@ -25,6 +28,22 @@ from types import FrameType
 from typing import Any
 
 _interrupted = threading.Event()
+_terminated: list[int] = []  # the stop signal that came (SIGTERM, SIGHUP), once it came
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(SystemExit):
+    """The process was asked to stop (SIGTERM, SIGHUP): exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
 _exit_callbacks: list[Callable[[], None]] = []
 _exit_lock = threading.Lock()
 
@@ -38,20 +57,28 @@ def _unraisable(info: Any) -> None:
     # A KeyboardInterrupt dropped in a finalizer is kept by the flag: no "Exception ignored" traceback.
     if isinstance(info.exc_value, KeyboardInterrupt) and _interrupted.is_set():
         return
+    if isinstance(info.exc_value, Terminated) and _terminated:
+        return
     sys.__unraisablehook__(info)
 
 
-def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+def _on_terminate(signum: int, _frame: FrameType | None) -> None:
+    if not _terminated:
+        _terminated.append(signum)
+    raise Terminated(signum)
 
 
 def install() -> None:
-    """Route SIGINT through the flag; SIGTERM exits cleanly (main thread only; a no-op elsewhere)."""
+    """Route SIGINT through the flag; SIGTERM and SIGHUP exit cleanly, through the flag too (main
+    thread only; a no-op elsewhere). A stop signal someone else handles, or ignores (``nohup``
+    ignores SIGHUP), is left to them."""
     _interrupted.clear()
+    _terminated.clear()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, _on_sigterm)
+        for signum in TERMINATING:
+            if signal.getsignal(signum) in (signal.SIG_DFL, None):
+                signal.signal(signum, _on_terminate)
         sys.unraisablehook = _unraisable
 
 
@@ -81,7 +108,10 @@ def run_exit_callbacks() -> None:
 
 
 def check() -> None:
-    """Raise KeyboardInterrupt if Ctrl-C came, even if its first raise was swallowed."""
+    """Raise ``Terminated`` if a stop signal came, else KeyboardInterrupt if Ctrl-C came, even if
+    its first raise was swallowed."""
+    if _terminated:
+        raise Terminated(_terminated[0])
     if _interrupted.is_set():
         raise KeyboardInterrupt
 
@@ -97,17 +127,24 @@ def check_on_main() -> None:
 
 @contextmanager
 def deferred() -> Iterator[None]:
-    """Hold Ctrl-C (and SIGTERM) until the block is done: used around the one atomic git update."""
+    """Hold Ctrl-C (and SIGTERM, SIGHUP) until the block is done: used around the one atomic git
+    update. A stop signal held is then raised as ``Terminated``, a Ctrl-C as KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
-    old = {s: signal.signal(s, lambda n, _f: received.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = [s for s in (signal.SIGINT, *TERMINATING) if signal.getsignal(s) is not signal.SIG_IGN]
+    old = {s: signal.signal(s, lambda n, _f: received.append(n)) for s in held}
     try:
         yield
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        stops = [n for n in received if n in TERMINATING]
+        if stops:
+            if not _terminated:
+                _terminated.append(stops[0])
+            raise Terminated(stops[0])
         if received:
             _interrupted.set()
             raise KeyboardInterrupt

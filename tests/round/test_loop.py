@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -23,14 +26,17 @@ from tests.support.cli import git
 from tests.support.workspace import make_ws
 
 
-def _start_run(ws: Path, *args: str) -> subprocess.Popen:
-    """`harnessopt run WS ARGS` in the background, to be interrupted."""
+def _start_run(ws: Path, *args: str, tmpdir: Path | None = None) -> subprocess.Popen:
+    """`harnessopt run WS ARGS` in the background, to be interrupted (its temporary folders in
+    ``tmpdir`` when given)."""
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
     return subprocess.Popen(
         [sys.executable, "-m", "harnessopt", "run", str(ws), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         stdin=subprocess.DEVNULL,
+        env=env,
     )
 
 
@@ -58,17 +64,29 @@ def test_ctrl_c_mid_round_leaves_main_untouched(tmp_path: Path, phase: str) -> N
     _interrupt_mid_round(tmp_path, phase, "local")
 
 
+def test_sigterm_mid_round_leaves_main_untouched_and_says_so(tmp_path: Path) -> None:
+    # systemd, `kill`, `timeout`, a CI job's end: the run stops as a Ctrl-C stops it, with a line
+    _interrupt_mid_round(tmp_path, "smoke", "local", signal.SIGTERM)
+
+
 @pytest.mark.docker
-def test_ctrl_c_while_containers_run_leaves_none_behind(tmp_path: Path, docker_client: Any) -> None:
-    pid = _interrupt_mid_round(tmp_path, "smoke", "docker")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_while_containers_run_leaves_none_behind(
+    tmp_path: Path, docker_client: Any, signum: signal.Signals
+) -> None:
+    pid = _interrupt_mid_round(tmp_path, "smoke", "docker", signum)
     assert docker_client.containers.list(all=True, filters={"label": f"harnessopt.pid={pid}"}) == []
 
 
-def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> int:
+def _interrupt_mid_round(
+    tmp_path: Path, phase: str, sandbox: str, signum: signal.Signals = signal.SIGINT
+) -> int:
     # manual optimizer: waits for a person, so the run is reliably inside the round when interrupted
     ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
     head = git(ws, "rev-parse", "HEAD")
-    proc = _start_run(ws, "--rounds", "1", "--sandbox", sandbox)
+    # the run's own temporary folders (short: the gateway's socket path is capped at 108 bytes)
+    tmpdir = Path(tempfile.mkdtemp(prefix="ho-test-tmp-"))
+    proc = _start_run(ws, "--rounds", "1", "--sandbox", sandbox, tmpdir=tmpdir)
     try:
         _wait_for_phase(ws, "propose", proc)
         view = Path(_journal_entry(ws, "propose")["view"])
@@ -77,12 +95,17 @@ def _interrupt_mid_round(tmp_path: Path, phase: str, sandbox: str) -> int:
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
         if phase == "smoke":
             _wait_for_phase(ws, "check", proc)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
+        left = sorted(p.name for p in tmpdir.iterdir())
     finally:
         proc.kill()
-    assert proc.returncode == 130, (out, err)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    assert proc.returncode == 128 + signum, (out, err)
     assert "Traceback" not in err
+    said = "interrupted" if signum == signal.SIGINT else f"stopped by {signum.name}"
+    assert f"harnessopt: {said}; main is unchanged" in err, err
+    assert left == []  # views, the gateway's socket folder, candidate copies, container slots: removed
     assert git(ws, "rev-parse", "HEAD") == head
     assert git(ws, "status", "--porcelain") == ""
     assert git(ws, "tag", "--list", "ho/round-*") == "ho/round-0"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socketserver
 import tempfile
 import textwrap
@@ -58,6 +59,7 @@ class EchoGateway:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture

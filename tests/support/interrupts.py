@@ -33,20 +33,18 @@ def swallow_an_interrupt_main() -> None:
 
 @contextmanager
 def handlers_restored() -> Iterator[None]:
-    """The test process's SIGINT and SIGTERM handlers, unraisable hook and interrupt flag as they
-    were before the block (code under test may call ``interrupts.install()``)."""
-    sigint, sigterm, hook = (
-        signal.getsignal(signal.SIGINT),
-        signal.getsignal(signal.SIGTERM),
-        sys.unraisablehook,
-    )
+    """The test process's SIGINT, SIGTERM and SIGHUP handlers, unraisable hook and interrupt flags
+    as they were before the block (code under test may call ``interrupts.install()``)."""
+    handled = (signal.SIGINT, *interrupts.TERMINATING)
+    handlers, hook = {s: signal.getsignal(s) for s in handled}, sys.unraisablehook
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, sigint)
-        signal.signal(signal.SIGTERM, sigterm)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
         sys.unraisablehook = hook
         interrupts._interrupted.clear()
+        interrupts._terminated.clear()
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""Ctrl-C is never lost: a KeyboardInterrupt swallowed by a finalizer is raised at the next check."""
+"""Ctrl-C and SIGTERM are never lost: an exception a finalizer swallowed is raised at the next
+check, and a stop signal exits through the clean-up."""
 
 from __future__ import annotations
 
@@ -129,3 +130,67 @@ def test_install_leaves_a_sigterm_handler_someone_else_set() -> None:
     signal.signal(signal.SIGTERM, mine)
     interrupts.install()
     assert signal.getsignal(signal.SIGTERM) is mine
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow, on purpose
+@pytest.mark.parametrize("signum", interrupts.TERMINATING, ids=lambda s: s.name)
+def test_a_stop_signal_swallowed_by_a_finalizer_is_raised_at_the_next_check(signum: signal.Signals) -> None:
+    interrupts.install()
+
+    class Holder:
+        pass
+
+    obj = Holder()
+    weakref.finalize(obj, os.kill, os.getpid(), signum)  # Terminated lands in the finalizer, dropped
+    try:
+        del obj
+        gc.collect()
+        for _ in range(1000):
+            pass
+    except interrupts.Terminated:
+        pass  # delivered outside the finalizer this time: the flag holds it all the same
+    with pytest.raises(interrupts.Terminated) as got:
+        interrupts.check()
+    assert got.value.code == 128 + signum and got.value.name == signum.name
+
+
+def test_deferred_holds_a_sigterm_until_the_block_ends_and_then_exits() -> None:
+    interrupts.install()
+    done = []
+    with pytest.raises(interrupts.Terminated) as got, interrupts.deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)  # both came: the stop wins, as it asks for more
+        done.append("block finished")
+    assert done == ["block finished"] and got.value.code == 128 + signal.SIGTERM
+
+
+def test_install_leaves_an_ignored_sighup_ignored() -> None:
+    # `nohup harnessopt run ...`: a closed terminal must not stop the run, in or out of a deferred block
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    interrupts.install()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    with interrupts.deferred():
+        os.kill(os.getpid(), signal.SIGHUP)
+    interrupts.check()  # nothing pending
+
+
+def test_sighup_exits_through_the_exit_callbacks(tmp_path: Path) -> None:
+    # the terminal a run was started in closed (an ssh session dropped) without nohup
+    marker = tmp_path / "cleaned"
+    script = textwrap.dedent(f"""
+        import time
+        from harnessopt.util import interrupts
+        interrupts.install()
+        interrupts.on_exit(lambda: open({str(marker)!r}, "w").write("yes"))
+        try:
+            print("ready", flush=True)
+            time.sleep(60)
+        finally:
+            open({str(marker)!r} + ".finally", "w").write("yes")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=20) == 128 + signal.SIGHUP
+    assert marker.read_text() == "yes"
+    assert (tmp_path / "cleaned.finally").read_text() == "yes"  # the stack unwound, finally blocks ran

@@ -207,6 +207,8 @@ class WarmPool:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._fillers: list[threading.Thread] = []
+        self._slots: set[Path] = set()  # every slot folder made and not yet removed: close removes the rest
+        self._slots_lock = threading.Lock()  # not self._lock: a slot is removed under it (_drain)
         self._reaper = threading.Thread(target=self._reap, name="ho-reaper", daemon=True)
         self._reaper.start()
 
@@ -263,10 +265,18 @@ class WarmPool:
                 remove_container(c)
         self._trash.put(None)
         self._reaper.join(timeout=60)
+        # The slots of containers a task held when the run stopped (Ctrl-C, SIGTERM, a crash): their
+        # containers are gone, and no one else will remove their folders.
+        with self._slots_lock:
+            left, self._slots = self._slots, set()
+        for slot in left:
+            shutil.rmtree(slot, ignore_errors=True)
 
     def make(self, socket_dir: str | None) -> Warm:
         """Create, attach and start one container (about 0.5 s)."""
         slot = Path(tempfile.mkdtemp(prefix="ho-slot-"))
+        with self._slots_lock:
+            self._slots.add(slot)
         _open_slot_to_container(slot)
         volumes = {str(slot): {"bind": SLOT, "mode": "ro"}}
         if socket_dir:
@@ -289,7 +299,7 @@ class WarmPool:
         except BaseException:
             if container is not None:
                 remove_container(container)
-            shutil.rmtree(slot, ignore_errors=True)
+            self._remove_slot(slot)
             raise
         return Warm(container, slot, sock, socket_dir)
 
@@ -325,9 +335,13 @@ class WarmPool:
         while (warm := self._trash.get()) is not None:
             self._dispose(warm)
 
-    @staticmethod
-    def _dispose(warm: Warm) -> None:
+    def _dispose(self, warm: Warm) -> None:
         with contextlib.suppress(Exception):
             warm.sock.close()
         remove_container(warm.container)
-        shutil.rmtree(warm.slot, ignore_errors=True)
+        self._remove_slot(warm.slot)
+
+    def _remove_slot(self, slot: Path) -> None:
+        shutil.rmtree(slot, ignore_errors=True)
+        with self._slots_lock:
+            self._slots.discard(slot)

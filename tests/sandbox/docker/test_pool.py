@@ -57,3 +57,21 @@ def test_close_removes_a_running_task_past_a_container_removed_while_it_lists(
         monkeypatch.undo()
     assert running.container.id not in {c.id for c in _ours(docker_client, sb)}
     assert _ours(docker_client, sb) == []
+
+
+def test_close_removes_the_slot_folder_of_a_container_a_task_still_held(
+    docker_client, small_cfg, gateway
+) -> None:
+    """A run stopped mid-task (Ctrl-C, SIGTERM) may exit before the task's thread hands its
+    container back: close() removes that container by label, and its slot folder with it."""
+    sb = DockerSandbox(small_cfg(concurrency=1), docker_client, warm=1)
+    socket_dir = str(gateway.lease().socket_path.parent)
+    running = sb.pool.take(socket_dir)  # a task's container, never handed back
+    deadline = time.monotonic() + 60
+    while sb.pool._ready.qsize() < 1 and time.monotonic() < deadline:  # and one warm, ready
+        time.sleep(0.1)
+    warm = list(sb.pool._ready.queue)
+    assert running.slot.is_dir() and len(warm) == 1 and warm[0].slot.is_dir()
+    sb.close()
+    assert not running.slot.exists() and not warm[0].slot.exists()
+    assert _ours(docker_client, sb) == []
