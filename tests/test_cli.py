@@ -115,11 +115,16 @@ def test_two_rounds_accept_then_reject_then_log_diff_rollback(tmp_path: Path, up
 
     st = cli("status", ws, env=env)
     assert st.returncode == 0 and "rounds: 2 (1 accepted, 1 rejected)" in st.stdout
+    # Each round's raw task outputs go when the next round starts: a long run holds one round's.
+    scratch = ws / ".harnessopt" / "scratch"
+    assert sorted(p.name for p in scratch.iterdir()) == ["round-2"]
+    assert any((scratch / "round-2" / "task-out").iterdir())
 
     # A second run continues after the last completed round.
     r3 = _run(ws, env, rounds=1, batch=4)
     assert r3.returncode == 0, r3.stderr
     assert [row["round"] for row in json.loads(cli("log", ws, "--json", env=env).stdout)] == [1, 2, 3]
+    assert sorted(p.name for p in scratch.iterdir()) == ["round-3"]
 
 
 def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:

@@ -149,7 +149,11 @@ def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:
     if vcs.dirty_paths(ws.repo):
         raise UserError(f"{ws.root} changed during the run; commit or stash your edits, then run again")
     scratch = svc.scratch / f"round-{k}"
-    shutil.rmtree(scratch, ignore_errors=True)
+    # The rounds before this one (and an interrupted run of this one): git and the journal hold what
+    # they found, so their task outputs and candidate copies go; only the last round's stay on disk,
+    # for a look at the raw outputs, and a long run's disk use is one round's.
+    for old in svc.scratch.glob("round-*"):
+        shutil.rmtree(old, ignore_errors=True)
     (scratch / "incumbent").mkdir(parents=True)
     parent = vcs.head_sha(ws.repo)
     for p in EDITABLE_PATHS:  # a private copy: edits to the workspace mid-round cannot leak in
