@@ -227,7 +227,10 @@ class WarmPool:
                     self._want.release()
 
     def take(self, socket_dir: str | None) -> Warm:
-        """A started container for ``socket_dir``: a warm one when ready, else made now."""
+        """A started container for ``socket_dir``: a warm one when ready, else made now; none once
+        the pool is closed (a task that starts as the run stops would leave a container and slot)."""
+        if self._closed.is_set():
+            raise RuntimeError("the sandbox is closed")
         self.prewarm(socket_dir)
         while True:
             try:

@@ -262,8 +262,12 @@ class LocalSandbox(Sandbox):
             copies.close()
 
     def _prepared(self) -> PreparedCopies:
-        """The candidates' prepared copies (bwrap binds them; every mode reads their signature)."""
+        """The candidates' prepared copies (bwrap binds them; every mode reads their signature).
+        Once closed, none: a task that starts after close() (a run stopping) would make a folder
+        nothing removes."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the sandbox is closed")
             if self._copies is None:
                 self._copies = PreparedCopies(_copy_tree, skip=(".git",), group=None)
             return self._copies

@@ -75,3 +75,6 @@ def test_close_removes_the_slot_folder_of_a_container_a_task_still_held(
     sb.close()
     assert not running.slot.exists() and not warm[0].slot.exists()
     assert _ours(docker_client, sb) == []
+    with pytest.raises(RuntimeError, match="closed"):  # a task that starts as the run stops
+        sb.pool.take(socket_dir)
+    assert _ours(docker_client, sb) == []

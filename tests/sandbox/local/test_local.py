@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import time
 from typing import Any
 
@@ -206,3 +208,21 @@ def test_the_optimizer_shell_is_wrapped_like_the_tasks(mode, tmp_path, small_cfg
     outside = tmp_path / "outside.txt"
     res = shell.run(f"echo x > {outside}", 10)
     assert outside.exists() == (mode != "bwrap")  # bwrap: only the view is writable
+
+
+def test_a_task_that_starts_after_close_leaves_no_folder(
+    candidate, gateway, tmp_path, spec_for, small_cfg, monkeypatch
+) -> None:
+    """A run stopping: a task thread that reaches the sandbox after close() must not make a copy
+    folder that nothing would remove (it made a new prepared-copies folder in /tmp)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    skill, harness = candidate("answer('ok')\n")
+    sb = LocalSandbox(small_cfg())
+    assert sb.run(spec_for(skill, harness, gateway.lease()), tmp_path / "out1").exit_code == 0
+    sb.close()
+    assert list(tmp.iterdir()) == []
+    with contextlib.suppress(RuntimeError):  # refused, or killed as it starts: either way, nothing kept
+        sb.run(spec_for(skill, harness, gateway.lease()), tmp_path / "out2")
+    assert list(tmp.iterdir()) == []
