@@ -20,7 +20,7 @@ from typing import Any, Literal
 import git
 from pydantic import BaseModel, ValidationError
 
-from harnessopt.errors import UserError
+from harnessopt.errors import HarnessoptError, UserError
 from harnessopt.ledger import vcs
 from harnessopt.ledger.index import CommitIndex
 from harnessopt.ledger.journal import Journal
@@ -226,13 +226,30 @@ def record_accepted(
     either the parent or a tagged round; ``recover`` finishes the rest from the journal's
     ``applying`` line (the swap, the checkout, ``ho/best``)."""
     sha = vcs.build_commit(repo, parent, overlay, paths, _round_message(m))
+    tag = ROUND_TAG.format(k=m.round)
     with interrupts.deferred():
+        if why := vcs.main_unmovable(repo, parent):  # the caller checked; this closes the gap since
+            raise MainMoved(m.round, why)
         journal.write(m.round, "applying", commit=sha, parent=parent, new_best=new_best)
-        vcs.tag(repo, ROUND_TAG.format(k=m.round), sha, move=True)
-        vcs.advance_main(repo, sha, parent)
+        vcs.tag(repo, tag, sha, move=True)
+        try:
+            vcs.advance_main(repo, sha, parent)
+        except git.GitCommandError as e:  # main moved in the last milliseconds: the swap refused
+            if vcs.head_sha(repo) != sha:  # no round's tag on a commit main never held
+                repo.git.tag("-d", tag)
+                raise MainMoved(m.round, "main moved") from e
+            raise
         if new_best:
             vcs.tag(repo, BEST_TAG, sha, move=True)
     return sha
+
+
+class MainMoved(HarnessoptError):
+    """An accepted round's commit could not go on main: the user moved main, HEAD or the tree."""
+
+    def __init__(self, k: int, why: str):
+        super().__init__(f"round {k} was not applied: {why} during the round")
+        self.why = why
 
 
 def record_candidate(
@@ -296,6 +313,12 @@ def recover(repo: git.Repo, journal: Journal, say: Announce) -> None:
     last = journal.last() or {}
     head = vcs.head_sha(repo)
     if last.get("phase") == "applying" and last.get("commit") != head and last.get("parent") == head:
+        if dirty := vcs.dirty_paths(repo):  # the checkout would reset them away
+            raise UserError(
+                f"{repo.working_dir}: round {last.get('round')} was being applied when the last run "
+                f"stopped, and {dirty[0]} has uncommitted edits since; git stash them, run again to "
+                "finish the round, then git stash pop"
+            )
         vcs.advance_main(repo, str(last["commit"]), head)  # the kill came before the swap: finish it
         head = str(last["commit"])
     if last.get("phase") == "applying" and last.get("commit") == head:

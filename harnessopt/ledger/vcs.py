@@ -154,6 +154,25 @@ def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+def main_unmovable(repo: git.Repo, parent: str) -> str | None:
+    """Why ``main`` cannot move from ``parent`` to a round's commit now without touching the user's
+    work, or None when it can: HEAD off main (the checkout would reset that branch), main past
+    ``parent`` (a commit made meanwhile), or uncommitted edits (the checkout would reset them away)."""
+    try:
+        branch = str(repo.git.symbolic_ref("-q", "HEAD"))
+    except git.GitCommandError:
+        branch = ""
+    if branch != "refs/heads/main":
+        return f"HEAD moved to {branch.removeprefix('refs/heads/')}" if branch else "HEAD was detached"
+    now = str(repo.git.rev_parse("refs/heads/main"))
+    if now != parent:
+        return f"main moved to {now[:10]} (a commit made during the run)"
+    if dirty := dirty_paths(repo):
+        more = f" and {len(dirty) - 3} more" if len(dirty) > 3 else ""
+        return f"{', '.join(dirty[:3])}{more} had uncommitted edits"
+    return None
+
+
 def advance_main(repo: git.Repo, new: str, expected_old: str) -> None:
     """Move main to ``new`` atomically (only if it still is ``expected_old``), then check it out."""
     repo.git.update_ref("refs/heads/main", new, expected_old)

@@ -7,6 +7,7 @@ import shutil
 import time
 
 from harnessopt.ledger import store as ledger
+from harnessopt.ledger import vcs
 from harnessopt.ledger.store import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.objective.metrics import round_stats
 from harnessopt.protocols import Announce
@@ -34,6 +35,8 @@ def record(
 ) -> RoundResult:
     """Accept: one atomic commit on main + tags. Otherwise: the candidate on a ref, main untouched."""
     status, reason = ending[0], visible(ending[1], 2000)
+    if status == "accepted" and (why := vcs.main_unmovable(ws.repo, rc.parent)):
+        status, reason = "failed", not_applied(rc.k, why)
     count_unclaimed(svc, rc, t)
     if t.search is not None:  # every candidate on its own ref, before the round's record names them
         t.search.write_refs(ws.repo, rc.parent, rc.k)
@@ -46,7 +49,10 @@ def record(
         if new_best:  # best_skill.md only moves with ho/best
             shutil.copy2(overlay / "skill" / "SKILL.md", overlay / "best_skill.md")
             paths.append("best_skill.md")
-        sha = ledger.record_accepted(ws.repo, ws.journal, rc.parent, overlay, paths, m, new_best=new_best)
+        try:
+            sha = ledger.record_accepted(ws.repo, ws.journal, rc.parent, overlay, paths, m, new_best=new_best)
+        except ledger.MainMoved as e:  # changed in the moment since the check above: recorded as failed
+            return record(ws, svc, rc, t, ("failed", not_applied(rc.k, e.why)), say)
         cache_accepted(ws, svc, sha, t)
     else:
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
@@ -59,6 +65,16 @@ def record(
     svc.store.clear(rc.k)  # git holds the round now
     say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
     return RoundResult(rc.k, status, reason, sha, m)
+
+
+def not_applied(k: int, why: str) -> str:
+    """The reason of an accepted round that could not go on main: what the user changed, and where
+    the candidate is."""
+    return (
+        f"accepted by the gate, not applied: {why} during the round, and main moves only from what "
+        f"the round started on; the candidate is on refs/harnessopt/failed/round-{k} (harnessopt "
+        "diff WS K shows it); commit or stash your work on main, then run again"
+    )
 
 
 def cache_accepted(ws: Workspace, svc: Services, sha: str, t: Trail) -> None:

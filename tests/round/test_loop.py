@@ -258,3 +258,85 @@ def test_recover_finishes_an_apply_killed_between_the_tag_and_the_swap(tmp_path:
     assert (ws_path / "skill" / "SKILL.md").read_text().endswith("new line\n")
     ledger.recover(ws.repo, ws.journal, lambda _m: None)  # nothing left to finish: a no-op
     assert vcs.head_sha(ws.repo) == sha
+
+
+def test_recover_leaves_an_unfinished_apply_until_edits_made_since_are_stashed(tmp_path: Path) -> None:
+    ws_path, ws, parent, sha = _round_one_commit(tmp_path)
+    ws.journal.write(1, "applying", commit=sha, parent=parent, new_best=True)
+    vcs.tag(ws.repo, "ho/round-1", sha)  # killed before main moved; then the user edited the skill
+    with (ws_path / "skill" / "SKILL.md").open("a") as f:
+        f.write("MY EDIT\n")
+    with pytest.raises(UserError, match="git stash them, run again to finish the round"):
+        ledger.recover(ws.repo, ws.journal, lambda _m: None)
+    assert vcs.head_sha(ws.repo) == parent and "MY EDIT" in (ws_path / "skill" / "SKILL.md").read_text()
+    git(ws_path, "stash", "-q")
+    ledger.recover(ws.repo, ws.journal, lambda _m: None)
+    assert vcs.head_sha(ws.repo) == sha
+
+
+def test_a_swap_refused_in_the_last_moment_leaves_no_round_tag(tmp_path: Path, monkeypatch) -> None:
+    """main moves between the last check and the compare-and-swap: the swap refuses, and the round's
+    tag, set just before it, goes again (log read it as an accepted round main never held)."""
+    from harnessopt.ledger.journal import Journal
+    from harnessopt.ledger.store import RoundManifest
+
+    ws_path, ws, parent, sha = _round_one_commit(tmp_path)
+    git(ws_path, "commit", "-q", "--allow-empty", "-m", "the user's commit")
+    monkeypatch.setattr(vcs, "main_unmovable", lambda _repo, _parent: None)  # the check saw nothing yet
+    m = RoundManifest(round=1, status="accepted", reason="accepted", parent=parent)
+    with pytest.raises(ledger.MainMoved, match="round 1 was not applied: main moved during the round"):
+        ledger.record_accepted(
+            ws.repo, Journal(ws_path), parent, tmp_path / "overlay", ["skill"], m, new_best=True
+        )
+    assert git(ws_path, "tag", "--list", "ho/round-1", "ho/best") == "ho/best"
+    assert git(ws_path, "rev-parse", "ho/best^{commit}") == parent
+    assert git(ws_path, "log", "-1", "--format=%s") == "the user's commit"
+
+
+@pytest.mark.parametrize("change", ["edit", "branch", "commit"])
+def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
+    tmp_path: Path, change: str
+) -> None:
+    """The demo's round 1 is accepted; mid-round the user edits the skill without committing, checks
+    out a branch of their own, or commits on main. The checkout that applies an accept would wipe
+    the edit (git reset --hard), reset their branch to the round's commit, or fail with a raw git
+    error after tagging a round main never held: the round is recorded failed instead, saying why
+    and where its candidate is, and the user's work is as they left it."""
+    ws = make_ws(tmp_path)
+    head = git(ws, "rev-parse", "HEAD")
+    proc = _start_run(ws, "--rounds", "1", "--sandbox", "local")
+    try:
+        _wait_for_phase(ws, "check", proc)  # the candidate is made; smoke, validation and the gate follow
+        if change == "edit":
+            with (ws / "skill" / "SKILL.md").open("a") as f:
+                f.write("\nMY EDIT, not committed yet\n")
+        elif change == "branch":
+            git(ws, "checkout", "-q", "-b", "mine")
+        else:
+            (ws / "NOTES.md").write_text("my notes\n")
+            git(ws, "add", "NOTES.md")
+            git(ws, "commit", "-qm", "my commit during the run")
+        mine = git(ws, "rev-parse", "HEAD")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, (out, err)  # a run whose round failed
+    assert "Traceback" not in err
+    rows = json.loads(subprocess.run(
+        [sys.executable, "-m", "harnessopt", "log", str(ws), "--json"], capture_output=True, text=True, check=True
+    ).stdout)  # fmt: skip
+    assert [r["status"] for r in rows] == ["failed"]
+    assert rows[0]["reason"].startswith("accepted by the gate, not applied: ")
+    assert "refs/harnessopt/failed/round-1" in rows[0]["reason"] and "\n" not in rows[0]["reason"]
+    assert git(ws, "rev-parse", "refs/harnessopt/failed/round-1")
+    assert git(ws, "tag", "--list", "ho/round-1") == ""  # no tag on a commit main never held
+    assert git(ws, "rev-parse", "HEAD") == mine and git(ws, "rev-parse", "main") == (
+        mine if change == "commit" else head
+    )
+    if change == "edit":
+        assert "MY EDIT, not committed yet" in (ws / "skill" / "SKILL.md").read_text()
+        assert "had uncommitted edits" in rows[0]["reason"]
+    if change == "branch":
+        assert git(ws, "rev-parse", "mine") == head and "HEAD moved to mine" in rows[0]["reason"]
+    if change == "commit":
+        assert "main moved to" in rows[0]["reason"] and git(ws, "status", "--porcelain") == ""
