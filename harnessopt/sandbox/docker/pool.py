@@ -290,6 +290,11 @@ class WarmPool:
         if (gid := gateway_group(socket_dir)) is not None:
             kwargs["group_add"] = [str(gid)]  # the run's group: lets it reach the gateway socket
         kwargs["stdin_open"] = True  # the runner's job comes on stdin: the run's token is in no file
+        # StdinOnce (docker-py sets it only when not detached; start() is detached either way): the
+        # engine closes the container's stdin when our attach socket closes, so a container of a
+        # run killed with SIGKILL, which no clean-up reaches, reads EOF ("no job is coming") and
+        # exits instead of waiting for a job for ever.
+        kwargs["detach"] = False
         container = None
         try:
             container = self.client.containers.create(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 from typing import Any
 
@@ -78,3 +81,37 @@ def test_close_removes_the_slot_folder_of_a_container_a_task_still_held(
     with pytest.raises(RuntimeError, match="closed"):  # a task that starts as the run stops
         sb.pool.take(socket_dir)
     assert _ours(docker_client, sb) == []
+
+
+def test_the_warm_containers_of_a_run_killed_with_sigkill_exit_on_their_own(docker_client, tmp_path) -> None:
+    """No clean-up reaches a run the OOM killer (or kill -9) ends. Its warm containers waited for a
+    job on stdin for ever; with StdinOnce the engine closes their stdin when the run's attach
+    sockets close, and the runner, reading EOF, exits."""
+    script = textwrap.dedent("""
+        import sys, time
+        from harnessopt.config import RolloutConfig
+        from harnessopt.sandbox.docker.sandbox import DockerSandbox
+        from harnessopt.sandbox.image.build import docker_client
+        sb = DockerSandbox(RolloutConfig(sandbox="docker", concurrency=2), docker_client(), warm=2)
+        sb.prewarm(None)
+        while sb.pool._ready.qsize() < 2:
+            time.sleep(0.1)
+        print(sb.run_id, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        run_id = proc.stdout.readline().strip()
+        label = {"label": f"harnessopt.run={run_id}"}
+        assert run_id and len(docker_client.containers.list(filters=label)) == 2  # up, waiting for a job
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while docker_client.containers.list(filters=label) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert docker_client.containers.list(filters=label) == []  # none running: they exited
+    finally:
+        proc.kill()
+        for c in docker_client.containers.list(all=True, filters={"label": f"harnessopt.pid={proc.pid}"}):
+            c.remove(force=True)
