@@ -234,9 +234,11 @@ def status_lines(ws: Workspace) -> list[str]:
         lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")
     if (busy := live_holder(ws.root)) is not None:  # a command is running now: say so, and no 'next'
         return [*lines, *_in_progress(ws, busy, last)]
-    if last and last.get("phase") not in ("recorded", "rollback", "run_end"):
+    # where it stopped: the last step, not the round's spend line, which its way out writes
+    stopped = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
+    if stopped and stopped.get("phase") not in ("recorded", "rollback", "run_end"):
         lines.append(
-            f"last run stopped in round {last.get('round')} at phase '{last.get('phase')}' (nothing applied)"
+            f"last run stopped in round {stopped.get('round')} at phase '{stopped.get('phase')}' (nothing applied)"
         )
     dirty = vcs.dirty_paths(ws.repo)
     if dirty:

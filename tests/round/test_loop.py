@@ -117,6 +117,10 @@ def _interrupt_mid_round(
         [sys.executable, "-m", "harnessopt", "status", str(ws)], capture_output=True, text=True
     )
     assert "interrupted round 1 spent $" in status.stdout, status.stdout
+    # where it stopped: the step it was in, not the spend line its way out wrote
+    assert "last run stopped in round 1 at phase '" in status.stdout, status.stdout
+    assert "at phase 'spend'" not in status.stdout
+    assert phase != "propose" or "at phase 'propose'" in status.stdout
     return proc.pid
 
 
