@@ -21,6 +21,7 @@ from harnessopt.errors import UserError
 from harnessopt.ledger.journal import STATE_DIR
 
 LOCK_NAME = "lock"
+_held: dict[Path, int] = {}  # the lock file of each workspace this process holds -> its descriptor
 
 
 @contextlib.contextmanager
@@ -47,12 +48,35 @@ def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iter
         me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
+        _held[path.resolve()] = fd
         try:
             yield
         finally:
+            _held.pop(path.resolve(), None)
             os.ftruncate(fd, 0)  # a clean exit leaves no name behind
     finally:
         os.close(fd)  # releases the flock
+
+
+def check_held(root: Path) -> None:
+    """For a command holding the workspace's lock, before it writes a round: a UserError when the
+    lock file it holds is no longer the workspace's (removed or replaced: ``.harnessopt`` deleted by
+    hand), since another command may then have taken the workspace with a lock of its own, and two
+    writers would overwrite each other's records. A no-op where this process holds no lock."""
+    path = (Path(root) / STATE_DIR / LOCK_NAME).resolve()
+    fd = _held.get(path)
+    if fd is None:
+        return
+    held = os.fstat(fd)
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        raise UserError(
+            f"{path} was removed during the run, so another command may be using {root} now; "
+            "stopping before writing anything more (the rounds recorded so far are in git)"
+        )
 
 
 def live_holder(root: Path) -> dict[str, object] | None:

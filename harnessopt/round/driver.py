@@ -12,6 +12,7 @@ from harnessopt.gate.confirmation import split_val
 from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.ledger.lock import check_held
 from harnessopt.protocols import Announce
 from harnessopt.reporting.progress import RunProgress, round_lines
 from harnessopt.reporting.projection import current_rates, project
@@ -72,6 +73,7 @@ def run(
         ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary(), used=used)
         for k in range(start, start + rounds if ready(ws, svc, say, decide) else start):
             interrupts.check()
+            check_held(ws.root)
             if stop.requested(ws.root):
                 say(stop.honour(ws.root))
                 break

@@ -8,6 +8,7 @@ import time
 
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.ledger.lock import check_held
 from harnessopt.ledger.store import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.objective.metrics import round_stats
 from harnessopt.protocols import Announce
@@ -34,6 +35,7 @@ def record(
     ws: Workspace, svc: Services, rc: RoundContext, t: Trail, ending: Ending, say: Announce
 ) -> RoundResult:
     """Accept: one atomic commit on main + tags. Otherwise: the candidate on a ref, main untouched."""
+    check_held(ws.root)  # the workspace is still this run's: no second writer since its lock went
     status, reason = ending[0], visible(ending[1], 2000)
     if status == "accepted" and (why := vcs.main_unmovable(ws.repo, rc.parent)):
         status, reason = "failed", not_applied(rc.k, why)

@@ -67,3 +67,49 @@ def test_a_second_run_on_a_busy_workspace_is_refused_by_the_cli(tmp_path: Path) 
     finally:
         first.kill()
         first.wait()
+
+
+def test_check_held_refuses_once_the_held_lock_file_is_removed_or_replaced(tmp_path: Path) -> None:
+    from harnessopt.ledger.lock import check_held
+
+    check_held(tmp_path)  # no lock held here: nothing to say
+    lock = tmp_path / ".harnessopt" / "lock"
+    with workspace_lock(tmp_path, "run", print):
+        check_held(tmp_path)
+        lock.unlink()  # `rm -rf .harnessopt` by hand: a second run would make and lock a new file
+        with pytest.raises(UserError, match="was removed during the run, so another command may be using"):
+            check_held(tmp_path)
+        lock.write_text("")  # the new file another command made
+        with pytest.raises(UserError, match="was removed during the run"):
+            check_held(tmp_path)
+    check_held(tmp_path)  # released
+
+
+def test_a_run_whose_lock_file_went_records_nothing_more(tmp_path: Path) -> None:
+    """A second run could take the workspace with a lock of its own once the first's file is gone,
+    and the two would overwrite each other's round records: the first stops before its record."""
+    ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
+    head = subprocess.run(["git", "-C", str(ws), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    run = subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        journal, deadline = ws / ".harnessopt" / "journal.jsonl", time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+            journal.exists() and '"phase": "propose"' in journal.read_text()
+        ):
+            time.sleep(0.05)
+        view = Path(next(json.loads(x)["view"] for x in journal.read_text().splitlines() if '"propose"' in x))
+        (ws / ".harnessopt" / "lock").unlink()
+        skill = view / "skill" / "SKILL.md"  # the person's edit: the round goes on to its record
+        skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
+        out, err = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode == 2, (out, err)
+    assert "was removed during the run" in err and "Traceback" not in err
+    git = ["git", "-C", str(ws)]
+    assert subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
+    assert subprocess.run([*git, "for-each-ref", "refs/harnessopt/", "refs/tags/ho/round-1"],
+                          capture_output=True, text=True).stdout == ""  # fmt: skip
