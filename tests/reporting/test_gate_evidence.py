@@ -18,6 +18,15 @@ from tests.support.workspace import make_ws
 CONFIRMED = {"on": "val", "n": 14, "gain": 0.3, "confirmed": True, "interval": [0.1, 0.5]}
 
 
+def _overlay(ws: Workspace, where: Path, more: str) -> Path:
+    """A round's candidate as the loop builds it: main's skill with ``more``, in a folder of its own
+    (a round never writes into the workspace's tree, and main only moves over a clean one)."""
+    (where / "skill").mkdir(parents=True)
+    text = (ws.root / "skill" / "SKILL.md").read_text() + more
+    (where / "skill" / "SKILL.md").write_text(text)
+    return where
+
+
 def test_status_and_log_show_confirmation_noise_floor_and_spent_alpha(tmp_path: Path) -> None:
     ws = Workspace.open(make_ws(tmp_path))
     repo, head = ws.repo, ws.repo.head.commit.hexsha
@@ -25,13 +34,12 @@ def test_status_and_log_show_confirmation_noise_floor_and_spent_alpha(tmp_path: 
         round=1, status="rejected", reason="rejected: inside", gate={"alpha": 0.05}
     )
     ledger.record_other(repo, head, ws.root, ["skill"], rejected)
-    skill = ws.root / "skill" / "SKILL.md"
-    skill.write_text(skill.read_text() + "\nbetter\n")
+    overlay = _overlay(ws, tmp_path / "round-2", "\nbetter\n")
     accepted = ledger.RoundManifest(
         round=2, status="accepted", reason="accepted: +0.500 > dead zone 0.371 (n=14)", parent=head,
         delta=0.5, val_score=0.5, n=14, gate={"alpha": 0.05}, confirmation=CONFIRMED,
     )  # fmt: skip
-    ledger.record_accepted(repo, ws.journal, head, ws.root, ["skill"], accepted, new_best=True)
+    ledger.record_accepted(repo, ws.journal, head, overlay, ["skill"], accepted, new_best=True)
     NoiseFloorStore(ws.root / STATE_DIR).put(
         "env",
         {"m": 14, "epochs": 1, "flip_rate": 0.1, "paired_sd": 0.2, "detectable": 0.4, "target_effect": 0.05,
@@ -63,18 +71,17 @@ def test_the_audit_adds_up_the_confirmed_gains_along_ho_best(tmp_path: Path) -> 
 
     ws = Workspace.open(make_ws(tmp_path))
     repo = ws.repo
-    skill = ws.root / "skill" / "SKILL.md"
     for k, conf in ((1, CONFIRMED), (2, {**CONFIRMED, "gain": 0.1})):
         parent = repo.head.commit.hexsha
-        skill.write_text(skill.read_text() + f"\nround {k}\n")
+        overlay = _overlay(ws, tmp_path / f"round-{k}", f"\nround {k}\n")
         m = ledger.RoundManifest(round=k, status="accepted", parent=parent, delta=0.5, confirmation=conf)
-        ledger.record_accepted(repo, ws.journal, parent, ws.root, ["skill"], m, new_best=True)
+        ledger.record_accepted(repo, ws.journal, parent, overlay, ["skill"], m, new_best=True)
     best = ledger.best(repo).commit
     assert claimed_gain(ws, best) == 1.0 and confirmed_gain(ws, best) == 0.4
     parent = repo.head.commit.hexsha
-    skill.write_text(skill.read_text() + "\nround 3\n")
+    overlay = _overlay(ws, tmp_path / "round-3", "\nround 3\n")
     m = ledger.RoundManifest(
         round=3, status="accepted", parent=parent, delta=0.2
     )  # recorded before confirmations
-    ledger.record_accepted(repo, ws.journal, parent, ws.root, ["skill"], m, new_best=True)
+    ledger.record_accepted(repo, ws.journal, parent, overlay, ["skill"], m, new_best=True)
     assert confirmed_gain(ws, ledger.best(repo).commit) is None
