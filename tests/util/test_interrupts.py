@@ -135,6 +135,9 @@ def test_install_leaves_a_sigterm_handler_someone_else_set() -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow, on purpose
 @pytest.mark.parametrize("signum", interrupts.TERMINATING, ids=lambda s: s.name)
 def test_a_stop_signal_swallowed_by_a_finalizer_is_raised_at_the_next_check(signum: signal.Signals) -> None:
+    # as in a new `harnessopt` process: no handler yet (in this test process Ray, imported by other
+    # tests, handles SIGTERM, and a CI job started under nohup ignores SIGHUP; the fixture restores both)
+    signal.signal(signum, signal.SIG_DFL)
     interrupts.install()
 
     class Holder:
@@ -178,8 +181,9 @@ def test_sighup_exits_through_the_exit_callbacks(tmp_path: Path) -> None:
     # the terminal a run was started in closed (an ssh session dropped) without nohup
     marker = tmp_path / "cleaned"
     script = textwrap.dedent(f"""
-        import time
+        import signal, time
         from harnessopt.util import interrupts
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a terminal session: not inherited from nohup
         interrupts.install()
         interrupts.on_exit(lambda: open({str(marker)!r}, "w").write("yes"))
         try:
