@@ -1039,10 +1039,24 @@ def run_main(code: Any, names: dict) -> int:
     return 0
 
 
+LIFELINE_ENV = "HO_LIFELINE"  # "stdin": the host holds PID 1's stdin open for the container's life
+
+
+def _exit_at_eof() -> None:
+    """The host's attach socket closed (StdinOnce): the run is gone, even killed with SIGKILL,
+    which no clean-up of its survives; PID 1 exits, and the container with it."""
+    while os.read(0, 65536):
+        pass
+    os._exit(0)
+
+
 def run_idle() -> int:
-    """DockerShell's PID 1: reaps orphans; commands come by ``docker exec``."""
+    """DockerShell's PID 1: reaps orphans; commands come by ``docker exec``. With the lifeline,
+    it exits when its stdin ends."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     not_dumpable()  # no process of the container may ptrace PID 1, the one that survives commands
+    if os.environ.get(LIFELINE_ENV) == "stdin":
+        threading.Thread(target=_exit_at_eof, daemon=True).start()
     while True:
         try:
             os.waitpid(-1, 0)

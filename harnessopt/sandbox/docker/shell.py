@@ -29,6 +29,7 @@ to it (the network stays ``none``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -89,6 +90,7 @@ class DockerShell:
         self.output_cap = output_cap
         self.run_id = secrets.token_hex(6)
         self._container: Any = None
+        self._lifeline: Any = None  # the attach socket holding PID 1's stdin open (HO_LIFELINE)
         self._socket_dir: str | None = None  # the gateway's socket dir mounted in the container
         self._init_pid: int | None = None
         self._usage: view_sync.TmpfsUsage | None = None  # /view after the last seed or sync
@@ -324,7 +326,12 @@ class DockerShell:
             "LANG": "C.UTF-8",
             "TERM": "dumb",
             "PYTHONDONTWRITEBYTECODE": "1",
+            "HO_LIFELINE": "stdin",  # PID 1 exits when the attach socket below closes: the run died
         }
+        # StdinOnce (docker-py sets it only when not detached; start() is detached either way): the
+        # engine closes PID 1's stdin when our attach socket closes, also when this process is
+        # killed with SIGKILL and no removal of ours runs.
+        kwargs["stdin_open"], kwargs["detach"] = True, False
         # No working_dir: the engine would make /view 0755; each exec sets its cwd.
         volumes = {}
         if socket_dir is not None:  # the gateway, for an agent: its socket dir, read-only
@@ -336,12 +343,14 @@ class DockerShell:
         )
         register_live(container)
         try:
+            self._lifeline = self.client.api.attach_socket(container.id, params={"stdin": 1, "stream": 1})
             container.start()
             container.reload()
             self._init_pid = int(container.attrs["State"]["Pid"])
             self._usage = self._seed(container, packed.data)
         except Exception:
             remove_container(container)
+            self._close_lifeline()
             raise
         self._synced_size = packed.size
         self._container = container
@@ -406,9 +415,16 @@ class DockerShell:
         self._usage, self._synced_size = usage, done.size
         return False, ""
 
+    def _close_lifeline(self) -> None:
+        if self._lifeline is not None:
+            with contextlib.suppress(Exception):
+                self._lifeline.close()
+            self._lifeline = None
+
     def _drop(self) -> None:
         if self._container is not None:
             remove_container(self._container)
+            self._close_lifeline()
             self._container = None
             self._socket_dir = None
             self._init_pid = None

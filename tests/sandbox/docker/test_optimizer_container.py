@@ -9,6 +9,10 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+import subprocess
+import sys
+import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -322,3 +326,42 @@ def test_each_command_may_grow_the_view_by_the_cap(shells, view, docker_client, 
     r = sh.run(write.format("3 4 5"), 60)
     assert r.exit_code == 0 and "FAILED" not in r.output, r.output
     assert _disk_used(view) - before >= 5 * (60 << 20)
+
+
+def test_the_optimizer_container_of_a_run_killed_with_sigkill_exits_on_its_own(
+    docker_client: Any, ws: Path, view: Path, tmp_path: Path, small_cfg: Any, shells: list[DockerShell]
+) -> None:
+    """No clean-up reaches a run that kill -9 or the OOM killer ends: its optimizer container, whose
+    PID 1 waits for docker exec commands, ran on for ever. PID 1 now exits when the run's attach
+    socket on its stdin closes (HO_LIFELINE, StdinOnce)."""
+    script = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from harnessopt.config import RolloutConfig
+        from harnessopt.sandbox.docker.shell import DockerShell
+        sh = DockerShell(Path({str(view)!r}), RolloutConfig(sandbox="docker"))
+        assert sh.run("echo up", 60).exit_code == 0
+        print(sh.run_id, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        run_id = proc.stdout.readline().strip()
+        label = {"label": f"harnessopt.run={run_id}"}
+        assert run_id and len(docker_client.containers.list(filters=label)) == 1
+        (tmp_path / "mine").mkdir(mode=0o700)
+        build_view(ws, tmp_path / "mine" / "view", history_md="h", brief_md="b")
+        sh_alive = _shell(shells, tmp_path / "mine" / "view", docker_client, small_cfg())  # a live run's
+        assert sh_alive.run("echo up", 60).exit_code == 0
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while docker_client.containers.list(filters=label) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert docker_client.containers.list(filters=label) == []  # it exited
+        assert sh_alive.run("echo still here", 60).output.startswith("still here")  # untouched
+    finally:
+        proc.kill()
+        for c in docker_client.containers.list(all=True, filters={"label": f"harnessopt.pid={proc.pid}"}):
+            c.remove(force=True)
