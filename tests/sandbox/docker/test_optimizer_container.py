@@ -9,10 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 import stat
-import subprocess
-import sys
-import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +26,7 @@ from harnessopt.sandbox.docker.shell import (
     VIEW_HEADROOM,
     DockerShell,
 )
+from tests.support import killed_run
 from tests.support.fake_anthropic import FakeAnthropicServer
 
 pytestmark = pytest.mark.docker
@@ -334,7 +331,8 @@ def test_the_optimizer_container_of_a_run_killed_with_sigkill_exits_on_its_own(
     """No clean-up reaches a run that kill -9 or the OOM killer ends: its optimizer container, whose
     PID 1 waits for docker exec commands, ran on for ever. PID 1 now exits when the run's attach
     socket on its stdin closes (HO_LIFELINE, StdinOnce)."""
-    script = textwrap.dedent(f"""
+    proc, run_id = killed_run.start(
+        f"""
         import time
         from pathlib import Path
         from harnessopt.config import RolloutConfig
@@ -343,25 +341,18 @@ def test_the_optimizer_container_of_a_run_killed_with_sigkill_exits_on_its_own(
         assert sh.run("echo up", 60).exit_code == 0
         print(sh.run_id, flush=True)
         time.sleep(600)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+        """,
+        tmp_path,
+    )
     try:
-        assert proc.stdout is not None
-        run_id = proc.stdout.readline().strip()
-        label = {"label": f"harnessopt.run={run_id}"}
-        assert run_id and len(docker_client.containers.list(filters=label)) == 1
+        assert (
+            run_id and len(docker_client.containers.list(filters={"label": f"harnessopt.run={run_id}"})) == 1
+        )
         (tmp_path / "mine").mkdir(mode=0o700)
         build_view(ws, tmp_path / "mine" / "view", history_md="h", brief_md="b")
         sh_alive = _shell(shells, tmp_path / "mine" / "view", docker_client, small_cfg())  # a live run's
         assert sh_alive.run("echo up", 60).exit_code == 0
-        proc.kill()
-        proc.wait(timeout=30)
-        deadline = time.monotonic() + 60
-        while docker_client.containers.list(filters=label) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert docker_client.containers.list(filters=label) == []  # it exited
+        assert killed_run.running_after_sigkill(docker_client, proc, run_id) == []  # it exited
         assert sh_alive.run("echo still here", 60).output.startswith("still here")  # untouched
     finally:
-        proc.kill()
-        for c in docker_client.containers.list(all=True, filters={"label": f"harnessopt.pid={proc.pid}"}):
-            c.remove(force=True)
+        killed_run.remove_leftovers(docker_client, proc)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import time
 from typing import Any
 
 import pytest
 
 from harnessopt.sandbox.docker.sandbox import DockerSandbox
+from tests.support import killed_run
 from tests.support.docker_listing import list_a_removed_container
 
 pytestmark = pytest.mark.docker
@@ -87,8 +85,9 @@ def test_the_warm_containers_of_a_run_killed_with_sigkill_exit_on_their_own(dock
     """No clean-up reaches a run the OOM killer (or kill -9) ends. Its warm containers waited for a
     job on stdin for ever; with StdinOnce the engine closes their stdin when the run's attach
     sockets close, and the runner, reading EOF, exits."""
-    script = textwrap.dedent("""
-        import sys, time
+    proc, run_id = killed_run.start(
+        """
+        import time
         from harnessopt.config import RolloutConfig
         from harnessopt.sandbox.docker.sandbox import DockerSandbox
         from harnessopt.sandbox.image.build import docker_client
@@ -98,20 +97,12 @@ def test_the_warm_containers_of_a_run_killed_with_sigkill_exit_on_their_own(dock
             time.sleep(0.1)
         print(sb.run_id, flush=True)
         time.sleep(600)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+        """,
+        tmp_path,
+    )
     try:
-        assert proc.stdout is not None
-        run_id = proc.stdout.readline().strip()
-        label = {"label": f"harnessopt.run={run_id}"}
-        assert run_id and len(docker_client.containers.list(filters=label)) == 2  # up, waiting for a job
-        proc.kill()
-        proc.wait(timeout=30)
-        deadline = time.monotonic() + 60
-        while docker_client.containers.list(filters=label) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert docker_client.containers.list(filters=label) == []  # none running: they exited
+        up = docker_client.containers.list(filters={"label": f"harnessopt.run={run_id}"})
+        assert run_id and len(up) == 2  # up, waiting for a job
+        assert killed_run.running_after_sigkill(docker_client, proc, run_id) == []  # they exited
     finally:
-        proc.kill()
-        for c in docker_client.containers.list(all=True, filters={"label": f"harnessopt.pid={proc.pid}"}):
-            c.remove(force=True)
+        killed_run.remove_leftovers(docker_client, proc)
