@@ -12,6 +12,7 @@ import pytest
 
 from harnessopt.errors import UserError
 from harnessopt.ledger.lock import workspace_lock
+from harnessopt.optimizer.manual import DONE_NAME
 from tests.support.cli import cli
 from tests.support.workspace import make_ws
 
@@ -104,6 +105,7 @@ def test_a_run_whose_lock_file_went_records_nothing_more(tmp_path: Path) -> None
         (ws / ".harnessopt" / "lock").unlink()
         skill = view / "skill" / "SKILL.md"  # the person's edit: the round goes on to its record
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
+        (view / DONE_NAME).touch()  # gating starts now, not after the optimizer's wall clock
         out, err = run.communicate(timeout=300)
     finally:
         run.kill()
