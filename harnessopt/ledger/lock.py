@@ -24,10 +24,14 @@ LOCK_NAME = "lock"
 _held: dict[Path, int] = {}  # the lock file of each workspace this process holds -> its descriptor
 
 
+def _lock_path(root: Path) -> Path:
+    return Path(root).resolve() / STATE_DIR / LOCK_NAME
+
+
 @contextlib.contextmanager
 def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iterator[None]:
     """Hold the workspace's lock for the block; a UserError naming the holder when it is taken."""
-    path = Path(root) / STATE_DIR / LOCK_NAME
+    path = _lock_path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
@@ -48,11 +52,11 @@ def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iter
         me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": time.time()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
-        _held[path.resolve()] = fd
+        _held[path] = fd
         try:
             yield
         finally:
-            _held.pop(path.resolve(), None)
+            _held.pop(path, None)
             os.ftruncate(fd, 0)  # a clean exit leaves no name behind
     finally:
         os.close(fd)  # releases the flock
@@ -63,7 +67,7 @@ def check_held(root: Path) -> None:
     lock file it holds is no longer the workspace's (removed or replaced: ``.harnessopt`` deleted by
     hand), since another command may then have taken the workspace with a lock of its own, and two
     writers would overwrite each other's records. A no-op where this process holds no lock."""
-    path = (Path(root) / STATE_DIR / LOCK_NAME).resolve()
+    path = _lock_path(root)
     fd = _held.get(path)
     if fd is None:
         return
@@ -83,7 +87,7 @@ def live_holder(root: Path) -> dict[str, object] | None:
     """The command holding the workspace's lock now (pid, host, command, since), read from the lock
     file's text without taking the lock; None when no live process holds it."""
     try:
-        fd = os.open(Path(root) / STATE_DIR / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(_lock_path(root), os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:

@@ -62,10 +62,15 @@ def _unraisable(info: Any) -> None:
     sys.__unraisablehook__(info)
 
 
-def _on_terminate(signum: int, _frame: FrameType | None) -> None:
+def _stop(signum: int) -> Terminated:
+    """A stop signal that came: kept in the flag (the first one), and the exception it raises."""
     if not _terminated:
         _terminated.append(signum)
-    raise Terminated(signum)
+    return Terminated(signum)
+
+
+def _on_terminate(signum: int, _frame: FrameType | None) -> None:
+    raise _stop(signum)
 
 
 def install() -> None:
@@ -142,9 +147,7 @@ def deferred() -> Iterator[None]:
             signal.signal(s, handler)
         stops = [n for n in received if n in TERMINATING]
         if stops:
-            if not _terminated:
-                _terminated.append(stops[0])
-            raise Terminated(stops[0])
+            raise _stop(stops[0])
         if received:
             _interrupted.set()
             raise KeyboardInterrupt

@@ -13,7 +13,7 @@ import pytest
 from harnessopt.errors import UserError
 from harnessopt.ledger.lock import workspace_lock
 from harnessopt.optimizer.manual import DONE_NAME
-from tests.support.cli import cli
+from tests.support.cli import cli, git, start_cli, wait_for_phase
 from tests.support.workspace import make_ws
 
 
@@ -90,18 +90,10 @@ def test_a_run_whose_lock_file_went_records_nothing_more(tmp_path: Path) -> None
     """A second run could take the workspace with a lock of its own once the first's file is gone,
     and the two would overwrite each other's round records: the first stops before its record."""
     ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
-    head = subprocess.run(["git", "-C", str(ws), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    run = subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+    head = git(ws, "rev-parse", "HEAD")
+    run = start_cli("run", ws, "--rounds", "1", "--sandbox", "local")
     try:
-        journal, deadline = ws / ".harnessopt" / "journal.jsonl", time.monotonic() + 120
-        while time.monotonic() < deadline and not (
-            journal.exists() and '"phase": "propose"' in journal.read_text()
-        ):
-            time.sleep(0.05)
-        view = Path(next(json.loads(x)["view"] for x in journal.read_text().splitlines() if '"propose"' in x))
+        view = Path(wait_for_phase(ws, run, "propose", timeout=120)["view"])
         (ws / ".harnessopt" / "lock").unlink()
         skill = view / "skill" / "SKILL.md"  # the person's edit: the round goes on to its record
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
@@ -111,7 +103,5 @@ def test_a_run_whose_lock_file_went_records_nothing_more(tmp_path: Path) -> None
         run.kill()
     assert run.returncode == 2, (out, err)
     assert "was removed during the run" in err and "Traceback" not in err
-    git = ["git", "-C", str(ws)]
-    assert subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
-    assert subprocess.run([*git, "for-each-ref", "refs/harnessopt/", "refs/tags/ho/round-1"],
-                          capture_output=True, text=True).stdout == ""  # fmt: skip
+    assert git(ws, "rev-parse", "HEAD") == head
+    assert git(ws, "for-each-ref", "refs/harnessopt/", "refs/tags/ho/round-1") == ""

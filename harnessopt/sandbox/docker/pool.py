@@ -183,8 +183,14 @@ def container_kwargs(cfg: RolloutConfig, run_id: str) -> dict[str, Any]:
         log_config={"type": "none"},  # output is read from the attach stream and capped there
         ipc_mode="private",
         init=False,  # the runner is PID 1: it reaps, and kill(-1) from PID 1 reaches everything
-        stdin_open=False,
-        detach=True,
+        # The run holds every container's stdin through an attach socket: a task container's job
+        # comes on it (the run's token is in no file), the optimizer container's PID 1 watches it
+        # (HO_LIFELINE). StdinOnce (docker-py sets it only when not detached; start() is detached
+        # either way): the engine closes that stdin when the socket closes, so the containers of a
+        # run killed with SIGKILL, which no clean-up reaches, read EOF and exit instead of waiting
+        # for a job or a command for ever.
+        stdin_open=True,
+        detach=False,
     )
 
 
@@ -289,12 +295,6 @@ class WarmPool:
         kwargs = container_kwargs(self.cfg, self.run_id)
         if (gid := gateway_group(socket_dir)) is not None:
             kwargs["group_add"] = [str(gid)]  # the run's group: lets it reach the gateway socket
-        kwargs["stdin_open"] = True  # the runner's job comes on stdin: the run's token is in no file
-        # StdinOnce (docker-py sets it only when not detached; start() is detached either way): the
-        # engine closes the container's stdin when our attach socket closes, so a container of a
-        # run killed with SIGKILL, which no clean-up reaches, reads EOF ("no job is coming") and
-        # exits instead of waiting for a job for ever.
-        kwargs["detach"] = False
         container = None
         try:
             container = self.client.containers.create(

@@ -328,10 +328,6 @@ class DockerShell:
             "PYTHONDONTWRITEBYTECODE": "1",
             "HO_LIFELINE": "stdin",  # PID 1 exits when the attach socket below closes: the run died
         }
-        # StdinOnce (docker-py sets it only when not detached; start() is detached either way): the
-        # engine closes PID 1's stdin when our attach socket closes, also when this process is
-        # killed with SIGKILL and no removal of ours runs.
-        kwargs["stdin_open"], kwargs["detach"] = True, False
         # No working_dir: the engine would make /view 0755; each exec sets its cwd.
         volumes = {}
         if socket_dir is not None:  # the gateway, for an agent: its socket dir, read-only
