@@ -23,7 +23,7 @@ from harnessopt import __version__
 from harnessopt.errors import HarnessoptError, UserError
 from harnessopt.ledger.lock import workspace_lock
 from harnessopt.limits import MAX_ROUNDS, MAX_RUNS_A_TASK
-from harnessopt.util import hardening, interrupts
+from harnessopt.util import hardening, interrupts, tmpdirs
 
 EXIT_ROUND_FAILED = 3  # a run whose rounds failed (infrastructure, budget): not bad input (2)
 
@@ -569,7 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupts.install()
     try:
         args = parse(argv)
-        return COMMANDS[args.command](args)
+        with tmpdirs.claimed():  # every temporary folder inside one, which a killed run's next run removes
+            return COMMANDS[args.command](args)
     except UserError as e:
         err_console.print(f"harnessopt: {e}", markup=False)
         return 2

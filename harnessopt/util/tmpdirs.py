@@ -1,0 +1,97 @@
+"""One temporary folder per harnessopt process, so that a killed run's files do not outlive it.
+
+A run makes many temporary folders (the gateway's sockets, the optimizer's views, candidate
+copies, the local sandbox's task folders, the Docker pool's slots, each holding trajectories).
+Every one is removed on the way out, Ctrl-C and SIGTERM included; SIGKILL (the OOM killer,
+``kill -9``) runs no way out, and they stayed in ``/tmp`` for good.
+
+``claimed()`` makes ``<tmp>/ho-run-XXXXXXXX`` for the process, holds an exclusive ``flock`` on
+its ``owner`` file for as long as the process lives (the kernel drops it when the process dies,
+however it dies), and points ``tempfile`` at it, so every temporary folder of the process, ours
+and the libraries', is made inside; on the way out it removes the folder. Before that it
+sweeps: a sibling folder whose lock nobody holds is a dead run's, and is removed. A folder made
+in the last ``YOUNG_S`` seconds is left alone (its maker may not hold its lock yet), and so is
+one of another user's. Child processes keep their own ``TMPDIR``.
+
+Where the temporary directory's path is long (macOS's ``/var/folders/...``), no folder is
+claimed and ``tempfile`` is left as it was: a Unix socket's path (the gateway's, inside a
+temporary folder) must fit in about 100 bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+PREFIX = "ho-run-"
+OWNER = "owner"  # the lock file: flock(LOCK_EX) held by the live process
+YOUNG_S = 60.0  # a folder this new may not be locked yet: never swept
+# Longer base paths claim nothing: the gateway's lease sockets ("l-" + 16 hex + ".sock", in a
+# folder such as "ho-relay-XXXXXXXX" inside ours) must stay within 100 bytes (sun_path: 108, 104).
+MAX_BASE = 100 - len(f"/{PREFIX}12345678") - len("/ho-relay-12345678") - len("/l-0123456789abcdef.sock")
+
+
+def sweep(base: Path) -> list[Path]:
+    """Remove the folders of dead harnessopt processes under ``base``: those whose owner lock is
+    free, older than ``YOUNG_S``, of this user. Returns what it removed."""
+    removed: list[Path] = []
+    now = time.time()
+    uid = os.geteuid()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = base / name
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue  # gone meanwhile
+        if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != uid or now - st.st_mtime < YOUNG_S:
+            continue
+        try:
+            fd = os.open(path / OWNER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = None  # never locked: its maker died between the folder and the lock
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a live process owns it
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except BlockingIOError:
+            pass
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return removed
+
+
+@contextlib.contextmanager
+def claimed(base: Path | None = None) -> Iterator[Path | None]:
+    """This process's temporary folder (None where the base path is too long to claim one), the
+    default of ``tempfile`` while the block runs; dead runs' folders swept first, ours removed last."""
+    root = Path(base or tempfile.gettempdir())
+    if len(str(root)) > MAX_BASE:
+        yield None
+        return
+    sweep(root)
+    path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=root))
+    fd = os.open(path / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    before = tempfile.tempdir
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        tempfile.tempdir = str(path)
+        yield path
+    finally:
+        tempfile.tempdir = before
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
