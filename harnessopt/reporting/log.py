@@ -11,9 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from harnessopt.errors import UserError
+from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
-from harnessopt.ledger import vcs
 from harnessopt.ledger.lock import live_holder
 from harnessopt.ledger.manifest import ChecksRecord
 from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
@@ -223,16 +223,26 @@ def status_lines(ws: Workspace) -> list[str]:
     lines += [f"note: {n}" for n in notes]
     entries, torn = ws.journal.read()
     recorded = {r.round for r in rounds}
-    unrecorded: dict[int, float] = {}  # spend of rounds that were interrupted before their record
-    for e in entries:
-        if e.get("phase") == "spend" and e.get("round") not in recorded:
-            unrecorded[int(e["round"])] = unrecorded.get(int(e["round"]), 0.0) + float(e.get("cost_usd") or 0)
-    for k, usd in sorted(unrecorded.items()):
-        lines.append(f"interrupted round {k} spent ${usd:.4f} (not in any recorded round)")
+    busy = live_holder(ws.root)
+    killed = {} if busy is not None else live_spend.left(ws.root)  # a run killed outright (SIGKILL)
+    spends = [e for e in entries if e.get("phase") == "spend"] + [{"round": k, **v} for k, v in killed.items()]
+    unrecorded: dict[int, list[float]] = {}  # rounds interrupted before their record: dollars, calls, tokens
+    for e in spends:
+        if (k := int(e["round"])) not in recorded:
+            uses = [u for u in (e.get("tokens") or {}).values() if isinstance(u, dict)]
+            add = [float(e.get("cost_usd") or 0), sum(u.get("calls", 0) for u in uses)]
+            add.append(sum(u.get("input", 0) + u.get("output", 0) for u in uses))
+            unrecorded[k] = [a + b for a, b in zip(unrecorded.get(k, [0.0, 0, 0]), add, strict=True)]
+    for k, (usd, calls, tokens) in sorted(unrecorded.items()):
+        why = "; at least: the run was killed, and this is its last count" if k in killed else ""
+        lines.append(
+            f"interrupted round {k} spent ${usd:.4f}, {calls:.0f} model call(s), {tokens:,.0f} tokens "
+            f"(not in any recorded round{why})"
+        )
     last = entries[-1] if entries else None
     if torn:
         lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")
-    if (busy := live_holder(ws.root)) is not None:  # a command is running now: say so, and no 'next'
+    if busy is not None:  # a command is running now: say so, and no 'next'
         return [*lines, *_in_progress(ws, busy, last)]
     # where it stopped: the last step, not the round's spend line, which its way out writes
     stopped = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)

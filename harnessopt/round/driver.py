@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from harnessopt.errors import UserError
 from harnessopt.gate.confirmation import split_val
 from harnessopt.gateway.policy import unpriced_budget
+from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import store as ledger
-from harnessopt.ledger import vcs
 from harnessopt.ledger.lock import check_held
 from harnessopt.protocols import Announce
 from harnessopt.reporting.progress import RunProgress, round_lines
@@ -44,6 +44,8 @@ def run(
     if unpriced := unpriced_budget(ws.cfg):  # before anything changes
         raise UserError(unpriced)
     ledger.recover(ws.repo, ws.journal, say)
+    if killed := live_spend.fold(ws.root, ws.journal):  # what a run killed outright had spent
+        say(killed)
     if not (ws.root / "harness" / "run.py").is_file():
         raise UserError(
             f"{ws.root}/harness/run.py is missing; restore it (git checkout -- harness) or add one"

@@ -19,6 +19,7 @@ from harnessopt.gateway.models import model_for, optimizer_model_for
 from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.ledger.live_spend import Keeper
 from harnessopt.optimizer import make_optimizer
 from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout.executors import PooledExecutor
@@ -60,6 +61,8 @@ class Services:
     """The run's wall-clock deadline (``time.monotonic()``, from ``budget.max_hours``), or None."""
     optimizer_s: dict[int, float] = field(default_factory=dict)
     """Seconds the optimizer's conversations took, per round (every candidate and step)."""
+    spend: Keeper | None = None
+    """Keeps ``.harnessopt/spend-live.json`` with the spend of the rounds in progress (what a killed run spent)."""
 
     def seconds_left(self) -> float | None:
         """Seconds to the run's deadline (0 once past it), or None without ``budget.max_hours``."""
@@ -75,15 +78,20 @@ class Services:
 
     def usage_of_round(self, k: int) -> RoundUsage:
         """Calls and tokens per role, and dollars, that round ``k`` spent so far."""
-        tokens: dict[str, dict[str, int]] = {}
-        cost = 0.0
-        for (role, round_no), u in self.gateway.usage().items():
-            if round_no == k:
-                tokens[role] = {"calls": u.calls, "input": u.input_tokens, "output": u.output_tokens}
-                if u.estimated_calls:
-                    tokens[role]["estimated_calls"] = u.estimated_calls
-                cost += u.cost_usd
-        return RoundUsage(tokens, round(cost, 6))
+        return usage_of_round(self.gateway, k)
+
+
+def usage_of_round(gateway: Gateway, k: int) -> RoundUsage:
+    """Calls and tokens per role, and dollars, that round ``k`` spent so far on ``gateway``."""
+    tokens: dict[str, dict[str, int]] = {}
+    cost = 0.0
+    for (role, round_no), u in gateway.usage().items():
+        if round_no == k:
+            tokens[role] = {"calls": u.calls, "input": u.input_tokens, "output": u.output_tokens}
+            if u.estimated_calls:
+                tokens[role]["estimated_calls"] = u.estimated_calls
+            cost += u.cost_usd
+    return RoundUsage(tokens, round(cost, 6))
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,13 @@ def open_services(
                 peer_uids=sandbox.gateway_uids,  # the optimizer's container, say
             )
         )
+
+        def spent(k: int) -> tuple[float, dict[str, dict[str, int]]]:
+            u = usage_of_round(gateway, k)
+            return u.cost_usd, u.tokens
+
+        keeper = Keeper(root, spent)
+        stack.callback(keeper.close)  # before the gateway's: no round is in progress any more
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         store = RoundStore(state_dir, rollout_settings(cfg, root))
@@ -178,4 +193,6 @@ def open_services(
             else None
         )
         gate = make_gate(cfg.gate)
-        yield Services(cfg, gateway, sandbox, runner, optimizer, gate, scratch, state_dir, store)
+        yield Services(
+            cfg, gateway, sandbox, runner, optimizer, gate, scratch, state_dir, store, spend=keeper
+        )

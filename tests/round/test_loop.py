@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,8 +18,8 @@ from typing import Any
 import pytest
 
 from harnessopt.errors import UserError
+from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import store as ledger
-from harnessopt.ledger import vcs
 from harnessopt.protocols import Task
 from harnessopt.round import steps
 from harnessopt.workspace.core import Workspace
@@ -85,7 +86,7 @@ def _interrupt_mid_round(
     ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
     head = git(ws, "rev-parse", "HEAD")
     # the run's own temporary folders (short: the gateway's socket path is capped at 108 bytes)
-    tmpdir = Path(tempfile.mkdtemp(prefix="ho-test-tmp-"))
+    tmpdir = Path(tempfile.mkdtemp(prefix="ho-tt-"))
     proc = _start_run(ws, "--rounds", "1", "--sandbox", sandbox, tmpdir=tmpdir)
     try:
         _wait_for_phase(ws, "propose", proc)
@@ -134,6 +135,45 @@ def _round_one_commit(tmp_path: Path) -> tuple[Path, Workspace, str, str]:
     (overlay / "skill" / "SKILL.md").write_text((ws_path / "skill" / "SKILL.md").read_text() + "\nnew line\n")
     sha = vcs.build_commit(ws.repo, parent, overlay, ["skill"], "round 1\n")
     return ws_path, ws, parent, sha
+
+
+def test_a_run_killed_outright_leaves_its_temporary_folder_to_the_next_command(tmp_path: Path) -> None:
+    # SIGKILL (the OOM killer, kill -9) runs no way out: the views, sockets and task folders stay,
+    # all in the run's own folder, which the next harnessopt command removes once it is unlocked
+    ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
+    tmpdir = Path(tempfile.mkdtemp(prefix="ho-tt-"))
+    try:
+        proc = _start_run(ws, "--rounds", "1", tmpdir=tmpdir)
+        _wait_for_phase(ws, "propose", proc)
+        (run_dir,) = tmpdir.iterdir()
+        view = Path(_journal_entry(ws, "propose")["view"])
+        assert run_dir in view.parents
+        deadline = time.monotonic() + 30  # the round's train runs, counted by the run's keeper
+        while 1 not in live_spend.left(ws) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.kill()
+        proc.communicate(timeout=30)
+        assert view.is_dir()  # left behind
+        old = time.time() - 3600
+        os.utime(run_dir, (old, old))
+        status = subprocess.run(
+            [sys.executable, "-m", "harnessopt", "status", str(ws)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TMPDIR": str(tmpdir)},
+        )
+        assert status.returncode == 0, status.stderr
+        assert list(tmpdir.iterdir()) == []  # the killed run's folder, and status's own
+        # and what the round spent before the kill, which no spend line recorded
+        assert not any(
+            e.get("phase") == "spend"
+            for e in map(json.loads, (ws / ".harnessopt" / "journal.jsonl").read_text().splitlines())
+        )
+        spent = r"interrupted round 1 spent \$0\.0000, [1-9][0-9]* model call\(s\), [1-9][0-9,]* tokens \(.*killed"
+        assert re.search(spent, status.stdout), status.stdout  # the scripted model is free; its calls count
+    finally:
+        proc.kill()
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def test_recover_finishes_an_interrupted_checkout(tmp_path: Path) -> None:
