@@ -17,6 +17,7 @@ from harnessopt.rollout.val_cache import ValCache
 from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.services import Services
 from harnessopt.search.explore import keep_head
+from harnessopt.util import interrupts
 from harnessopt.util.text import visible
 from harnessopt.workspace.core import RECORD_PATHS, Workspace
 
@@ -52,21 +53,37 @@ def record(
             shutil.copy2(overlay / "skill" / "SKILL.md", overlay / "best_skill.md")
             paths.append("best_skill.md")
         try:
-            sha = ledger.record_accepted(ws.repo, ws.journal, rc.parent, overlay, paths, m, new_best=new_best)
+            # main's move and what the next run needs of it, Ctrl-C and SIGTERM held: a stop just
+            # after the move would otherwise lose the new incumbent's cached runs (paid again)
+            with interrupts.deferred():
+                sha = ledger.record_accepted(
+                    ws.repo, ws.journal, rc.parent, overlay, paths, m, new_best=new_best
+                )
+                cache_accepted(ws, svc, sha, t)
+                resumed = _recorded(ws, svc, rc, t, status, sha, say)
         except ledger.MainMoved as e:  # changed in the moment since the check above: recorded as failed
             return record(ws, svc, rc, t, ("failed", not_applied(rc.k, e.why)), say)
-        cache_accepted(ws, svc, sha, t)
     else:
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
+        resumed = _recorded(ws, svc, rc, t, status, sha, say)
+    if resumed:
+        say(f"round {rc.k}: reused {resumed} finished rollout(s) of an interrupted run")
+    say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
+    return RoundResult(rc.k, status, reason, sha, m)
+
+
+def _recorded(
+    ws: Workspace, svc: Services, rc: RoundContext, t: Trail, status: Status, sha: str, say: Announce
+) -> int:
+    """After the round's commit: its recorded line, the explore head, the resume files cleared;
+    how many finished rollouts of an interrupted run it reused."""
     ws.journal.write(rc.k, "recorded", status=status, commit=sha)
     if svc.cfg.explore_steps:  # after the record: a crash before it leaves the head the round began with
         keep_head(ws.repo, rc.k, t.search, status, t.judged, say)
-    if resumed := svc.store.resumed(rc.k):
-        say(f"round {rc.k}: reused {resumed} finished rollout(s) of an interrupted run")
+    resumed = svc.store.resumed(rc.k)
     svc.store.clear(rc.k)  # git holds the round now
-    say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
-    return RoundResult(rc.k, status, reason, sha, m)
+    return resumed
 
 
 def not_applied(k: int, why: str) -> str:

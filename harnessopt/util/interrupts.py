@@ -29,6 +29,7 @@ from typing import Any
 
 _interrupted = threading.Event()
 _terminated: list[int] = []  # the stop signal that came (SIGTERM, SIGHUP), once it came
+_deferring: list[bool] = []  # [True] while the main thread is inside ``deferred``
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -133,16 +134,21 @@ def check_on_main() -> None:
 @contextmanager
 def deferred() -> Iterator[None]:
     """Hold Ctrl-C (and SIGTERM, SIGHUP) until the block is done: used around the one atomic git
-    update. A stop signal held is then raised as ``Terminated``, a Ctrl-C as KeyboardInterrupt."""
-    if threading.current_thread() is not threading.main_thread():
+    update. A stop signal held is then raised as ``Terminated``, a Ctrl-C as KeyboardInterrupt.
+    Inside another such block it holds nothing of its own: the outer one raises at its end."""
+    if threading.current_thread() is not threading.main_thread() or _deferring:
         yield
         return
     received: list[int] = []
     held = [s for s in (signal.SIGINT, *TERMINATING) if signal.getsignal(s) is not signal.SIG_IGN]
-    old = {s: signal.signal(s, lambda n, _f: received.append(n)) for s in held}
+    old: dict[int, Any] = {}
+    _deferring.append(True)
     try:
+        for sig in held:  # a signal before its turn here is raised as usual; the finally undoes the rest
+            old[sig] = signal.signal(sig, lambda n, _f: received.append(n))
         yield
     finally:
+        _deferring.clear()
         for s, handler in old.items():
             signal.signal(s, handler)
         stops = [n for n in received if n in TERMINATING]

@@ -4,6 +4,7 @@ unvalidated change, git is consistent, and no journal line written before the ki
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -63,3 +64,35 @@ def test_sigkill_at_each_phase_then_rerun(tmp_path: Path, phase: str) -> None:
     assert git(ws, "status", "--porcelain") == ""
     fsck = subprocess.run(["git", "-C", str(ws), "fsck", "--strict"], capture_output=True, text=True)
     assert fsck.returncode == 0, fsck.stderr
+
+
+def test_a_stop_just_after_main_moved_still_records_what_the_next_run_needs(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """SIGTERM the moment the accept's swap is done: the run stops, but only after the new
+    incumbent's val runs are cached and the round's recorded line is written, so the next round
+    does not pay for the incumbent's runs again nor finish a round that was finished."""
+    from harnessopt.rollout.val_cache import ValCache
+    from harnessopt.round import driver
+    from harnessopt.util import interrupts
+    from tests.support.interrupts import handlers_restored
+
+    ws = Workspace.open(make_ws(tmp_path))
+    real = ledger.record_accepted
+
+    def swap_then_sigterm(*args, **kwargs) -> str:
+        sha = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at once, to the main thread: this one
+        return sha
+
+    monkeypatch.setattr(ledger, "record_accepted", swap_then_sigterm)
+    cached_before = len(ValCache(ws.root / ".harnessopt")._load())
+    with handlers_restored():
+        interrupts.install()
+        with pytest.raises(interrupts.Terminated):
+            driver.run(ws, 1, lambda _m: None)
+    phases = [json.loads(x)["phase"] for x in _journal(ws.root) if x.strip()]
+    assert phases[phases.index("applying") + 1] == "recorded"
+    assert git(ws.root, "rev-parse", "HEAD") == git(ws.root, "rev-parse", "ho/round-1^{commit}")
+    # the round's incumbent's val runs, and the new incumbent's (none before the round)
+    assert cached_before == 0 and len(ValCache(ws.root / ".harnessopt")._load()) == 2

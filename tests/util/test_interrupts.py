@@ -167,6 +167,21 @@ def test_deferred_holds_a_sigterm_until_the_block_ends_and_then_exits() -> None:
     assert done == ["block finished"] and got.value.code == 128 + signal.SIGTERM
 
 
+def test_a_deferred_block_inside_another_holds_until_the_outer_one_ends() -> None:
+    interrupts.install()
+    done = []
+    with pytest.raises(interrupts.Terminated), interrupts.deferred():
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("inner finished")
+        done.append("outer finished")  # the inner block's end raised nothing
+    assert done == ["inner finished", "outer finished"]
+    with pytest.raises(KeyboardInterrupt), interrupts.deferred():  # the next block holds again
+        os.kill(os.getpid(), signal.SIGINT)
+        done.append("again")
+    assert done[-1] == "again"
+
+
 def test_install_leaves_an_ignored_sighup_ignored() -> None:
     # `nohup harnessopt run ...`: a closed terminal must not stop the run, in or out of a deferred block
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
