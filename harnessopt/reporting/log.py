@@ -225,7 +225,9 @@ def status_lines(ws: Workspace) -> list[str]:
     recorded = {r.round for r in rounds}
     busy = live_holder(ws.root)
     killed = {} if busy is not None else live_spend.left(ws.root)  # a run killed outright (SIGKILL)
-    spends = [e for e in entries if e.get("phase") == "spend"] + [{"round": k, **v} for k, v in killed.items()]
+    spends = [e for e in entries if e.get("phase") == "spend"] + [
+        {"round": k, **v} for k, v in killed.items()
+    ]
     unrecorded: dict[int, list[float]] = {}  # rounds interrupted before their record: dollars, calls, tokens
     for e in spends:
         if (k := int(e["round"])) not in recorded:
