@@ -187,7 +187,7 @@ from harnessopt.search.budget import (  # noqa: E402
     round_can_commit,
     validation_runs,
 )
-from harnessopt.search.explore import STEP_FLOOR  # noqa: E402
+from harnessopt.search.explore import STEP_FLOOR, TIE_FLOOR  # noqa: E402
 from harnessopt.search.length import MAX_STEPS, chain_length  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
 
@@ -310,17 +310,19 @@ class Strategy:
         (``search.length.chain_length``) at this price of an optimizer turn, in rollouts, and m = M."""
         return self.length(turn)[0]
 
-    def length(self, turn: int, budget: int | None = None) -> tuple[int, int, int]:
+    def length(self, turn: int, budget: int | None = None) -> tuple[int, int, int, bool]:
         """(steps a round chains, train tasks a step screens on beyond the batch, steps between its
-        checkpoints): ``search.explore``, ``search.screen_tasks`` and ``search.checkpoints`` (null:
-        none), or where explore is null the shipped rule (``search.length.chain_length``, with TRAIN
-        train tasks) at this price of a turn and with this budget (None: a run without one)."""
-        if self.search.explore is not None:
-            return self.search.explore, self.search.screening_only, self.search.checkpoint_every
+        checkpoints, whether a step level with its base moves the chain): ``search.explore``,
+        ``search.screen_tasks``, ``search.checkpoints`` and ``search.ties_move`` (null: none, off),
+        or where explore is null the shipped rule (``search.length.chain_length``, with TRAIN train
+        tasks) at this price of a turn and with this budget (None: a run without one)."""
+        s = self.search
+        if s.explore is not None:
+            return s.explore, s.screening_only, s.checkpoint_every, bool(s.ties_move)
         limit = {"max_cost": float(budget)} if budget else {}
-        cfg = Config(search=self.search, gate=self.gate or GateConfig(), budget=limit)
+        cfg = Config(search=s, gate=self.gate or GateConfig(), budget=limit)
         got = chain_length(cfg, prices(turn), M, TRAIN)
-        return self.steps or got.steps, got.screen_tasks, got.checkpoints
+        return self.steps or got.steps, got.screen_tasks, got.checkpoints, got.ties_move
 
 
 FREE_TURN = 1e-9  # what the rule is told a free turn costs, in rollouts (it weighs no unpriced call)
@@ -375,16 +377,17 @@ def round_strategies() -> list[Strategy]:
 
 
 def strategies() -> list[Strategy]:
-    new = Config().search  # what a new workspace runs: search.explore and search.checkpoints null
-    default = new.model_copy(
+    new = Config().search  # what a new workspace runs: search.explore, checkpoints and ties_move null
+    strict = new.model_copy(update={"ties_move": False})  # the default before ties move
+    default = strict.model_copy(
         update={"checkpoints": 0}
     )  # the default before checkpoints, and the rows after it
     before = SearchConfig(explore=10)  # the default's chain before the rule
     return [
         dataclasses.replace(Strategy.loop("today (gate defaults before issue 21)", **TODAY), plans=False),
         Strategy.loop(
-            "default (Config() now: search.explore, search.screen_tasks and search.checkpoints null, chosen by "
-            "price and budget)",
+            "default (Config() now: search.explore, search.screen_tasks, search.checkpoints and "
+            "search.ties_move null, chosen by price and budget)",
             "explore",
             new,
         ),
@@ -448,6 +451,12 @@ def strategies() -> list[Strategy]:
             before,
             confirm_epochs=WHOLE_BANK,
         ),
+        Strategy.loop(
+            "default, a step moves the chain only when strictly better on its batch (search.ties_move: "
+            "false) [the stop before]",
+            "explore",
+            strict,
+        ),
     ]
 
 
@@ -461,6 +470,12 @@ def tried_strategies() -> list[Strategy]:
         shipped[1],
         default,
         next(st for st in shipped if st.kind == "minibatch"),
+        dataclasses.replace(
+            shipped[1],
+            search=shipped[1].search.model_copy(update={"ties_move": True}),
+            label="the default, a step level with its base on the batch moving the chain at every budget "
+            "(search.ties_move: true; null turns it on only where checkpoints are off for the budget)",
+        ),
         dataclasses.replace(
             default,
             label="a kept step rechecked on the next step's batch (the head it replaced runs it too), undone "
@@ -515,9 +530,9 @@ def tried_strategies() -> list[Strategy]:
             switch=SWITCH_VALIDATIONS,
         ),
         dataclasses.replace(
-            shipped[1],
-            label=f"the default, and at each checkpoint the chain goes on from its pick (the best scored "
-            f"state, where more than {MARGIN} above the head) [not shipped]",
+            shipped[-1],
+            label=f"the default before ties move, and at each checkpoint the chain goes on from its pick (the "
+            f"best scored state, where more than {MARGIN} above the head) [not shipped]",
             backtrack=True,
         ),
     ]
@@ -687,7 +702,8 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     ):
         st = dataclasses.replace(st, steps=0, checkpoints=(0, 0))  # below the switch: the default
     assert st.policy is not None and st.gate is not None
-    steps, extra, every = st.length(turn, budget if rounds is None else None)
+    steps, extra, every, ties = st.length(turn, budget if rounds is None else None)
+    step_floor = TIE_FLOOR if ties else STEP_FLOOR
     pol, res, carry = st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
     plan = Planner(st, w, budget, turn) if rounds is None and st.plans else None
@@ -749,7 +765,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             if reuse is not None:
                 base_runs = reuse[1]
             base_runs = base_runs if base_runs is not None else crashy(head, tasks, rng)
-            moved = any(x.chosen for x in screen(runs, base_runs, floor=STEP_FLOOR))
+            moved = any(x.chosen for x in screen(runs, base_runs, floor=step_floor))
             reuse = (tasks, base_runs) if st.reuse_once and not moved and reuse is None else None
             if moved:
                 prev = head if st.recheck else None

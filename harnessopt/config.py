@@ -233,6 +233,13 @@ class SearchConfig(_Strict):
     null, the train split has 50 tasks and the run's budget pays for 2 whole validations (both looks,
     the whole bank); else off (``search.length.chain_length``; the run says what it chose)."""
 
+    ties_move: bool | None = None
+    """Whether a chain's step whose candidate ties its base on the train batch (the same mean score)
+    moves the chain too; off, a step moves it only when strictly better there. Null (the default): on
+    where ``search.explore`` is null and the run's budget pays for fewer than 2 whole validations
+    (where ``search.checkpoints`` stays off: a short chain that moves only on a visible gain barely
+    moves before its one validation), else off (``search.length.chain_length``; the run says)."""
+
     @model_validator(mode="after")
     def _explore_is_a_chain(self) -> SearchConfig:
         if self.explore == 1:
@@ -241,6 +248,11 @@ class SearchConfig(_Strict):
             raise ValueError(
                 "search.explore chains one proposal at a time and search.candidates > 1 proposes several "
                 "side by side; use one of them (search.explore: 0 for several candidates a round)"
+            )
+        if self.ties_move and (self.explore == 0 or self.candidates > 1):
+            raise ValueError(
+                "search.ties_move is about the steps of a chain and this config chains none (search.explore: 0 "
+                "or search.candidates > 1); leave it out, or chain (search.explore null or 2 or more)"
             )
         if self.checkpoints and (self.explore == 0 or self.candidates > 1):
             raise ValueError(

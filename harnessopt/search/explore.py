@@ -55,6 +55,7 @@ from harnessopt.util import interrupts
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
 STEP_FLOOR = 1e-9  # a step moves the chain only when strictly better than its base on the batch
+TIE_FLOOR = -1e-9  # with search.ties_move: also when level with it there
 _SUBJECT = re.compile(r"harnessopt round (\d+) candidate (s\d+): (.*)")
 
 
@@ -199,7 +200,8 @@ def explore(
             candidate, [t for t in batch if t.id in ran], rc.k, epochs=[step_epoch(j)], phase="screening"
         )
         interrupts.check()
-        (s,) = screen({name: outcomes(runs)}, outcomes(base_runs), floor=STEP_FLOOR)
+        floor = TIE_FLOOR if svc.cfg.search.ties_move else STEP_FLOOR
+        (s,) = screen({name: outcomes(runs)}, outcomes(base_runs), floor=floor)
         base_name = _name_of(chain, head)
         outcome = "kept" if s.chosen else "dropped"
         p.screened, p.rank = (
@@ -366,12 +368,13 @@ def _step_reason(s: Screened, base: str, outcome: str, what: str = "") -> str:
     ``what`` says which state of which chain) or kept and not validated (``passed``: after the
     chain's pick, ``what`` says why)."""
     summary = f"{s.mean_delta:+.3f} on {s.n} train tasks, won {len(s.wins)}, lost {len(s.losses)}"
+    beat = "beat" if s.mean_delta > 0 else "matched (search.ties_move)"
     if outcome == "end":
-        return f"validated: {what}; beat {base} on train ({summary})"
+        return f"validated: {what}; {beat} {base} on train ({summary})"
     if outcome == "passed":
-        return f"not validated: {what}; beat {base} on train ({summary})"
+        return f"not validated: {what}; {beat} {base} on train ({summary})"
     if outcome == "kept":
-        return f"not validated: beat {base} on train ({summary}); a later step built on it"
+        return f"not validated: {beat} {base} on train ({summary}); a later step built on it"
     return f"not validated: did not beat {base} on train ({summary}); dropped"
 
 

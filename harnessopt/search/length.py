@@ -28,7 +28,11 @@ never saw: ``--optimizer manual``, a command) the chain is ``UNPRICED_STEPS`` lo
 Where the run's budget pays for ``checkpoints.SWITCH_VALIDATIONS`` whole validations and
 ``search.checkpoints`` is null, the chain is ``checkpoints.LONG_STEPS`` long whatever the price,
 and its head is scored every ``checkpoints.EVERY`` steps (``search.checkpoints``): a long chain
-drifts, and the pick validates the state it drifted from.
+drifts, and the pick validates the state it drifted from. Where a budget pays for fewer, a run
+validates about once, and with ``search.ties_move`` null a step level with its base on the batch
+moves the chain too: a chain that moves only on a gain 8 tasks can see barely moves before that
+one validation (the yield benchmark: above the strict step at 2,000 rollouts, below it where
+checkpoints are on).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class ChainLength:
     checkpoints: int = 0  # steps between the head's checkpoints (search.checkpoints; 0: off)
     validations: float | None = None  # whole validations the run's budget pays for (None: no budget)
     pick: str = ""  # what the chain validates and why checkpoints are on or off: a clause after the length
+    ties_move: bool = False  # a step level with its base on the batch moves the chain (search.ties_move)
 
     def basis(self) -> str:
         """Why this length, in a clause."""
@@ -112,22 +117,29 @@ def whole_validations(cfg: Config, rates: dict[str, float], n_val: int) -> float
 def _switched(
     cfg: Config, rates: dict[str, float], n_val: int, n_train: int | None, chain: ChainLength
 ) -> ChainLength:
-    """``chain`` with its checkpoints: ``search.checkpoints`` when set; when null, on (a chain of
-    ``checkpoints.LONG_STEPS`` steps, its head scored every ``checkpoints.EVERY``) where the budget
-    pays for ``checkpoints.SWITCH_VALIDATIONS`` whole validations and the train split has
-    ``checkpoints.TASKS`` tasks to score on, else off."""
+    """``chain`` with its checkpoints and its rule for ties: ``search.checkpoints`` when set; when
+    null, on (a chain of ``checkpoints.LONG_STEPS`` steps, its head scored every
+    ``checkpoints.EVERY``) where the budget pays for ``checkpoints.SWITCH_VALIDATIONS`` whole
+    validations and the train split has ``checkpoints.TASKS`` tasks to score on, else off. And
+    ``search.ties_move`` when set; when null, on where a budget pays for fewer validations."""
     paid = whole_validations(cfg, rates, n_val)
+    short = paid is not None and paid < checkpoints.SWITCH_VALIDATIONS
+    ties = cfg.search.ties_move if cfg.search.ties_move is not None else short
+    tied = ""
+    if ties and cfg.search.ties_move is None:
+        tied = "; a step level with its base on the batch moves the chain too (search.ties_move: null)"
+    chain = replace(chain, validations=paid, ties_move=ties)
     every = cfg.search.checkpoints
     if every is not None:
         note = f", its head scored every {every} steps (search.checkpoints: {every})" if every else ""
-        return replace(chain, checkpoints=every, validations=paid, pick=note)
+        return replace(chain, checkpoints=every, pick=note + tied)
     need = f"{checkpoints.SWITCH_VALIDATIONS:g} switch them on"
     b = cfg.budget
     if paid is None and (b.max_calls, b.max_tokens, b.max_cost, b.max_hours) != (None,) * 4:
         off = "no price or count the run has turns its budget into target runs"
     elif paid is None:
         off = "a run without a budget validates each chain's end"
-    elif paid < checkpoints.SWITCH_VALIDATIONS:
+    elif short:
         off = f"the budget pays for {paid:,.1f} whole validations, {need}"
     elif n_train is not None and n_train < checkpoints.TASKS:
         off = f"the train split has {n_train} tasks to score on, not {checkpoints.TASKS}"
@@ -137,9 +149,8 @@ def _switched(
             f"the best scored state validated (search.checkpoints: null; the budget pays for {paid:,.1f} "
             f"whole validations, {need})"
         )
-        steps = checkpoints.LONG_STEPS
-        return replace(chain, steps=steps, checkpoints=checkpoints.EVERY, validations=paid, pick=note)
-    return replace(chain, validations=paid, pick=f"; no checkpoints (search.checkpoints: null; {off})")
+        return replace(chain, steps=checkpoints.LONG_STEPS, checkpoints=checkpoints.EVERY, pick=note + tied)
+    return replace(chain, pick=f"; no checkpoints (search.checkpoints: null; {off}){tied}")
 
 
 def screen_extra(turn: float, batch: int) -> int:
@@ -157,10 +168,13 @@ def chooses(cfg: Config) -> bool:
 
 def with_chain(cfg: Config, chain: ChainLength) -> Config:
     """``cfg`` as a run that chose ``chain`` runs it: ``search.explore`` set to its steps, a null
-    ``search.screen_tasks`` to its extra screening tasks and a null ``search.checkpoints`` to its."""
-    update: dict[str, int] = {"explore": chain.steps}
+    ``search.screen_tasks`` to its extra screening tasks, a null ``search.checkpoints`` to its and a
+    null ``search.ties_move`` to its."""
+    update: dict[str, int | bool] = {"explore": chain.steps}
     if cfg.search.screen_tasks is None:
         update["screen_tasks"] = chain.screen_tasks
     if cfg.search.checkpoints is None:
         update["checkpoints"] = chain.checkpoints
+    if cfg.search.ties_move is None:
+        update["ties_move"] = chain.ties_move
     return cfg.model_copy(update={"search": cfg.search.model_copy(update=update)})

@@ -30,8 +30,8 @@ def test_the_benchmark_prints_every_table_for_every_strategy(capsys: pytest.Capt
     for st in y.round_strategies()[1:]:  # the gate's rows: per round only
         assert out.count(f"| {st.label} |") == 1
     assert (
-        "| default (Config() now: search.explore, search.screen_tasks and search.checkpoints null, chosen by "
-        "price and budget) |" in out
+        "| default (Config() now: search.explore, search.screen_tasks, search.checkpoints and "
+        "search.ties_move null, chosen by price and budget) |" in out
     )  # the shipped default
     paired = out.split("the default against each baseline, run by run")[1].split("where the gain goes")[0]
     rows = [line for line in paired.splitlines() if line.startswith("| ")][1:]  # under the header
@@ -200,12 +200,15 @@ def test_the_default_row_chains_what_the_shipped_rule_chooses_at_each_price() ->
     fixed = [s for s in y.strategies() if s.kind == "explore" and s.search.explore is not None]
     assert sorted({s.chain(600) for s in fixed}) == sorted(set(y.FIXED_CHAINS))
     # with the table's budget: from two whole validations (2,970 rollouts) 150 steps, checkpoints every 10
-    assert [default.length(t, 2000) for t in (0, y.TURN_PRICE)] == [(50, 0, 0), (31, 0, 0)]
+    # below two, ties move too (search.ties_move null); not in a run without a budget
+    assert [default.length(t, 2000) for t in (0, y.TURN_PRICE)] == [(50, 0, 0, True), (31, 0, 0, True)]
     assert [default.length(t, b) for t, b in ((0, 5000), (y.PRIORS_TURN_PRICE, 20_000))] == [
-        (LONG_STEPS, 0, EVERY),
-        (LONG_STEPS, 16, EVERY),
+        (LONG_STEPS, 0, EVERY, False),
+        (LONG_STEPS, 16, EVERY, False),
     ]
-    assert y.strategies()[2].length(0, 5000) == (50, 0, 0)  # the default before checkpoints
+    assert default.length(0) == (50, 0, 0, False)
+    assert y.strategies()[2].length(0, 5000) == (50, 0, 0, False)  # the default before checkpoints
+    assert y.strategies()[-1].length(0, 2000) == (50, 0, 0, False)  # the default before ties move
 
 
 def test_confirm_holdout_gates_on_the_rest_of_val_and_confirms_on_the_held_out_tasks(
@@ -293,7 +296,7 @@ def test_each_tried_rule_changes_the_run_and_plans_its_own_runs_inside_the_budge
     states on train, a reused batch, long chains and their checkpoints each change what the default
     spends; the plan counts the extra runs, so no run ends with a round the budget cut, and each rule
     changes what some run does."""
-    default, *tried = y.tried_strategies()[1:2] + y.tried_strategies()[3:-1]  # [-1]: on the default
+    default, *tried = y.tried_strategies()[1:2] + y.tried_strategies()[4:-1]  # [3], [-1]: on the default
     flags = [(st.recheck, st.restart, st.two_states, st.pick_tasks, st.reuse_once) for st in tried]
     assert flags == [
         (True, False, False, 0, False),
@@ -348,9 +351,12 @@ def test_the_pick_switched_on_by_budget_is_the_default_below_its_switch_and_in_r
     shipped, default, switched = y.tried_strategies()[0], y.tried_strategies()[1], y.tried_strategies()[-2]
     whole = y.Planner(switched, y.world(0), 2000, 0).whole_validation()
     assert 2000 < y.SWITCH_VALIDATIONS * whole < 5000
+    # below the switch the default's steps move on ties (search.ties_move null), which the row tried
+    # before it did not: the default before checkpoints with ties as the default has them
+    tied = dataclasses.replace(default, search=default.search.model_copy(update={"ties_move": None}))
 
-    for st in (switched, shipped):  # the row tried last stop, and the default's checkpoints now
-        assert _same(_runs(st, 2000, turn=20), _runs(default, 2000, turn=20))
+    for st, below in ((switched, default), (shipped, tied)):  # the row tried, the default's checkpoints now
+        assert _same(_runs(st, 2000, turn=20), _runs(below, 2000, turn=20))
         assert _same(_runs(st, 10**9, rounds=2), _runs(default, 10**9, rounds=2))
         got = _runs(st, 5000)
         assert not _same(got, _runs(default, 5000))
@@ -361,7 +367,7 @@ def test_going_on_from_the_pick_changes_only_runs_with_checkpoints_and_adds_no_r
     """The last tried row is the default with one rule: at each checkpoint the chain goes on from
     its pick. Where the default scores no checkpoint (2,000 rollouts) it is the default's run; at
     5,000 it changes what runs do, inside the budget, with no round cut and no more runs a step."""
-    shipped, backtrack = y.tried_strategies()[0], y.tried_strategies()[-1]
+    shipped, backtrack = y.strategies()[-1], y.tried_strategies()[-1]  # the default before ties move
     assert backtrack.backtrack and not shipped.backtrack
     fields = [
         f.name for f in dataclasses.fields(y.Strategy) if f.name not in ("label", "policy", "backtrack")
@@ -403,3 +409,21 @@ def test_a_long_chains_checkpoints_are_scored_once_each_and_the_best_scored_is_g
     assert marks.best() is better
     assert marks.begin(w.s0, rng) == 0  # a new round's chain: the start alone, its score kept
     assert marks.chain == [w.s0] and marks.best() is w.s0
+
+
+def test_ties_move_where_the_budget_switches_checkpoints_off_and_the_tried_row_moves_them_everywhere() -> (
+    None
+):
+    """The default's steps move on a tie where a budget pays for fewer than two whole validations
+    (2,000 rollouts), so its runs there differ from the default before ties move; at 5,000 and in a
+    run of counted rounds they are that row's, figure for figure. The tried row, ties at every
+    budget, changes the 5,000 runs too; all stay inside the budget, no round cut."""
+    shipped, strict, everywhere = y.strategies()[1], y.strategies()[-1], y.tried_strategies()[3]
+    assert everywhere.search.ties_move is True and strict.search.ties_move is False
+    assert not _same(_runs(shipped, 2000, turn=20), _runs(strict, 2000, turn=20))
+    assert _same(_runs(shipped, 5000), _runs(strict, 5000))
+    assert _same(_runs(shipped, 10**9, rounds=2), _runs(strict, 10**9, rounds=2))
+    got = _runs(everywhere, 5000)
+    assert not _same(got, _runs(shipped, 5000))
+    for runs, budget in ((got, 5000), (_runs(shipped, 2000, turn=20), 2000)):
+        assert sum(r.stopped for r in runs) == 0 and all(r.spent[0] <= budget for r in runs)

@@ -20,6 +20,7 @@ import pytest
 from harnessopt.errors import UserError
 from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import store as ledger
+from harnessopt.optimizer.manual import DONE_NAME
 from harnessopt.protocols import Task
 from harnessopt.round import steps
 from harnessopt.workspace.core import Workspace
@@ -95,7 +96,8 @@ def _interrupt_mid_round(
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
         if phase == "smoke":
-            _wait_for_phase(ws, "check", proc)
+            (view / DONE_NAME).touch()  # gating starts now: an edit made before the optimizer's first look
+            _wait_for_phase(ws, "check", proc)  # would otherwise wait for its wall clock
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
         left = sorted(p.name for p in tmpdir.iterdir())

@@ -325,3 +325,20 @@ def test_the_hours_left_end_a_chain_where_its_validation_fits_as_a_budget_does(t
     assert m.gate.model_extra["look_levels"] == [pytest.approx(0.95)]
     events = [e for e in ws.journal.read()[0] if e.get("phase") == "explore_budget_end"]
     assert [e["before"] for e in events] == ["s2"]
+
+
+def test_with_ties_move_a_step_level_with_its_base_moves_the_chain(tmp_path: Path) -> None:
+    """search.ties_move: s3, level with s2 on its batch (it changes nothing the scorer sees), is kept,
+    and the chain's end validated is s3: one commit with all three steps."""
+    ws = Workspace.open(make_ws(tmp_path, model=_script(tmp_path), search={"explore": 3, "ties_move": True}))
+    [result] = driver.run(ws, 1, lambda _m: None)
+    m = result.manifest
+    assert result.status == "accepted" and m.search is not None, m.reason
+    by_name = {c.name: c for c in m.search.candidates}
+    assert m.search.winners == ["s3"] and by_name["s3"].mean_delta == 0.0
+    assert by_name["s3"].reason.startswith(
+        "validated: the chain's end (s1 -> s2 -> s3); matched (search.ties_move) s2 on train (+0.000 on 8"
+    )
+    assert "beat s1 on train" in by_name["s2"].reason and "a later step built on it" in by_name["s2"].reason
+    skill = (ws.root / "skill" / "SKILL.md").read_text()
+    assert FORM in skill and SEAT in skill and TAIL in skill

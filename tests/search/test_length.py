@@ -203,8 +203,15 @@ def test_checkpoints_are_switched_on_where_the_budget_pays_for_two_whole_validat
     )
     below = at(2 * 14.85 - 0.01)
     assert (below.steps, below.checkpoints) == (31, 0)
-    assert below.why().endswith("the budget pays for 2.0 whole validations, 2 switch them on)")
+    assert below.why().endswith(
+        "the budget pays for 2.0 whole validations, 2 switch them on); a step level with its base on the "
+        "batch moves the chain too (search.ties_move: null)"
+    )
     assert with_chain(Config(), below).search.checkpoints == 0  # a null is filled in: off
+    # where checkpoints are off for the budget, ties move (a null filled in), and nowhere else
+    assert below.ties_move and with_chain(Config(), below).search.ties_move is True
+    assert not on.ties_move and with_chain(Config(), on).search.ties_move is False
+    assert not at(None).ties_move and "ties_move" not in at(None).why()
     assert (at(None).steps, at(None).checkpoints, at(None).validations) == (31, 0, None)
     few = at(100.0, n_train=TASKS - 1)
     assert few.checkpoints == 0 and few.why().endswith(
@@ -266,3 +273,20 @@ def test_run_dry_run_says_a_budget_switches_checkpoints_on_and_counts_their_runs
     same = {"checkpoints": 0, "explore": 150, "screen_tasks": chain.screen_tasks}
     long = on.model_copy(update={"search": on.search.model_copy(update=same)})
     assert scored - project(w, 1, long).rounds[0].target_runs == pytest.approx(15 * 50)
+
+
+def test_ties_move_as_set_whatever_the_budget() -> None:
+    """search.ties_move true or false is kept as set (the rule fills in only a null), and the
+    config refuses it where nothing chains."""
+    r = rates(run_usd=0.01, turn_usd=0.01)
+    for cost in (None, 20.0, 100.0):
+        for ties in (True, False):
+            cfg = Config.model_validate(
+                {"budget": {"max_cost": cost} if cost else {}, "search": {"ties_move": ties}}
+            )
+            chain = chain_length(cfg, r, M, 100)
+            assert chain.ties_move is ties and "ties_move" not in chain.why()
+            assert with_chain(cfg, chain).search.ties_move is ties
+    with pytest.raises(ValueError, match="search.ties_move is about the steps of a chain"):
+        SearchConfig(explore=0, ties_move=True)
+    assert SearchConfig(explore=0, ties_move=False).ties_move is False  # off says nothing wrong
