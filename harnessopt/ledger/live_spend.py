@@ -67,7 +67,7 @@ class Keeper:
         self.root, self.usage, self.every_s = root, usage, every_s
         self._lock = threading.Lock()
         self._rounds: set[int] = set()
-        self._written: dict[int, Any] | None = None
+        self._written: dict[int, Any] = {}  # nothing written yet: a file a killed run left stays for `run`
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ho-spend", daemon=True)
         self._thread.start()

@@ -71,3 +71,16 @@ def test_an_unreadable_file_is_no_spend(tmp_path: Path) -> None:
     assert live_spend.left(tmp_path) == {}
     live_spend.path(tmp_path).write_text(json.dumps({"rounds": [1, 2]}))
     assert live_spend.left(tmp_path) == {}
+
+
+def test_a_command_that_runs_no_round_leaves_a_killed_runs_file_for_run(tmp_path: Path) -> None:
+    """audit, ablate, replay open the same services (and so a keeper) but run no round: the file a
+    killed run left stays until a `run` moves it into the journal."""
+    Journal(tmp_path)
+    live_spend.path(tmp_path).write_text(
+        json.dumps({"pid": 1, "rounds": {"4": {"cost_usd": 0.5, "tokens": {}}}})
+    )
+    keeper = live_spend.Keeper(tmp_path, Meter(), every_s=0.01)
+    time.sleep(0.1)
+    keeper.close()
+    assert live_spend.left(tmp_path) == {4: {"cost_usd": 0.5, "tokens": {}}}
