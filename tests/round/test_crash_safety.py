@@ -96,3 +96,22 @@ def test_a_stop_just_after_main_moved_still_records_what_the_next_run_needs(
     assert git(ws.root, "rev-parse", "HEAD") == git(ws.root, "rev-parse", "ho/round-1^{commit}")
     # the round's incumbent's val runs, and the new incumbent's (none before the round)
     assert cached_before == 0 and len(ValCache(ws.root / ".harnessopt")._load()) == 2
+
+
+def test_the_next_run_moves_what_a_killed_round_had_spent_into_the_journal(tmp_path: Path) -> None:
+    """A run SIGKILLed in round 1 left .harnessopt/spend-live.json (its keeper's last count); the next
+    run says what it was, writes it as round 1's spend line before it starts, and removes the file."""
+    from harnessopt.ledger import live_spend
+    from harnessopt.round import driver
+
+    ws = Workspace.open(make_ws(tmp_path))
+    left = {"1": {"cost_usd": 0.42, "tokens": {"optimizer": {"calls": 3, "input": 900, "output": 90}}}}
+    live_spend.path(ws.root).write_text(json.dumps({"pid": 1, "rounds": left}))
+    said: list[str] = []
+    driver.run(ws, 1, said.append)
+    assert said[0] == "a run killed in round 1 had spent $0.4200 there (at its last count); `status` shows it"
+    entries = [json.loads(x) for x in _journal(ws.root) if x.strip()]
+    killed = [e for e in entries if e.get("killed")]
+    assert [(e["round"], e["phase"], e["cost_usd"]) for e in killed] == [(1, "spend", 0.42)]
+    assert entries.index(killed[0]) < next(i for i, e in enumerate(entries) if e["phase"] == "run_start")
+    assert not live_spend.path(ws.root).exists()
