@@ -44,10 +44,15 @@ Strategies (the same worlds and proposal streams for all):
   ``checkpoints.TASKS`` fixed train tasks (the chain's start not scored; a head scored this round
   is not run again, a later round scores afresh), and so does the end; the best scored state is
   validated instead of the end when it scored more than ``checkpoints.MARGIN`` above it
-  (``checkpoints.Marks.pick``), and the plan reserves a checkpoint's runs with each step.
-* default before checkpoints: the same with ``search.checkpoints: 0`` (the chain's end validated,
-  the rule's length at every budget). The rows below marked by stops, and the ``--tried`` rows,
-  are this one with one rule changed.
+  (``checkpoints.Marks.pick``), and the plan reserves a checkpoint's runs with each step. Below
+  that switch (``search.ties_move`` null) a step level with its base on its screen moves the chain
+  too (``explore.TIE_FLOOR``); above it, and in a run of counted rounds, only a strictly better one.
+* default, a step moves the chain only when strictly better [the default before ties moved]: the
+  same with ``search.ties_move: false`` (the last row of the main tables).
+* default before checkpoints: that one with ``search.checkpoints: 0`` too (the chain's end
+  validated, the rule's length at every budget). The rows below marked by stops, and the
+  ``--tried`` rows, are this one with one rule changed (but the ``--tried`` row of ties at every
+  budget and the last one, which change the default and the default before ties moved).
 * default, a chain that has not moved steps past its validation's room [the stop before]: the
   same plan, but only a chain that has moved is held to it, and a round starts whenever a
   proposal's rollouts fit (the driver's lower bound of the stop before is not modelled): its steps
@@ -453,7 +458,7 @@ def strategies() -> list[Strategy]:
         ),
         Strategy.loop(
             "default, a step moves the chain only when strictly better on its batch (search.ties_move: "
-            "false) [the stop before]",
+            "false) [the default before ties moved]",
             "explore",
             strict,
         ),
