@@ -15,7 +15,8 @@ one of another user's. Child processes keep their own ``TMPDIR``.
 
 Where the temporary directory's path is long (macOS's ``/var/folders/...``), no folder is
 claimed and ``tempfile`` is left as it was: a Unix socket's path (the gateway's, inside a
-temporary folder) must fit in about 100 bytes.
+temporary folder) must fit in about 100 bytes. Nor where the folder cannot be made (a full or
+read-only disk): ``status`` still runs, and what needs a temporary folder says why itself.
 """
 
 from __future__ import annotations
@@ -83,10 +84,14 @@ def claimed(base: Path | None = None) -> Iterator[Path | None]:
         yield None
         return
     sweep(root)
-    path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=root))
-    fd = os.open(path / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    before = tempfile.tempdir
     try:
+        path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=root))
+    except OSError:  # a full or read-only disk: `status` must still run (what needs a folder says so)
+        yield None
+        return
+    before, fd = tempfile.tempdir, -1
+    try:
+        fd = os.open(path / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, f"{os.getpid()}\n".encode())
         tempfile.tempdir = str(path)
@@ -94,4 +99,5 @@ def claimed(base: Path | None = None) -> Iterator[Path | None]:
     finally:
         tempfile.tempdir = before
         shutil.rmtree(path, ignore_errors=True)
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -118,3 +119,13 @@ def test_a_long_base_claims_nothing(base: Path) -> None:
     with tmpdirs.claimed(long) as root:
         assert root is None and tempfile.tempdir == before
     assert list(long.iterdir()) == []
+
+
+def test_a_base_that_takes_no_folder_claims_nothing(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(*_a: object, **_k: object) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    before = tempfile.tempdir
+    with tmpdirs.claimed(base) as root:  # status must still run on a full disk
+        assert root is None and tempfile.tempdir == before
