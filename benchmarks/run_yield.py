@@ -46,7 +46,7 @@ Strategies (the same worlds and proposal streams for all):
   validated instead of the end when it scored more than ``checkpoints.MARGIN`` above it
   (``checkpoints.Marks.pick``), and the plan reserves a checkpoint's runs with each step. Below
   that switch (``search.ties_move`` null) a step level with its base on its screen moves the chain
-  too (``explore.TIE_FLOOR``); above it, and in a run of counted rounds, only a strictly better one.
+  too (``explore.step_floor``); above it, and in a run of counted rounds, only a strictly better one.
 * default, a step moves the chain only when strictly better [the default before ties moved]: the
   same with ``search.ties_move: false`` (the last row of the main tables).
 * default before checkpoints: that one with ``search.checkpoints: 0`` too (the chain's end
@@ -192,7 +192,7 @@ from harnessopt.search.budget import (  # noqa: E402
     round_can_commit,
     validation_runs,
 )
-from harnessopt.search.explore import STEP_FLOOR, TIE_FLOOR  # noqa: E402
+from harnessopt.search.explore import STEP_FLOOR, step_floor  # noqa: E402
 from harnessopt.search.length import MAX_STEPS, chain_length  # noqa: E402
 from harnessopt.search.screen import screen  # noqa: E402
 
@@ -708,7 +708,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
         st = dataclasses.replace(st, steps=0, checkpoints=(0, 0))  # below the switch: the default
     assert st.policy is not None and st.gate is not None
     steps, extra, every, ties = st.length(turn, budget if rounds is None else None)
-    step_floor = TIE_FLOOR if ties else STEP_FLOOR
+    floor = step_floor(ties)  # the shipped step's rule (search.ties_move)
     pol, res, carry = st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
     plan = Planner(st, w, budget, turn) if rounds is None and st.plans else None
@@ -770,7 +770,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
             if reuse is not None:
                 base_runs = reuse[1]
             base_runs = base_runs if base_runs is not None else crashy(head, tasks, rng)
-            moved = any(x.chosen for x in screen(runs, base_runs, floor=step_floor))
+            moved = any(x.chosen for x in screen(runs, base_runs, floor=floor))
             reuse = (tasks, base_runs) if st.reuse_once and not moved and reuse is None else None
             if moved:
                 prev = head if st.recheck else None

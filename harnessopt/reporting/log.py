@@ -228,17 +228,18 @@ def status_lines(ws: Workspace) -> list[str]:
     spends = [e for e in entries if e.get("phase") == "spend"] + [
         {"round": k, **v} for k, v in killed.items()
     ]
-    unrecorded: dict[int, list[float]] = {}  # rounds interrupted before their record: dollars, calls, tokens
+    unrecorded: dict[int, tuple[float, int, int]] = {}  # rounds interrupted before their record
     for e in spends:
         if (k := int(e["round"])) not in recorded:
+            usd, calls, tokens = unrecorded.get(k, (0.0, 0, 0))
             uses = [u for u in (e.get("tokens") or {}).values() if isinstance(u, dict)]
-            add = [float(e.get("cost_usd") or 0), sum(u.get("calls", 0) for u in uses)]
-            add.append(sum(u.get("input", 0) + u.get("output", 0) for u in uses))
-            unrecorded[k] = [a + b for a, b in zip(unrecorded.get(k, [0.0, 0, 0]), add, strict=True)]
+            calls += sum(u.get("calls", 0) for u in uses)
+            tokens += sum(u.get("input", 0) + u.get("output", 0) for u in uses)
+            unrecorded[k] = (usd + float(e.get("cost_usd") or 0), calls, tokens)
     for k, (usd, calls, tokens) in sorted(unrecorded.items()):
         why = "; at least: the run was killed, and this is its last count" if k in killed else ""
         lines.append(
-            f"interrupted round {k} spent ${usd:.4f}, {calls:.0f} model call(s), {tokens:,.0f} tokens "
+            f"interrupted round {k} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens "
             f"(not in any recorded round{why})"
         )
     last = entries[-1] if entries else None

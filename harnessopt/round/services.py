@@ -54,6 +54,8 @@ class Services:
     scratch: Path
     state_dir: Path
     store: RoundStore
+    spend: Keeper
+    """Keeps ``.harnessopt/spend-live.json`` with the spend of the rounds in progress (what a killed run spent)."""
     rates: dict[str, float] = field(default_factory=dict)
     """The projection's rates the run started with (``reporting.projection``): what a target run and
     an optimizer turn cost, for what the budget still pays for (``search.budget``); none: no plan."""
@@ -61,8 +63,6 @@ class Services:
     """The run's wall-clock deadline (``time.monotonic()``, from ``budget.max_hours``), or None."""
     optimizer_s: dict[int, float] = field(default_factory=dict)
     """Seconds the optimizer's conversations took, per round (every candidate and step)."""
-    spend: Keeper | None = None
-    """Keeps ``.harnessopt/spend-live.json`` with the spend of the rounds in progress (what a killed run spent)."""
 
     def seconds_left(self) -> float | None:
         """Seconds to the run's deadline (0 once past it), or None without ``budget.max_hours``."""
@@ -193,6 +193,4 @@ def open_services(
             else None
         )
         gate = make_gate(cfg.gate)
-        yield Services(
-            cfg, gateway, sandbox, runner, optimizer, gate, scratch, state_dir, store, spend=keeper
-        )
+        yield Services(cfg, gateway, sandbox, runner, optimizer, gate, scratch, state_dir, store, keeper)

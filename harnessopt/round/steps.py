@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 from harnessopt.errors import UserError
@@ -53,8 +53,7 @@ from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
 def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResult:
     rc = start_round(ws, svc, k)
-    if svc.spend:
-        svc.spend.begin(k)  # what it spends is kept in .harnessopt/spend-live.json meanwhile (a SIGKILL)
+    svc.spend.begin(k)  # what it spends is kept in .harnessopt/spend-live.json meanwhile (a SIGKILL)
     trail = Trail(runs=RoundRuns())
     svc.runner.observers.append(trail.runs)
     try:
@@ -71,7 +70,7 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
         svc.runner.drop_prefetched(wait=False)  # runs started ahead for a step that never came
         svc.gateway.release_round("optimizer", k)
         spent = svc.usage_of_round(k)  # also when interrupted: `status` shows what the round cost
-        with svc.spend.ending(k) if svc.spend else nullcontext():  # out of the live file in one step
+        with svc.spend.ending(k):  # out of the live file in one step
             ws.journal.write(k, "spend", cost_usd=spent.cost_usd, tokens=spent.tokens)
         svc.runner.observers.remove(trail.runs)
 

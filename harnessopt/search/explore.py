@@ -56,6 +56,13 @@ from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
 STEP_FLOOR = 1e-9  # a step moves the chain only when strictly better than its base on the batch
 TIE_FLOOR = -1e-9  # with search.ties_move: also when level with it there
+
+
+def step_floor(ties_move: bool | None) -> float:
+    """The screen floor a chain's step must reach to move the chain (``search.ties_move``)."""
+    return TIE_FLOOR if ties_move else STEP_FLOOR
+
+
 _SUBJECT = re.compile(r"harnessopt round (\d+) candidate (s\d+): (.*)")
 
 
@@ -200,8 +207,7 @@ def explore(
             candidate, [t for t in batch if t.id in ran], rc.k, epochs=[step_epoch(j)], phase="screening"
         )
         interrupts.check()
-        floor = TIE_FLOOR if svc.cfg.search.ties_move else STEP_FLOOR
-        (s,) = screen({name: outcomes(runs)}, outcomes(base_runs), floor=floor)
+        (s,) = screen({name: outcomes(runs)}, outcomes(base_runs), floor=step_floor(svc.cfg.search.ties_move))
         base_name = _name_of(chain, head)
         outcome = "kept" if s.chosen else "dropped"
         p.screened, p.rank = (

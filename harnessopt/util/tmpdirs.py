@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -54,7 +55,7 @@ def sweep(base: Path) -> list[Path]:
             st = os.lstat(path)
         except OSError:
             continue  # gone meanwhile
-        if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != uid or now - st.st_mtime < YOUNG_S:
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or now - st.st_mtime < YOUNG_S:  # lstat: no link
             continue
         try:
             fd = os.open(path / OWNER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
