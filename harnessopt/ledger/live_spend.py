@@ -76,6 +76,11 @@ class Keeper:
         with self._lock:
             self._rounds.add(k)
 
+    def tracks(self, k: int) -> bool:
+        """Is round ``k`` in progress (begun, not yet ended)?"""
+        with self._lock:
+            return k in self._rounds
+
     @contextmanager
     def ending(self, k: int) -> Iterator[None]:
         """Round ``k`` writes its spend line in this block: it leaves the file in the same step."""

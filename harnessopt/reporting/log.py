@@ -238,8 +238,9 @@ def status_lines(ws: Workspace) -> list[str]:
             unrecorded[k] = (usd + float(e.get("cost_usd") or 0), calls, tokens)
     for k, (usd, calls, tokens) in sorted(unrecorded.items()):
         why = "; at least: the run was killed, and this is its last count" if k in killed else ""
+        what = f"round {k} (diagnosis)" if k == 0 else f"round {k}"  # round 0 records in no round
         lines.append(
-            f"interrupted round {k} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens "
+            f"interrupted {what} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens "
             f"(not in any recorded round{why})"
         )
     last = entries[-1] if entries else None

@@ -28,7 +28,7 @@ from harnessopt.ledger import vcs
 from harnessopt.ledger.round0 import PROPOSAL_PATH, Round0
 from harnessopt.optimizer.brief import render_history, render_round0_brief
 from harnessopt.optimizer.view import build_view, copy_back
-from harnessopt.protocols import Announce, TaskResult
+from harnessopt.protocols import Announce, Task, TaskResult
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.taxonomy import classify
 from harnessopt.rollout.trajectory import write_trajectories
@@ -83,7 +83,10 @@ def ready(ws: Workspace, svc: Services, say: Announce, decide: Decide | None) ->
 
 def diagnose(ws: Workspace, svc: Services, say: Announce) -> Round0:
     """Roll out all train tasks with the seed harness, have the diagnosis agent write the proposal,
-    record it on main. A seed harness that crashes on most tasks is a UserError (nothing recorded)."""
+    record it on main. A seed harness that crashes on most tasks is a UserError (nothing recorded).
+    What a diagnosis spent is in its proposal's commit; one that recorded none (a broken seed,
+    Ctrl-C, an error) writes it to the journal as round 0's ``spend`` line, which ``status`` shows,
+    and while it runs ``.harnessopt/spend-live.json`` keeps it (a SIGKILL), as a round's."""
     if vcs.dirty_paths(ws.repo):
         raise UserError(f"{ws.root} has uncommitted changes; commit or stash them, then run again")
     parent = vcs.head_sha(ws.repo)
@@ -99,6 +102,19 @@ def diagnose(ws: Workspace, svc: Services, say: Announce) -> Round0:
         )
     say(f"round 0: rollout of the seed harness on all {len(train)} train tasks")
     ws.journal.write(0, "round0_rollout", parent=parent, tasks=len(train))
+    svc.spend.begin(0)  # kept in .harnessopt/spend-live.json meanwhile (a SIGKILL)
+    try:
+        return _diagnose(ws, svc, say, parent, seed, train)
+    finally:  # a diagnosis that recorded no proposal (a broken seed, Ctrl-C) spent all the same
+        if svc.spend.tracks(0):
+            spent = svc.usage_of_round(0)
+            with svc.spend.ending(0):
+                ws.journal.write(0, "spend", cost_usd=spent.cost_usd, tokens=spent.tokens)
+
+
+def _diagnose(
+    ws: Workspace, svc: Services, say: Announce, parent: str, seed: Candidate, train: list[Task]
+) -> Round0:
     results = svc.runner.run(seed, train, 0, phase="rollout")
     if broken := incumbent_broken(results):
         raise UserError(f"round 0: {broken}; fix the seed harness (or the sandbox), then run again")
@@ -122,7 +138,8 @@ def diagnose(ws: Workspace, svc: Services, say: Announce) -> Round0:
         "tokens": svc.usage_of_round(0).tokens,
         "cost_usd": svc.usage_of_round(0).cost_usd,
     }
-    sha = proposals.record_proposal(ws.repo, text, seed.root / "trajectories", data)
+    with svc.spend.ending(0):  # its commit holds its spend: out of the live file in one step
+        sha = proposals.record_proposal(ws.repo, text, seed.root / "trajectories", data)
     svc.store.clear(0)
     ws.journal.write(0, "round0_proposal", commit=sha)
     if discarded:

@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from harnessopt.commands.demo import DEMO_DATA
+from harnessopt.ledger import live_spend
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.workspace.core import Workspace
-from tests.support.cli import git
+from tests.support.cli import git, start_cli
 from tests.support.workspace import make_ws
 
 PLAN_MARK = "PLAN-extract-the-city"
@@ -327,3 +329,49 @@ def test_a_broken_incumbent_is_named_by_its_stderr_and_exit_code_not_the_sandbox
     assert "(exit code 7)" in said and "(nothing on stderr)" in said and "bwrap" not in said
     said = incumbent_broken([_crash(0, "", None), _crash(1, "Traceback\nImportError: no x\n", 1)])
     assert said is not None and "the harness said: Traceback | ImportError: no x" in said
+
+
+def test_a_diagnosis_that_records_no_proposal_still_shows_what_it_spent(tmp_path: Path) -> None:
+    """A seed harness that calls the model and then exits non-zero on every task: the rollout spent
+    a call a task, round 0 ends with a UserError and no proposal, and status shows that spend."""
+    ws = make_harness_ws(tmp_path)
+    run_py = ws / "harness" / "run.py"
+    run_py.write_text(run_py.read_text().replace("    sys.exit(main())", "    main()\n    sys.exit(3)"))
+    git(ws, "commit", "-qam", "a seed that exits 3 after its answer")
+    r = ho("run", ws, "--rounds", "1")
+    assert r.returncode == 2 and "before any optimizer call" in r.stderr, (r.stdout, r.stderr)
+    repo = Workspace.open(ws).repo
+    assert proposals.spend(repo)["diagnoses"] == 0  # no proposal: its spend is in no commit
+    n = len(Workspace.open(ws).tasks("train"))
+    status = ho("status", ws).stdout
+    line = next(x for x in status.splitlines() if x.startswith("interrupted round 0 (diagnosis) spent"))
+    assert f", {n} model call(s)," in line, status
+    assert not (ws / ".harnessopt" / "spend-live.json").exists()  # the journal holds it, once
+    r = ho("run", ws, "--rounds", "1")  # again: the first's finished runs are reused, not paid twice
+    assert r.returncode == 2
+    line = next(x for x in ho("status", ws).stdout.splitlines() if x.startswith("interrupted round 0"))
+    assert f", {n} model call(s)," in line
+
+
+def test_a_diagnosis_killed_outright_shows_its_last_count(tmp_path: Path) -> None:
+    """SIGKILL while the diagnosis agent works (the manual backend waits for a person): the train
+    rollout's calls are in no commit and no spend line; the run's live file has them, status shows
+    them, and the next run moves them into the journal once."""
+    ws = make_ws(tmp_path, mode="harness", optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
+    n = len(Workspace.open(ws).tasks("train"))
+    proc = start_cli("run", ws, "--rounds", "1")
+    try:
+        deadline = time.monotonic() + 120
+        while live_spend.left(ws).get(0, {}).get("tokens", {}).get("target", {}).get("calls") != n:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    status = ho("status", ws).stdout
+    assert f"interrupted round 0 (diagnosis) spent $0.0000, {n} model call(s)" in status, status
+    assert "at least: the run was killed" in status
+    r = ho("run", ws, "--rounds", "1", "-c", "optimizer.wall_s=1")  # folds it, then diagnoses again
+    assert "a run killed in round 0 had spent" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    spends = [e for e in Workspace.open(ws).journal.read()[0] if e.get("phase") == "spend"]
+    assert [e.get("killed") for e in spends if e["round"] == 0][:1] == [True]
