@@ -24,41 +24,8 @@ from harnessopt.optimizer.manual import DONE_NAME
 from harnessopt.protocols import Task
 from harnessopt.round import steps
 from harnessopt.workspace.core import Workspace
-from tests.support.cli import git
+from tests.support.cli import git, start_cli, wait_for_phase
 from tests.support.workspace import make_ws
-
-
-def _start_run(ws: Path, *args: str, tmpdir: Path | None = None) -> subprocess.Popen:
-    """`harnessopt run WS ARGS` in the background, to be interrupted (its temporary folders in
-    ``tmpdir`` when given)."""
-    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
-    return subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=env,
-    )
-
-
-def _journal_entry(ws: Path, phase: str) -> dict:
-    lines = (ws / ".harnessopt" / "journal.jsonl").read_text().splitlines()
-    return next(e for e in map(json.loads, lines) if e.get("phase") == phase)
-
-
-def _wait_for_phase(ws: Path, phase: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    journal = ws / ".harnessopt" / "journal.jsonl"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"run ended early: {proc.communicate()}")
-        if journal.exists() and any(
-            json.loads(x).get("phase") == phase for x in journal.read_text().splitlines()
-        ):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"phase {phase} not reached")
 
 
 @pytest.mark.parametrize("phase", ["propose", "smoke"])
@@ -88,16 +55,15 @@ def _interrupt_mid_round(
     head = git(ws, "rev-parse", "HEAD")
     # the run's own temporary folders (short: the gateway's socket path is capped at 108 bytes)
     tmpdir = Path(tempfile.mkdtemp(prefix="ho-tt-"))
-    proc = _start_run(ws, "--rounds", "1", "--sandbox", sandbox, tmpdir=tmpdir)
+    proc = start_cli("run", ws, "--rounds", "1", "--sandbox", sandbox, tmpdir=tmpdir)
     try:
-        _wait_for_phase(ws, "propose", proc)
-        view = Path(_journal_entry(ws, "propose")["view"])
+        view = Path(wait_for_phase(ws, proc, "propose")["view"])
         assert ws.resolve() not in view.resolve().parents  # no tasks/ or scorer.py up the view's tree
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
         if phase == "smoke":
             (view / DONE_NAME).touch()  # gating starts now: an edit made before the optimizer's first look
-            _wait_for_phase(ws, "check", proc)  # would otherwise wait for its wall clock
+            wait_for_phase(ws, proc, "check")  # would otherwise wait for its wall clock
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
         left = sorted(p.name for p in tmpdir.iterdir())
@@ -113,7 +79,7 @@ def _interrupt_mid_round(
     assert git(ws, "status", "--porcelain") == ""
     assert git(ws, "tag", "--list", "ho/round-*") == "ho/round-0"
     assert "Reply with only the city name" not in (ws / "skill" / "SKILL.md").read_text()
-    assert not Path(_journal_entry(ws, "propose")["view"]).exists()  # the view is not left in /tmp
+    assert not view.exists()  # the view is not left in /tmp
     # Nothing was recorded, so the next run starts round 1 again; what it spent is still shown.
     assert ledger.next_round(Workspace.open(ws).repo) == 1
     status = subprocess.run(
@@ -145,10 +111,9 @@ def test_a_run_killed_outright_leaves_its_temporary_folder_to_the_next_command(t
     ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
     tmpdir = Path(tempfile.mkdtemp(prefix="ho-tt-"))
     try:
-        proc = _start_run(ws, "--rounds", "1", tmpdir=tmpdir)
-        _wait_for_phase(ws, "propose", proc)
+        proc = start_cli("run", ws, "--rounds", "1", tmpdir=tmpdir)
+        view = Path(wait_for_phase(ws, proc, "propose")["view"])
         (run_dir,) = tmpdir.iterdir()
-        view = Path(_journal_entry(ws, "propose")["view"])
         assert run_dir in view.parents
         deadline = time.monotonic() + 30  # the round's train runs, counted by the run's keeper
         while 1 not in live_spend.left(ws) and time.monotonic() < deadline:
@@ -237,9 +202,9 @@ def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: st
         + run_py.read_text()
     )
     git(ws, "commit", "-qam", "a slow harness")
-    proc = _start_run(ws, "--sandbox", sandbox)
+    proc = start_cli("run", ws, "--sandbox", sandbox)
     try:
-        _wait_for_phase(ws, "start", proc)
+        wait_for_phase(ws, proc, "start")
         time.sleep(2)  # the first tasks are running (sleeping) now
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -350,9 +315,9 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
     and where its candidate is, and the user's work is as they left it."""
     ws = make_ws(tmp_path)
     head = git(ws, "rev-parse", "HEAD")
-    proc = _start_run(ws, "--rounds", "1", "--sandbox", "local")
+    proc = start_cli("run", ws, "--rounds", "1", "--sandbox", "local")
     try:
-        _wait_for_phase(ws, "check", proc)  # the candidate is made; smoke, validation and the gate follow
+        wait_for_phase(ws, proc, "check")  # the candidate is made; smoke, validation and the gate follow
         if change == "edit":
             with (ws / "skill" / "SKILL.md").open("a") as f:
                 f.write("\nMY EDIT, not committed yet\n")

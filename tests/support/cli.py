@@ -116,14 +116,16 @@ def git(ws: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def start_cli(*args: str | Path) -> subprocess.Popen:
-    """``python -m harnessopt ARGS`` started in the background (a run to watch, stop or query)."""
+def start_cli(*args: str | Path, tmpdir: Path | None = None) -> subprocess.Popen:
+    """``python -m harnessopt ARGS`` started in the background (a run to watch, stop or query);
+    its temporary folders in ``tmpdir`` when given."""
     return subprocess.Popen(
         [sys.executable, "-m", "harnessopt", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None,
     )
 
 
