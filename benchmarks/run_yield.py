@@ -223,6 +223,9 @@ YIELDS = {  # the yield tables: (what an optimizer turn costs in rollouts, the b
     "priors": (PRIORS_TURN_PRICE, PRIORS_BUDGETS),
 }
 TABLES = [(y, b) for y, (_, budgets) in YIELDS.items() for b in budgets]  # every yield table, in order
+# --paired --larger: budgets past the full run's where turns are free or at 20, at which both the
+# default and GEPA-style reach near the population's ceiling (docs/gate.md, "Yield")
+LARGER = [("yield", 10000), ("yield", 20000), ("priced", 20000)]
 ROUNDS = 20  # the per-run targets: 20-round runs
 WHOLE_BANK = GateConfig().banked_epochs  # confirm_epochs of the previous stop's rows: the winner's whole bank
 # val tasks confirm: holdout sets aside, of M (split_val's own rule)
@@ -1116,18 +1119,23 @@ def _table(y: str, b: int) -> str:
 
 
 def _yield_tables(
-    mode: str, strategies: int, runs: int, workers: int, first: int = 0
+    mode: str,
+    strategies: int,
+    runs: int,
+    workers: int,
+    first: int = 0,
+    tables: list[tuple[str, int]] = TABLES,
 ) -> dict[tuple[str, int], list[Result]]:
-    """The yield tables of ``mode``'s strategies (``work``'s "tried" or "paired"), ``runs`` seeds a
-    table from ``first`` on, split among ``workers`` processes: a table's results, one a strategy
+    """The yield ``tables`` of ``mode``'s strategies (``work``'s "tried" or "paired"), ``runs`` seeds
+    a table from ``first`` on, split among ``workers`` processes: a table's results, one a strategy
     in ``mode``'s order."""
     chunks = 4 * workers
     jobs = [
         (f"{mode} {y}", b, list(range(first + w, first + runs, chunks)))
-        for y, b in TABLES
+        for y, b in tables
         for w in range(chunks)
     ]
-    res = {key: [Result() for _ in range(strategies)] for key in TABLES}
+    res = {key: [Result() for _ in range(strategies)] for key in tables}
     with mp.Pool(workers) as pool:
         for what, budget, got in pool.map(work, jobs):
             for r, g in zip(res[(what, budget)], got, strict=True):
@@ -1141,17 +1149,18 @@ def paired_strategies() -> list[Strategy]:
     return [shipped[1], next(st for st in shipped if st.kind == "minibatch")]
 
 
-def paired_main(runs: int, workers: int, first: int = 0) -> int:
+def paired_main(runs: int, workers: int, first: int = 0, tables: list[tuple[str, int]] = TABLES) -> int:
     """``--paired``: the default against GEPA-style run by run, at as many runs as asked (the full run's
-    paired table has 200 a table, whose standard errors leave some tables level)."""
+    paired table has 200 a table, whose standard errors leave some tables level), in the full run's
+    tables or ``tables`` (``--larger``)."""
     started = time.monotonic()
-    res = _yield_tables("paired", 2, runs, workers, first)
+    res = _yield_tables("paired", 2, runs, workers, first, tables)
     print(f"the default against GEPA-style, run by run: {runs} runs a table (seeds {first:,} to "
           f"{first + runs - 1:,}), each seed the same world and "
           "proposal stream for both; E[true gain] ±SE of each, then mean of (default - GEPA-style) ±SE of "
           "that difference (above or below: beyond two standard errors, else level)")  # fmt: skip
     print("| table | default | GEPA-style | default - GEPA-style |\n|---|---|---|---|")
-    for key in TABLES:
+    for key in tables:
         default, gepa = res[key]
         print(
             f"| {_table(*key)} | {_mean_se(default.gain)} | {_mean_se(gepa.gain)} | {_paired(default.gain, gepa.gain)} |"
@@ -1203,14 +1212,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--first-seed", type=int, default=0, help="--paired and --tried: the first seed (0: the full run's)"
     )
+    ap.add_argument(
+        "--larger",
+        action="store_true",
+        help="--paired: at 10,000 and 20,000 rollouts with turns free and 20,000 with turns at 20 instead",
+    )
     a = ap.parse_args(argv)
     runs, trials = (30, 200) if a.quick else (a.runs, a.trials)
     if a.first_seed and not (a.tried or a.paired):
         ap.error("--first-seed moves the seeds of --paired and --tried only")
     if a.tried:
         return tried_main(runs, a.workers, a.first_seed)
+    if a.larger and not a.paired:
+        ap.error("--larger gives --paired its tables; add --paired")
     if a.paired:
-        return paired_main(runs, a.workers, a.first_seed)
+        return paired_main(runs, a.workers, a.first_seed, LARGER if a.larger else TABLES)
     started = time.monotonic()
     sts = strategies()
     chunks = 4 * a.workers

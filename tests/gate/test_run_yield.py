@@ -276,6 +276,30 @@ def test_first_seed_moves_the_paired_runs_to_other_seeds(capsys: pytest.CaptureF
     assert exit_.value.code == 2
 
 
+def test_larger_runs_the_paired_rows_at_budgets_past_the_full_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--paired --larger``: the same two strategies at 10,000 and 20,000 rollouts, each row the
+    runs ``work`` makes for that budget and price; ``--larger`` alone is refused."""
+    assert y.main(["--paired", "--larger", "--runs", "2", "--workers", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "±" in line]
+    assert [r.split(" | ")[0][2:] for r in rows] == [
+        "10000, turns free",
+        "20000, turns free",
+        "20000, turns at 20",
+    ]
+    for (what, budget), row in zip(y.LARGER, rows, strict=True):
+        _, _, got = y.work((f"paired {what}", budget, [0, 1]))
+        default, gepa = got[0].gain, got[1].gain  # type: ignore[attr-defined]
+        assert row.strip("| ").split(" | ")[3] == y._paired(default, gepa)
+    _, _, free = y.work(("paired yield", 20000, [0]))
+    _, _, priced = y.work(("paired priced", 20000, [0]))
+    assert free[1].proposals != priced[1].proposals  # type: ignore[attr-defined]  # a turn at 20 buys fewer
+    with pytest.raises(SystemExit) as exit_:
+        y.main(["--larger"])
+    assert exit_.value.code == 2
+
+
 def test_the_rules_tried_against_the_gepa_gap_print_beside_the_default_and_gepa_style(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
