@@ -119,7 +119,9 @@ pair shares its world and proposal stream, and the mean of the paired difference
 error say whether the default is above, below or level with it (beyond two standard errors or not)
 more sharply than the two rows' own standard errors, which carry the spread between worlds too.
 "--paired" runs the default and GEPA-style alone, the one baseline the default is close to, for as
-many runs as "--runs" says (its first 200 are the full benchmark's), and prints the same comparison.
+many runs as "--runs" says (its first 200 are the full benchmark's), and prints the same comparison;
+with "--larger", at 10,000 and 20,000 rollouts with turns free and 20,000 with turns at 20 instead,
+budgets where both come near the most the simulated population gives.
 
 "--tried" prints, beside the default, the default before checkpoints and GEPA-style, the default
 before checkpoints with one rule changed, each a rule tried to commit more of the chain's best state
@@ -157,6 +159,7 @@ to judge a rule, or the gap, on worlds and proposal streams the printed tables n
     python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (about 6 minutes)
     python benchmarks/run_yield.py --paired --runs 800   # the default against GEPA-style alone, paired
     python benchmarks/run_yield.py --paired --runs 2000 --first-seed 200000   # ... on other seeds
+    python benchmarks/run_yield.py --paired --larger --runs 800   # ... past the full run's budgets
 """
 
 from __future__ import annotations
