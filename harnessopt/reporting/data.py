@@ -12,9 +12,16 @@ from typing import Any
 
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
+from harnessopt.ledger.lock import live_holder
 from harnessopt.ledger.store import Round
 from harnessopt.reporting.adoption import adoption
-from harnessopt.reporting.log import last_run_parts, projected_vs_spent, review_notes, round_diff
+from harnessopt.reporting.log import (
+    interrupted_spend,
+    last_run_parts,
+    projected_vs_spent,
+    review_notes,
+    round_diff,
+)
 from harnessopt.reporting.triggering import trigger_row
 from harnessopt.rollout.taxonomy import FAILURE_CLASSES, describe, merged
 from harnessopt.workspace import flags
@@ -145,7 +152,11 @@ def report_data(ws: Workspace) -> dict[str, Any]:
             "rules": [asdict(u) for u in uses["rules"]],
             "flags": [asdict(u) for u in uses["flags"]],
         },
-        "spend": [line for line in [proposals.spend_line(ws.repo)] if line] + projected_vs_spent(ws),
+        "spend": [line for line in [proposals.spend_line(ws.repo)] if line]
+        + projected_vs_spent(ws)
+        + interrupted_spend(
+            ws, ws.journal.entries(), {r.round for r in rounds}, live_holder(ws.root) is None
+        ),
         "round0_spend": proposals.spend(ws.repo),
     }
 

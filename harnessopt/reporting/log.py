@@ -222,27 +222,8 @@ def status_lines(ws: Workspace) -> list[str]:
     notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
     lines += [f"note: {n}" for n in notes]
     entries, torn = ws.journal.read()
-    recorded = {r.round for r in rounds}
     busy = live_holder(ws.root)
-    killed = {} if busy is not None else live_spend.left(ws.root)  # a run killed outright (SIGKILL)
-    spends = [e for e in entries if e.get("phase") == "spend"] + [
-        {"round": k, **v} for k, v in killed.items()
-    ]
-    unrecorded: dict[int, tuple[float, int, int]] = {}  # rounds interrupted before their record
-    for e in spends:
-        if (k := int(e["round"])) not in recorded:
-            usd, calls, tokens = unrecorded.get(k, (0.0, 0, 0))
-            uses = [u for u in (e.get("tokens") or {}).values() if isinstance(u, dict)]
-            calls += sum(u.get("calls", 0) for u in uses)
-            tokens += sum(u.get("input", 0) + u.get("output", 0) for u in uses)
-            unrecorded[k] = (usd + float(e.get("cost_usd") or 0), calls, tokens)
-    for k, (usd, calls, tokens) in sorted(unrecorded.items()):
-        why = "; at least: the run was killed, and this is its last count" if k in killed else ""
-        what = f"round {k} (diagnosis)" if k == 0 else f"round {k}"  # round 0 records in no round
-        lines.append(
-            f"interrupted {what} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens "
-            f"(not in any recorded round{why})"
-        )
+    lines += interrupted_spend(ws, entries, {r.round for r in rounds}, busy is None)
     last = entries[-1] if entries else None
     if torn:
         lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")
@@ -261,6 +242,35 @@ def status_lines(ws: Workspace) -> list[str]:
     lines.append(
         f"next: {proposals.run_command(ws.repo, ws.root, ws.cfg.mode)}   |   harnessopt log {ws.root}"
     )
+    return lines
+
+
+def interrupted_spend(
+    ws: Workspace, entries: list[dict[str, Any]], recorded: set[int], idle: bool
+) -> list[str]:
+    """What rounds that never recorded spent (interrupted, failed before their record, a round-0
+    diagnosis that wrote no proposal), a line each: their journal ``spend`` lines, and when no
+    command holds the workspace (``idle``) the live file a run killed outright left."""
+    killed = live_spend.left(ws.root) if idle else {}  # a run killed outright (SIGKILL)
+    spends = [e for e in entries if e.get("phase") == "spend"] + [
+        {"round": k, **v} for k, v in killed.items()
+    ]
+    unrecorded: dict[int, tuple[float, int, int]] = {}
+    for e in spends:
+        if (k := int(e["round"])) not in recorded:
+            usd, calls, tokens = unrecorded.get(k, (0.0, 0, 0))
+            uses = [u for u in (e.get("tokens") or {}).values() if isinstance(u, dict)]
+            calls += sum(u.get("calls", 0) for u in uses)
+            tokens += sum(u.get("input", 0) + u.get("output", 0) for u in uses)
+            unrecorded[k] = (usd + float(e.get("cost_usd") or 0), calls, tokens)
+    lines = []
+    for k, (usd, calls, tokens) in sorted(unrecorded.items()):
+        why = "; at least: the run was killed, and this is its last count" if k in killed else ""
+        what = f"round {k} (diagnosis)" if k == 0 else f"round {k}"  # round 0 records in no round
+        lines.append(
+            f"interrupted {what} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens "
+            f"(not in any recorded round{why})"
+        )
     return lines
 
 

@@ -22,6 +22,7 @@ from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import store as ledger
 from harnessopt.optimizer.manual import DONE_NAME
 from harnessopt.protocols import Task
+from harnessopt.reporting.data import report_data
 from harnessopt.round import steps
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git, start_cli, wait_for_phase
@@ -86,6 +87,8 @@ def _interrupt_mid_round(
         [sys.executable, "-m", "harnessopt", "status", str(ws)], capture_output=True, text=True
     )
     assert "interrupted round 1 spent $" in status.stdout, status.stdout
+    said = next(x for x in status.stdout.splitlines() if x.startswith("interrupted round 1"))
+    assert said in report_data(Workspace.open(ws))["spend"]  # the report a user shares says it too
     # where it stopped: the step it was in, not the spend line its way out wrote
     assert "last run stopped in round 1 at phase '" in status.stdout, status.stdout
     assert "at phase 'spend'" not in status.stdout

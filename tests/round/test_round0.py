@@ -346,6 +346,9 @@ def test_a_diagnosis_that_records_no_proposal_still_shows_what_it_spent(tmp_path
     status = ho("status", ws).stdout
     line = next(x for x in status.splitlines() if x.startswith("interrupted round 0 (diagnosis) spent"))
     assert f", {n} model call(s)," in line, status
+    from harnessopt.reporting.data import report_data
+
+    assert line in report_data(Workspace.open(ws))["spend"]  # and the report
     assert not (ws / ".harnessopt" / "spend-live.json").exists()  # the journal holds it, once
     r = ho("run", ws, "--rounds", "1")  # again: the first's finished runs are reused, not paid twice
     assert r.returncode == 2
