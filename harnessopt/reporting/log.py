@@ -248,16 +248,20 @@ def status_lines(ws: Workspace) -> list[str]:
 def interrupted_spend(
     ws: Workspace, entries: list[dict[str, Any]], recorded: set[int], idle: bool
 ) -> list[str]:
-    """What rounds that never recorded spent (interrupted, failed before their record, a round-0
-    diagnosis that wrote no proposal), a line each: their journal ``spend`` lines, and when no
-    command holds the workspace (``idle``) the live file a run killed outright left."""
+    """What attempts of rounds that never recorded spent, a line a round: interrupted rounds, ones
+    that failed before their record, a round-0 diagnosis that wrote no proposal, and the attempts
+    before the one that recorded a round run again (its record counts only the attempt that wrote
+    it: a resumed round pays nothing twice, but what the interrupted attempt paid is paid). From
+    the journal's ``spend`` lines, and when no command holds the workspace (``idle``) the live
+    file a run killed outright left; a ``recorded`` round's last spend line is its record's."""
     killed = live_spend.left(ws.root) if idle else {}  # a run killed outright (SIGKILL)
     spends = [e for e in entries if e.get("phase") == "spend"] + [
         {"round": k, **v} for k, v in killed.items()
     ]
+    last = {int(e["round"]): i for i, e in enumerate(spends)}
     unrecorded: dict[int, tuple[float, int, int]] = {}
-    for e in spends:
-        if (k := int(e["round"])) not in recorded:
+    for i, e in enumerate(spends):
+        if (k := int(e["round"])) not in recorded or i != last[k]:
             usd, calls, tokens = unrecorded.get(k, (0.0, 0, 0))
             uses = [u for u in (e.get("tokens") or {}).values() if isinstance(u, dict)]
             calls += sum(u.get("calls", 0) for u in uses)
@@ -266,10 +270,16 @@ def interrupted_spend(
     lines = []
     for k, (usd, calls, tokens) in sorted(unrecorded.items()):
         why = "; at least: the run was killed, and this is its last count" if k in killed else ""
-        what = f"round {k} (diagnosis)" if k == 0 else f"round {k}"  # round 0 records in no round
+        if k in recorded:  # run again since, and recorded by the last attempt
+            what, where = (
+                f"attempt(s) of round {k}",
+                f"not in its record, which counts the attempt that wrote it{why}",
+            )
+        else:
+            what = f"round {k} (diagnosis)" if k == 0 else f"round {k}"  # round 0 records in no round
+            where = f"not in any recorded round{why}"
         lines.append(
-            f"interrupted {what} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens "
-            f"(not in any recorded round{why})"
+            f"interrupted {what} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens ({where})"
         )
     return lines
 

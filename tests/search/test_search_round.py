@@ -180,6 +180,17 @@ def test_a_rerun_after_ctrl_c_pays_neither_the_proposals_nor_the_screening_again
     assert reused >= 8 + 3 * 8  # the incumbent's train runs and every screening run
     m = ledger.find(Workspace.open(ws).repo, 1).manifest
     assert m.status == "accepted" and m.search is not None and m.search.winners == ["c2"]
+    # what the interrupted attempt paid (its optimizer conversations, its runs) is in no record:
+    # the round's counts only the attempt that wrote it, and status and the report say the rest
+    first, last = [e for e in Workspace.open(ws).journal.entries() if e.get("phase") == "spend"]
+    paid = sum(u["calls"] for u in first["tokens"].values())
+    assert paid > 0 and sum(u.calls for u in m.tokens.values()) == sum(
+        u["calls"] for u in last["tokens"].values()
+    )
+    said = f"interrupted attempt(s) of round 1 spent $0.0000, {paid} model call(s)"
+    status = subprocess.run([*cmd[:3], "status", str(ws)], capture_output=True, text=True, timeout=120).stdout
+    assert said in status, status
+    assert any(x.startswith(said) for x in report_data(Workspace.open(ws))["spend"])
 
 
 def _complementary_script(tmp_path: Path) -> Path:
