@@ -35,6 +35,14 @@ class RoleUsage(_Tolerant):
     """Calls whose token counts are chars/4 estimates: their upstream reported no usage."""
 
 
+def calls_and_tokens(tokens: dict[str, Any]) -> tuple[int, int]:
+    """Model calls and tokens (input and output) over a ``tokens`` map by role, as a manifest and
+    a journal ``spend`` line hold it (a value that is not a role's counts is skipped)."""
+    uses = [u for u in tokens.values() if isinstance(u, dict)]
+    calls = sum(int(u.get("calls") or 0) for u in uses)
+    return calls, sum(int(u.get("input") or 0) + int(u.get("output") or 0) for u in uses)
+
+
 class PhaseStats(_Tolerant):
     """What the target's runs of one phase of a round did, counted when the round is recorded
     (``taxonomy``): phases are rollout, incumbent, probe, smoke, validation, reruns, audit."""

@@ -29,6 +29,7 @@ import git
 from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.ledger.manifest import calls_and_tokens
 
 PROPOSAL_PATH = "proposals/round-0.md"
 DECISION_PATH = "proposals/round-0.decision.md"
@@ -191,10 +192,9 @@ def spend(repo: git.Repo) -> dict[str, Any]:
         if data.get("round") != 0 or data.get("status") != "proposal":
             continue
         out["diagnoses"] += 1
-        for use in (data.get("tokens") or {}).values():
-            if isinstance(use, dict):
-                out["calls"] += int(use.get("calls") or 0)
-                out["tokens"] += int(use.get("input") or 0) + int(use.get("output") or 0)
+        calls, tokens = calls_and_tokens(data.get("tokens") or {})
+        out["calls"] += calls
+        out["tokens"] += tokens
         out["cost_usd"] += float(data.get("cost_usd") or 0.0)
     return out
 

@@ -15,7 +15,7 @@ from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.lock import live_holder
-from harnessopt.ledger.manifest import ChecksRecord
+from harnessopt.ledger.manifest import ChecksRecord, calls_and_tokens
 from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
 from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.round.stop import stop_path
@@ -263,10 +263,8 @@ def interrupted_spend(
     for i, e in enumerate(spends):
         if (k := int(e["round"])) not in recorded or i != last[k]:
             usd, calls, tokens = unrecorded.get(k, (0.0, 0, 0))
-            uses = [u for u in (e.get("tokens") or {}).values() if isinstance(u, dict)]
-            calls += sum(u.get("calls", 0) for u in uses)
-            tokens += sum(u.get("input", 0) + u.get("output", 0) for u in uses)
-            unrecorded[k] = (usd + float(e.get("cost_usd") or 0), calls, tokens)
+            more_calls, more_tokens = calls_and_tokens(e.get("tokens") or {})
+            unrecorded[k] = (usd + float(e.get("cost_usd") or 0), calls + more_calls, tokens + more_tokens)
     lines = []
     for k, (usd, calls, tokens) in sorted(unrecorded.items()):
         why = "; at least: the run was killed, and this is its last count" if k in killed else ""

@@ -107,9 +107,7 @@ def diagnose(ws: Workspace, svc: Services, say: Announce) -> Round0:
         return _diagnose(ws, svc, say, parent, seed, train)
     finally:  # a diagnosis that recorded no proposal (a broken seed, Ctrl-C) spent all the same
         if svc.spend.tracks(0):
-            spent = svc.usage_of_round(0)
-            with svc.spend.ending(0):
-                ws.journal.write(0, "spend", cost_usd=spent.cost_usd, tokens=spent.tokens)
+            svc.write_spend(ws.journal, 0)
 
 
 def _diagnose(

@@ -18,7 +18,7 @@ from harnessopt.gate.policy import make_gate
 from harnessopt.gateway.models import model_for, optimizer_model_for
 from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.gateway.server import Gateway
-from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.ledger.journal import STATE_DIR, Journal
 from harnessopt.ledger.live_spend import Keeper
 from harnessopt.optimizer import make_optimizer
 from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
@@ -79,6 +79,13 @@ class Services:
     def usage_of_round(self, k: int) -> RoundUsage:
         """Calls and tokens per role, and dollars, that round ``k`` spent so far."""
         return usage_of_round(self.gateway, k)
+
+    def write_spend(self, journal: Journal, k: int) -> None:
+        """Round ``k``'s spend so far as its journal ``spend`` line (what ``status`` shows of a round
+        that never recorded), leaving the live file in the same step."""
+        spent = self.usage_of_round(k)
+        with self.spend.ending(k):
+            journal.write(k, "spend", cost_usd=spent.cost_usd, tokens=spent.tokens)
 
 
 def usage_of_round(gateway: Gateway, k: int) -> RoundUsage:

@@ -69,9 +69,7 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
     finally:  # the optimizer's token dies with its round: nothing it left running can spend later
         svc.runner.drop_prefetched(wait=False)  # runs started ahead for a step that never came
         svc.gateway.release_round("optimizer", k)
-        spent = svc.usage_of_round(k)  # also when interrupted: `status` shows what the round cost
-        with svc.spend.ending(k):  # out of the live file in one step
-            ws.journal.write(k, "spend", cost_usd=spent.cost_usd, tokens=spent.tokens)
+        svc.write_spend(ws.journal, k)  # also when interrupted: `status` shows what the round cost
         svc.runner.observers.remove(trail.runs)
 
 
