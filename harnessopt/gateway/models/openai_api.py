@@ -20,12 +20,11 @@ Only this object ever holds the real key; it is never part of an error message o
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from harnessopt.errors import UserError
 from harnessopt.gateway.http import estimate_input_tokens, estimate_tokens, text_of
-from harnessopt.gateway.models.anthropic_api import _STATUS_TYPES, _attempts, _root_cause
+from harnessopt.gateway.models.upstream import SdkUpstream
 from harnessopt.gateway.translate import chat_response_to_messages, messages_request_to_chat
 from harnessopt.gateway.translate.upstream_responses import (
     messages_request_to_responses,
@@ -34,7 +33,7 @@ from harnessopt.gateway.translate.upstream_responses import (
 from harnessopt.protocols import Forward, Model, ModelError
 
 if TYPE_CHECKING:
-    import openai
+    pass
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 CHAT_PATH = "/chat/completions"  # relative to the base URL, which ends in /v1
@@ -57,7 +56,7 @@ def _prompt_tokens(completion: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) else None
 
 
-class OpenAIModel(Model):
+class OpenAIModel(SdkUpstream, Model):
     """Forwards Messages API calls, translated, to a Chat Completions endpoint."""
 
     name = "openai"
@@ -125,18 +124,7 @@ class OpenAIModel(Model):
 
         body = self._upstream_body(request)
         path = RESPONSES_PATH if self.wire_api == "responses" else CHAT_PATH
-        try:
-            response = self._client.post(path, body=body, cast_to=openai.APIResponse[object])
-            raw = response.read()
-        except openai.APIStatusError as e:
-            raise self._status_error(e) from None
-        except openai.APITimeoutError as e:
-            why = f"upstream did not answer within {self.timeout_s:g}s{_attempts(e.request)}"
-            raise ModelError(504, "timeout_error", why) from None
-        except openai.APIConnectionError as e:
-            why = f"connection to {self.base_url} failed: {_root_cause(e)}{_attempts(e.request)}"
-            raise ModelError(502, "api_error", self._redact(why)) from None
-        data = self._parse(raw)
+        data = self._post(openai, path, body)
         if self.wire_api == "responses":
             message = responses_response_to_messages(data, str(request.get("model") or ""))
         else:
@@ -215,38 +203,7 @@ class OpenAIModel(Model):
                 f"the tool-agent template needs function calling: {TOOLS_HINT}"
             ) from None
 
-    def _parse(self, raw: bytes) -> dict[str, Any]:
-        # Not retried: a 200 means upstream did the work and billed it; asking again pays twice.
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            snippet = raw[:120].decode(errors="replace")
-            raise ModelError(
-                502, "api_error", self._redact(f"upstream returned a non-JSON body: {snippet!r}")
-            ) from None
-        if not isinstance(data, dict):
-            raise ModelError(502, "api_error", "upstream returned a non-object JSON body")
-        return data
-
-    def _status_error(self, e: openai.APIStatusError) -> ModelError:
-        """The error response the SDK gave up on, with its status and the canonical error type."""
-        status = e.status_code
-        error_type = _STATUS_TYPES.get(status, "api_error")
-        body = e.body
-        if isinstance(body, dict):
-            message = str(body.get("message") or "")
-        elif isinstance(body, str):
-            message = body[:500]
-        else:
-            message = ""
-        message = message or f"HTTP {status}"
-        tries = _attempts(e.response.request)
-        if status == 401:
-            text = f"upstream refused the API key ({message}); check {self.key_name}{tries}"
-        else:
-            text = f"upstream: {message}{tries}"
-        return ModelError(status, error_type, self._redact(text))
-
-    def _redact(self, text: str) -> str:
-        """``text`` without the API key (an upstream or proxy may echo it back)."""
-        return text.replace(self._secret, "[redacted]") if len(self._secret) >= 8 else text
+    def _error_fields(self, body: object) -> tuple[str | None, str]:
+        if isinstance(body, dict):  # the SDK hands over the body's "error" object
+            return None, str(body.get("message") or "")
+        return super()._error_fields(body)
