@@ -330,8 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_sse(self, message: dict[str, Any]) -> None:
         self._send_sse_events(sse_events(message))
 
-    def _send_sse_events(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
-        """``event:`` and ``data:`` lines per event (Messages and Responses API streams)."""
+    def _start_stream(self) -> None:
         # No content-length: the body ends when the connection closes, as with a real stream.
         self.connection.settimeout(self.limits.io_timeout_s)
         self.send_response(200)
@@ -340,19 +339,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("connection", "close")
         self.end_headers()
         self.close_connection = True
+
+    def _send_sse_events(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
+        """``event:`` and ``data:`` lines per event (Messages and Responses API streams)."""
+        self._start_stream()
         for event, data in events:
             self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
         self.wfile.flush()
 
     def _send_sse_chunks(self, chunks: Iterator[dict[str, Any]]) -> None:
         """Chat Completions SSE: ``data:`` lines only, ended by ``data: [DONE]``."""
-        self.connection.settimeout(self.limits.io_timeout_s)
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        self._start_stream()
         for data in chunks:
             self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")

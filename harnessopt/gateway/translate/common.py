@@ -79,3 +79,27 @@ def arguments_text(value: Any) -> str:
     if isinstance(value, dict) and set(value) == {RAW_ARGUMENTS}:
         return str(value[RAW_ARGUMENTS])  # what the model wrote, handed back as it was
     return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def canonical_response(
+    msg_id: str, model: str, content: list[dict[str, Any]], stop: str, usage: tuple[int, int, int]
+) -> dict[str, Any]:
+    """A Messages API response made from an upstream's answer; ``usage``: the prompt tokens (the
+    cached ones among them), the cached ones, and the output tokens, as the upstream counted."""
+    if any(b["type"] == "tool_use" for b in content):
+        stop = "tool_use"  # some servers say "stop" after tool calls
+    prompt, cached, output = usage
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": max(prompt - cached, 0),
+            "cache_read_input_tokens": cached,
+            "output_tokens": output,
+        },
+    }

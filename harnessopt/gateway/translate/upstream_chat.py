@@ -14,6 +14,7 @@ from harnessopt.gateway.translate.common import (
     arguments,
     arguments_text,
     bad,
+    canonical_response,
     openai_tool_choice,
     plain_text,
 )
@@ -169,22 +170,8 @@ def chat_response_to_messages(completion: dict[str, Any], model: str) -> dict[st
         block = {"type": "tool_use", "id": str(call.get("id") or ""), "name": fn.get("name")}
         content.append(block | {"input": arguments(fn.get("arguments"), "tool_calls")})
     stop = _MESSAGES_STOP.get(str(choice.get("finish_reason")), "end_turn")
-    if any(b["type"] == "tool_use" for b in content):
-        stop = "tool_use"  # some servers say "stop" after tool calls
     usage = completion.get("usage") or {}
     cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-    msg_id = str(completion.get("id") or "")
-    return {
-        "id": "msg_" + re.sub(r"^chatcmpl-", "", msg_id),
-        "type": "message",
-        "role": "assistant",
-        "model": completion.get("model") or model,
-        "content": content,
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": max(int(usage.get("prompt_tokens") or 0) - cached, 0),
-            "cache_read_input_tokens": cached,
-            "output_tokens": int(usage.get("completion_tokens") or 0),
-        },
-    }
+    msg_id = "msg_" + re.sub(r"^chatcmpl-", "", str(completion.get("id") or ""))
+    tokens = (int(usage.get("prompt_tokens") or 0), cached, int(usage.get("completion_tokens") or 0))
+    return canonical_response(msg_id, completion.get("model") or model, content, stop, tokens)

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from harnessopt.gateway.translate.common import arguments, arguments_text, bad, openai_tool_choice
+from harnessopt.gateway.translate.common import (
+    arguments,
+    arguments_text,
+    bad,
+    canonical_response,
+    openai_tool_choice,
+)
 from harnessopt.gateway.translate.upstream_chat import _TYPED_TOOLS
 from harnessopt.protocols import ModelError
 
@@ -164,22 +170,9 @@ def responses_response_to_messages(response: dict[str, Any], model: str) -> dict
         if response.get("status") == "incomplete"
         else "end_turn"
     )
-    if any(b["type"] == "tool_use" for b in content):
-        stop = "tool_use"
     usage = response.get("usage") or {}
     cached = int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
     resp_id = str(response.get("id") or "")
-    return {
-        "id": "msg_" + (resp_id[5:] if resp_id.startswith("resp_") else resp_id),
-        "type": "message",
-        "role": "assistant",
-        "model": response.get("model") or model,
-        "content": content,
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": max(int(usage.get("input_tokens") or 0) - cached, 0),
-            "cache_read_input_tokens": cached,
-            "output_tokens": int(usage.get("output_tokens") or 0),
-        },
-    }
+    msg_id = "msg_" + (resp_id[5:] if resp_id.startswith("resp_") else resp_id)
+    tokens = (int(usage.get("input_tokens") or 0), cached, int(usage.get("output_tokens") or 0))
+    return canonical_response(msg_id, response.get("model") or model, content, stop, tokens)
