@@ -508,7 +508,7 @@ def tables(m: int, res: dict[str, list[Tally]], n: dict[str, int]) -> str:
     new, old = t0.smoke_rejects["new"], t0.smoke_rejects["old"]
     flip, sd, mde = (statistics.fmean(x) for x in zip(*t0.noise, strict=True))
     lines.append(
-        f"\nnoise floor (noisefloor.measure on an A/A test of the incumbent, mean of {len(t0.noise)}): "
+        f"\nnoise floor (gate.noise_floor.measure on an A/A test of the incumbent, mean of {len(t0.noise)}): "
         f"flip rate {flip:.3f}, paired SD {sd:.3f}, stated detectable gain (80% power) {mde:+.3f}; "
         f"simulated power of harnessopt: +0.05 {_rate(t0, '+0.05')}, +0.10 {_rate(t0, '+0.10')}"
     )
