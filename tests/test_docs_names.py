@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
+import importlib.util
 import re
 import tomllib
+import typing
 from pathlib import Path
 
 import pytest
@@ -110,3 +113,156 @@ def test_the_flag_pattern() -> None:
 def test_every_flag_a_doc_gives_a_command_exists(doc: Path) -> None:
     unknown = unknown_flags(doc.read_text(encoding="utf-8"), command_flags())
     assert not unknown, f"{doc.name} gives flags the command does not have: {unknown}"
+
+
+# A dotted name in backticks whose first part is one of the package's folders or modules: a
+# module, a name in one (`search.budget.validation_runs`, or `stats.round_levels` by the module's
+# own name), a setting (`search.explore`) or a field of a round's manifest (`search.alpha_split`);
+# `gateway.sock` and the like are file names. A name of the flat layout before its folders
+# (2608b55) that no module has now (`loop.smoke`, `valcache.key_parts`) is stale.
+DOTTED = re.compile(r"`([a-z_]+(?:\.[A-Za-z_]\w*)+)`")
+FILE_SUFFIXES = {"sock", "json", "jsonl", "yaml", "md", "py", "txt", "html", "db", "lock", "png"}
+# Names of other libraries and wire formats that share a first part with a module of ours.
+NOT_OURS = {"ray.put", "ray.cancel", "http.client", "text.format", "text.verbosity"}
+FLAT_LAYOUT = set(
+    [
+        "ablate",
+        "adoption",
+        "audit",
+        "bank",
+        "candidate_check",
+        "chat_wire",
+        "demo",
+        "executors",
+        "flags",
+        "gate",
+        "gatereport",
+        "gateway",
+        "gateway_policy",
+        "hardening",
+        "html_report",
+        "http_guard",
+        "interrupts",
+        "journal",
+        "leakage",
+        "ledger",
+        "ledger_index",
+        "lock",
+        "loop",
+        "messages_http",
+        "mlflow_log",
+        "models",
+        "noisefloor",
+        "proc",
+        "progress",
+        "projection",
+        "proposals",
+        "ray_executor",
+        "ray_worker",
+        "relay",
+        "replay",
+        "report",
+        "report_data",
+        "resume",
+        "rollout",
+        "round0",
+        "roundstats",
+        "scoring",
+        "secondary",
+        "services",
+        "skillspec",
+        "stats",
+        "stop",
+        "tamper",
+        "tasks",
+        "taxonomy",
+        "textutil",
+        "trajectory",
+        "translate",
+        "valcache",
+        "vcs",
+        "verdicts",
+        "workspace",
+    ]
+)
+
+
+@functools.cache
+def package_modules() -> dict[str, list[str]]:
+    """A folder's or module's own name -> the dotted paths (below ``harnessopt``) it stands for."""
+    out: dict[str, list[str]] = {}
+    for path in (ROOT / "harnessopt").rglob("*.py"):
+        parts = list(path.relative_to(ROOT / "harnessopt").with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        if parts and parts[-1] != "__main__":
+            out.setdefault(parts[-1], []).append(".".join(parts))
+    return out
+
+
+def _is_field_path(model: object, parts: list[str]) -> bool:
+    """``parts`` walks pydantic fields from ``model`` (the last part may be a property)."""
+    for i, part in enumerate(parts):
+        fields = getattr(model, "model_fields", {})
+        if part in fields:
+            kinds = typing.get_args(fields[part].annotation) or (fields[part].annotation,)
+            model = next((k for k in kinds if hasattr(k, "model_fields")), kinds[0])  # X | None: X
+        else:
+            return i == len(parts) - 1 and isinstance(getattr(model, part, None), property)
+    return True
+
+
+def _is_code_path(parts: list[str]) -> bool:
+    """``parts`` is a module of the package, or a name (and its attributes) in one; its first part
+    may be a module's own name (``stats`` for ``gate.stats``)."""
+    for module in package_modules().get(parts[0], []):
+        obj: object = importlib.import_module(f"harnessopt.{module}")
+        rest = parts[1:]
+        while rest and hasattr(obj, "__path__") and importlib.util.find_spec(f"{obj.__name__}.{rest[0]}"):
+            obj = importlib.import_module(f"{obj.__name__}.{rest.pop(0)}")  # a module in a folder
+        for name in rest:
+            if not hasattr(obj, name):
+                break
+            obj = getattr(obj, name)
+        else:
+            return True
+    return False
+
+
+def unresolved_names(text: str) -> list[str]:
+    from harnessopt.config import Config
+    from harnessopt.ledger.manifest import RoundManifest
+
+    out = []
+    for m in DOTTED.finditer(text):
+        parts = m.group(1).split(".")
+        if parts[0] not in package_modules() and parts[0] not in FLAT_LAYOUT or parts[-1] in FILE_SUFFIXES:
+            continue
+        if m.group(1) in NOT_OURS or parts[0] == "manifest" and _is_field_path(RoundManifest, parts[1:]):
+            continue
+        if not (
+            _is_code_path(parts) or _is_field_path(Config, parts) or _is_field_path(RoundManifest, parts)
+        ):
+            out.append(m.group(1))
+    return out
+
+
+def test_the_dotted_name_check() -> None:
+    text = (
+        "`round.evaluate.smoke`, `search.explore`, `gate.confirm_runs`, `search.alpha_split`, "
+        "`gateway.sock`, `details.looks_planned`, `loop.smoke`, `valcache.key_parts`, "
+        "`round.evaluate.nope`, `gate.second_looks`, `noise_floor.measure`, `stats.round_levels`, `manifest.checks.leakage`, `manifest.nope`"
+    )
+    assert unresolved_names(text) == [
+        "loop.smoke",
+        "valcache.key_parts",
+        "round.evaluate.nope",
+        "gate.second_looks",
+        "manifest.nope",
+    ]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_dotted_name_a_doc_gives_resolves(doc: Path) -> None:
+    unresolved = unresolved_names(doc.read_text(encoding="utf-8"))
+    assert not unresolved, f"{doc.name} names modules, names or settings that do not exist: {unresolved}"
