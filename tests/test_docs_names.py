@@ -266,3 +266,33 @@ def test_the_dotted_name_check() -> None:
 def test_every_dotted_name_a_doc_gives_resolves(doc: Path) -> None:
     unresolved = unresolved_names(doc.read_text(encoding="utf-8"))
     assert not unresolved, f"{doc.name} names modules, names or settings that do not exist: {unresolved}"
+
+
+@functools.cache
+def subcommands() -> dict[str, set[str]]:
+    """Commands that take a command of their own (``sandbox build``): command -> its commands."""
+    out = {}
+    for name, parser in build_parser().commands.items():
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                out[name] = set(action.choices)
+    return out
+
+
+def unknown_subcommands(text: str, known: dict[str, set[str]]) -> list[str]:
+    return [
+        f"harnessopt {m.group(1)} {m.group(2)}"
+        for m in re.finditer(r"harnessopt ([a-z]+) ([a-z]+)\b", text)
+        if m.group(1) in known and m.group(2) not in known[m.group(1)]
+    ]
+
+
+def test_the_subcommand_pattern() -> None:
+    text = "`harnessopt sandbox clean` and `harnessopt sandbox build --with codex`, `harnessopt run ws`"
+    assert unknown_subcommands(text, {"sandbox": {"build", "cleanup"}}) == ["harnessopt sandbox clean"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_subcommand_a_doc_gives_exists(doc: Path) -> None:
+    unknown = unknown_subcommands(doc.read_text(encoding="utf-8"), subcommands())
+    assert not unknown, f"{doc.name} gives commands that do not exist: {unknown}"
