@@ -314,6 +314,7 @@ def cmd_init(a: argparse.Namespace) -> int:
     from harnessopt.config import ChecksConfig, Config
     from harnessopt.gate import noise_floor as noisefloor
     from harnessopt.workspace.core import Workspace, init_workspace
+    from harnessopt.workspace.tasks import load_tasks, small_file_split
 
     cfg = Config(template=a.template, checks=ChecksConfig(skill_rules_off=a.skill_rules_off))
     init_workspace(
@@ -321,8 +322,21 @@ def cmd_init(a: argparse.Namespace) -> int:
         check_folder_name=True,
     )  # fmt: skip
     ws = Workspace.open(a.ws)
-    for line in noisefloor.plan(len(ws.tasks("val")), ws.cfg.gate):  # what this val set can detect
+    n_val = len(ws.tasks("val"))
+    for line in noisefloor.plan(n_val, ws.cfg.gate):  # what this val set can detect
         say(line)
+    if a.split is None and noisefloor.detects_nothing(n_val, ws.cfg.gate):
+        # The default split gave val too few tasks (a file of 50 to about 100): name one that detects.
+        works = small_file_split(load_tasks(a.tasks))
+        val = int(works.split(":")[1]) if works else 0
+        if works and not noisefloor.detects_nothing(val, ws.cfg.gate):
+            say(
+                f"--split {works} would give val {val} tasks, which detect about "
+                f"{noisefloor.planned_detectable(val, ws.cfg.gate):+.3f}: to use it, remove {a.ws} and "
+                f"run init again with it"
+            )
+    if not ws.tasks("test"):
+        say("no test tasks: `harnessopt audit` (the held-out gain at the end) has nothing to run on")
     say(f"next: harnessopt run {a.ws}")
     return 0
 

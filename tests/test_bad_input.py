@@ -198,7 +198,30 @@ def test_a_file_where_a_folder_belongs(tmp_path: Path, ws: Path) -> None:
     assert_user_error(
         cli("init", skill / "w", "--skill", skill, "--tasks", tasks), "inside the skill directory"
     )
+    assert_user_error(cli("init", tasks, "--skill", skill, "--tasks", tasks), f"{tasks} is a file;")
     assert snapshot(tmp_path / "in") == before
+
+
+def test_a_workspace_inside_a_workspace(tmp_path: Path, ws: Path) -> None:
+    """A workspace made inside another would be an untracked folder there, which its next run refuses."""
+    skill, tasks = write_example(tmp_path / "in")
+    before, refs = snapshot(ws), git(ws, "for-each-ref")
+    for inner in (ws / "sub", ws / "skill" / "deeper" / "w"):
+        assert_user_error(cli("init", inner, "--skill", skill, "--tasks", tasks), f"inside the workspace {ws}")
+        assert not inner.exists()
+    _unchanged(ws, before)
+    assert git(ws, "for-each-ref") == refs and git(ws, "status", "--porcelain") == ""
+
+
+def test_a_workspace_that_lost_its_config(tmp_path: Path, ws: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    git(plain, "init", "-q")
+    assert_user_error(cli("status", plain), "a git repository without harnessopt.yaml", "harnessopt init")
+    (ws / "harnessopt.yaml").unlink()
+    assert_user_error(cli("status", ws), "has lost its harnessopt.yaml", "checkout HEAD -- harnessopt.yaml")
+    git(ws, "checkout", "HEAD", "--", "harnessopt.yaml")  # what it says works
+    assert cli("status", ws).returncode == 0
 
 
 def test_a_path_too_long(tmp_path: Path) -> None:

@@ -142,12 +142,23 @@ def lines(nf: dict[str, Any]) -> list[str]:
     return out
 
 
+def planned_detectable(n_val: int, cfg: GateConfig) -> float:
+    """The gain ``n_val`` val tasks detect with 80% power under the assumed flip rate (inf: none)."""
+    sd = math.sqrt(ASSUMED_FLIP_RATE)
+    return detectable(n_val, max(sd, stats.sd_floor(n_val)), cfg, cfg.epochs)
+
+
+def detects_nothing(n_val: int, cfg: GateConfig) -> bool:
+    """Whether ``plan`` calls ``n_val`` val tasks too small to detect anything."""
+    return n_val < 2 or planned_detectable(n_val, cfg) >= 0.5
+
+
 def plan(n_val: int, cfg: GateConfig) -> list[str]:
     """What ``init`` can say before any run: the detectable gain under an assumed flip rate."""
     sd = math.sqrt(ASSUMED_FLIP_RATE)
-    mde = detectable(n_val, max(sd, stats.sd_floor(n_val)), cfg, cfg.epochs)
+    mde = planned_detectable(n_val, cfg)
     assumption = f"if {ASSUMED_FLIP_RATE:.0%} of tasks change outcome between identical runs"
-    if n_val < 2 or mde >= 0.5:
+    if detects_nothing(n_val, cfg):
         reach = what_reaches(n_val, sd, cfg, cfg.epochs)
         enough = f"about {reach['tasks']} val tasks" if reach["tasks"] else "far more val tasks"
         return [

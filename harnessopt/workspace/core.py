@@ -73,10 +73,19 @@ class Workspace:
             raise UserError(f"{path} is a file, not a workspace; pass the workspace's directory")
         if not root.is_dir():
             raise UserError(f"{path} does not exist; create a workspace with 'harnessopt init {path} ...'")
-        if not (root / CONFIG_NAME).is_file() or not (root / ".git").exists():
+        if not (root / ".git").exists():
             raise UserError(
-                f"{path} is not a harnessopt workspace (no {CONFIG_NAME} or .git); "
-                f"create one with 'harnessopt init'"
+                f"{path} is not a harnessopt workspace (no .git); create one with 'harnessopt init'"
+            )
+        if not (root / CONFIG_NAME).is_file():
+            if _has_tag(root, "ho/round-0"):
+                raise UserError(
+                    f"{path} has lost its {CONFIG_NAME}; restore it from git, e.g. "
+                    f"git -C {path} checkout HEAD -- {CONFIG_NAME}"
+                )
+            raise UserError(
+                f"{path} is not a harnessopt workspace (a git repository without {CONFIG_NAME}); "
+                "create one with 'harnessopt init'"
             )
         try:
             repo = vcs.open_repo(root)
@@ -140,6 +149,14 @@ class Workspace:
         return round_tasks(self.root, self.cfg.objective, self.cfg.trigger.distractors, everything, split)
 
 
+def _has_tag(root: Path, tag: str) -> bool:
+    try:
+        vcs.open_repo(root).git.rev_parse("--verify", "--quiet", f"refs/tags/{tag}")
+    except (git.InvalidGitRepositoryError, git.GitCommandError):
+        return False
+    return True
+
+
 def init_workspace(
     ws: Path,
     skill_dir: Path,
@@ -161,8 +178,14 @@ def init_workspace(
     is ``DEFAULT_SPLIT``, or for a file too small for it one that gives the smoke test its val tasks.
     """
     ws = Path(ws)
-    if ws.exists() and (not ws.is_dir() or any(ws.iterdir())):
+    if ws.exists() and not ws.is_dir():
+        raise UserError(f"{ws} is a file; choose a new directory for the workspace")
+    if ws.exists() and any(ws.iterdir()):
         raise UserError(f"{ws} exists and is not empty; choose a new directory for the workspace")
+    if home := next(
+        (p for p in ws.resolve().parents if (p / CONFIG_NAME).is_file() and (p / ".git").exists()), None
+    ):
+        raise UserError(f"{ws} is inside the workspace {home}; choose a workspace path outside it")
     if file := next((p for p in ws.absolute().parents if p.exists() and not p.is_dir()), None):
         raise UserError(f"{file} is a file, not a directory; choose a workspace path outside it")
     if Path(skill_dir).resolve() in (ws.resolve(), *ws.resolve().parents):

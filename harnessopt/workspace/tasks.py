@@ -326,6 +326,12 @@ def check_splits(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS, suggest: s
             )
         by_input.setdefault(key, task)
     n_val = sum(1 for t in tasks if t.split == "val")
+    if not any(t.split == "train" for t in tasks):
+        works = f", e.g. --split {suggest}" if suggest else ""
+        raise UserError(
+            f"no train tasks: the optimizer learns from the runs on train; change --split so that train "
+            f'gets tasks{works}, or mark some tasks "split": "train"'
+        )
     if n_val < min_val:
         works = f", e.g. --split {suggest}" if suggest else ""
         raise UserError(

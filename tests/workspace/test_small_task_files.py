@@ -49,3 +49,30 @@ def test_a_large_file_keeps_the_default_split(tmp_path: Path) -> None:
     out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks)
     assert out.returncode == 0, out.stderr
     assert "10 train / 5 val / 35 test" in out.stdout and "leaves val too few" not in out.stdout
+
+
+def test_a_split_without_train_is_refused(tmp_path: Path) -> None:
+    skill, tasks = _files(tmp_path, 30)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks, "--split", "0:1:1")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "no train tasks" in out.stderr and "e.g. --split 10:10:10" in out.stderr
+    assert not (tmp_path / "ws").exists()
+
+
+def test_a_split_without_test_says_audit_has_nothing(tmp_path: Path) -> None:
+    skill, tasks = _files(tmp_path, 30)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks, "--split", "1:1:0")
+    assert out.returncode == 0, out.stderr
+    assert "no test tasks: `harnessopt audit`" in out.stdout
+
+
+def test_a_default_split_whose_val_detects_nothing_names_one_that_does(tmp_path: Path) -> None:
+    """60 tasks: 2:1:7 gives val 6, less than 30 tasks get; init names the split that gives val a third."""
+    skill, tasks = _files(tmp_path, 60)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks)
+    assert out.returncode == 0, out.stderr
+    assert "12 train / 6 val / 42 test" in out.stdout and "too small to detect anything" in out.stdout
+    assert "--split 20:20:20 would give val 20 tasks, which detect about +0." in out.stdout
+    again = cli("init", tmp_path / "ws2", "--skill", skill, "--tasks", tasks, "--split", "20:20:20")
+    assert again.returncode == 0 and "too small to detect anything" not in again.stdout
+    assert "would give val" not in again.stdout  # the user chose the split: nothing to suggest
