@@ -207,7 +207,9 @@ def test_a_workspace_inside_a_workspace(tmp_path: Path, ws: Path) -> None:
     skill, tasks = write_example(tmp_path / "in")
     before, refs = snapshot(ws), git(ws, "for-each-ref")
     for inner in (ws / "sub", ws / "skill" / "deeper" / "w"):
-        assert_user_error(cli("init", inner, "--skill", skill, "--tasks", tasks), f"inside the workspace {ws}")
+        assert_user_error(
+            cli("init", inner, "--skill", skill, "--tasks", tasks), f"inside the workspace {ws}"
+        )
         assert not inner.exists()
     _unchanged(ws, before)
     assert git(ws, "for-each-ref") == refs and git(ws, "status", "--porcelain") == ""
