@@ -267,7 +267,8 @@ def sign_test_p(positive: int, negative: int) -> float:
 
 
 def paired_interval(diffs: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Two-sided t interval of the mean paired difference (degenerate when m < 2).
+    """Two-sided t interval of the mean paired difference (degenerate when m < 2), clipped to
+    [-1, 1], the range of a difference of scores in [0, 1].
 
     When every difference is the same (all ties, s = 0) the SD is the gate's floor (``sd_floor``):
     m tasks that agree everywhere cannot rule out one unseen flip, so the interval is never [0, 0].
@@ -277,7 +278,7 @@ def paired_interval(diffs: Sequence[float], confidence: float = 0.95) -> tuple[f
         return (-1.0, 1.0) if m == 0 else (max(-1.0, mu - 1.0), min(1.0, mu + 1.0))
     s = sample_sd(diffs) or sd_floor(m)
     half = t_quantile(0.5 + confidence / 2.0, m - 1) * s / math.sqrt(m)
-    return mu - half, mu + half
+    return max(-1.0, mu - half), min(1.0, mu + half)
 
 
 def bootstrap_interval(

@@ -101,6 +101,17 @@ def test_paired_interval_known_case():
     assert stats.paired_interval([], 0.95) == (-1.0, 1.0)
 
 
+def test_paired_interval_stays_within_the_range_of_a_gain():
+    """All 10 tasks fixed but one: a gain of +0.9 whose t interval would reach past +1."""
+    d = [1.0] * 9 + [0.0]
+    lo, hi = stats.paired_interval(d, 0.95)
+    assert hi == 1.0 and 0.6 < lo < 0.9
+    assert stats.paired_interval([-x for x in d], 0.95) == (-1.0, -lo)
+    assert stats.audit_stats(
+        {f"t{i}": runs(0) for i in range(10)}, {f"t{i}": runs(x) for i, x in enumerate(d)}
+    )["interval"] == [lo, 1.0]
+
+
 def test_audit_stats_reports_gain_interval_and_flips():
     base = {f"t{i}": runs(0) for i in range(30)} | {f"p{i}": runs(1) for i in range(10)}
     best = {f"t{i}": runs(1 if i < 12 else 0) for i in range(30)} | {
