@@ -215,8 +215,21 @@ def current_rates(ws: Workspace, cfg: Config | None = None) -> dict[str, float]:
     return _rates(ws, cfg, _history(ws))
 
 
+OPTIMIZER_RATES = ("optimizer_calls", "optimizer_tokens_per_call", "optimizer_usd_per_call")
+MODEL_OPTIMIZERS = ("anthropic", "claude-code", "codex")  # backends whose every turn is a gateway call
+
+
 def _rates(ws: Workspace, cfg: Config, history: list[RoundManifest]) -> dict[str, float]:
-    return measured_rates(history, cfg) if history else prior_rates(ws, cfg)
+    """Measured rates, else the priors; the optimizer's as the backend this run uses makes calls:
+    none with ``manual`` (a person edits), the priors' with a model backend where the rounds so far
+    made none (they were manual)."""
+    rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
+    if cfg.optimizer.backend == "manual":
+        rates |= dict.fromkeys(OPTIMIZER_RATES, 0.0)
+    elif cfg.optimizer.backend in MODEL_OPTIMIZERS and not rates["optimizer_calls"]:
+        prior = prior_rates(ws, cfg)
+        rates |= {k: prior[k] for k in (*OPTIMIZER_RATES, "seconds_per_optimizer_call")}
+    return rates
 
 
 def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection:

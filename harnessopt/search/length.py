@@ -23,7 +23,8 @@ are cheap, 24 tasks for a turn of 600 runs, so that a proposal that cost hundred
 kept or dropped on 8; the optimizer reads only the batch, and the step's cost counts them all.
 Prices come from the projection's rates: measured on the workspace's rounds, else its priors; a
 model without a price counts by tokens, and with neither (or an optimizer whose calls the gateway
-never saw: ``--optimizer manual``, a command) the chain is ``UNPRICED_STEPS`` long.
+never saw: a command of one's own) the chain is ``UNPRICED_STEPS`` long. With ``--optimizer manual``
+a person makes every step: the chain is ``MIN_STEPS`` long, with no checkpoints.
 
 Where the run's budget pays for ``checkpoints.SWITCH_VALIDATIONS`` whole validations and
 ``search.checkpoints`` is null, the chain is ``checkpoints.LONG_STEPS`` long whatever the price,
@@ -47,6 +48,7 @@ from harnessopt.search import budget, checkpoints
 MIN_STEPS, MAX_STEPS = 3, 50  # search.explore's bounds when chosen here (the config allows 2 to 50)
 UNPRICED_STEPS = 10  # neither dollars nor tokens say what a step costs: the length before this rule
 MAX_SCREEN = 64  # train tasks a step screens on at most when screen_extra chooses
+PERSON = "a person's turns"  # ChainLength.unit of the manual backend: MIN_STEPS, no checkpoints
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class ChainLength:
         """Why this length, in a clause."""
         if not self.unit:
             return "no price or token count weighs a step"
+        if self.unit == PERSON:
+            return "a person makes each step (optimizer.backend: manual), no more than the fewest steps"
         more = f", screened on {self.screen_tasks} train tasks beyond its batch," if self.screen_tasks else ""
         return (
             f"a step{more} costs about {self.step_runs:,.0f} target runs and validating a chain's end up "
@@ -85,6 +89,10 @@ def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int 
     batch = cfg.rollout.batch_size if n_train is None else max(1, min(cfg.rollout.batch_size, n_train))
     room = MAX_SCREEN if n_train is None else max(0, n_train - batch)
     validation = float(max(n_val, 1) * (g.epochs + g.second_look + g.banked_epochs))
+    if cfg.optimizer.backend == "manual":  # a person makes every step: their turn is the dear one
+        chain = ChainLength(MIN_STEPS, 0.0, validation, PERSON, min(room, s.screening_only))
+        ties = bool(cfg.search.ties_move)
+        return replace(chain, checkpoints=cfg.search.checkpoints or 0, ties_move=ties, pick="")
     per_run, calls = rates["target_calls_per_run"], rates["optimizer_calls"]
     for unit, target, optimizer in (
         ("dollars", rates["target_usd_per_call"], rates["optimizer_usd_per_call"]),

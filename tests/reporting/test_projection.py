@@ -260,3 +260,35 @@ def test_checkpoints_are_projected_at_the_share_of_them_the_measured_rounds_ran(
     measured = project(Workspace.open(ws.root), 2)
     assert measured.rates["checkpoint_share"] == 0.5
     assert measured.rounds[0].target_runs == pytest.approx(made)
+
+
+def test_a_manual_optimizer_is_projected_no_model_calls_and_a_model_one_its_priors(tmp_path: Path) -> None:
+    """--optimizer manual makes no model call: none are projected or priced. A model backend after
+    rounds that were manual (no optimizer call measured) is projected at the priors, not at zero."""
+    from harnessopt.ledger import store as ledger
+    from harnessopt.ledger import vcs
+    from harnessopt.ledger.manifest import PhaseStats, RoleUsage, RoundManifest
+    from harnessopt.reporting.projection import prior_rates
+
+    priced = {"prices": {"*": [15.0, 75.0]}}  # the scripted models have no price of their own
+    ws = Workspace.open(make_ws(tmp_path), priced)
+    model = project(ws, 1)
+    assert model.total().optimizer_calls > 0 and model.total().cost_usd > 0
+    manual = project(Workspace.open(ws.root, {**priced, "optimizer.backend": "manual"}), 1)
+    assert manual.total().optimizer_calls == 0
+    assert manual.total().cost_usd < model.total().cost_usd
+    assert "0 optimizer" in manual.line()
+    by_hand = RoundManifest(
+        round=1,
+        status="rejected",
+        wall_s=100.0,
+        phases={"rollout": PhaseStats(runs=40, calls=40)},
+        tokens={"target": RoleUsage(calls=40, input=4000, output=400, cost_usd=0.4)},
+    )
+    ledger.record_other(ws.repo, vcs.head_sha(ws.repo), ws.root, ["skill"], by_hand)
+    after = project(Workspace.open(ws.root, priced), 1)
+    assert after.basis.startswith("1 measured round")
+    prior = prior_rates(ws, ws.cfg)
+    assert after.rates["optimizer_calls"] == prior["optimizer_calls"] > 0
+    assert after.rates["optimizer_usd_per_call"] == prior["optimizer_usd_per_call"] > 0
+    assert after.rates["target_usd_per_call"] == pytest.approx(0.01)  # the target's as measured

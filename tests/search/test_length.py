@@ -128,9 +128,23 @@ def test_an_unpriced_model_is_weighed_by_tokens_and_nothing_falls_back_to_ten() 
     nothing = chain_length(cfg, rates(run_usd=0.0, turn_usd=0.0), M)
     assert (nothing.steps, nothing.unit) == (UNPRICED_STEPS, "")
     assert "no price or token count" in nothing.why()
-    # an optimizer the gateway never saw call (manual, a command of one's own) is not free
-    manual = chain_length(cfg, rates(run_usd=0.01, turn_usd=0.0, calls=0.0, tokens=(500.0, 0.0)), M)
-    assert (manual.steps, manual.unit) == (UNPRICED_STEPS, "")
+    # an optimizer the gateway never saw call (a command of one's own) is not free
+    unseen = chain_length(cfg, rates(run_usd=0.01, turn_usd=0.0, calls=0.0, tokens=(500.0, 0.0)), M)
+    assert (unseen.steps, unseen.unit) == (UNPRICED_STEPS, "")
+
+
+def test_a_person_makes_the_fewest_steps_whatever_the_prices_and_budget() -> None:
+    """--optimizer manual: each step is a person's edit, so a chain never runs 10, 50 or 150 of them."""
+    free = rates(run_usd=0.01, turn_usd=0.0, calls=0.0)
+    for budget in ({}, {"max_cost": 1000.0}):  # a budget that would pay for checkpoints' 150 steps
+        cfg = Config.model_validate({"optimizer": {"backend": "manual"}, "budget": budget})
+        got = chain_length(cfg, free, M, 100)
+        assert (got.steps, got.checkpoints, got.ties_move) == (MIN_STEPS, 0, False)
+        assert got.why() == (
+            f"{MIN_STEPS} steps a round (search.explore: null; a person makes each step "
+            "(optimizer.backend: manual), no more than the fewest steps)"
+        )
+    assert chain_length(Config(), rates(run_usd=0.01, turn_usd=0.0001), M).steps > MIN_STEPS
 
 
 @pytest.mark.parametrize(
