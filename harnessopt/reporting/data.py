@@ -137,7 +137,7 @@ def report_data(ws: Workspace) -> dict[str, Any]:
             "target": ws.cfg.model.target,
             # the backend the last run used (a --optimizer flag is not in harnessopt.yaml)
             "optimizer": last_run_parts(ws).get("optimizer")
-            or f"{ws.cfg.optimizer.backend}:{ws.cfg.optimizer.model}",
+            or ws.cfg.optimizer.label,
             "batch_size": ws.cfg.rollout.batch_size,
             "epochs": ws.cfg.gate.epochs,
         },

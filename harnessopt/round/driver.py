@@ -184,5 +184,5 @@ def run_parts(ws: Workspace, svc: Services) -> dict[str, str]:
         "sandbox": sandbox,
         "executor": executor,
         "target": f"{cfg.model.provider}:{cfg.model.target}",
-        "optimizer": f"{cfg.optimizer.backend}:{cfg.optimizer.model}",
+        "optimizer": cfg.optimizer.label,
     }
