@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,11 +58,27 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line, parsed; an argument no parser knows is reported by the command it was
     given to (its name and hint), not by the top-level parser that collects argparse's leftovers."""
     parser = build_parser()
-    parsed, extra = parser.parse_known_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    parsed, extra = parser.parse_known_args(_negative_split_joined(given))
     if extra:
         chosen = parser.commands.get(getattr(parsed, "command", None) or "", parser)
         chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+    parsed.argv = given  # as typed: what a dry run says to start the run with
     return parsed
+
+
+def _negative_split_joined(words: list[str]) -> list[str]:
+    """``--split -1:2:3`` as ``--split=-1:2:3``: argparse reads a value that starts with "-" as a
+    flag of its own ("expected one argument"); joined, --split's own check says what is wrong."""
+    out: list[str] = []
+    it = iter(words)
+    for word in it:
+        if word == "--split":
+            value = next(it, None)
+            out.append(word if value is None else f"--split={value}")
+        else:
+            out.append(word)
+    return out
 
 
 def _positive(text: str, most: int | None = None) -> int:
@@ -362,7 +379,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         for line in project(ws, a.rounds).table():
             say(line)
-        say(f"dry run: nothing was run; start it with: harnessopt run {a.ws} --rounds {a.rounds}")
+        again = shlex.join(w for w in a.argv if w != "--dry-run")
+        say(f"dry run: nothing was run; start it with: harnessopt {again}")
         return 0
     ws.require_main()
     with (

@@ -122,12 +122,12 @@ class OptimizerConfig(_Strict):
     """Let the optimizer's bash or CLI agent run on this host when the sandbox is not Docker
     (--unsafe-host-optimizer): it can then reach the API key, the workspace and the network."""
 
-
     @property
     def label(self) -> str:
         """The optimizer as a run names it: ``backend:model``, or the backend alone where no model of
         harnessopt's choosing is called (``manual``: a person; ``command``: the argv's own)."""
         return self.backend if self.backend in ("manual", "command") else f"{self.backend}:{self.model}"
+
 
 class GateConfig(_Strict):
     policy: GateName = "banked"

@@ -173,6 +173,15 @@ def test_an_unknown_flag_is_reported_by_its_command(ws: Path) -> None:
     assert snapshot(ws) == before
 
 
+def test_a_negative_split_is_told_what_is_wrong_with_it(tmp_path: Path, example) -> None:
+    """argparse took "-1:2:3" for a flag ("expected one argument"); the value reaches --split's check."""
+    for extra in (("--split", "-1:2:3"), ("--split=-1:2:3",)):
+        _init_fails(
+            tmp_path, *example, "--split '-1:2:3'", "each part must be a finite number >= 0", extra=extra
+        )
+    _init_fails(tmp_path, *example, "--split", "expected one argument", extra=("--split",))
+
+
 def test_colons_in_a_message_stay_text(tmp_path: Path, example) -> None:
     """rich turns ':b:' into an emoji unless told not to: a --split, a path or a summary with colons
     is shown as typed, on stderr and on stdout."""

@@ -136,8 +136,7 @@ def report_data(ws: Workspace) -> dict[str, Any]:
             "template": ws.cfg.template,
             "target": ws.cfg.model.target,
             # the backend the last run used (a --optimizer flag is not in harnessopt.yaml)
-            "optimizer": last_run_parts(ws).get("optimizer")
-            or ws.cfg.optimizer.label,
+            "optimizer": last_run_parts(ws).get("optimizer") or ws.cfg.optimizer.label,
             "batch_size": ws.cfg.rollout.batch_size,
             "epochs": ws.cfg.gate.epochs,
         },

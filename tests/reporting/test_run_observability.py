@@ -69,6 +69,8 @@ def test_dry_run_projection_against_the_calls_made_and_mlflow(run_env) -> None:
     )
     assert dry.returncode == 0, dry.stderr
     assert "total" in dry.stdout and "config priors" in dry.stdout and "nothing was run" in dry.stdout
+    again = f"start it with: harnessopt run {ws} --rounds 2 --sandbox local {' '.join(HOST)} --batch-size 4\n"
+    assert again in dry.stdout  # the run as asked for, every flag kept
     assert fake.requests == [] and git(ws, "rev-parse", "HEAD") == head  # no model call, no change
     assert git(ws, "status", "--porcelain") == "" and not (ws / ".harnessopt" / "journal.jsonl").exists()
 
