@@ -447,6 +447,13 @@ def cmd_decide(a: argparse.Namespace) -> int:
     ws = Workspace.open(a.ws)
     ws.require_main()
     approve = a.command == "approve"
+    from harnessopt.ledger.round0 import state
+
+    if ws.cfg.mode == "skill" and state(ws.repo) is None:
+        raise UserError(
+            f"{a.ws} is in skill mode, which has no round-0 proposal to decide on (harness and joint "
+            "mode start with one); `harnessopt run` goes straight to round 1"
+        )
     with workspace_lock(ws.root, a.command, say):
         st = record_decision(ws.repo, approve, "" if approve else a.reason)
     say(f"round-0 proposal {st.commit[:10]} {st.status} ({st.decision_commit and st.decision_commit[:10]})")

@@ -146,6 +146,15 @@ def test_docker_requested_but_unreachable(ws: Path) -> None:
     assert_user_error(r, "--sandbox local")
 
 
+def test_skill_mode_has_no_proposal_to_decide_on(ws: Path) -> None:
+    before = snapshot(ws)
+    for command in (("approve",), ("reject", "--reason", "no")):
+        assert_user_error(
+            cli(*command, ws), "skill mode, which has no round-0 proposal", "straight to round 1"
+        )
+    assert snapshot(ws) == before
+
+
 def test_harness_mode_needs_confirmation(ws: Path) -> None:
     """Since issue 11 the confirmation is a person's decision on the round-0 proposal (the run
     itself is tests/round/test_round0.py): nothing to approve yet, and a rejection needs a reason."""

@@ -56,11 +56,9 @@ def run(
         say(f"removed a STOP file left from before this run ({stop.stop_path(ws.root)})")
     start = ledger.next_round(ws.repo)
     projected = project(ws, rounds)
-    say(projected.line())
     cfg = ws.cfg  # search.explore null: the chain's length the projection chose from its prices
     if projected.chain is not None:
         cfg = with_chain(cfg, projected.chain)
-        say(f"this run chains {projected.chain.why()}")
     results: list[RoundResult] = []
     told: list[str] = []
     failed_in_a_row = 0
@@ -68,6 +66,10 @@ def run(
     hours = ws.cfg.budget.max_hours
     deadline = time.monotonic() + hours * 3600 if hours else None
     with open_services(ws.root, cfg, say) as svc, _watched(ws, svc, progress, deadline) as watch:
+        # said once the services stand: a missing key or script is then the run's only line
+        say(projected.line())
+        if projected.chain is not None:
+            say(f"this run chains {projected.chain.why()}")
         svc.rates = projected.rates  # a budget's last chain and look are planned at these prices
         svc.deadline = deadline  # and in the time budget.max_hours leaves
         used = run_parts(ws, svc)  # what this run actually uses: status and the report name it

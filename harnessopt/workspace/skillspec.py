@@ -139,7 +139,10 @@ def _first_problem(e: ValidationError) -> str:
     )
     if unknown:
         allowed = ", ".join(("name", "description", *OPTIONAL_KEYS))
-        return f"unknown front matter key {unknown[0]!r}; allowed keys are {allowed}"
+        return (
+            f"unknown front matter key {unknown[0]!r}; allowed keys are {allowed} (to keep keys outside "
+            "the spec: init --skill-rule-off unknown-keys, or checks.skill_rules_off in harnessopt.yaml)"
+        )
     err = errors[0]
     if err["type"] == "missing":
         return f"'name' is required ({_NAME_HINT})" if err["loc"] == ("name",) else _DESCRIPTION_RULE

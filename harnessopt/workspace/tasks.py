@@ -57,8 +57,10 @@ MAX_LINE_CHARS = 2_000_000  # a task must fit in one model request through the g
 def load_tasks(path: Path, *, empty_ok: bool = False) -> list[Task]:
     """Parse a JSONL task file. Blank lines are skipped; ``"split": null`` counts as no split.
     A file with no task is an error unless ``empty_ok`` (a stored split may be empty)."""
+    if Path(path).is_dir():
+        raise UserError(f"task file {path} is a directory; pass the JSONL file itself")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark some editors write: dropped
     except FileNotFoundError:
         raise UserError(f"task file {path} does not exist; pass an existing JSONL file") from None
     except UnicodeDecodeError as e:

@@ -123,5 +123,6 @@ def test_hostile_yaml_is_a_user_error_not_a_crash(tmp_path: Path) -> None:
 def test_unknown_key_is_reported_before_field_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="unknown front matter key 'b'"):
         read_skill(make_skill(tmp_path, "---\nname: BAD\nc: 1\nb: 2\n---\n"))
-    with pytest.raises(UserError, match="unknown front matter key '1'"):
+    with pytest.raises(UserError, match="unknown front matter key '1'") as info:
         read_skill(make_skill(tmp_path, "---\nname: ok\ndescription: d\n1: x\n---\n"))
+    assert "--skill-rule-off unknown-keys" in str(info.value)  # how to keep a host's own keys

@@ -88,6 +88,18 @@ def test_empty_missing_and_non_utf8_files(tmp_path: Path) -> None:
     latin.write_bytes(b'{"id": "caf\xe9", "input": "q", "answer": "a"}\n')
     with pytest.raises(UserError, match="not UTF-8"):
         load_tasks(latin)
+    with pytest.raises(UserError, match="is a directory; pass the JSONL file itself"):
+        load_tasks(tmp_path)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path: Path) -> None:
+    """Some Windows editors start a UTF-8 file with a BOM; json.loads refused the first line for it."""
+    path = tmp_path / "bom.jsonl"
+    path.write_text(
+        '{"id": "a", "input": "q", "answer": 1}\n{"id": "b", "input": "r", "answer": 2}\n', "utf-8-sig"
+    )
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert [t.id for t in load_tasks(path)] == ["a", "b"]
 
 
 def test_parse_ratio() -> None:
@@ -154,6 +166,7 @@ def test_content_duplicate_of_objects_and_same_split_allowed(tmp_path: Path) -> 
     assert input_key({"b": "X  y", "a": [1]}) == input_key({"a": [1], "b": "x y"})
     rows = make_rows(6, split="val")
     rows.append({"id": "again", "input": "question 1", "answer": "1", "split": "val"})
+    rows.append({"id": "learn", "input": "a train task", "answer": "x", "split": "train"})
     check_splits(load_tasks(write_jsonl(tmp_path / "t.jsonl", rows)))
 
 
