@@ -119,7 +119,9 @@ def test_uncommitted_changes_before_run(ws: Path) -> None:
 
 def test_no_api_key(ws: Path) -> None:
     before = snapshot(ws)
-    assert_user_error(cli("run", ws, "--sandbox", "local"), "ANTHROPIC_API_KEY")
+    r = cli("run", ws, "--sandbox", "local")
+    assert_user_error(r, "ANTHROPIC_API_KEY")
+    assert "projection" not in r.stdout and "chains" not in r.stdout  # the refusal is the run's one line
     after = snapshot(ws)
     assert {k: v for k, v in after.items() if ".harnessopt" not in k} == {
         k: v for k, v in before.items() if ".harnessopt" not in k
