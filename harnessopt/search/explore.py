@@ -199,6 +199,9 @@ def explore(
         p = Proposed(name, focus, proposal, snapshot, copied, candidate, ending)
         found.proposed.append(p)
         if candidate is None or ending is not None:
+            status, why = ending or ("noop", "no whitelisted edit")
+            stage = {"noop": "made no change", "rejected": "was rejected at the checks"}.get(status, "failed")
+            say(f"round {rc.k}: step {name} {stage} ({why.splitlines()[0][:200]}): dropped")
             continue
         if j == 1 and more:
             base_runs = [*train, *svc.runner.run(base, more, rc.k, phase="rollout")]

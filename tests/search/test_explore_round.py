@@ -342,3 +342,23 @@ def test_with_ties_move_a_step_level_with_its_base_moves_the_chain(tmp_path: Pat
     assert "beat s1 on train" in by_name["s2"].reason and "a later step built on it" in by_name["s2"].reason
     skill = (ws.root / "skill" / "SKILL.md").read_text()
     assert FORM in skill and SEAT in skill and TAIL in skill
+
+
+def test_a_step_that_changes_nothing_or_fails_the_checks_is_said(tmp_path: Path) -> None:
+    """A step the chain drops before any run (no edit, a broken skill) is said as it happens, as a
+    screened step is; a person at --optimizer manual otherwise saw the run move on in silence."""
+    broken = "---\nname: world-capitals\n---\n"  # the front matter without its description
+    script = scripted_edits(
+        tmp_path,
+        {
+            "s1": ("# Round 1:[\\s\\S]*Your step: s1,", "no such line", "anything"),
+            "s2": ("# Round 1:[\\s\\S]*Your step: s2,", "---\nname: world-capitals\n", broken),
+        },
+    )
+    ws = Workspace.open(make_ws(tmp_path, model=script, search={"explore": 2}))
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    assert "round 1: step s1 made no change (no whitelisted edit): dropped" in said
+    [s2] = [line for line in said if line.startswith("round 1: step s2 ")]
+    assert s2.startswith("round 1: step s2 was rejected at the checks (") and s2.endswith("): dropped")
+    assert "description" in s2 and result.status != "accepted"
