@@ -470,9 +470,38 @@ def parse_config(raw: Any, where: str) -> Config:
         return Config.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = "".join(f"{p}: " for p in [".".join(str(p) for p in err["loc"])] if p)
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise UserError(f"{where}: {loc}{msg}; fix the setting (see docs/workspace.md)") from e
+        dotted = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise UserError(
+                f"{where}: unknown setting {dotted!r}; the settings are listed in docs/workspace.md"
+            ) from e
+        loc = f"{dotted}: " if dotted else ""
+        raise UserError(f"{where}: {loc}{_plain(err)}; fix the setting (see docs/workspace.md)") from e
+
+
+_PLAIN = {  # pydantic's error types in a user's words
+    "int_parsing": "expected a whole number",
+    "int_type": "expected a whole number",
+    "int_from_float": "expected a whole number",
+    "float_parsing": "expected a number",
+    "float_type": "expected a number",
+    "bool_parsing": "expected true or false",
+    "bool_type": "expected true or false",
+    "string_type": "expected text",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping of settings",
+}
+
+
+def _plain(err: Any) -> str:
+    """One error of pydantic's as the settings' own words: what was expected and what was given."""
+    if err["type"] in _PLAIN:
+        return f"{_PLAIN[err['type']]}, got {err.get('input')!r}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if msg.startswith("Input should be "):  # "Input should be greater than 0", "... 'a' or 'b'"
+        return "must be " + msg.removeprefix("Input should be ") + f", got {err.get('input')!r}"
+    return msg
 
 
 def _bool_for_a_number(raw: Any, model: type[BaseModel], at: str = "") -> tuple[str, bool] | None:

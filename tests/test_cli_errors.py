@@ -134,7 +134,22 @@ def test_rounds_zero(ws: Path) -> None:
 
 def test_bad_config_value(ws: Path) -> None:
     (ws / "harnessopt.yaml").write_text((ws / "harnessopt.yaml").read_text() + "\nbogus_key: 1\n")
-    assert_user_error(cli("status", ws), "bogus_key")
+    assert_user_error(cli("status", ws), "unknown setting 'bogus_key'", "docs/workspace.md")
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("rollout.batch_size=abc", "rollout.batch_size: expected a whole number, got 'abc'"),
+        ("rollout.batch_size=0", "rollout.batch_size: must be greater than or equal to 1, got 0"),
+        ("rollout.warm_interpreter=maybe", "rollout.warm_interpreter: expected true or false, got 'maybe'"),
+        ("search.explore=1.5", "search.explore: expected a whole number, got 1.5"),
+    ],
+)
+def test_a_bad_setting_is_said_in_plain_words(ws: Path, setting: str, said: str) -> None:
+    """pydantic's own words ("Input should be a valid integer, unable to parse string as an
+    integer") said what the library wanted; the line says what the setting wants and what it got."""
+    assert_user_error(cli("run", ws, "--dry-run", "-c", setting), said)
 
 
 def test_unknown_round_for_diff_and_rollback(ws: Path) -> None:

@@ -117,7 +117,7 @@ def test_objective_trigger_needs_skill_mode(tmp_path: Path) -> None:
         UserError, match=r"^harnessopt.yaml: objective: trigger changes only .*use mode: skill"
     ):
         parse_config({"objective": "trigger", "mode": "joint"}, "harnessopt.yaml")
-    with pytest.raises(UserError, match=r"^harnessopt.yaml: objective: Input should be 'task', 'trigger' or"):
+    with pytest.raises(UserError, match=r"^harnessopt.yaml: objective: must be 'task', 'trigger' or"):
         parse_config({"objective": "triggers"}, "harnessopt.yaml")
 
 
