@@ -30,6 +30,7 @@ def ws(tmp_path: Path) -> Workspace:
 
 def test_a_rollback_restores_both_folders_in_one_commit(ws: Workspace) -> None:
     head = git(ws.root, "rev-parse", "HEAD")
+    assert "(a manual commit)" in cli("status", ws.root).stdout  # the fixture's own edits
     said = rollback(ws, 0)
     new = git(ws.root, "rev-parse", "main")
     assert new[:10] in said and git(ws.root, "rev-parse", "HEAD^") == head
@@ -38,6 +39,7 @@ def test_a_rollback_restores_both_folders_in_one_commit(ws: Workspace) -> None:
     assert git(ws.root, "status", "--porcelain") == ""
     assert not (ws.root / "skill" / "notes.md").exists()
     assert ledger.manifest_data(git(ws.root, "log", "-1", "--format=%B"))["to_round"] == 0
+    assert f"incumbent: {new[:10]} (a rollback to round 0)" in cli("status", ws.root).stdout
     last = ws.journal.last()
     assert last is not None and (last["phase"], last["commit"]) == ("rollback", new)
     assert "already" in rollback(ws, 0)
