@@ -17,6 +17,8 @@ def _check_demo(tmp_path: Path, sandbox: str) -> Path:
     r = cli("demo", target, "--sandbox", sandbox, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "SCRIPTED" in r.stdout and "no real model is called" in r.stdout
+    notes = [line for line in r.stdout.splitlines() if "SCRIPTED" in line]
+    assert len(notes) == 2 and all(f"replayed from {target}/scripted_model.yaml;" in n for n in notes)
     assert "where to look next" in r.stdout
     assert ("sandbox: docker" in r.stdout) == (sandbox == "docker")
     rows = json.loads(cli("log", target, "--json").stdout)
@@ -37,6 +39,7 @@ def test_demo_local(tmp_path: Path) -> None:
     target = _check_demo(tmp_path, "local")
     again = cli("demo", target, "--sandbox", "local")
     assert again.returncode == 2 and "not empty" in again.stderr
+    assert again.stdout == ""  # the refusal is the demo's one line
 
 
 @pytest.mark.docker
