@@ -71,8 +71,8 @@ class ChainLength:
             return "a person makes each step (optimizer.backend: manual), no more than the fewest steps"
         more = f", screened on {self.screen_tasks} train tasks beyond its batch," if self.screen_tasks else ""
         return (
-            f"a step{more} costs about {self.step_runs:,.0f} target runs and validating a chain's end up "
-            f"to {self.validation_runs:,.0f}, by {self.unit}"
+            f"a step{more} costs as much as about {self.step_runs:,.0f} target runs, validating a chain's "
+            f"end up to {self.validation_runs:,.0f} runs (by {self.unit})"
         )
 
     def why(self) -> str:

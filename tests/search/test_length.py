@@ -58,8 +58,8 @@ def test_a_validation_over_a_step_in_target_runs() -> None:
     assert (got.step_runs, got.validation_runs, got.unit) == (36.0, 1100.0, "dollars")
     assert got.steps == round(1100 / 36) == 31
     assert got.why() == (
-        "31 steps a round (search.explore: null; a step costs about 36 target runs and validating a "
-        "chain's end up to 1,100, by dollars); no checkpoints (search.checkpoints: null; a run without a "
+        "31 steps a round (search.explore: null; a step costs as much as about 36 target runs, validating "
+        "a chain's end up to 1,100 runs (by dollars)); no checkpoints (search.checkpoints: null; a run without a "
         "budget validates each chain's end)"
     )
 
@@ -105,7 +105,7 @@ def test_a_dear_turn_is_screened_on_more_train_tasks_than_the_batch() -> None:
     assert got.screen_tasks == 16 and got.step_runs == 600 + 2 * 24 and got.steps == MIN_STEPS
     assert got.why() == (
         "3 steps a round (search.explore: null; a step, screened on 16 train tasks beyond its batch, costs "
-        "about 648 target runs and validating a chain's end up to 1,100, by dollars); no checkpoints "
+        "as much as about 648 target runs, validating a chain's end up to 1,100 runs (by dollars)); no checkpoints "
         "(search.checkpoints: null; a run without a budget validates each chain's end)"
     )
     assert (
