@@ -93,6 +93,13 @@ class Runner:
         # prefetch()ed runs: (root, task, epoch, round) -> (the candidate's label, the run)
         self._ahead: dict[tuple[str, str, int, int], tuple[str, Future[TaskResult]]] = {}
         self._ahead_lock = threading.Lock()
+        self._stopping = threading.Event()  # the run is being torn down: what ends now is not kept
+
+    def stop(self) -> None:
+        """The run is ending before its jobs do (Ctrl-C, SIGTERM, a failure): a run that returns from
+        now on may have been ended by the teardown (its task killed, its gateway gone), so it is
+        not kept for a rerun of the round, which runs it again."""
+        self._stopping.set()
 
     def run(
         self,
@@ -190,7 +197,10 @@ class Runner:
             return kept
         via = via or self.executor.sandbox_for(cand.root)
         result = self._run_one(cand, task, round_no, epoch, via)
-        if self.store is not None and not _refused(result):  # a refused run is no evidence: never kept
+        # A refused run is no evidence, and one that ended as the run was torn down may have been
+        # killed by it (a "crash" of exit -9): neither is kept for a rerun of the round.
+        torn_down = self._stopping.is_set() or interrupts.stopping()
+        if self.store is not None and not _refused(result) and not torn_down:
             self.store.put(round_no, cand.root, task, epoch, result)
         return result
 

@@ -179,6 +179,7 @@ def open_services(
             store=store if keep_rollouts else None,
             executor=executor,
         )
+        stack.callback(runner.stop)  # first on the way out: nothing the teardown ends is kept
 
         def client_factory(round_no: int) -> anthropic.Anthropic:
             import anthropic  # deferred: the SDK's import is most of `run`'s start-up (docs/performance.md)

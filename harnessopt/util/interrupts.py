@@ -122,6 +122,11 @@ def check() -> None:
         raise KeyboardInterrupt
 
 
+def stopping() -> bool:
+    """Whether a stop signal or Ctrl-C came (whatever became of its exception)."""
+    return bool(_terminated) or _interrupted.is_set()
+
+
 def check_on_main() -> None:
     """``check``, on the main thread only (the thread an interrupt is for): for the waits that come
     back to Python every slice to see an interrupt that came without a signal (a Ray cancel is

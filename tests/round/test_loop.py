@@ -23,6 +23,7 @@ from harnessopt.ledger import store as ledger
 from harnessopt.optimizer.manual import DONE_NAME
 from harnessopt.protocols import Task
 from harnessopt.reporting.data import report_data
+from harnessopt.rollout.run_cache import RESUME_DIR
 from harnessopt.round import steps
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import git, start_cli, wait_for_phase
@@ -217,6 +218,10 @@ def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: st
         proc.kill()
     assert proc.returncode == 130
     assert stopped_in < 20, stopped_in
+    # Every task was asleep when Ctrl-C came: what the stop ended (an exit -9 "crash") is no run a
+    # rerun of the round may reuse, so none is kept.
+    kept = list((ws / ".harnessopt" / RESUME_DIR).glob("round-1/rollouts/**/*.json"))
+    assert kept == [], [json.loads(p.read_text()).get("error_class") for p in kept]
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert left.stdout.strip() == "", left.stdout
     if sandbox == "docker":
