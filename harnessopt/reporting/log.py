@@ -304,7 +304,7 @@ def _in_progress(ws: Workspace, holder: dict[str, Any], last: dict[str, Any] | N
 def _not_a_round(ws: Workspace, head: str) -> str:
     if head in proposals.round0_commits(ws.repo):
         return " (the round-0 proposal or its decision; skill and harness unchanged by it)"
-    data = ledger.manifest_data(ws.repo.commit(head).message)
+    data = ledger.manifest_data(str(ws.repo.commit(head).message))
     if data.get("status") == "rollback" and isinstance(data.get("to_round"), int):
         return f" (a rollback to round {data['to_round']})"
     return " (a manual commit)"
