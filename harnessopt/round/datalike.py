@@ -4,8 +4,9 @@ The lines a candidate adds (``leakage.added_lines``) and the files it adds under
 looked at for what an answer table looks like, whatever its encoding:
 
 * many short literals: ``SHORT_LITERALS`` or more quoted strings of at most 40 characters;
-* blobs: a run of ``BLOB_CHARS`` or more base64 or hex characters, or a token of 20+ characters
-  whose character entropy is at least ``ENTROPY_BITS`` bits (a hash, an encoded string);
+* blobs: a run of ``BLOB_CHARS`` or more base64 or hex characters, or a run of 20+ of the
+  characters encodings use whose character entropy is at least ``ENTROPY_BITS`` bits (a hash, an
+  encoded string; a line of code such as ``os.environ.get("HO_FLAG_SHOUT")`` is not one);
 * data files: a new file under ``skill/`` with a data extension, or one that is not UTF-8 text.
 
 A finding flags the round for review (``checks.datalike``: recorded in the manifest, said in the
@@ -33,7 +34,8 @@ DATA_SUFFIXES = (
 )  # fmt: skip
 _LITERAL = re.compile(r"""(["'])((?:(?!\1)[^\\\n]|\\.){1,40})\1""")
 _BLOB = re.compile(rf"[A-Za-z0-9+/_-]{{{BLOB_CHARS},}}={{0,2}}|[0-9a-fA-F]{{{BLOB_CHARS // 2 * 2},}}")
-_TOKEN = re.compile(r"\S{20,}")
+# a run of the characters encodings use: code around one (dots, brackets, quotes) is not part of it
+_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{20,}")
 
 
 def entropy(text: str) -> float:

@@ -242,6 +242,18 @@ def test_the_static_signal_flags_tables_blobs_and_data_files_not_prose(tmp_path:
     )
     assert datalike.scan(old, new, ("skill",))["flagged"] is False
     (new / "skill" / "scripts").mkdir()
+    # code that reads a feature flag, as docs/optimizer.md asks of a harness change, is not a blob
+    (new / "skill" / "scripts" / "flags.py").write_text(
+        'import os\nSHOUT = os.environ.get("HO_FLAG_SHOUT") == "1"\n'
+        'RETRY = os.environ.get("HO_FLAG_RETRY_EMPTY", "0") == "1"\n'
+    )
+    assert datalike.scan(old, new, ("skill",))["flagged"] is False
+    (new / "skill" / "scripts" / "flags.py").unlink()
+    key = "q3ZxP9LmW2kT7vYb8Nc4"  # a short key of an encoding (20 characters, 20 distinct)
+    (new / "skill" / "scripts" / "key.py").write_text(f'KEY = "{key}"\n')
+    rec = datalike.scan(old, new, ("skill",))
+    assert rec["flagged"] and key[:10] in rec["signals"][0]
+    (new / "skill" / "scripts" / "key.py").unlink()
     (new / "skill" / "scripts" / "answer.py").write_text(answer_script(encoded=True))
     rec = datalike.scan(old, new, ("skill",))
     assert rec["flagged"] and any("blob" in s for s in rec["signals"])
