@@ -20,6 +20,7 @@ from harnessopt.reporting.log import (
     last_run_parts,
     projected_vs_spent,
     review_notes,
+    rollback_of,
     round_diff,
 )
 from harnessopt.reporting.triggering import trigger_row
@@ -45,8 +46,10 @@ def proposal_outcome(r: Round) -> str:
     return "regressed" if m.delta < -m.dead_zone else "no change"
 
 
-def round_row(r: Round) -> dict[str, Any]:
+def round_row(r: Round, started_from: str = "") -> dict[str, Any]:
+    """The report's row of round ``r``; ``started_from``: a rollback main went through before it."""
     m = r.manifest
+    reason = "; ".join([m.reason, *review_notes(m.checks)])  # with what a check flags for review
     train = [m.phases[p] for p in ("rollout",) if p in m.phases]
     val = [m.phases[p] for p in ("smoke", "validation", "reruns") if p in m.phases]
     return {
@@ -68,7 +71,7 @@ def round_row(r: Round) -> dict[str, Any]:
         "role_cost_usd": {role: u.cost_usd for role, u in m.tokens.items()},
         "violations": m.violations,
         "summary": m.title,
-        "reason": "; ".join([m.reason, *review_notes(m.checks)]),  # with what a check flags for review
+        "reason": f"started from {started_from}; {reason}" if started_from else reason,
         "wall_s": m.wall_s,
         "trigger": trigger_row(m.trigger),
         "candidates": [c.model_dump() for c in m.search.candidates] if m.search else [],
@@ -124,7 +127,7 @@ def taxonomy_table(rounds: list[Round]) -> dict[str, Any]:
 def report_data(ws: Workspace) -> dict[str, Any]:
     """The whole report as JSON-ready data."""
     rounds = ledger.past_rounds(ws.repo)
-    rows = [round_row(r) for r in rounds]
+    rows = [round_row(r, rollback_of(ws, r.manifest.parent)) for r in rounds]
     outcomes = Counter(row["outcome"] for row in rows)
     registered = flags.lenient_defaults(ws.root / "harness")  # listed even when no run read them
     uses = adoption(ws.repo, {**registered, **ws.cfg.flags})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import git
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -33,6 +34,8 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "round": r.round,
                 "status": r.status,
                 "val_score": m.val_score,
+                "incumbent": m.parent,  # the commit the round started from
+                "started_from": rollback_of(ws, m.parent),
                 "incumbent_score": m.incumbent_score,
                 "delta": m.delta,
                 "dead_zone": m.dead_zone,
@@ -126,6 +129,8 @@ def review_notes(checks: ChecksRecord | dict[str, Any]) -> list[str]:
 def _with_confirmation(row: dict[str, Any]) -> str:
     note = confirmation_note(row.get("confirmation"))
     reason = f"{row['reason']}; {note}" if note else str(row["reason"])
+    if row.get("started_from"):  # main was rolled back before this round
+        reason = f"started from {row['started_from']}; {reason}"
     if note := trigger_note(row.get("trigger")):
         reason += f"; {note}"
     leak = ChecksRecord.model_validate(row.get("checks") or {}).leakage
@@ -301,13 +306,24 @@ def _in_progress(ws: Workspace, holder: dict[str, Any], last: dict[str, Any] | N
     return lines
 
 
+def rollback_of(ws: Workspace, commit: str | None) -> str:
+    """``a rollback to round K`` when ``commit`` is one (the round after it started there), else ""."""
+    if not commit:
+        return ""
+    try:
+        data = ledger.manifest_data(str(ws.repo.commit(commit).message))
+    except (ValueError, git.BadName):  # a commit gone (a rewritten history): nothing to say
+        return ""
+    if data.get("status") == "rollback" and isinstance(data.get("to_round"), int):
+        return f"a rollback to round {data['to_round']}"
+    return ""
+
+
 def _not_a_round(ws: Workspace, head: str) -> str:
     if head in proposals.round0_commits(ws.repo):
         return " (the round-0 proposal or its decision; skill and harness unchanged by it)"
-    data = ledger.manifest_data(str(ws.repo.commit(head).message))
-    if data.get("status") == "rollback" and isinstance(data.get("to_round"), int):
-        return f" (a rollback to round {data['to_round']})"
-    return " (a manual commit)"
+    rollback = rollback_of(ws, head)
+    return f" ({rollback})" if rollback else " (a manual commit)"
 
 
 def last_run_parts(ws: Workspace) -> dict[str, str]:

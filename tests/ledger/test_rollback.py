@@ -62,3 +62,27 @@ def test_a_journal_that_cannot_be_written_leaves_main_and_the_tree_as_they_were(
     assert git(ws.root, "rev-parse", "main") == head
     assert git(ws.root, "status", "--porcelain") == ""
     assert (ws.root / "skill" / "SKILL.md").read_text() == tree
+
+
+def test_a_round_after_a_rollback_says_where_it_started(tmp_path: Path) -> None:
+    """log, log --json and the report name the rollback a round started from: the incumbent's
+    score falling back otherwise had no explanation in any of them."""
+    from harnessopt.reporting.data import report_data
+    from harnessopt.round import driver
+    from tests.support.workspace import make_ws
+
+    ws = Workspace.open(make_ws(tmp_path))
+    [first] = driver.run(ws, 1, lambda _m: None)
+    assert first.status == "accepted"
+    rollback(ws, 0)
+    back = git(ws.root, "rev-parse", "main")
+    driver.run(Workspace.open(ws.root), 1, lambda _m: None)
+    import json
+
+    rows = json.loads(cli("log", ws.root, "--json").stdout)
+    assert [r["started_from"] for r in rows] == ["", "a rollback to round 0"]
+    assert rows[1]["incumbent"] == back and rows[0]["incumbent"] == git(ws.root, "rev-parse", "ho/round-0")
+    assert "started from a rollback to round 0;" in " ".join(cli("log", ws.root).stdout.split())
+    report = report_data(Workspace.open(ws.root))["rounds"]
+    assert report[1]["reason"].startswith("started from a rollback to round 0; ")
+    assert not report[0]["reason"].startswith("started from")
