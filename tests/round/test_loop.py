@@ -88,6 +88,7 @@ def _interrupt_mid_round(
         [sys.executable, "-m", "harnessopt", "status", str(ws)], capture_output=True, text=True
     )
     assert "interrupted round 1 spent $" in status.stdout, status.stdout
+    assert "in 0 round(s) (no round of it recorded yet)" in status.stdout and "-100%" not in status.stdout
     said = next(x for x in status.stdout.splitlines() if x.startswith("interrupted round 1"))
     assert said in report_data(Workspace.open(ws))["spend"]  # the report a user shares says it too
     # where it stopped: the step it was in, not the spend line its way out wrote
