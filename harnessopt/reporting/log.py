@@ -238,7 +238,8 @@ def status_lines(ws: Workspace) -> list[str]:
     stopped = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
     if stopped and stopped.get("phase") not in ("recorded", "rollback", "run_end"):
         lines.append(
-            f"last run stopped in round {stopped.get('round')} at phase '{stopped.get('phase')}' (nothing applied)"
+            f"last run stopped in round {stopped.get('round')}, its journal's last step '{stopped.get('phase')}' "
+            "(nothing applied)"
         )
     dirty = vcs.dirty_paths(ws.repo)
     if dirty:

@@ -92,9 +92,9 @@ def _interrupt_mid_round(
     said = next(x for x in status.stdout.splitlines() if x.startswith("interrupted round 1"))
     assert said in report_data(Workspace.open(ws))["spend"]  # the report a user shares says it too
     # where it stopped: the step it was in, not the spend line its way out wrote
-    assert "last run stopped in round 1 at phase '" in status.stdout, status.stdout
-    assert "at phase 'spend'" not in status.stdout
-    assert phase != "propose" or "at phase 'propose'" in status.stdout
+    assert "last run stopped in round 1, its journal's last step '" in status.stdout, status.stdout
+    assert "last step 'spend'" not in status.stdout
+    assert phase != "propose" or "last step 'propose'" in status.stdout
     return proc.pid
 
 
