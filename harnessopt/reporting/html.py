@@ -96,7 +96,7 @@ def plot_scores(plt: Any, data: dict[str, Any]) -> Any:
         return _empty(fig, ax, "no round reached the gate yet")
     ks = [r["round"] for r in rows]
     inc = [r["incumbent_score"] for r in rows]
-    zone = [r["incumbent_score"] + r["dead_zone"] for r in rows]
+    zone = [min(1.0, r["incumbent_score"] + r["dead_zone"]) for r in rows]  # no score is above 1
     ax.fill_between(ks, inc, zone, step="mid", alpha=0.25, color="#90a4ae", label="dead zone")
     # The incumbent hollow and below, the candidates large and on top: a rejected candidate that
     # scored the incumbent's score stays visible on its square.
@@ -117,6 +117,7 @@ def plot_scores(plt: Any, data: dict[str, Any]) -> Any:
     ax.set_xlabel("round")
     ax.set_ylabel("val score")
     ax.set_xticks(ks)
+    ax.set_ylim(top=min(ax.get_ylim()[1], 1.05))  # a mean score ends at 1
     ax.legend(fontsize=8, loc="best")
     return fig
 

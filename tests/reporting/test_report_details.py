@@ -49,6 +49,22 @@ def test_a_rejected_candidate_is_drawn_over_the_incumbent() -> None:
     plt.close(fig)
 
 
+def test_the_dead_zone_and_the_score_axis_end_at_one() -> None:
+    """A dead zone above an incumbent at 1.0 reached past any score (the band drawn to 1.2)."""
+    from harnessopt.reporting.html import plot_scores
+
+    rows = [
+        {**_row(1, "accepted", 1.0, 0.5), "dead_zone": 0.2},
+        {**_row(2, "rejected", 1.0, 1.0), "dead_zone": 0.2},
+    ]
+    fig = plot_scores(plt, {"rounds": rows})
+    ax = fig.axes[0]
+    assert ax.get_ylim()[1] <= 1.05
+    (band,) = [c for c in ax.collections if c.get_label() == "dead zone"]
+    assert max(float(y) for path in band.get_paths() for _x, y in path.vertices) <= 1.0
+    plt.close(fig)
+
+
 def test_a_rule_no_text_can_check_is_not_reported_as_unused() -> None:
     rule = "Reply with the word only."
     assert not measurable(rule) and not shows(rule, "apple")
