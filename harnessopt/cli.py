@@ -454,12 +454,13 @@ def cmd_decide(a: argparse.Namespace) -> int:
             f"{a.ws} is in skill mode, which has no round-0 proposal to decide on (harness and joint "
             "mode start with one); `harnessopt run` goes straight to round 1"
         )
-    with workspace_lock(ws.root, a.command, say):
-        st = record_decision(ws.repo, approve, "" if approve else a.reason)
-    say(f"round-0 proposal {st.commit[:10]} {st.status} ({st.decision_commit and st.decision_commit[:10]})")
     from harnessopt.ledger.round0 import run_command
 
     run = run_command(ws.repo, a.ws, ws.cfg.mode)  # with -c mode=M when the proposal was made in another mode
+    with workspace_lock(ws.root, a.command, say):
+        st = record_decision(ws.repo, approve, "" if approve else a.reason, run=run)
+    say(f"round-0 proposal {st.commit[:10]} {st.status} ({st.decision_commit and st.decision_commit[:10]})")
+    run = run_command(ws.repo, a.ws, ws.cfg.mode)  # the decision may change what goes on from it
     if approve:
         say(f"next: {run}   (the next rounds implement it, gated like any round)")
     else:

@@ -16,6 +16,7 @@ stays in main's history. Nothing is force-moved: main advances by compare-and-sw
 from __future__ import annotations
 
 import getpass
+import re
 import shutil
 import socket
 import tempfile
@@ -143,15 +144,17 @@ def record_proposal(repo: git.Repo, text: str, trajectories: Path, data: dict[st
     return sha
 
 
-def record_decision(repo: git.Repo, approve: bool, reason: str, by: str | None = None) -> Round0:
-    """A person's decision on the pending proposal, as a commit on main; the new state."""
+def record_decision(
+    repo: git.Repo, approve: bool, reason: str, by: str | None = None, run: str = "harnessopt run WS"
+) -> Round0:
+    """A person's decision on the pending proposal, as a commit on main; the new state. ``run``: the
+    command that goes on from a decision already taken (``run_command``)."""
     st = state(repo)
     if st is None:
-        raise UserError("there is no round-0 proposal to decide on; `harnessopt run WS` writes one")
+        raise UserError(f"there is no round-0 proposal to decide on; `{run}` writes one")
     if st.status != "pending":
         raise UserError(
-            f"the round-0 proposal ({st.commit[:10]}) was already {st.status}; "
-            "`harnessopt run WS` continues from there"
+            f"the round-0 proposal ({st.commit[:10]}) was already {st.status}; `{run}` continues from there"
         )
     if vcs.dirty_paths(repo):
         raise UserError(
@@ -205,7 +208,7 @@ def spend_line(repo: git.Repo) -> str | None:
     if not s["diagnoses"]:
         return None
     return (
-        f"round 0 (diagnosis{'es' if s['diagnoses'] > 1 else ''}, {s['diagnoses']}): {s['calls']} model "
+        f"round 0 ({'diagnoses' if s['diagnoses'] > 1 else 'diagnosis'}, {s['diagnoses']}): {s['calls']} model "
         f"call(s), {s['tokens']:,} tokens, ${s['cost_usd']:.4f}"
     )
 
@@ -235,9 +238,12 @@ def _blob(commit: git.Commit, path: str) -> str:
 
 
 def _title(text: str) -> str:
+    """The proposal's first line, without a "Round 0 proposal:" of its own (the commit says it)."""
     for line in text.splitlines():
         if line.strip():
-            return line.lstrip("# ").strip()[:200]
+            title = line.lstrip("# ").strip()
+            title = re.sub(r"^round[ -]?0 proposal\s*[:.-]\s*", "", title, flags=re.IGNORECASE) or title
+            return title[:200]
     return "round-0 proposal"
 
 

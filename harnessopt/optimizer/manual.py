@@ -60,7 +60,7 @@ class ManualOptimizer:
         view = Path(view).resolve()
         self.announce(
             f"Round {round_no}: edit the files in {view} (the brief is {view / 'OPTIMIZE.md'}).\n"
-            f"Gating starts {self.settle_s:g} s after your last edit, or as soon as you create {view / DONE_NAME}.\n"
+            f"Your turn ends {self.settle_s:g} s after your last edit, or as soon as you create {view / DONE_NAME}.\n"
             f"Optionally write {view / SUMMARY_NAME}; its first line becomes the commit title."
         )
         clock = _EditClock()
