@@ -132,14 +132,15 @@ def report_data(ws: Workspace) -> dict[str, Any]:
     registered = flags.lenient_defaults(ws.root / "harness")  # listed even when no run read them
     uses = adoption(ws.repo, {**registered, **ws.cfg.flags})
     accepted = [r.round for r in rounds if r.status == "accepted"]
+    used = last_run_parts(ws)
     return {
         "workspace": str(ws.root),
         "config": {
             "mode": ws.cfg.mode,
             "template": ws.cfg.template,
-            "target": ws.cfg.model.target,
-            # the backend the last run used (a --optimizer flag is not in harnessopt.yaml)
-            "optimizer": last_run_parts(ws).get("optimizer") or ws.cfg.optimizer.label,
+            # what the last run used (a --target, --optimizer or -c is not in harnessopt.yaml)
+            "target": used.get("target") or f"{ws.cfg.model.provider}:{ws.cfg.model.target}",
+            "optimizer": used.get("optimizer") or ws.cfg.optimizer.label,
             "batch_size": ws.cfg.rollout.batch_size,
             "epochs": ws.cfg.gate.epochs,
         },

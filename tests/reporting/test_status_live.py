@@ -36,4 +36,6 @@ def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) ->
     from harnessopt.reporting.data import report_data
     from harnessopt.workspace.core import Workspace
 
-    assert report_data(Workspace.open(ws))["config"]["optimizer"] == "manual"
+    header = report_data(Workspace.open(ws))["config"]
+    assert header["optimizer"] == "manual"
+    assert header["target"].startswith("scripted:")  # the run's, as the optimizer is, not the yaml's alone
