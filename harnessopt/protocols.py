@@ -371,7 +371,7 @@ class Proposal:
     turns: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    stopped_by: str = "done"  # "done" | "turn_budget" | "token_budget" | "wall_clock" | "error"
+    stopped_by: str = "done"  # "done" | "turn_budget" | "token_budget" | "wall_clock" | "error" | "stopped"
     transcript_path: Path | None = None
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 MANIFEST_VERSION = 2
 
 Status = Literal["initial", "accepted", "rejected", "noop", "failed"]
-StoppedBy = Literal["done", "turn_budget", "token_budget", "wall_clock", "error"]
+StoppedBy = Literal["done", "turn_budget", "token_budget", "wall_clock", "error", "stopped"]
 
 
 class _Tolerant(BaseModel):

@@ -52,6 +52,8 @@ class ManualOptimizer:
     ):
         self.settle_s = settle_s
         self.timeout_s = timeout_s
+        # set by the run (round.services): the STOP file ends the wait, not only the next batch
+        self.stop_requested: Callable[[], bool] = lambda: False
         self.announce = announce
         self.poll_s = poll_s
 
@@ -82,6 +84,8 @@ class ManualOptimizer:
     def _wait(self, view: Path, clock: _EditClock, started: float) -> str:
         while True:
             now = time.monotonic()
+            if self.stop_requested():  # STOP: the turn ends with the edits made so far, and the
+                return "stopped"  # round at its next boundary (its candidate kept on its ref)
             if (view / DONE_NAME).exists():
                 return "done"
             with clock.lock:

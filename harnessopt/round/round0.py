@@ -32,6 +32,7 @@ from harnessopt.protocols import Announce, Task, TaskResult
 from harnessopt.rollout.runner import Candidate
 from harnessopt.rollout.taxonomy import classify
 from harnessopt.rollout.trajectory import write_trajectories
+from harnessopt.round import stop
 from harnessopt.round.services import Services
 from harnessopt.util.text import visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
@@ -65,7 +66,11 @@ def ready(ws: Workspace, svc: Services, say: Announce, decide: Decide | None) ->
     if st is None or st.status == "rejected":
         if st is not None:
             say(f"round 0: the last proposal was rejected ({st.reason}); diagnosing the seed harness again")
-        st = diagnose(ws, svc, say)
+        try:
+            st = diagnose(ws, svc, say)
+        except stop.StopRequested as why:  # STOP (or the deadline) during its rollout or a person's turn
+            say(f"round 0: {stop.honour(ws.root) if str(why) == stop.REASON else why}; no proposal recorded")
+            return False
     choice = decide(st) if decide is not None else None
     if choice is None:
         say("round 0: the proposal awaits a person's decision; no round runs before it is approved")
@@ -164,6 +169,8 @@ def _diagnosis(
         say(f"round 0: diagnosis agent '{cfg.optimizer.backend}' is reading {n} trajectories")
         proposal = svc.propose(view, brief, 0)
         summary = visible(proposal.summary, 20_000).strip()
+        if proposal.stopped_by == "stopped":  # STOP during a person's turn: no half-written proposal
+            raise stop.StopRequested(stop.REASON)
         if proposal.stopped_by == "error":
             raise UserError(
                 f"round 0: the diagnosis agent failed ({summary.splitlines()[0][:300] if summary else 'no reason'}); "

@@ -21,10 +21,12 @@ from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR, Journal
 from harnessopt.ledger.live_spend import Keeper
 from harnessopt.optimizer import make_optimizer
+from harnessopt.optimizer.manual import ManualOptimizer
 from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout.executors import PooledExecutor
 from harnessopt.rollout.run_cache import RoundStore, rollout_settings
 from harnessopt.rollout.runner import Runner, make_executor
+from harnessopt.round import stop
 from harnessopt.sandbox import make_sandbox
 from harnessopt.util.hardening import drop_secrets_from_environ
 from harnessopt.workspace.scorer_proc import ScorerProcess
@@ -200,5 +202,7 @@ def open_services(
             if with_optimizer
             else None
         )
+        if isinstance(optimizer, ManualOptimizer):  # a person's wait ends at STOP, not at their DONE
+            optimizer.stop_requested = lambda: stop.requested(root)
         gate = make_gate(cfg.gate)
         yield Services(cfg, gateway, sandbox, runner, optimizer, gate, scratch, state_dir, store, keeper)

@@ -378,3 +378,29 @@ def test_a_diagnosis_killed_outright_shows_its_last_count(tmp_path: Path) -> Non
     assert "a run killed in round 0 had spent" in r.stdout + r.stderr, (r.stdout, r.stderr)
     spends = [e for e in Workspace.open(ws).journal.read()[0] if e.get("phase") == "spend"]
     assert [e.get("killed") for e in spends if e["round"] == 0][:1] == [True]
+
+
+def test_stop_during_a_persons_diagnosis_records_no_proposal(tmp_path: Path) -> None:
+    """STOP while the manual backend waits for a person's round-0 proposal: the turn ends, no half-
+    written proposal is committed, the run ends at once and says so; the next run diagnoses again."""
+    ws = make_ws(tmp_path, mode="harness", optimizer={"backend": "manual", "settle_s": 60, "wall_s": 120})
+    head = git(ws, "rev-parse", "HEAD")
+    proc = start_cli("run", ws, "--rounds", "1")
+    try:
+        deadline = time.monotonic() + 120
+        while "Round 0: edit the files in" not in (out := _next_line(proc)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        (ws / ".harnessopt" / "STOP").touch()
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, (out, rest, err)
+    assert "round 0: stopped at your request" in rest and "no proposal recorded" in rest
+    assert git(ws, "rev-parse", "HEAD") == head and proposals.state(Workspace.open(ws).repo) is None
+    assert not (ws / ".harnessopt" / "STOP").exists()
+
+
+def _next_line(proc: subprocess.Popen) -> str:
+    """The run's next line of output (its stdout is a pipe)."""
+    assert proc.stdout is not None
+    return proc.stdout.readline()

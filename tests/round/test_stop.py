@@ -79,9 +79,9 @@ def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path, kind:
     proc = start_cli("run", ws, "--rounds", "3", "--sandbox", "local")
     try:
         view = Path(wait_for_phase(ws, proc, "propose")["view"])
-        _plant(ws / ".harnessopt" / "STOP", kind)  # while the optimizer works: honoured after it
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
+        _plant(ws / ".harnessopt" / "STOP", kind)  # while the optimizer works: honoured after it
         # The edit may land before the manual optimizer watches the view (then it would wait out its
         # wall clock): DONE ends its wait either way, as a person who has finished would.
         (view / "DONE").touch()
@@ -102,3 +102,32 @@ def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path, kind:
     assert "validation" not in r1.manifest.phases  # no batch started after the STOP file was seen
     assert not any(e["round"] == 2 and e["phase"] == "start" for e in _journal(ws))
     assert ledger.next_round(repo) == 2
+
+
+@pytest.mark.parametrize("edited", [True, False], ids=["after-an-edit", "before-any-edit"])
+def test_stop_ends_a_persons_turn_without_done(tmp_path: Path, edited: bool) -> None:
+    """--optimizer manual waits for a person: STOP ends that wait (it waited for DONE or its wall
+    clock). The edits made so far are kept on the round's failed ref for review; before any edit
+    the round is stopped, not a no-op."""
+    ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 60, "wall_s": 120})  # no settling
+    head = git(ws, "rev-parse", "HEAD")
+    proc = start_cli("run", ws, "--rounds", "3", "--sandbox", "local")
+    try:
+        view = Path(wait_for_phase(ws, proc, "propose")["view"])
+        if edited:
+            skill = view / "skill" / "SKILL.md"
+            skill.write_text(
+                skill.read_text().replace("Explain your answer", "Reply with only the city name")
+            )
+        _plant(ws / ".harnessopt" / "STOP", "file")  # no DONE: the wall clock is 120 s
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert "stopped at your request" in out and not os.path.lexists(ws / ".harnessopt" / "STOP")
+    assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
+    repo = Workspace.open(ws).repo
+    (r1,) = ledger.past_rounds(repo)
+    assert (r1.round, r1.status, r1.manifest.reason) == (1, "failed", "stopped")
+    if edited:
+        assert "Reply with only the city name" in git(ws, "show", f"{r1.commit}:skill/SKILL.md")
