@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -68,14 +69,15 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def _negative_split_joined(words: list[str]) -> list[str]:
-    """``--split -1:2:3`` as ``--split=-1:2:3``: argparse reads a value that starts with "-" as a
-    flag of its own ("expected one argument"); joined, --split's own check says what is wrong."""
+    """``init ... --split -1:2:3`` as ``--split=-1:2:3``: argparse reads a value that starts with a
+    minus as a flag of its own ("expected one argument"); joined, --split's own check says what is
+    wrong. Only a value that starts with a minus and a digit: ``--split --tasks`` is left alone."""
+    if not words or words[0] != "init":
+        return words
     out: list[str] = []
-    it = iter(words)
-    for word in it:
-        if word == "--split":
-            value = next(it, None)
-            out.append(word if value is None else f"--split={value}")
+    for i, word in enumerate(words):
+        if i and words[i - 1] == "--split" and re.match(r"-[\d.]", word) and out[-1] == "--split":
+            out[-1] = f"--split={word}"
         else:
             out.append(word)
     return out
@@ -379,7 +381,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
         for line in project(ws, a.rounds).table():
             say(line)
-        again = shlex.join(w for w in a.argv if w != "--dry-run")
+        # the run as asked for: without --dry-run, or the prefix of it argparse took for it (--dry)
+        again = shlex.join(w for w in a.argv if not (w.startswith("--d") and "--dry-run".startswith(w)))
         say(f"dry run: nothing was run; start it with: harnessopt {again}")
         return 0
     ws.require_main()
@@ -452,7 +455,7 @@ def cmd_decide(a: argparse.Namespace) -> int:
     if ws.cfg.mode == "skill" and state(ws.repo) is None:
         raise UserError(
             f"{a.ws} is in skill mode, which has no round-0 proposal to decide on (harness and joint "
-            "mode start with one); `harnessopt run` goes straight to round 1"
+            f"mode start with one); `harnessopt run {a.ws}` goes straight to the next round"
         )
     from harnessopt.ledger.round0 import run_command
 

@@ -115,7 +115,7 @@ class OptimizerConfig(_Strict):
     bash_timeout_s: float = Field(60.0, gt=0)
     """Time limit of one bash tool command."""
     settle_s: float = Field(5.0, gt=0)
-    """Manual backend: seconds without edits before gating starts."""
+    """Manual backend: seconds without edits before the person's turn ends."""
     feedback: Literal["full", "no_expected"] = "full"
     """Scorer feedback in train trajectories: as written, or with the gold answer cut out."""
     unsafe_host: bool = False

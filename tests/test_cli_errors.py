@@ -167,7 +167,7 @@ def test_skill_mode_has_no_proposal_to_decide_on(ws: Path) -> None:
     before = snapshot(ws)
     for command in (("approve",), ("reject", "--reason", "no")):
         assert_user_error(
-            cli(*command, ws), "skill mode, which has no round-0 proposal", "straight to round 1"
+            cli(*command, ws), "skill mode, which has no round-0 proposal", "straight to the next round"
         )
     assert snapshot(ws) == before
 
@@ -206,6 +206,16 @@ def test_a_negative_split_is_told_what_is_wrong_with_it(tmp_path: Path, example)
             tmp_path, *example, "--split '-1:2:3'", "each part must be a finite number >= 0", extra=extra
         )
     _init_fails(tmp_path, *example, "--split", "expected one argument", extra=("--split",))
+
+
+def test_a_dry_run_names_the_run_it_would_start(ws: Path) -> None:
+    """What it says to paste is the run asked for, without --dry-run or the prefix argparse took for it."""
+    for dry in ("--dry-run", "--dry"):
+        out = cli("run", ws, dry, "--rounds", "2", "-c", "gate.epochs=2")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines()[-1].endswith(
+            f"start it with: harnessopt run {ws} --rounds 2 -c gate.epochs=2"
+        )
 
 
 def test_colons_in_a_message_stay_text(tmp_path: Path, example) -> None:

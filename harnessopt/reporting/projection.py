@@ -130,7 +130,7 @@ class Projection:
                 + (
                     "(search.explore; 0 for one a round)"
                     if self.chain is None
-                    else f"(search.explore: null, chosen by price: {self.chain.basis()}){self.chain.pick}"
+                    else f"(search.explore: null, chosen {self.chain.chosen_by()}: {self.chain.basis()}){self.chain.pick}"
                 )
                 if self.explore
                 else ""

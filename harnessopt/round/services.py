@@ -21,7 +21,6 @@ from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR, Journal
 from harnessopt.ledger.live_spend import Keeper
 from harnessopt.optimizer import make_optimizer
-from harnessopt.optimizer.manual import ManualOptimizer
 from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout.executors import PooledExecutor
 from harnessopt.rollout.run_cache import RoundStore, rollout_settings
@@ -202,7 +201,7 @@ def open_services(
             if with_optimizer
             else None
         )
-        if isinstance(optimizer, ManualOptimizer):  # a person's wait ends at STOP, not at their DONE
-            optimizer.stop_requested = lambda: stop.requested(root)
+        if hasattr(optimizer, "stop_requested"):  # a person's turn (manual) ends at STOP, not at DONE
+            setattr(optimizer, "stop_requested", lambda: stop.requested(root))  # noqa: B010
         gate = make_gate(cfg.gate)
         yield Services(cfg, gateway, sandbox, runner, optimizer, gate, scratch, state_dir, store, keeper)

@@ -97,6 +97,8 @@ def _steps(
         search.screen_all(ws, svc, rc, t.train, t.search, say)  # several: the best on train goes on
     chosen, ending = t.search.outcome()
     t.proposal, t.snapshot, t.copied, t.candidate = chosen.parts()
+    if stop.requested(ws.root):  # a boundary: STOP came while proposing (a person's turn ends at it)
+        raise stop.StopRequested(stop.REASON)
     if t.candidate is None or ending is not None:
         return record(ws, svc, rc, t, ending or ("failed", "no candidate"), say)
     verdict: Ending = ("failed", "no screened winner")  # outcome() found one: never left so

@@ -198,6 +198,8 @@ def explore(
         focus = Focus(f"step {j}" + (f" on the kept head {head.name}" if head else ""))
         p = Proposed(name, focus, proposal, snapshot, copied, candidate, ending)
         found.proposed.append(p)
+        if proposal.stopped_by == "stopped":  # STOP ended a person's turn: the chain ends at this step
+            break
         if candidate is None or ending is not None:
             status, why = ending or ("noop", "no whitelisted edit")
             stage = {"noop": "made no change", "rejected": "was rejected at the checks"}.get(status, "failed")

@@ -75,6 +75,10 @@ class ChainLength:
             f"end up to {self.validation_runs:,.0f} runs (by {self.unit})"
         )
 
+    def chosen_by(self) -> str:
+        """How the length was chosen, in two words: by price, or for a person's turns."""
+        return "for a person" if self.unit == PERSON else "by price"
+
     def why(self) -> str:
         """What a run says it chose: ``this run chains`` + this."""
         return f"{self.steps} steps a round (search.explore: null; {self.basis()}){self.pick}"

@@ -4,6 +4,7 @@ git repository and its state directory (the layout: docs/workspace.md)."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -81,7 +82,7 @@ class Workspace:
             if _has_tag(root, "ho/round-0"):
                 raise UserError(
                     f"{path} has lost its {CONFIG_NAME}; restore it from git, e.g. "
-                    f"git -C {path} checkout HEAD -- {CONFIG_NAME}"
+                    f"git -C {shlex.quote(str(path))} checkout HEAD -- {CONFIG_NAME}"
                 )
             raise UserError(
                 f"{path} is not a harnessopt workspace (a git repository without {CONFIG_NAME}); "

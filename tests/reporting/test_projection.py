@@ -271,13 +271,13 @@ def test_a_manual_optimizer_is_projected_no_model_calls_and_a_model_one_its_prio
     from harnessopt.reporting.projection import prior_rates
 
     priced = {"prices": {"*": [15.0, 75.0]}}  # the scripted models have no price of their own
-    ws = Workspace.open(make_ws(tmp_path), priced)
+    ws = Workspace.open(make_ws(tmp_path, search={"explore": None}), priced)
     model = project(ws, 1)
     assert model.total().optimizer_calls > 0 and model.total().cost_usd > 0
     manual = project(Workspace.open(ws.root, {**priced, "optimizer.backend": "manual"}), 1)
     assert manual.total().optimizer_calls == 0
     assert manual.total().cost_usd < model.total().cost_usd
-    assert "0 optimizer" in manual.line()
+    assert "0 optimizer" in manual.line() and "chosen for a person: a person makes each step" in manual.line()
     by_hand = RoundManifest(
         round=1,
         status="rejected",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -386,21 +387,21 @@ def test_stop_during_a_persons_diagnosis_records_no_proposal(tmp_path: Path) -> 
     ws = make_ws(tmp_path, mode="harness", optimizer={"backend": "manual", "settle_s": 60, "wall_s": 120})
     head = git(ws, "rev-parse", "HEAD")
     proc = start_cli("run", ws, "--rounds", "1")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
     try:
         deadline = time.monotonic() + 120
-        while "Round 0: edit the files in" not in (out := _next_line(proc)):
+        while not any("Round 0: edit the files in" in line for line in list(lines)):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
         (ws / ".harnessopt" / "STOP").touch()
-        rest, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
+        reader.join(timeout=10)
     finally:
         proc.kill()
-    assert proc.returncode == 0, (out, rest, err)
-    assert "round 0: stopped at your request" in rest and "no proposal recorded" in rest
+    out = "".join(lines)
+    assert proc.returncode == 0, (out, err)
+    assert "round 0: stopped at your request" in out and "no proposal recorded" in out
     assert git(ws, "rev-parse", "HEAD") == head and proposals.state(Workspace.open(ws).repo) is None
     assert not (ws / ".harnessopt" / "STOP").exists()
-
-
-def _next_line(proc: subprocess.Popen) -> str:
-    """The run's next line of output (its stdout is a pipe)."""
-    assert proc.stdout is not None
-    return proc.stdout.readline()

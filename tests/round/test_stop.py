@@ -81,7 +81,7 @@ def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path, kind:
         view = Path(wait_for_phase(ws, proc, "propose")["view"])
         skill = view / "skill" / "SKILL.md"
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
-        _plant(ws / ".harnessopt" / "STOP", kind)  # while the optimizer works: honoured after it
+        _plant(ws / ".harnessopt" / "STOP", kind)  # during the person's turn: it ends, the round stops
         # The edit may land before the manual optimizer watches the view (then it would wait out its
         # wall clock): DONE ends its wait either way, as a person who has finished would.
         (view / "DONE").touch()
@@ -104,12 +104,14 @@ def test_stop_file_ends_the_run_at_the_next_phase_boundary(tmp_path: Path, kind:
     assert ledger.next_round(repo) == 2
 
 
+@pytest.mark.parametrize("explore", [0, None], ids=["one-proposal", "a-chain"])
 @pytest.mark.parametrize("edited", [True, False], ids=["after-an-edit", "before-any-edit"])
-def test_stop_ends_a_persons_turn_without_done(tmp_path: Path, edited: bool) -> None:
+def test_stop_ends_a_persons_turn_without_done(tmp_path: Path, edited: bool, explore: int | None) -> None:
     """--optimizer manual waits for a person: STOP ends that wait (it waited for DONE or its wall
     clock). The edits made so far are kept on the round's failed ref for review; before any edit
     the round is stopped, not a no-op."""
-    ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 60, "wall_s": 120})  # no settling
+    manual = {"backend": "manual", "settle_s": 60, "wall_s": 120}  # no settling: only STOP ends the turn
+    ws = make_ws(tmp_path, optimizer=manual, search={"explore": explore})  # null: a person's chain of 3
     head = git(ws, "rev-parse", "HEAD")
     proc = start_cli("run", ws, "--rounds", "3", "--sandbox", "local")
     try:
@@ -129,5 +131,6 @@ def test_stop_ends_a_persons_turn_without_done(tmp_path: Path, edited: bool) -> 
     repo = Workspace.open(ws).repo
     (r1,) = ledger.past_rounds(repo)
     assert (r1.round, r1.status, r1.manifest.reason) == (1, "failed", "stopped")
-    if edited:
+    if edited:  # the edits so far: on the round's failed ref
         assert "Reply with only the city name" in git(ws, "show", f"{r1.commit}:skill/SKILL.md")
+    assert explore == 0 or "this run chains 3 steps" in out

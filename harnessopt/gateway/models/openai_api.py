@@ -20,7 +20,7 @@ Only this object ever holds the real key; it is never part of an error message o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harnessopt.errors import UserError
 from harnessopt.gateway.http import estimate_input_tokens, estimate_tokens, text_of
@@ -31,9 +31,6 @@ from harnessopt.gateway.translate.upstream_responses import (
     responses_response_to_messages,
 )
 from harnessopt.protocols import Forward, Model, ModelError
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 CHAT_PATH = "/chat/completions"  # relative to the base URL, which ends in /v1
