@@ -4,6 +4,8 @@ The lines a candidate adds (``leakage.added_lines``) and the files it adds under
 looked at for what an answer table looks like, whatever its encoding:
 
 * many short literals: ``SHORT_LITERALS`` or more quoted strings of at most 40 characters;
+* encoded strings: ``ENCODED_PIECES`` or more pieces of quoted strings (between separators) that
+  look like base64 (its padding, or both cases and digits), however compactly they are packed;
 * blobs: a run of ``BLOB_CHARS`` or more base64 or hex characters, or a run of 20+ of the
   characters encodings use whose character entropy is at least ``ENTROPY_BITS`` bits (a hash, an
   encoded string; a line of code such as ``os.environ.get("HO_FLAG_SHOUT")`` is not one);
@@ -26,6 +28,7 @@ from typing import Any
 from harnessopt.round.leakage import added_lines
 
 SHORT_LITERALS = 25  # quoted short strings in the added lines
+ENCODED_PIECES = 8  # encoded-looking pieces of quoted strings (a compact table: 'UGFyaXM=','Q2Fu...')
 BLOB_CHARS = 40  # base64/hex characters in a row
 ENTROPY_BITS = 4.2  # bits per character of a 20+ character token (English words: ~3-3.5)
 DATA_SUFFIXES = (
@@ -36,6 +39,7 @@ _LITERAL = re.compile(r"""(["'])((?:(?!\1)[^\\\n]|\\.){1,40})\1""")
 _BLOB = re.compile(rf"[A-Za-z0-9+/_-]{{{BLOB_CHARS},}}={{0,2}}|[0-9a-fA-F]{{{BLOB_CHARS // 2 * 2},}}")
 # a run of the characters encodings use: code around one (dots, brackets, quotes) is not part of it
 _TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{20,}")
+_PIECE = re.compile(r"[A-Za-z0-9+/]{6,}={0,2}")  # a piece of a quoted string between separators
 
 
 def entropy(text: str) -> float:
@@ -54,18 +58,37 @@ def _encoded(blob: str) -> bool:
     )
 
 
+def _encoded_pieces(literal: str) -> int:
+    """Pieces of a quoted string (between separators) that look encoded: base64's padding, or its
+    mix of both cases and digits ('UGFyaXM=', 'Q2FuYmVycmE='); a word or a name is neither."""
+    return sum(
+        1
+        for piece in _PIECE.findall(literal)
+        if piece.endswith("=")
+        or (
+            any(c.isupper() for c in piece)
+            and any(c.islower() for c in piece)
+            and any(c.isdigit() for c in piece)
+        )
+    )
+
+
 def scan(incumbent: Path, candidate: Path, parts: Sequence[str]) -> dict[str, Any]:
     """The manifest's ``checks.datalike`` record: the signals found and whether the round is flagged."""
     signals: list[str] = []
-    literals, blobs = 0, []
+    literals, encoded, blobs = 0, 0, []
     for path, lines in added_lines(incumbent, candidate, parts).items():
         for no, text in lines:
-            literals += len(_LITERAL.findall(text))
+            quoted = [m.group(2) for m in _LITERAL.finditer(text)]
+            literals += len(quoted)
+            encoded += sum(_encoded_pieces(q) for q in [*quoted, *_long_literals(text)])
             found = [m.group(0) for m in _BLOB.finditer(text) if _encoded(m.group(0))]
             found += [t for t in _TOKEN.findall(text) if entropy(t) >= ENTROPY_BITS and t not in found]
             blobs += [f"{path}:{no}: {b[:32]}..." for b in found]
     if literals >= SHORT_LITERALS:
         signals.append(f"{literals} short quoted literals added")
+    if encoded >= ENCODED_PIECES:
+        signals.append(f"{encoded} encoded-looking strings added")
     if blobs:
         signals.append(f"{len(blobs)} encoded or high-entropy blob(s) added, e.g. {blobs[0]}")
     new_files = _new_data_files(incumbent, candidate)
@@ -75,6 +98,11 @@ def scan(incumbent: Path, candidate: Path, parts: Sequence[str]) -> dict[str, An
     if signals:
         rec["note"] = "review: data-like additions (" + "; ".join(signals) + ")"
     return rec
+
+
+def _long_literals(text: str) -> list[str]:
+    """Quoted strings longer than ``_LITERAL`` takes (over 40 characters), whose pieces count too."""
+    return [m.group(2) for m in re.finditer(r"""(["'])((?:(?!\1)[^\\\n]|\\.){41,})\1""", text)]
 
 
 def _new_data_files(incumbent: Path, candidate: Path) -> list[str]:

@@ -254,6 +254,25 @@ def test_the_static_signal_flags_tables_blobs_and_data_files_not_prose(tmp_path:
     rec = datalike.scan(old, new, ("skill",))
     assert rec["flagged"] and key[:10] in rec["signals"][0]
     (new / "skill" / "scripts" / "key.py").unlink()
+    # ten capitals, base64-encoded and packed tight: no run of 20 characters, fewer than 25 literals
+    enc = [base64.b64encode(c.encode()).decode() for c in ("Paris", "Canberra", "Ottawa", "Tokyo", "Berlin",
+                                                           "Madrid", "Rome", "Lisbon", "Oslo", "Cairo")]  # fmt: skip
+    packed = {
+        "json": "T = json.loads('"
+        + json.dumps({f"q{i}": e for i, e in enumerate(enc)}, separators=(",", ":"))
+        + "')",
+        "list": "T = [" + ",".join(repr(e) for e in enc) + "]",
+        "joined": "A = '" + ".".join(enc) + "'",
+    }
+    for form, line in packed.items():
+        (new / "skill" / "scripts" / "table.py").write_text(line + "\n")
+        rec = datalike.scan(old, new, ("skill",))
+        assert rec["flagged"] and "encoded-looking strings" in rec["signals"][0], form
+    (new / "skill" / "scripts" / "table.py").write_text(
+        'MODELS = ["gpt-4o", "claude-sonnet-4-6", "llama3", "qwen2.5"]\n'
+    )
+    assert datalike.scan(old, new, ("skill",))["flagged"] is False
+    (new / "skill" / "scripts" / "table.py").unlink()
     (new / "skill" / "scripts" / "answer.py").write_text(answer_script(encoded=True))
     rec = datalike.scan(old, new, ("skill",))
     assert rec["flagged"] and any("blob" in s for s in rec["signals"])
