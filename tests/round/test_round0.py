@@ -396,8 +396,9 @@ def test_stop_during_a_persons_diagnosis_records_no_proposal(tmp_path: Path) -> 
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         (ws / ".harnessopt" / "STOP").touch()
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)  # not communicate(): the reader owns stdout, and would lose lines to it
         reader.join(timeout=10)
+        err = proc.stderr.read() if proc.stderr else ""
     finally:
         proc.kill()
     out = "".join(lines)
