@@ -354,9 +354,10 @@ def projected_vs_spent(ws: Workspace) -> list[str]:
     tokens = sum(u.input + u.output for m in spent for u in m.tokens.values())
     guessed = sum(u.estimated_calls for m in spent for u in m.tokens.values())
     cost = sum(m.cost_usd or 0.0 for m in spent)
-    off = f" ({(calls - p['calls']) / p['calls']:+.0%} calls)" if p.get("calls") and spent else ""
     if not spent:  # running, or stopped before any record: a percentage would say -100%
         off = " (no round of it recorded yet)"
+    else:
+        off = f" ({(calls - p['calls']) / p['calls']:+.0%} calls)" if p.get("calls") else ""
     return [
         f"last run projected: {p.get('calls', 0)} calls, {p.get('tokens', 0)} tokens, "
         f"${p.get('cost_usd', 0.0):.4f} for {p.get('rounds', 0)} round(s) (from {p.get('basis', '?')})",

@@ -49,28 +49,22 @@ def entropy(text: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values()) if n else 0.0
 
 
+def _base64_mix(text: str) -> bool:
+    """Both cases and digits, as base64 mixes them (a word, a name or a path has not all three)."""
+    return (
+        any(c.isupper() for c in text) and any(c.islower() for c in text) and any(c.isdigit() for c in text)
+    )
+
+
 def _encoded(blob: str) -> bool:
     """Hex, or base64's mix of both cases and digits (a long identifier or path is neither)."""
-    if re.fullmatch(r"[0-9a-fA-F]+", blob):
-        return True
-    return (
-        any(c.isupper() for c in blob) and any(c.islower() for c in blob) and any(c.isdigit() for c in blob)
-    )
+    return bool(re.fullmatch(r"[0-9a-fA-F]+", blob)) or _base64_mix(blob)
 
 
 def _encoded_pieces(literal: str) -> int:
     """Pieces of a quoted string (between separators) that look encoded: base64's padding, or its
     mix of both cases and digits ('UGFyaXM=', 'Q2FuYmVycmE='); a word or a name is neither."""
-    return sum(
-        1
-        for piece in _PIECE.findall(literal)
-        if piece.endswith("=")
-        or (
-            any(c.isupper() for c in piece)
-            and any(c.islower() for c in piece)
-            and any(c.isdigit() for c in piece)
-        )
-    )
+    return sum(1 for piece in _PIECE.findall(literal) if piece.endswith("=") or _base64_mix(piece))
 
 
 def scan(incumbent: Path, candidate: Path, parts: Sequence[str]) -> dict[str, Any]:

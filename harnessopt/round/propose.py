@@ -15,7 +15,6 @@ from harnessopt.optimizer.brief import render_brief, render_history
 from harnessopt.optimizer.view import CopyBackResult, ViewSnapshot, build_view, copy_back
 from harnessopt.protocols import Announce, Proposal
 from harnessopt.rollout.runner import Candidate
-from harnessopt.round import stop
 from harnessopt.round.checks import import_check, static_check
 from harnessopt.round.context import Ending, RoundContext
 from harnessopt.round.services import Services
@@ -101,8 +100,6 @@ def check(
     ws.journal.write(rc.k, "check", changed=copied.changed, violations=copied.violations, **_named(name))
     if proposal.stopped_by == "error":
         return copied, None, ("failed", f"optimizer error: {proposal.summary.splitlines()[0][:300]}")
-    if not copied.changed and proposal.stopped_by == "stopped":  # STOP before any edit: not a no-op
-        raise stop.StopRequested(stop.REASON)
     if not copied.changed:
         why = "no whitelisted edit" + (f" ({len(copied.violations)} discarded)" if copied.violations else "")
         return copied, None, ("noop", why)

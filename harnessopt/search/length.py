@@ -94,9 +94,15 @@ def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int 
     room = MAX_SCREEN if n_train is None else max(0, n_train - batch)
     validation = float(max(n_val, 1) * (g.epochs + g.second_look + g.banked_epochs))
     if cfg.optimizer.backend == "manual":  # a person makes every step: their turn is the dear one
-        chain = ChainLength(MIN_STEPS, 0.0, validation, PERSON, min(room, s.screening_only))
-        ties = bool(cfg.search.ties_move)
-        return replace(chain, checkpoints=cfg.search.checkpoints or 0, ties_move=ties, pick="")
+        return ChainLength(
+            MIN_STEPS,
+            0.0,
+            validation,
+            PERSON,
+            min(room, s.screening_only),
+            checkpoints=s.checkpoints or 0,
+            ties_move=bool(s.ties_move),
+        )
     per_run, calls = rates["target_calls_per_run"], rates["optimizer_calls"]
     for unit, target, optimizer in (
         ("dollars", rates["target_usd_per_call"], rates["optimizer_usd_per_call"]),

@@ -152,10 +152,9 @@ class Workspace:
 
 def _has_tag(root: Path, tag: str) -> bool:
     try:
-        vcs.open_repo(root).git.rev_parse("--verify", "--quiet", f"refs/tags/{tag}")
-    except (git.InvalidGitRepositoryError, git.GitCommandError):
+        return vcs.ref_exists(vcs.open_repo(root), f"refs/tags/{tag}")
+    except git.InvalidGitRepositoryError:
         return False
-    return True
 
 
 def init_workspace(
