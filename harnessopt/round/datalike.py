@@ -35,7 +35,9 @@ DATA_SUFFIXES = (
     ".json", ".jsonl", ".csv", ".tsv", ".pkl", ".pickle", ".npy", ".npz", ".db", ".sqlite",
     ".parquet", ".bin", ".dat", ".gz", ".zip", ".b64", ".yaml", ".yml",
 )  # fmt: skip
-_LITERAL = re.compile(r"""(["'])((?:(?!\1)[^\\\n]|\\.){1,40})\1""")
+_QUOTED = r"""(["'])((?:(?!\1)[^\\\n]|\\.){%s})\1"""  # a quoted string of so many characters
+_LITERAL = re.compile(_QUOTED % "1,40")
+_LONG_LITERAL = re.compile(_QUOTED % "41,")  # longer than _LITERAL takes: its pieces count too
 _BLOB = re.compile(rf"[A-Za-z0-9+/_-]{{{BLOB_CHARS},}}={{0,2}}|[0-9a-fA-F]{{{BLOB_CHARS // 2 * 2},}}")
 # a run of the characters encodings use: code around one (dots, brackets, quotes) is not part of it
 _TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{20,}")
@@ -75,7 +77,8 @@ def scan(incumbent: Path, candidate: Path, parts: Sequence[str]) -> dict[str, An
         for no, text in lines:
             quoted = [m.group(2) for m in _LITERAL.finditer(text)]
             literals += len(quoted)
-            encoded += sum(_encoded_pieces(q) for q in [*quoted, *_long_literals(text)])
+            longer = [m.group(2) for m in _LONG_LITERAL.finditer(text)]
+            encoded += sum(_encoded_pieces(q) for q in [*quoted, *longer])
             found = [m.group(0) for m in _BLOB.finditer(text) if _encoded(m.group(0))]
             found += [t for t in _TOKEN.findall(text) if entropy(t) >= ENTROPY_BITS and t not in found]
             blobs += [f"{path}:{no}: {b[:32]}..." for b in found]
@@ -92,11 +95,6 @@ def scan(incumbent: Path, candidate: Path, parts: Sequence[str]) -> dict[str, An
     if signals:
         rec["note"] = "review: data-like additions (" + "; ".join(signals) + ")"
     return rec
-
-
-def _long_literals(text: str) -> list[str]:
-    """Quoted strings longer than ``_LITERAL`` takes (over 40 characters), whose pieces count too."""
-    return [m.group(2) for m in re.finditer(r"""(["'])((?:(?!\1)[^\\\n]|\\.){41,})\1""", text)]
 
 
 def _new_data_files(incumbent: Path, candidate: Path) -> list[str]:
