@@ -56,6 +56,7 @@ from typing import IO, Any
 SLOT = "/ho"
 OUT = "/out"
 STOP = threading.Event()
+HOST_GONE = threading.Event()  # the run that held our stdin died: nothing is sent, the task just ends
 
 
 def bridge(listener: socket.socket, unix_path: str) -> None:
@@ -242,22 +243,39 @@ def wait_for_go(wake: int) -> dict:
     return json.loads(buf)
 
 
+def host_gone() -> bool:
+    """Has the host closed our stdin (called when it is readable)? The run holds it through the
+    attach socket for the task's whole life, so EOF there means the run died (SIGKILL, a crash):
+    no one will read the task's output or stop it at its deadline. Bytes after the job are read
+    and ignored."""
+    try:
+        return not os.read(0, 65536)
+    except OSError:
+        return True
+
+
 def wait_exit(proc: subprocess.Popen, wake: int) -> int | None:
     """The harness's exit code once it exits, or None once a signal has set STOP (the host's
-    timeout). Blocks on a pidfd of the harness (readable at its exit) and ``wake``; where the
-    kernel or a seccomp profile refuses pidfd_open, polls every 10 ms instead."""
+    timeout) or the host is gone (``HOST_GONE`` set: stdin closed). Blocks on a pidfd of the
+    harness (readable at its exit), stdin and ``wake``; where the kernel or a seccomp profile
+    refuses pidfd_open, polls every 10 ms instead."""
     try:
         pidfd = os.pidfd_open(proc.pid)
     except OSError:
-        while (exit_code := proc.poll()) is None and not STOP.wait(0.01):
-            pass
-        return exit_code
+        pidfd = -1
     try:
         while (exit_code := proc.poll()) is None and not STOP.is_set():
-            wait_readable([pidfd], wake)
+            if pidfd >= 0:
+                ready = wait_readable([pidfd, 0], wake)
+            else:
+                ready, _, _ = select.select([0], [], [], 0.01)
+            if 0 in ready and host_gone():
+                HOST_GONE.set()
+                STOP.set()
         return exit_code
     finally:
-        os.close(pidfd)
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def run_task(args: list[str]) -> int:
@@ -318,6 +336,8 @@ def run_task(args: list[str]) -> int:
         t.join(5)
     if exit_code is None:
         exit_code = proc.poll()
+    if HOST_GONE.is_set():
+        return 3  # no one reads the attach stream: the container just ends (as an unused one does)
     send_out(exit_code, STOP.is_set())
     return 0
 

@@ -10,11 +10,19 @@ before the child is reaped is out of reach here: the local sandbox puts a subrea
 namespace around the child for that, see ``harnessopt.sandbox.local.isolation``.) Output goes to
 unlinked temp files, never pipes, so a background child holding stdout open cannot hang the
 caller; only the head and tail are read back.
+
+The child also ends with this process: it is started with a parent-death signal (``HOST_DEATH``,
+``PR_SET_PDEATHSIG``), which the kernel sends when the thread that started it dies, a SIGKILL of
+the run included, where no clean-up of ours runs. The local sandbox's wrappers turn that signal
+into the end of everything under them (``reaper.py`` kills its command's tree, ``unshare
+--kill-child`` its PID namespace; ``bwrap --die-with-parent`` sets its own).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import math
 import os
 import select
@@ -35,6 +43,28 @@ KILL_GRACE_S = 2.0  # after SIGKILL, how long to wait for the main process to be
 # (``_thread.interrupt_main``, how Ray cancels a running task) is only seen between bytecodes.
 INTERRUPT_CHECK_S = 0.2
 _MAX_FREEZE_ROUNDS = 100  # scans of /proc while stopping a session that keeps forking
+HOST_DEATH = signal.SIGUSR1  # a child's parent-death signal: reaper.py ends its tree on it
+_PR_SET_PDEATHSIG = 1
+try:  # loaded here, not in a child between fork and exec
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+except OSError:  # no libc by that name: children do not end with the host (SIGKILL leaves them)
+    _LIBC = None
+
+
+def _ending_with_host(preexec_fn: Callable[[], None] | None) -> Callable[[], None]:
+    """A child's pre-exec hook: ``preexec_fn``, after asking the kernel for ``HOST_DEATH`` when the
+    thread that starts it dies (also by SIGKILL, where no clean-up runs)."""
+    host = os.getpid()
+
+    def hook() -> None:
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_PDEATHSIG, int(HOST_DEATH), 0, 0, 0)
+            if os.getppid() != host:  # the host died between the fork and the prctl
+                os.kill(os.getpid(), HOST_DEATH)
+        if preexec_fn is not None:
+            preexec_fn()
+
+    return hook
 
 
 @dataclass(frozen=True)
@@ -81,7 +111,7 @@ def run_in_session(
             stdout=out,
             stderr=subprocess.STDOUT if merge_stderr else err,
             start_new_session=True,
-            preexec_fn=preexec_fn,
+            preexec_fn=_ending_with_host(preexec_fn),
         )
         timed_out = False
         try:
@@ -146,13 +176,13 @@ class Prestarted:
         self._err = tempfile.TemporaryFile()  # noqa: SIM115
         self._closed = False
         read_end, self._job = os.pipe()  # both close-on-exec: only the dup at ``job_fd`` is inherited
+        with_host = _ending_with_host(preexec_fn)
 
         def child() -> None:
             os.dup2(read_end, job_fd)
             os.set_inheritable(job_fd, True)  # dup2 onto itself would leave it close-on-exec
             _close_inheritable_fds(above=max(job_fd, 2))
-            if preexec_fn is not None:
-                preexec_fn()
+            with_host()
 
         try:
             self.proc = subprocess.Popen(

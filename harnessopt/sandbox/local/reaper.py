@@ -11,6 +11,10 @@ reaper is PID 1 of a namespace, where a self-sent signal is ignored). As PID 1 o
 
 A command that kills the reaper itself (same uid) escapes this; the host's kill by session is
 the fallback, and a PID namespace (``unshare``/``bwrap``) the real fix.
+
+SIGUSR1 is the host's death (the parent-death signal ``harnessopt.util.proc`` asks the kernel
+for): the command gets SIGKILL at once and its leftovers are killed as above, so a run killed
+with SIGKILL, which kills no session, leaves no task running.
 """
 
 from __future__ import annotations
@@ -99,7 +103,13 @@ def main(argv: list[str]) -> None:
     # (not SIG_IGN) so that the command, after exec, starts with the default action.
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    # The host died (its parent-death signal): nothing will stop the command at its deadline.
+    host_gone: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda *_: host_gone.append(1))
     child = os.posix_spawnp(command[0], command, os.environ)
+    signal.signal(signal.SIGUSR1, lambda *_: os.kill(child, signal.SIGKILL))
+    if host_gone:  # it came while the command was being started
+        os.kill(child, signal.SIGKILL)
     status = 0
     while True:
         pid, st = os.wait()  # reaps orphans handed to us too

@@ -7,6 +7,7 @@ with the reason, never passed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -269,3 +270,64 @@ def test_workspace_roots_are_found_from_any_path_inside_and_never_slash(tmp_path
     inside = ws / ".harnessopt" / "scratch" / "round-1" / "candidate" / "skill"
     assert isolation.workspace_roots([inside, tmp_path / "elsewhere"]) == [ws.resolve()]
     assert isolation.workspace_roots([Path("/")]) == []
+
+
+_HOST = """
+import sys, threading
+from pathlib import Path
+from harnessopt.sandbox.local import isolation
+from harnessopt.util.proc import Prestarted, run_in_session
+
+mode, how, marker, up, cwd = sys.argv[1:]
+# the task: a sleeper that double-forks out of its session, then one of its own
+code = (
+    "import os, sys, time\\n"
+    "if os.fork() == 0:\\n"
+    "    os.setsid()\\n"
+    "    if os.fork() == 0:\\n"
+    "        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[2]])\\n"
+    "    os._exit(0)\\n"
+    "open(sys.argv[1], 'w').close()\\n"
+    "time.sleep(120)\\n"
+)
+argv = isolation.wrap([sys.executable, "-c", code, up, marker], mode, writable=[Path(cwd)], hide=[],
+                      cwd=Path(cwd), grace_s=0.5)
+if how == "cold":
+    threading.Thread(target=run_in_session, args=(argv,), kwargs={"timeout_s": 600, "cap": 1000}).start()
+else:  # a warm slot made by a thread of its own, as the local pool's
+    threading.Thread(target=lambda: Prestarted(argv, cap=1000) and threading.Event().wait()).start()
+threading.Event().wait()
+"""
+
+
+@needs_proc
+@pytest.mark.parametrize("how", ["cold", "warm"])
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_a_task_ends_when_the_run_is_killed_with_sigkill(mode: str, how: str, tmp_path) -> None:
+    """SIGKILL of the run runs none of its clean-up: the task and what it left die with it all the same
+    (the parent-death signal of ``util.proc``, which the wrappers turn into the end of their tree)."""
+    import subprocess
+    import sys
+
+    marker, up = f"ho-local-test-{uuid.uuid4().hex}", tmp_path / "up"
+    (tmp_path / "host.py").write_text(_HOST)
+    root = Path(__file__).resolve().parents[3]
+    host = subprocess.Popen(
+        [sys.executable, str(tmp_path / "host.py"), mode, how, marker, str(up), str(tmp_path)],
+        cwd=root,
+        start_new_session=True,
+    )
+    try:
+        end = time.monotonic() + 20
+        while how == "cold" and not up.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        while how == "warm" and not _pids_with(marker) and time.monotonic() < end:
+            time.sleep(0.05)
+        if how == "cold":
+            assert up.exists() and _pids_with(marker)  # the task and its escaped sleeper are up
+        host.kill()
+        host.wait(10)
+        assert _none_left(marker, within=5.0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(host.pid, signal.SIGKILL)
