@@ -6,8 +6,11 @@ Two things survive a crash, a SIGKILL or Ctrl-C of ``harnessopt run``, under
 * every finished rollout (its trajectory, answer, score and usage), keyed by the candidate's
   content, the task (id and content), the epoch and the settings that change a rollout; a rerun
   of the same round reuses each one instead of calling the model again;
-* the optimizer's proposal and the candidate it produced, keyed by the incumbent commit: a rerun
-  of the same round does not pay the optimizer again.
+* the optimizer's proposal and the candidate it produced, keyed by the incumbent commit and the
+  settings that shape a proposal (``proposal_settings``: what the optimizer may change and is
+  asked for, and the optimizer itself): a rerun of the same round with the same settings does not
+  pay the optimizer again; one that narrows the whitelist or changes the optimizer asks anew,
+  so no candidate copied back under other rules reaches the gate.
 
 Keys are per round on purpose: a later round's rerun of a task (the gate's flip confirmation)
 must be a fresh sample, never a replay of an earlier round's. ``clear(k)`` runs once round k
@@ -54,7 +57,7 @@ def content_id(root: Path, parts: tuple[str, ...] = ("skill", "harness")) -> str
             rel = path.relative_to(root).as_posix()
             if "__pycache__" in path.parts:
                 continue
-            h.update(rel.encode() + b"\0")
+            h.update(os.fsencode(rel) + b"\0")  # a name that is not UTF-8 is its bytes
             h.update(b"x" if path.stat().st_mode & stat.S_IXUSR else b"-")
             h.update(hashlib.sha256(path.read_bytes()).digest())
     return h.hexdigest()
@@ -75,6 +78,19 @@ def rollout_settings(cfg: Config, root: Path) -> str:
     return json.dumps(parts, sort_keys=True)
 
 
+def proposal_settings(cfg: Config) -> str:
+    """What a saved proposal was made under: what the optimizer may change (mode, objective,
+    whitelist, read-only set) and which optimizer, with which settings, made it."""
+    parts = {
+        "mode": cfg.mode,
+        "objective": cfg.objective,
+        "allowed": cfg.allowed_globs(),
+        "read_only": cfg.read_only_globs(),
+        "optimizer": cfg.optimizer.model_dump(mode="json"),
+    }
+    return json.dumps(parts, sort_keys=True)
+
+
 def task_id_of(task: Task) -> str:
     data = json.dumps([task.id, task.input, task.answer, task.split], sort_keys=True, default=str)
     return hashlib.sha256(data.encode()).hexdigest()[:16]
@@ -83,9 +99,10 @@ def task_id_of(task: Task) -> str:
 class RoundStore:
     """Finished rollouts and the optimizer's candidate of round k, on disk as they happen."""
 
-    def __init__(self, state_dir: Path, settings: str):
+    def __init__(self, state_dir: Path, settings: str, proposing: str = ""):
         self.root = Path(state_dir) / RESUME_DIR
         self.settings = hashlib.sha256(settings.encode()).hexdigest()[:16]
+        self.proposing = hashlib.sha256(proposing.encode()).hexdigest()[:12]  # proposal_settings
         self._ids: dict[Path, str] = {}
         self._lock = threading.Lock()
         self._written: set[Path] = set()  # this process's runs: a round's later reads of one are no resume
@@ -133,7 +150,8 @@ class RoundStore:
     # ------------------------------------------------------------------ the optimizer's candidate
 
     def _proposal_dir(self, round_no: int, parent: str, name: str = "") -> Path:
-        return self.root / f"round-{round_no}" / (f"candidate-{parent[:16]}" + (f"-{name}" if name else ""))
+        folder = f"candidate-{parent[:16]}-{self.proposing}" + (f"-{name}" if name else "")
+        return self.root / f"round-{round_no}" / folder
 
     def save_candidate(
         self,

@@ -23,7 +23,7 @@ from harnessopt.ledger.live_spend import Keeper
 from harnessopt.optimizer import make_optimizer
 from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout.executors import PooledExecutor
-from harnessopt.rollout.run_cache import RoundStore, rollout_settings
+from harnessopt.rollout.run_cache import RoundStore, proposal_settings, rollout_settings
 from harnessopt.rollout.runner import Runner, make_executor
 from harnessopt.round import stop
 from harnessopt.sandbox import make_sandbox
@@ -163,7 +163,7 @@ def open_services(
         stack.callback(keeper.close)  # before the gateway's: no round is in progress any more
         scratch = state_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
-        store = RoundStore(state_dir, rollout_settings(cfg, root))
+        store = RoundStore(state_dir, rollout_settings(cfg, root), proposal_settings(cfg))
         executor = make_executor(cfg, sandbox, gateway.base_url)  # ray: joins the cluster here
         stack.callback(executor.close)
         if isinstance(executor, PooledExecutor):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from harnessopt.ledger import store as ledger
 from harnessopt.workspace.core import Workspace
-from tests.support.cli import git
-from tests.support.workspace import make_ws
+from tests.support.cli import git, wait_for_phase
+from tests.support.workspace import DEMO_LINE, FORM, make_ws
 
 
 def _run(ws: Path) -> subprocess.CompletedProcess:
@@ -100,3 +100,41 @@ def test_only_runs_another_process_finished_count_as_reused(tmp_path: Path) -> N
     assert now.resumed(1) == 2 and now.resumed(2) == 0 and before.resumed(1) == 0
     now.clear(1)
     assert now.resumed(1) == 0 and now.get(1, root, tasks[0], 0) is None
+
+
+EXTRA_FILE_AGENT = (
+    f"sed -i 's/{DEMO_LINE}/{FORM}/' skill/SKILL.md; mkdir -p skill/scripts; "
+    "echo 'echo extra' > skill/scripts/extra.sh; echo 'Title: city only'"
+)
+
+
+def test_a_saved_proposal_is_not_reused_under_a_narrower_whitelist(tmp_path: Path) -> None:
+    """A proposal kept from an interrupted run was made under that run's rules: rerun with a file
+    made read-only, the candidate it copied back must not reach the gate (it did: the resume
+    restored the saved tree, and a read-only file was committed to main). A rerun under other rules
+    asks the optimizer anew."""
+    ws = make_ws(
+        tmp_path,
+        search={"explore": 0},
+        optimizer={"backend": "command", "command": ["bash", "-c", EXTRA_FILE_AGENT], "unsafe_host": True},
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert "skill/scripts/extra.sh" in wait_for_phase(ws, first, "check")["changed"]
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(60)
+    again = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local",
+         "-c", 'read_only=["skill/scripts/**"]'],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert again.returncode in (0, 3), again.stderr
+    assert "reusing the optimizer's proposal" not in again.stdout
+    (rnd,) = ledger.past_rounds(Workspace.open(ws).repo)
+    assert "skill/scripts/extra.sh" not in rnd.manifest.changed
+    assert "skill/scripts/extra.sh" in rnd.manifest.violations
+    assert not (ws / "skill" / "scripts" / "extra.sh").exists()
