@@ -351,6 +351,8 @@ def _classify(
     top = PurePosixPath(rel).parts[0]
     if rel in (HISTORY_NAME, BRIEF_NAME) or top == "trajectories":
         result.ignored.append(rel)
+    elif _odd_name(rel):  # listed by its bytes, escaped: what git, JSON and a terminal can all carry
+        result.violations.append(ascii(os.fsencode(rel))[2:-1])
     elif (
         top in PROTECTED
         or _is_git_meta(rel)
@@ -361,6 +363,16 @@ def _classify(
         result.violations.append(rel)
     else:
         bucket.append(rel)
+
+
+def _odd_name(rel: str) -> bool:
+    """A name that is not UTF-8 (its bytes came in as surrogates) or holds a control character:
+    no skill needs one, and the manifest, git and the terminal would each read it differently."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return any(ord(c) < 32 or ord(c) == 127 for c in rel)
 
 
 def _is_git_meta(rel: str) -> bool:

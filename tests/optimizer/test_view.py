@@ -62,6 +62,22 @@ def test_whitelisted_edit_is_copied_back(ws: Path, tmp_path: Path) -> None:
     assert (ws / "skill" / "references" / "tips.md").read_text() == "tip\n"
 
 
+def test_a_name_that_is_not_utf8_or_holds_a_control_character_is_a_violation(ws: Path, tmp_path: Path) -> None:
+    """Such a name failed the round with a raw UnicodeEncodeError once the candidate was hashed;
+    it is discarded and listed by its escaped bytes, and the rest of the edit goes on."""
+    view, snap = _build(ws, tmp_path)
+    (view / "skill" / "SKILL.md").write_text("---\nname: arith\ndescription: Do sums.\n---\n\nBrief.\n")
+    skill = os.fsencode(view / "skill")
+    for name in (b"bad\xffname.md", b"two\nlines.md"):
+        with open(os.path.join(skill, name), "wb") as f:
+            f.write(b"x")
+    res = copy_back(view, ws, ["skill/**"], snapshot=snap)
+    assert res.changed == ["skill/SKILL.md"]
+    assert res.violations == ["skill/bad\\xffname.md", "skill/two\\nlines.md"]
+    assert all(v.isascii() and v.isprintable() for v in res.violations)
+    assert not any(b"name.md" in n or b"lines.md" in n for n in os.listdir(os.fsencode(ws / "skill")))
+
+
 def test_harness_edit_in_skill_mode_is_a_violation_and_ws_is_unchanged(ws: Path, tmp_path: Path) -> None:
     before = (ws / "harness" / "run.py").read_text()
     view, snap = _build(ws, tmp_path)
