@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harnessopt.errors import UserError
+from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR
 
 LOCK_NAME = "lock"
@@ -53,6 +54,12 @@ def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iter
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
         _held[path] = fd
+        if vcs.ensure_identity(vcs.open_repo(Path(root).resolve())):
+            name, email = vcs.IDENTITY
+            say(
+                f"note: git has no author identity here; {root} commits as {name} <{email}> from now on "
+                "(git config user.name / user.email in it to change that)"
+            )
         try:
             yield
         finally:

@@ -24,14 +24,33 @@ def open_repo(ws: Path) -> git.Repo:
     return git.Repo(ws)
 
 
+IDENTITY = ("harnessopt", "harnessopt@localhost")  # a workspace's own, where git has none
+
+
 def init_repo(ws: Path) -> git.Repo:
     repo = git.Repo.init(ws, initial_branch="main")
-    with repo.config_writer() as cw:
-        # A workspace made on a machine without a global identity must still be committable.
-        if not _has_identity(repo):
-            cw.set_value("user", "name", "harnessopt")
-            cw.set_value("user", "email", "harnessopt@localhost")
+    if not _has_identity(repo):  # a workspace made where git has no identity must still commit
+        _set_identity(repo)
     return repo
+
+
+def ensure_identity(repo: git.Repo) -> bool:
+    """Give the workspace its own commit identity when git has none where it runs now (another
+    HOME, a cluster's head, CI; the repo's own identity wins over any): otherwise the round's
+    commit fails after the round was paid for. True when it was set."""
+    try:
+        repo.git.var("GIT_COMMITTER_IDENT")
+        repo.git.var("GIT_AUTHOR_IDENT")
+        return False
+    except git.GitCommandError:  # "Author identity unknown": what commit-tree would fail on
+        _set_identity(repo)
+        return True
+
+
+def _set_identity(repo: git.Repo) -> None:
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", IDENTITY[0])
+        cw.set_value("user", "email", IDENTITY[1])
 
 
 def _has_identity(repo: git.Repo) -> bool:

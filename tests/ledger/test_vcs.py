@@ -78,3 +78,35 @@ def test_export_ignores_git_attributes(tmp_path: Path) -> None:
     assert (dest / "skill" / "SKILL.md").read_text() == "v0\n"
     assert (dest / "skill" / "notes.md").read_text() == "commit $Format:%H$\n"
     assert (dest / "skill" / "run.sh").stat().st_mode & 0o777 == 0o755
+
+
+def test_a_run_where_git_has_no_identity_commits_as_the_workspace(tmp_path: Path) -> None:
+    """A workspace made where git had a global identity, run where it has none (another HOME: a
+    cluster's head, CI): the round's commit failed with a traceback after the round was paid for.
+    The run gives the workspace its own identity, says so, and records the round."""
+    import os
+    import sys
+
+    from harnessopt.workspace.core import Workspace
+    from tests.support.workspace import make_ws
+
+    ws = make_ws(tmp_path, search={"explore": 0})
+    for key in ("user.name", "user.email"):  # as if init had found a global identity
+        subprocess.run(["git", "-C", str(ws), "config", "--unset", key], check=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "EMAIL"))}
+    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", XDG_CONFIG_HOME=str(home))
+    assert subprocess.run(["git", "-C", str(ws), "var", "GIT_AUTHOR_IDENT"], env=env, capture_output=True).returncode
+    done = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local"],
+        env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "git has no author identity here" in done.stdout + done.stderr
+    (rnd,) = ledger.past_rounds(Workspace.open(ws).repo)
+    assert rnd.manifest.status in ("accepted", "rejected")
+    author = subprocess.run(["git", "-C", str(ws), "log", "-1", "--format=%an <%ae>", rnd.commit], env=env,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    assert author == "harnessopt <harnessopt@localhost>"
