@@ -28,7 +28,11 @@ chooses a run's from prices: ``round.driver``), e.g. a config read without a wor
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf is no setting: a time limit of inf (or 1e300) passed and then failed the round mid-run
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+MAX_SECONDS = 7 * 24 * 3600.0  # a time limit of a task, a turn or a call: at most a week
 
 
 # A config field naming a part: a registry name or a dotted path ``package.module:Factory``.
@@ -67,7 +71,7 @@ class RolloutConfig(_Strict):
     """Train tasks rolled out per round for the optimizer to read."""
     concurrency: int = Field(2, ge=1, le=64)
     """Tasks run at once."""
-    timeout_s: float = Field(300.0, gt=0)
+    timeout_s: float = Field(300.0, gt=0, le=MAX_SECONDS)
     """Wall-clock limit per task, enforced from outside the harness."""
     memory_mb: int = Field(1024, ge=64)
     """Memory limit per task sandbox."""
@@ -81,7 +85,7 @@ class RolloutConfig(_Strict):
     """Bytes of stdout/stderr kept per task."""
     image: str = "harnessopt-sandbox:latest"
     """Docker image the task containers run."""
-    scorer_timeout_s: float = Field(60.0, gt=0)
+    scorer_timeout_s: float = Field(60.0, gt=0, le=MAX_SECONDS)
     """Time the host-side scorer may take per task; past it the task scores 0 (scorer error)."""
     scorer_memory_mb: int = Field(2048, ge=64)
     """Address-space limit of the scorer's process; past it that task scores 0 (scorer error)."""
@@ -108,13 +112,13 @@ class OptimizerConfig(_Strict):
     """Model turns per round."""
     max_tokens: int = Field(400_000, ge=1000)
     """Input+output tokens per round."""
-    wall_s: float = Field(1800.0, gt=0)
+    wall_s: float = Field(1800.0, gt=0, le=MAX_SECONDS)
     """Wall-clock limit per round."""
     command: list[str] | None = None
     """Argv of the 'command' backend; the brief is passed on stdin and in OPTIMIZE.md."""
-    bash_timeout_s: float = Field(60.0, gt=0)
+    bash_timeout_s: float = Field(60.0, gt=0, le=MAX_SECONDS)
     """Time limit of one bash tool command."""
-    settle_s: float = Field(5.0, gt=0)
+    settle_s: float = Field(5.0, gt=0, le=MAX_SECONDS)
     """Manual backend: seconds without edits before the person's turn ends."""
     feedback: Literal["full", "no_expected"] = "full"
     """Scorer feedback in train trajectories: as written, or with the gold answer cut out."""
@@ -287,7 +291,7 @@ class BudgetConfig(_Strict):
     """Input+output tokens the gateway allows in the whole run."""
     max_cost: float | None = Field(None, gt=0)
     """US dollars the gateway allows in the whole run (list prices)."""
-    max_hours: float | None = Field(None, gt=0)
+    max_hours: float | None = Field(None, gt=0, le=24 * 366)  # a year
     """Wall-clock hours the run may take, checked at phase boundaries (the round in progress fails)."""
     max_failed_rounds: int = Field(3, ge=1)
     """Consecutive failed rounds (an optimizer that keeps failing, ...) after which the run stops."""
@@ -302,7 +306,7 @@ class GatewayConfig(_Strict):
     """Connections each gateway listener serves at once (a thread each); more get a 503 at once."""
     max_calls_per_lease: int = Field(10, ge=1)
     """Calls one lease (a task, or an optimizer round) may have in flight; more get a retryable 429."""
-    io_timeout_s: float = Field(10.0, gt=0)
+    io_timeout_s: float = Field(10.0, gt=0, le=MAX_SECONDS)
     """Time a client has to send a request's headers, and again its body; slower ones are dropped."""
     target_body_mb: float = Field(4.0, gt=0, le=32)
     """Largest request body a harness may send."""
@@ -321,7 +325,7 @@ class RayConfig(_Strict):
     """Times a task whose worker or node died is run again on another node before the round fails."""
     num_cpus: float = Field(1.0, gt=0)
     """CPUs a task reserves on its node (Ray schedules by them; rollout.concurrency bounds the total)."""
-    grace_s: float = Field(120.0, gt=0)
+    grace_s: float = Field(120.0, gt=0, le=MAX_SECONDS)
     """Time past rollout.timeout_s a task may wait for a node before the cluster counts as gone."""
 
 

@@ -187,6 +187,23 @@ def test_counts_past_any_plan_are_refused(ws: Path) -> None:
     _unchanged(ws, before)
 
 
+@pytest.mark.parametrize(
+    "setting, needle",
+    [
+        ("optimizer.wall_s=inf", "finite number"),
+        ("rollout.timeout_s=inf", "finite number"),
+        ("optimizer.wall_s=1e300", "less than or equal to 604800"),
+        ("budget.max_hours=1e300", "less than or equal to 8784"),
+    ],
+)
+def test_a_time_limit_past_any_clock_is_refused(ws: Path, setting: str, needle: str) -> None:
+    """inf or 1e300 seconds passed the check and failed the round mid-run, after its train runs
+    were paid for (OverflowError: cannot convert float infinity to integer)."""
+    before = snapshot(ws)
+    assert_user_error(cli("run", ws, *RUN, "--rounds", "1", "-c", setting, env=ENV), setting.split("=")[0], needle)
+    _unchanged(ws, before)
+
+
 def test_a_file_where_a_folder_belongs(tmp_path: Path, ws: Path) -> None:
     skill, tasks = write_example(tmp_path / "in")
     assert_user_error(cli("log", tasks), "is a file, not a workspace")
