@@ -200,7 +200,9 @@ def test_a_time_limit_past_any_clock_is_refused(ws: Path, setting: str, needle: 
     """inf or 1e300 seconds passed the check and failed the round mid-run, after its train runs
     were paid for (OverflowError: cannot convert float infinity to integer)."""
     before = snapshot(ws)
-    assert_user_error(cli("run", ws, *RUN, "--rounds", "1", "-c", setting, env=ENV), setting.split("=")[0], needle)
+    assert_user_error(
+        cli("run", ws, *RUN, "--rounds", "1", "-c", setting, env=ENV), setting.split("=")[0], needle
+    )
     _unchanged(ws, before)
 
 

@@ -97,7 +97,9 @@ def test_a_run_where_git_has_no_identity_commits_as_the_workspace(tmp_path: Path
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "EMAIL"))}
     env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", XDG_CONFIG_HOME=str(home))
-    assert subprocess.run(["git", "-C", str(ws), "var", "GIT_AUTHOR_IDENT"], env=env, capture_output=True).returncode
+    assert subprocess.run(
+        ["git", "-C", str(ws), "var", "GIT_AUTHOR_IDENT"], env=env, capture_output=True
+    ).returncode
     done = subprocess.run(
         [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "--sandbox", "local"],
         env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,

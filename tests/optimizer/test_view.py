@@ -62,7 +62,9 @@ def test_whitelisted_edit_is_copied_back(ws: Path, tmp_path: Path) -> None:
     assert (ws / "skill" / "references" / "tips.md").read_text() == "tip\n"
 
 
-def test_a_name_that_is_not_utf8_or_holds_a_control_character_is_a_violation(ws: Path, tmp_path: Path) -> None:
+def test_a_name_that_is_not_utf8_or_holds_a_control_character_is_a_violation(
+    ws: Path, tmp_path: Path
+) -> None:
     """Such a name failed the round with a raw UnicodeEncodeError once the candidate was hashed;
     it is discarded and listed by its escaped bytes, and the rest of the edit goes on."""
     view, snap = _build(ws, tmp_path)

@@ -113,8 +113,9 @@ class DockerSandbox(Sandbox):
                 stream, timed_out = self._collect(warm, spec.timeout_s)
             wall = time.monotonic() - t0
             meta = stream.meta or {}
-            clean = not timed_out and meta.get("exit_code") is not None and meta["exit_code"] >= 0
-            # Only a signal death needs the engine's word on OOM: skip two API calls otherwise.
+            clean = not timed_out and meta.get("exit_code") == 0
+            # Only a failed task needs the engine's word on OOM (a harness whose child the kernel
+            # killed for memory exits with a code of its own): skip two API calls otherwise.
             state = {} if clean else _final_state(warm.container)
             return self._output(stream, timed_out, state, wall, out_dir)
         except Exception as e:  # the engine failed us mid-task: a sandbox error, not a harness crash

@@ -182,6 +182,21 @@ def test_memory_hog_is_oom_killed(make_sandbox, candidate, gateway, tmp_path, sp
     assert out.error_class == "oom", out
 
 
+def test_a_child_killed_for_memory_is_oom_though_the_harness_exits_with_a_code(
+    make_sandbox, candidate, gateway, tmp_path, spec_for
+):
+    """A harness that runs its work as a child (the command template, CLI agents) exits with a code
+    of its own when the kernel kills that child for memory: the engine's word makes it ``oom``,
+    not a crash (it was ``crash, exit code 1``)."""
+    skill, harness = candidate("""
+        import subprocess
+        hog = "blocks = []\\nwhile True:\\n    blocks.append(bytearray(16 << 20))\\n"
+        sys.exit(1 if subprocess.run([sys.executable, "-c", hog]).returncode else 0)
+    """)
+    out = make_sandbox(memory_mb=96).run(spec_for(skill, harness, gateway.lease()), tmp_path / "out")
+    assert out.error_class == "oom", out
+
+
 @pytest.mark.parametrize("body", ["while True:\n    pass\n", "time.sleep(600)\n"])
 def test_endless_harness_times_out_and_keeps_partial_out(
     make_sandbox, candidate, gateway, tmp_path, spec_for, body

@@ -106,3 +106,41 @@ def test_the_warm_containers_of_a_run_killed_with_sigkill_exit_on_their_own(dock
         assert killed_run.running_after_sigkill(docker_client, proc, run_id) == []  # they exited
     finally:
         killed_run.remove_leftovers(docker_client, proc)
+
+
+def test_a_task_of_a_run_killed_with_sigkill_ends_though_its_harness_would_run_on(
+    docker_client, tmp_path
+) -> None:
+    """The run is what stops a task at its deadline; killed with SIGKILL, it stops nothing. A task
+    whose harness sleeps on then ran for good (QA: `Up 52 seconds` past a 15 s limit): the runner
+    now watches its stdin while the harness runs, and the run's attach socket closing ends it."""
+    proc, run_id = killed_run.start(
+        """
+        import threading, time
+        from pathlib import Path
+        from harnessopt.config import RolloutConfig
+        from harnessopt.protocols import GatewayLease, RunSpec
+        from harnessopt.sandbox.docker.sandbox import DockerSandbox
+        from harnessopt.sandbox.image.build import docker_client
+        root = Path.cwd()
+        (root / "skill").mkdir()
+        (root / "skill" / "SKILL.md").write_text("---\\nname: t\\ndescription: t\\n---\\nx\\n")
+        (root / "harness").mkdir()
+        (root / "harness" / "run.py").write_text("import os\\nos.execv('/bin/sleep', ['sleep', '3600'])\\n")
+        sb = DockerSandbox(RolloutConfig(sandbox="docker", concurrency=1), docker_client(), warm=0)
+        spec = RunSpec({"id": "t1", "input": "q", "split": "train", "metadata": {}}, root / "skill",
+                       root / "harness", {}, GatewayLease("tok", "http://127.0.0.1:9", None), 600.0)
+        threading.Thread(target=sb.run, args=(spec, root / "out"), daemon=True).start()
+        while not [c for c in sb.client.containers.list(filters={"label": f"harnessopt.run={sb.run_id}"})
+                   if "sleep 3600" in str(c.top().get("Processes"))]:
+            time.sleep(0.2)  # the harness runs
+        print(sb.run_id, flush=True)
+        time.sleep(600)
+        """,
+        tmp_path,
+    )
+    try:
+        assert run_id
+        assert killed_run.running_after_sigkill(docker_client, proc, run_id, timeout_s=30) == []
+    finally:
+        killed_run.remove_leftovers(docker_client, proc)
