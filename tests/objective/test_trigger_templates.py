@@ -70,3 +70,21 @@ def test_the_chat_template_answers_after_a_load_in_catalogue_mode(tmp_path: Path
     assert result["type"] == "tool_result" and "Read the rows" in result["content"]  # the body, loaded
     events = [json.loads(x) for x in (out / "trajectory.jsonl").read_text().splitlines()]
     assert any(e["event"] == "skill_loaded" and e["name"] == "csv-to-json" for e in events)
+
+
+@pytest.mark.parametrize("template", ["chat", "tool-agent"])
+def test_a_trigger_run_reports_the_flags_it_used(tmp_path: Path, template: str) -> None:
+    with FakeAnthropicServer(DescriptionFit()) as fake:
+        env = {
+            "ANTHROPIC_BASE_URL": fake.base_url,
+            "ANTHROPIC_API_KEY": "k",
+            "HARNESSOPT_TARGET_MODEL": "m",
+            "HO_FLAG_SKILL_LOADING": "system",  # configured, and overridden by the trigger run
+            "HO_FLAG_MAX_TURNS": "12",
+        }
+        out = _run(tmp_path, template, "Convert my CSV to JSON please", env)
+    events = [json.loads(x) for x in (out / "trajectory.jsonl").read_text().splitlines()]
+    read = next(e["flags_read"] for e in events if "flags_read" in e)
+    assert read["skill_loading"] == "catalogue"
+    if template == "tool-agent":
+        assert read["max_turns"] == "1"  # the trigger run's turns (HO_FLAG_TRIGGER_TURNS, default 1)

@@ -146,7 +146,9 @@ def main() -> int:
         request.update(system=catalogue_prompt(skills), tools=[LOAD_SKILL])
     # reported: harnessopt counts which flags runs read
     flags = {"stream": os.environ.get("HO_FLAG_STREAM")}
-    if "HO_FLAG_SKILL_LOADING" in os.environ:
+    if trigger_run:  # what the run used: a trigger run shows the catalogue whatever the flag says
+        flags["skill_loading"] = loading
+    elif "HO_FLAG_SKILL_LOADING" in os.environ:
         flags["skill_loading"] = os.environ["HO_FLAG_SKILL_LOADING"]
     shown = {"skill_loading": loading} if skills is not None else {}
     log_event(args.out, "request", task_id=task.get("id"), model=model, flags_read=flags, **shown)

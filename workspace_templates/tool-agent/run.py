@@ -30,7 +30,9 @@ whose ``metadata.trigger`` lists distractor skills, harnessopt's ``objective: tr
 prompt holds no skill body but a catalogue of skills' names and descriptions (this skill and the
 distractors), and a ``load_skill(name)`` tool returns a skill's body; the agent decides from the
 descriptions alone, as Claude Code does. A trigger run ends once the model called ``load_skill``
-or after HO_FLAG_TRIGGER_TURNS turns (default 1): the decision is all it measures.
+or after HO_FLAG_TRIGGER_TURNS turns (default 1): the decision is all it measures. Its
+``flags_read`` says what it used (``skill_loading: catalogue``, ``max_turns`` its trigger turns),
+not what HO_FLAG_SKILL_LOADING and HO_FLAG_MAX_TURNS say.
 
 Usage: python harness/run.py --task TASK_JSON --skill SKILL_DIR --out OUT_DIR
 """
@@ -533,6 +535,8 @@ def main() -> int:
         max_turns = _trigger_turns()
     names = ("API", "MAX_TURNS", "SKILL_LOADING") + (("TRIGGER_TURNS",) if trigger_run else ())
     read = {name.lower(): os.environ.get(f"HO_FLAG_{name}") for name in names}
+    if trigger_run:  # what the run used, not the flags a trigger run overrides
+        read.update(skill_loading=loading, max_turns=str(max_turns))
     log_event(args.out, "start", api=api_name, max_turns=max_turns, skill_loading=loading, flags_read=read)
     skills = skill_catalogue(args.skill, task) if loading == "catalogue" else None
     system = catalogue_prompt(skills) if skills is not None else system_prompt(args.skill)
