@@ -25,6 +25,9 @@ from harnessopt.protocols import Exchange, Task
 from harnessopt.util.text import FrontMatterError, read_front_matter
 
 LOADING_TOOLS = {"Skill": "skill", "load_skill": "name"}  # tool name -> the input key naming the skill
+MISSED, FALSE_TRIGGER = "missed (should load)", "false trigger (near miss)"  # the verdicts of a wrong run
+# failure class (rollout.taxonomy) of a trigger run scored wrong, by the verdict its feedback opens with
+FAILURE_CLASS = {MISSED: "trigger missed", FALSE_TRIGGER: "false trigger"}
 MAX_DISTRACTORS = 64
 MAX_SKILL_MD = 64 * 1024
 
@@ -137,14 +140,21 @@ def score(task: Task, skill: str, exchanges: Sequence[Exchange]) -> tuple[float,
     seen = f"; it loaded {', '.join(others)} instead" if others and not did else ""
     if not offered(exchanges):
         seen += "; no request offered a skill-loading tool (Skill or load_skill): is this a trigger harness?"
-    verdict = (
-        "correct" if did == should else ("missed (should load)" if should else "false trigger (near miss)")
-    )
+    verdict = "correct" if did == should else (MISSED if should else FALSE_TRIGGER)
     feedback = (
         f"trigger {verdict}: the skill '{skill}' {'loaded' if did else 'did not load'}; "
         f"it should {'' if should else 'not '}load for this query{seen}"
     )
     return (1.0 if did == should else 0.0), feedback
+
+
+def failure_class(feedback: str) -> str | None:
+    """``trigger missed`` or ``false trigger`` when ``feedback`` is the trigger score's of a wrong
+    run (``score``), else None."""
+    for verdict, kind in FAILURE_CLASS.items():
+        if feedback.startswith(f"trigger {verdict}: "):
+            return kind
+    return None
 
 
 def _tool_calls(response: dict[str, Any] | None) -> list[tuple[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harnessopt.objective import trigger
 from harnessopt.protocols import Exchange, Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.run_cache import PROBE_EPOCH
@@ -15,6 +16,12 @@ from harnessopt.rollout.taxonomy import (
     most_repeated,
     phase_stats,
 )
+
+YES = Task("yes-00", "Turn this spreadsheet export into JSON records", {"trigger": True}, "train")
+NO = Task("near-00", "Convert this JSON file to YAML", {"trigger": False}, "train")
+LOAD = {"content": [{"type": "tool_use", "id": "x", "name": "load_skill", "input": {"name": "csv-to-json"}}]}
+MISSED = trigger.score(YES, "csv-to-json", [])[1]  # the built-in trigger score's feedback
+FALSE = trigger.score(NO, "csv-to-json", [Exchange({"messages": []}, LOAD, None, 0.0, 0.1, 10, 5)])[1]
 
 
 def ex(
@@ -46,6 +53,8 @@ def test_each_failure_class_in_its_order() -> None:
         ),
         "timeout": result(error_class="timeout", exit_code=None),
         "harness crash": result(error_class="crash", exit_code=1),
+        "trigger missed": result(feedback=MISSED, harness_events=[{"event": "max_turns", "turns": 1}]),
+        "false trigger": result(feedback=FALSE, answer=""),
         "turn limit": result(harness_events=[{"event": "max_steps", "steps": 20}]),
         "tool error": result(
             exchanges=[
@@ -64,6 +73,16 @@ def test_each_failure_class_in_its_order() -> None:
     assert classify(result(exchanges=[ex({"stop_reason": "max_tokens", "content": []})])) == "turn limit"
     assert classify(result(passed=True)) is None
     assert list(cases) == list(FAILURE_CLASSES)
+
+
+def test_a_wrong_trigger_run_is_counted_as_what_the_trigger_score_says() -> None:
+    # the scorer's words for a skill named csv-to-json ("json") once made every miss a format error
+    assert classify(result(feedback=MISSED, answer="")) == "trigger missed"
+    assert classify(result(feedback=FALSE, answer="loaded skill csv-to-json")) == "false trigger"
+    assert classify(result(feedback=MISSED, harness_events=[{"event": "max_turns"}])) == "trigger missed"
+    assert (
+        classify(result(feedback="wrong: expected a trigger missed (should load) verdict")) == "wrong answer"
+    )
 
 
 def test_phase_counts_shares_and_loops() -> None:
