@@ -18,6 +18,7 @@ from harnessopt.reporting.adoption import adoption
 from harnessopt.reporting.log import (
     interrupted_spend,
     last_run_parts,
+    last_run_settings,
     projected_vs_spent,
     review_notes,
     rollback_of,
@@ -132,17 +133,16 @@ def report_data(ws: Workspace) -> dict[str, Any]:
     registered = flags.lenient_defaults(ws.root / "harness")  # listed even when no run read them
     uses = adoption(ws.repo, {**registered, **ws.cfg.flags})
     accepted = [r.round for r in rounds if r.status == "accepted"]
-    used = last_run_parts(ws)
+    used, settings = last_run_parts(ws), last_run_settings(ws)
     return {
         "workspace": str(ws.root),
-        "config": {
-            "mode": ws.cfg.mode,
-            "template": ws.cfg.template,
-            # what the last run used (a --target, --optimizer or -c is not in harnessopt.yaml)
+        "config": {  # what the last run used (a --target, --optimizer or -c is not in harnessopt.yaml)
+            "mode": settings.get("mode", ws.cfg.mode),
+            "template": settings.get("template", ws.cfg.template),
             "target": used.get("target") or f"{ws.cfg.model.provider}:{ws.cfg.model.target}",
             "optimizer": used.get("optimizer") or ws.cfg.optimizer.label,
-            "batch_size": ws.cfg.rollout.batch_size,
-            "epochs": ws.cfg.gate.epochs,
+            "batch_size": settings.get("batch_size", ws.cfg.rollout.batch_size),
+            "epochs": settings.get("epochs", ws.cfg.gate.epochs),
         },
         "rounds": rows,
         "outcomes": {k: outcomes.get(k, 0) for k in OUTCOMES},

@@ -341,6 +341,16 @@ def last_run_parts(ws: Workspace) -> dict[str, str]:
     return {}
 
 
+def last_run_settings(ws: Workspace) -> dict[str, Any]:
+    """The settings the last run used (journal ``run_start``: mode, template, batch_size, epochs,
+    ``-c`` included); {} before any run recorded them."""
+    for e in reversed(ws.journal.entries()):
+        if e.get("phase") == "run_start":
+            settings = e.get("settings")
+            return dict(settings) if isinstance(settings, dict) else {}
+    return {}
+
+
 def projected_vs_spent(ws: Workspace) -> list[str]:
     """The last run's projection (journal ``run_start``) beside what its rounds spent."""
     entries = ws.journal.entries()

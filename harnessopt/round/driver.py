@@ -6,7 +6,9 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
+from harnessopt.config import Config
 from harnessopt.errors import UserError
 from harnessopt.gate.confirmation import split_val
 from harnessopt.gateway.policy import unpriced_budget
@@ -74,7 +76,10 @@ def run(
         svc.deadline = deadline  # and in the time budget.max_hours leaves
         used = run_parts(ws, svc)  # what this run actually uses: status and the report name it
         say("this run: " + ", ".join(f"{k} {v}" for k, v in used.items()))
-        ws.journal.write(start, "run_start", rounds=rounds, projected=projected.summary(), used=used)
+        settings = run_settings(ws.cfg)  # with -c, not in harnessopt.yaml: the report's header reads them
+        ws.journal.write(
+            start, "run_start", rounds=rounds, projected=projected.summary(), used=used, settings=settings
+        )
         for k in range(start, start + rounds if ready(ws, svc, say, decide) else start):
             interrupts.check()
             check_held(ws.root)
@@ -172,6 +177,17 @@ def _watched(
             svc.runner.observers.remove(w)
         if progress is not None:
             progress.unbind()
+
+
+def run_settings(cfg: Config) -> dict[str, Any]:
+    """The settings of a run the report's header shows (``-c`` included): mode, template, the
+    train batch and the gate's epochs."""
+    return {
+        "mode": cfg.mode,
+        "template": cfg.template,
+        "batch_size": cfg.rollout.batch_size,
+        "epochs": cfg.gate.epochs,
+    }
 
 
 def run_parts(ws: Workspace, svc: Services) -> dict[str, str]:

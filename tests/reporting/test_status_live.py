@@ -14,6 +14,7 @@ def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) ->
     # the run reliably sits in round 1's propose step
     ws = make_ws(tmp_path, optimizer={"settle_s": 0.5, "wall_s": 40})  # STOP waits for it to end
     run = ["run", str(ws), "--rounds", "2", "--sandbox", "local", "--optimizer", "manual"]
+    run += ["-c", "gate.epochs=2", "-c", "rollout.batch_size=3"]  # harnessopt.yaml says 1 and 8
     proc = start_cli(*run)
     try:
         wait_for_phase(ws, proc, "propose")
@@ -39,3 +40,4 @@ def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) ->
     header = report_data(Workspace.open(ws))["config"]
     assert header["optimizer"] == "manual"
     assert header["target"].startswith("scripted:")  # the run's, as the optimizer is, not the yaml's alone
+    assert (header["epochs"], header["batch_size"]) == (2, 3)  # and so are its settings (-c)
