@@ -14,6 +14,13 @@ only.``) names no term an answer would contain: ``showed`` is None (not measurab
 never a 0% that every obeying answer would also get. A text match cannot see a rule obeyed by
 *not* doing something; read it as a hint.
 
+Front matter. A field of a ``SKILL.md``'s front matter (``description: ...``) reaches the model
+as its value, not as the line: a skill catalogue lists ``- NAME: DESCRIPTION``, a folded or quoted
+value unfolded and unquoted. A field an accepted round changed is one rule, ``KEY: VALUE``, that a
+trajectory saw when the value (as YAML reads it) is in what the model received; the lines of the
+front matter are not rules of their own. The model obeys a description by loading the skill, not
+by writing its words, so ``showed`` is None (the triggering section measures the loading).
+
 Flags. A harness reports the flags it read in any of its events, as a ``flags_read`` object
 (``{"event": "request", ..., "flags_read": {"stream": "1"}}``; the chat template does, with
 ``null`` for a flag it looked for and did not find); a trajectory used flag NAME when it reported
@@ -32,6 +39,7 @@ import git
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.rollout.trajectory import Trajectory, parse
+from harnessopt.util.text import FrontMatterError, read_front_matter, split_front_matter
 
 MIN_RULE_CHARS = 12
 KEY_WORD_CHARS = 5
@@ -77,6 +85,7 @@ STOP_WORDS = frozenset(
     ]
 )
 _CODE = re.compile(r"`([^`]+)`")
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 _WORD = re.compile(r"[a-z][a-z0-9_-]+")
 
 
@@ -90,6 +99,20 @@ class RuleUse:
     trajectories: int = 0
     saw: int = 0
     showed: int | None = 0  # None: the rule names no term an answer would show (not measurable)
+    seen_as: str = ""  # what the model receives of it when not the line itself (a front matter field's value)
+
+
+@dataclass(frozen=True)
+class Added:
+    """A rule an accepted round added: its file, its text and what the model would receive of it."""
+
+    path: str
+    text: str
+    seen_as: str = ""  # a front matter field's value; "" for a line of the file
+
+    @property
+    def field(self) -> bool:
+        return bool(self.seen_as)
 
 
 @dataclass
@@ -127,18 +150,64 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def added_rules(repo: git.Repo, parent: str, commit: str) -> list[tuple[str, str]]:
-    """(path, line) of every rule an accepted round added under skill/."""
+def added_rules(repo: git.Repo, parent: str, commit: str) -> list[Added]:
+    """Every rule an accepted round added under skill/: lines, and SKILL.md front matter fields."""
     out = repo.git.diff("--unified=0", "--no-color", parent, commit, "--", "skill")
-    rules, path = [], ""
+    rules: list[Added] = []
+    path, lineno, left, fields_end = "", 0, 0, 0
     for line in out.splitlines():
-        if line.startswith("+++ "):
+        if left == 0 and line.startswith("+++ "):
             path = line[6:] if line.startswith("+++ b/") else ""
-        elif line.startswith("+") and path:
+            fields_end = _front_matter_lines(_show(repo, commit, path)) if _is_skill_md(path) else 0
+            if fields_end:
+                rules += _changed_fields(path, _show(repo, parent, path), _show(repo, commit, path))
+        elif m := _HUNK.match(line):
+            lineno, left = int(m[1]), int(m[2] if m[2] is not None else 1)
+        elif line.startswith("+") and left > 0:
+            left, lineno = left - 1, lineno + 1
             text = line[1:].strip().lstrip("-*#> ").strip()
-            if len(text) >= MIN_RULE_CHARS and text != "---":
-                rules.append((path, text))
+            if path and lineno - 1 > fields_end and len(text) >= MIN_RULE_CHARS and text != "---":
+                rules.append(Added(path, text))
     return rules
+
+
+def _is_skill_md(path: str) -> bool:
+    return path.rsplit("/", 1)[-1] == "SKILL.md"
+
+
+def _show(repo: git.Repo, commit: str, path: str) -> str:
+    """The file at ``commit``; "" when it is not there."""
+    try:
+        return str(repo.git.show(f"{commit}:{path}"))
+    except git.GitCommandError:
+        return ""
+
+
+def _front_matter_lines(text: str) -> int:
+    """How many lines the front matter takes, both fences included; 0 without one."""
+    try:
+        raw, _ = split_front_matter(text)
+    except FrontMatterError:
+        return 0
+    return 0 if raw is None else len(raw.split("\n")) + 2
+
+
+def _fields(text: str) -> dict[str, str]:
+    try:
+        meta, _ = read_front_matter(text)
+    except FrontMatterError:
+        return {}
+    return {str(k): " ".join(v.split()) for k, v in meta.items() if isinstance(v, str)}
+
+
+def _changed_fields(path: str, before: str, after: str) -> list[Added]:
+    """The front matter fields ``after`` sets to a new value, as rules matched by their value."""
+    old = _fields(before)
+    return [
+        Added(path, f"{k}: {v}", seen_as=v)
+        for k, v in _fields(after).items()
+        if old.get(k) != v and len(v) >= MIN_RULE_CHARS
+    ]
 
 
 def trajectories_at(repo: git.Repo, round_no: int, commit: str) -> Iterator[Trajectory]:
@@ -157,9 +226,15 @@ def adoption(repo: git.Repo, configured_flags: dict[str, str]) -> dict[str, list
     past = ledger.past_rounds(repo)
     accepted = [r for r in past if r.status == "accepted" and r.manifest.parent]
     rules = [
-        RuleUse(r.round, path, text, showed=0 if measurable(text) else None)
+        RuleUse(
+            r.round,
+            a.path,
+            a.text,
+            showed=0 if measurable(a.text) and not a.field else None,
+            seen_as=a.seen_as,
+        )
         for r in accepted
-        for path, text in added_rules(repo, str(r.manifest.parent), r.commit)
+        for a in added_rules(repo, str(r.manifest.parent), r.commit)
     ]
     flags = {name.lower(): FlagUse(name.lower()) for name in configured_flags}
     for later in past:
@@ -179,7 +254,7 @@ def adoption(repo: git.Repo, configured_flags: dict[str, str]) -> dict[str, list
                 continue
             for t in trajectories:
                 rule.trajectories += 1
-                rule.saw += _norm(rule.text) in _norm(t.received)
+                rule.saw += _norm(rule.seen_as or rule.text) in _norm(t.received)
                 if rule.showed is not None:
                     rule.showed += shows(rule.text, t.produced)
     return {"rules": rules, "flags": sorted(flags.values(), key=lambda f: f.name)}

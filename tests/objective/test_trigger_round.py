@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from harnessopt.ledger import store as ledger
+from harnessopt.reporting.data import report_data
 from harnessopt.workspace.core import Workspace
 from tests.support.claude_code import claude_code_image
 from tests.support.cli import cli, git
@@ -46,6 +47,14 @@ def test_a_trigger_round_widens_recall_keeps_precision_and_discards_the_body_edi
     report = cli("report", ws, "--out", tmp_path / "report")
     assert report.returncode == 0, report.stderr
     assert 'id="plot-triggering"' in (tmp_path / "report" / "report.html").read_text()
+    data = report_data(Workspace.open(ws))
+    (rule,) = data["adoption"]["rules"]  # the description, seen in every later run's catalogue
+    assert rule["text"] == NEW_DESCRIPTION and rule["trajectories"] > 0
+    assert rule["saw"] == rule["trajectories"] and rule["showed"] is None
+    flags = {f["name"]: f["values"] for f in data["adoption"]["flags"]}
+    assert set(flags["skill_loading"]) == {"catalogue"} and set(flags["max_turns"]) == {"1"}  # as run
+    failures = {k for r in data["taxonomy"]["rounds"] for k in r["failures"]}
+    assert failures and failures <= {"trigger missed", "false trigger"}  # not format errors
     # held out: the test split's trigger tasks, precision and recall of round 0 and of ho/best
     assert audit.returncode == 0, audit.stderr[-2000:]
     assert "triggering of round-0 on test: precision -, recall 0.00" in audit.stdout
