@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import socket
 import threading
 import time
@@ -38,6 +39,7 @@ R = TypeVar("R")
 POLL_S = 0.25
 KEPT_BUNDLES = 4  # candidates whose object refs are kept (a round has two: incumbent and candidate)
 CANCEL_WAIT_S = 15.0  # time cancelled tasks get to unwind (remove their containers) on Ctrl-C
+CLOSE_WAIT_S = 30.0  # time the nodes get to remove the run's containers and folders at its end
 
 
 def import_ray() -> Any:
@@ -87,6 +89,8 @@ class RayExecutor(PooledExecutor):
         self._in_flight: set[Any] = set()
         self._stopping = threading.Event()
         self.shipped = 0  # bundles put in the object store (one per candidate version)
+        self.run_id = secrets.token_hex(6)  # names the run's folder on each node (close_node)
+        self._submitted = False
 
     def sandbox_for(self, root: Path) -> SandboxCall:
         """Ships the candidate at ``root`` once (again only when it changed); runs specs on the cluster."""
@@ -116,12 +120,14 @@ class RayExecutor(PooledExecutor):
             ingress=self.ingress.address,
             relay_secret=self.ingress.secret,
             out_cap=r.out_mb * 1024 * 1024,
+            run_id=self.run_id,
         )
 
     def _run(self, bundle_ref: Any, spec: RunSpec, out_dir: Path) -> RunOutput:
         if self._stopping.is_set():
             raise KeyboardInterrupt
         ref = self._remote.remote(self.job(spec), bundle_ref)
+        self._submitted = True
         with self._lock:
             self._in_flight.add(ref)
         try:
@@ -195,11 +201,36 @@ class RayExecutor(PooledExecutor):
         yield from super().gather(futures)
 
     def close(self) -> None:
-        """Stop the ingress and the workers; leave a cluster we joined, shut down one we started."""
+        """Stop the workers, have every node remove the run's containers and folders, stop the
+        ingress; leave a cluster we joined, shut down one we started."""
         self.shutdown()
-        self.ingress.close()
-        if self._owns_ray:
-            self.ray.shutdown()
+        try:
+            self._close_nodes()
+        finally:
+            self.ingress.close()
+            if self._owns_ray:
+                self.ray.shutdown()
+
+    def _close_nodes(self) -> None:
+        """``close_node`` on every live node, before Ray kills the worker processes (their
+        ``atexit`` never runs): their warm containers and unpacked candidates go with the run."""
+        if not self._submitted:
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self.ray
+        close = ray.remote(ray_worker.close_node)
+        refs = []
+        with contextlib.suppress(Exception):  # the cluster is gone: nothing of it to reach
+            for node in ray.nodes():
+                if node.get("Alive"):
+                    where = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+                    refs.append(
+                        close.options(num_cpus=0, max_retries=0, scheduling_strategy=where).remote(
+                            self.run_id
+                        )
+                    )
+            ray.wait(refs, num_returns=len(refs), timeout=CLOSE_WAIT_S)
 
 
 def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:

@@ -133,10 +133,12 @@ class HeadIngress:
 class WorkerRelay:
     """A worker's end: a Unix socket and a loopback port, each connection forwarded to the ingress."""
 
-    def __init__(self, ingress: tuple[str, int], secret: str):
+    def __init__(self, ingress: tuple[str, int], secret: str, parent: Path | None = None):
         self.ingress = ingress
         self._hello = secret.encode() + b"\n"
-        self._dir = Path(tempfile.mkdtemp(prefix="ho-relay-"))  # short: Unix socket paths cap at 108
+        self._dir = Path(
+            tempfile.mkdtemp(prefix="ho-relay-", dir=parent)
+        )  # short: Unix socket paths cap at 108
         self.gid = unused_gid() if os.geteuid() == 0 else os.getgid()
         secure_socket_dir(self._dir, self.gid)
         allowed = {0, os.getuid(), *CONTAINER_UIDS}

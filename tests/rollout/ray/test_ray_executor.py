@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -308,11 +309,29 @@ def test_docker_on_the_nodes_reaches_the_head_gateway_through_the_relay(
     """Each run in a container on its node (network none), its call through the node's relay
     socket (mounted at /ho-gw) and the head's ingress to the gateway."""
     ws = make_ws(tmp_path)
+    (ws / "skill" / "nonce.txt").write_text(secrets.token_hex(8))  # this test's own candidate digest
+    digest = ray_worker.make_bundle(ws).digest[:12]
     try:
-        results, _ = _val(ws, rollout={"executor": "ray", "sandbox": "docker"})
+        results, ex = _val(ws, rollout={"executor": "ray", "sandbox": "docker"})
         assert all(r.error_class is None and r.steps == 1 for r in results), [
             (r.error_class, r.stderr_tail[-300:]) for r in results
         ]
+        # The run's end (the services closed the executor) removed what the worker processes it
+        # used made: their warm containers and unpacked candidates, though those processes live on.
+        pids = {n.rsplit(":", 1)[1] for r in results for n in r.notes if n.startswith("ran on ")}
+        assert pids
+        from harnessopt.sandbox.image.build import LABEL
+
+        left = [
+            c.name
+            for pid in pids
+            for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL}.pid={pid}"})
+        ]
+        assert not left, left
+        tmp = Path(ray.get(ray.remote(tempfile.gettempdir).remote()))  # the workers' temp folder
+        cands = [p for pattern in ("", "*/", "*/*/") for p in tmp.glob(f"{pattern}ho-cand-{digest}-*")]
+        assert not cands, cands
+        assert not (tmp / f"ho-ray-{ex.run_id}").exists()
     finally:
         _remove_ray_workers_containers(docker_client)
 
@@ -335,6 +354,7 @@ def _remove_ray_workers_containers(client: Any) -> None:
 
 VANISH_DRIVER = """
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path

@@ -37,13 +37,45 @@ def test_a_cancel_a_finalizer_swallowed_still_ends_the_job(tmp_path: Path, monke
     """Ray cancels a task with ``_thread.interrupt_main()``; where its KeyboardInterrupt lands in a
     finalizer it is dropped. The job installs the flag's handler, so the sandbox's wait raises it
     again and the task unwinds, rather than running its harness to the end."""
-    monkeypatch.setattr(worker, "_candidate", lambda bundle: tmp_path)
+    monkeypatch.setattr(worker, "_run", lambda run_id: None)
+    monkeypatch.setattr(worker, "_candidate", lambda run, bundle: tmp_path)
     relay = SimpleNamespace(base_url="http://127.0.0.1:9", socket_path=None)
-    monkeypatch.setattr(worker, "_relay", lambda ingress, secret: relay)
-    monkeypatch.setattr(worker, "_sandbox", lambda settings: SwallowedCancel())
+    monkeypatch.setattr(worker, "_relay", lambda run, ingress, secret: relay)
+    monkeypatch.setattr(worker, "_sandbox", lambda run, settings: SwallowedCancel())
     job = worker.WorkerJob({"id": "t1"}, {}, "token", 20.0, {}, ("127.0.0.1", 9), "secret", 1 << 20)
     with handlers_restored():
         t0 = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
             worker.run_job(job, worker.Bundle("digest", b""))
         assert time.monotonic() - t0 < 2
+
+
+class Closes:
+    closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_the_end_of_a_run_closes_what_its_worker_processes_kept(tmp_path: Path, monkeypatch: Any) -> None:
+    """Ray kills worker processes without ``atexit``: the head's ``close_node`` has the live ones
+    close their sandboxes and relays, and removes the run's folder on the node."""
+    monkeypatch.setattr(worker.tempfile, "tempdir", str(tmp_path))
+    run = worker._run("r1")
+    sandbox, relay = Closes(), Closes()
+    run.sandboxes["s"] = sandbox  # type: ignore[assignment]
+    run.relays[(("h", 1), "s")] = relay  # type: ignore[assignment]
+    cand = worker._candidate(run, worker.make_bundle(_candidate_root(tmp_path)))
+    assert cand.is_dir() and cand.is_relative_to(tmp_path / "ho-ray-r1")
+    assert worker.close_node("r1", wait_s=10) == 1
+    assert (sandbox.closed, relay.closed) == (1, 1)
+    assert not (tmp_path / "ho-ray-r1").exists() and "r1" not in worker._runs
+    assert worker.close_node("r1") == 0  # a node that ran none of the run's tasks
+
+
+def _candidate_root(tmp: Path) -> Path:
+    root = tmp / "cand"
+    for part in ("skill", "harness"):
+        (root / part).mkdir(parents=True)
+        (root / part / "f.txt").write_text(part)
+    return root
