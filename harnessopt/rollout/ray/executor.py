@@ -234,8 +234,10 @@ class RayExecutor(PooledExecutor):
 
 
 def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
-    """A cluster address (``host:port`` or ``ray://host:port``) must accept a connection within
-    ``timeout_s``, as ``model.base_url`` must answer: else one UserError line, before the run."""
+    """A cluster address (``host:port`` or ``ray://host:port``) must answer as Ray's GCS (or its
+    client server) does, a gRPC server, within ``timeout_s``, as ``model.base_url`` must answer:
+    else one UserError line, before the run. A port that takes the connection but speaks no HTTP/2
+    would leave ``ray.init`` retrying "Failed to get cluster ID from GCS server" for good."""
     if not address or address in ("auto", "local"):
         return
     hostport = address.split("://", 1)[-1].split("/", 1)[0]
@@ -243,13 +245,37 @@ def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
     if not sep:
         host, port = hostport, "10001" if address.startswith("ray://") else "6379"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as conn:
+            why = _not_grpc(conn, timeout_s)
     except (OSError, ValueError) as e:
         why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    if why:
         raise UserError(
             f"the Ray cluster at {address} does not answer ({why}); start it (ray start --head) "
             "or fix ray.address / RAY_ADDRESS"
         ) from None
+
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + empty SETTINGS
+H2_SETTINGS = 4
+
+
+def _not_grpc(conn: socket.socket, timeout_s: float) -> str:
+    """Why the peer is not a gRPC server (Ray's GCS is one), or nothing when it answers an HTTP/2
+    preface with its SETTINGS frame, as every gRPC server does at once."""
+    conn.settimeout(timeout_s)
+    head = b""
+    try:
+        conn.sendall(H2_PREFACE)
+        while len(head) < 9 and (chunk := conn.recv(9 - len(head))):
+            head += chunk
+    except TimeoutError:
+        return f"the port took the connection but said nothing within {timeout_s:.0f} s: is it Ray's port?"
+    except OSError:
+        pass  # closed or reset: not a gRPC server
+    if len(head) < 9 or head[3] != H2_SETTINGS:
+        return "the port took the connection but is not a Ray cluster (no gRPC answer): is it Ray's port?"
+    return ""
 
 
 def _any_node_alive(ray: Any) -> bool:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,51 @@ def test_a_wrong_ray_address_fails_before_the_run_in_one_line(tmp_path: Path) ->
     assert "Traceback" not in out.stderr and "Failed to connect to GCS" not in out.stderr
 
 
+@contextlib.contextmanager
+def _not_ray(reply: bytes | None) -> Iterator[str]:
+    """A port that takes every connection, then closes it after ``reply`` (None: says nothing)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn, _ = server.accept()
+                with conn:
+                    if reply is None:
+                        stop.wait(3)
+                    else:
+                        conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()
+
+
+def test_a_port_that_is_not_ray_fails_before_the_run_in_one_line(tmp_path: Path) -> None:
+    """It takes the connection, so Ray would retry "Failed to get cluster ID from GCS" for good."""
+    pytest.importorskip("ray")
+    ws = make_ws(tmp_path)
+    with _not_ray(b"") as address:
+        try:
+            out = cli("run", ws, "--executor", "ray", "-c", f"ray.address={address}", timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("harnessopt run hung on a port that is not a Ray cluster")
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("harnessopt:")]
+    assert f"the Ray cluster at {address} does not answer" in line and "is it Ray's port?" in line
+    assert "Traceback" not in out.stderr and "GCS" not in out.stderr
+
+
+def test_a_port_that_speaks_something_else_is_not_ray() -> None:
+    for reply in (None, b"", b"HTTP/1.1 400 Bad Request\r\n\r\n", b"SSH-2.0-OpenSSH_9.6\r\n"):
+        with _not_ray(reply) as address, pytest.raises(UserError, match="is it Ray's port"):
+            check_reachable(address, timeout_s=1)
+
+
 def test_address_forms() -> None:
     for ok in (None, "", "auto", "local"):
         check_reachable(ok)  # nothing to dial: Ray finds or starts a local cluster
@@ -41,7 +89,4 @@ def test_address_forms() -> None:
     for bad in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", "127.0.0.1:notaport"):
         with pytest.raises(UserError, match="does not answer"):
             check_reachable(bad, timeout_s=2)
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        check_reachable(f"127.0.0.1:{listening.getsockname()[1]}")
+    # a real cluster's address passes: tests/rollout/ray/test_ray_executor.py

@@ -32,6 +32,7 @@ from harnessopt.gateway.http import api_key_of
 from harnessopt.gateway.models.scripted import ScriptedModel
 from harnessopt.protocols import Task, TaskResult
 from harnessopt.rollout.ray import worker as ray_worker
+from harnessopt.rollout.ray.executor import check_reachable
 from harnessopt.rollout.runner import Candidate
 from harnessopt.round import driver
 from harnessopt.round.services import open_services
@@ -111,6 +112,10 @@ def _host_mount_race(*runs: TaskResult) -> bool:
 
 def _key(r: TaskResult) -> tuple[Any, ...]:
     return (r.task_id, r.epoch, r.score, r.passed, r.answer, r.steps, r.error_class)
+
+
+def test_a_real_clusters_address_passes_the_check(cluster: Any) -> None:
+    check_reachable(cluster.address, timeout_s=5)  # the GCS answers the HTTP/2 preface
 
 
 def test_val_on_ray_matches_local_and_ships_the_candidate_once(cluster: Any, tmp_path: Path) -> None:
