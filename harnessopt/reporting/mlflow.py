@@ -14,6 +14,7 @@ its plain-file store) with artifacts in ``WS/.harnessopt/mlartifacts``; ``mlflow
 from __future__ import annotations
 
 import json
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +72,23 @@ def round_metrics(m: RoundManifest) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if v is not None}
 
 
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """An http(s) tracking URI must accept a connection within ``timeout_s``: else one UserError."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname or "", port), timeout=timeout_s).close()
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise UserError(
+            f"MLflow at {uri} does not answer ({why}); start the tracking server or fix --mlflow URI"
+        ) from None
+
+
 class MlflowRun:
     """One MLflow run for one ``harnessopt run`` (a context manager; ``log_round`` per round)."""
 
@@ -87,6 +105,7 @@ class MlflowRun:
         self._client_class = MlflowClient
 
     def __enter__(self) -> MlflowRun:
+        check_server(self.uri)  # MLflow itself retries a refused connection for minutes, silently
         try:
             self.client = self._client_class(tracking_uri=self.uri)
             exp = self.client.get_experiment_by_name(EXPERIMENT)
@@ -102,6 +121,12 @@ class MlflowRun:
                 exp_id, run_name=self.ws.root.name, tags={"workspace": str(self.ws.root)}
             )
         except Exception as e:  # an unreachable server: say so before any model call is made
+            if "MLFLOW_ALLOW_FILE_STORE" in str(e):
+                raise UserError(
+                    f"--mlflow {self.uri}: this MLflow no longer writes a plain-folder store (its "
+                    "file store is in maintenance mode); give sqlite:///PATH/mlflow.db, a server's "
+                    "http://HOST:PORT, or no URI for the workspace's own store"
+                ) from None
             raise UserError(
                 f"MLflow at {self.uri} did not answer ({type(e).__name__}: {e}); fix --mlflow URI"
             ) from e

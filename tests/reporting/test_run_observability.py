@@ -4,6 +4,7 @@ progress lines, and the run logged to a real local MLflow store read back throug
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,16 +124,27 @@ def _check_mlflow(ws: Path, out: str) -> None:
 
 
 def test_mlflow_missing_server_is_one_line_before_any_call(run_env) -> None:
+    """A refused connection is said within seconds: MLflow's own retries took minutes, silently."""
     ws, env, fake = run_env
     pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
-    r = cli(
-        "run",
-        ws,
-        "--sandbox",
-        "local",
-        "--mlflow",
-        "http://127.0.0.1:9",
-        env={**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
-    )
-    assert r.returncode == 2 and "MLflow at http://127.0.0.1:9 did not answer" in r.stderr
+    t0 = time.monotonic()
+    r = cli("run", ws, "--sandbox", "local", "--mlflow", "http://127.0.0.1:9", env=env, timeout=120)
+    assert time.monotonic() - t0 < 60
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("harnessopt:")]
+    assert r.returncode == 2 and "MLflow at http://127.0.0.1:9 does not answer" in line
+    assert len(line) < 200 and "--mlflow" in line
     assert "Traceback" not in r.stderr and fake.requests == []
+
+
+def test_mlflow_plain_folder_store_says_what_to_use(run_env, tmp_path: Path) -> None:
+    """MLflow 3 refuses a file store; the line says so and what to give instead, no folder made."""
+    ws, env, fake = run_env
+    mlflow = pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    if int(mlflow.__version__.split(".")[0]) < 3:
+        pytest.skip("MLflow before 3 still writes its file store")
+    for uri in ((tmp_path / "mlruns").as_uri(), str(tmp_path / "bare")):
+        r = cli("run", ws, "--sandbox", "local", "--mlflow", uri, env=env, timeout=120)
+        (line,) = [x for x in r.stderr.splitlines() if x.startswith("harnessopt:")]
+        assert r.returncode == 2 and "no longer writes a plain-folder store" in line, r.stderr
+        assert "sqlite:///" in line and "Traceback" not in r.stderr and fake.requests == []
+    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "bare").exists()
