@@ -148,6 +148,10 @@ class _Loop:
                 return self._proposal(stop, f"{self.last_text}\n\n{note}" if self.last_text else note)
             try:
                 resp = self._call(messages)
+            except anthropic.APITimeoutError:  # the call took the rest of the wall clock
+                self.transcript.write("api_error", turn=self.turns + 1, error="timed out at the wall clock")
+                note = f"(stopped: wall clock spent after {self.turns} turns, a call timed out)"
+                return self._proposal("wall_clock", f"{self.last_text}\n\n{note}" if self.last_text else note)
             except anthropic.APIError as e:
                 message = _api_error_text(e)
                 self.transcript.write("api_error", turn=self.turns + 1, error=message)
@@ -186,7 +190,10 @@ class _Loop:
 
     def _call(self, messages: list[dict[str, Any]]) -> Any:
         remaining_tokens = self.cfg.max_tokens - self.input_tokens - self.output_tokens
-        return self.client.messages.create(
+        # No retries of the client's own: the gateway already retries upstream (its answers say
+        # x-should-retry: false), and a retried call that stalls would wait the rest of the wall
+        # clock again each time (three times wall_s with the SDK's default of 2).
+        return self.client.with_options(max_retries=0).messages.create(
             model=self.opt.model,
             max_tokens=max(1, min(MAX_OUTPUT_TOKENS, remaining_tokens)),
             system=SYSTEM_PROMPT,

@@ -186,7 +186,9 @@ def open_services(
             import anthropic  # deferred: the SDK's import is most of `run`'s start-up (docs/performance.md)
 
             lease = gateway.lease("optimizer", round_no, None)
-            return anthropic.Anthropic(base_url=lease.base_url, api_key=lease.token, max_retries=2)
+            return anthropic.Anthropic(
+                base_url=lease.base_url, api_key=lease.token, max_retries=0
+            )  # the gateway retries
 
         optimizer = (
             make_optimizer(

@@ -150,6 +150,29 @@ def test_wall_clock_stops_the_round(view: Path, tmp_path: Path) -> None:
     assert 1 <= proposal.turns <= 4
 
 
+def test_a_stalled_call_ends_the_turn_at_the_wall_clock_with_its_edits(view: Path, tmp_path: Path) -> None:
+    """A call that stalls past the wall clock: the SDK retried it twice, each attempt waiting the
+    rest of the wall clock again (47 s for wall_s 15), and the round failed as an API error with its
+    edits discarded. One attempt, then the turn ends as the wall clock's, as a command agent's does."""
+    import time
+
+    calls = itertools.count()
+
+    def edit_then_stall(request: dict[str, Any]) -> dict:
+        if next(calls) == 0:
+            return _reply([_tool("str_replace_based_edit_tool", {"command": "create", "path": "skill/new.md",
+                                                                 "file_text": "x\n"})])  # fmt: skip
+        time.sleep(6)
+        return _reply([{"type": "text", "text": "late"}])
+
+    with FakeAnthropicServer(edit_then_stall) as fake:
+        proposal = _optimizer(fake.base_url, tmp_path, wall_s=2.0).propose(view, "brief", 1)
+        stalled = len(fake.requests) - 1
+    assert proposal.stopped_by == "wall_clock", proposal.summary
+    assert stalled == 1  # one attempt: no retry re-waits the wall clock
+    assert (view / "skill" / "new.md").exists()  # the edit made before the stall is the proposal's
+
+
 def test_gateway_budget_refusal_ends_the_round_as_data(view: Path, tmp_path: Path) -> None:
     def refuse(request: dict[str, Any]) -> dict:
         raise ModelError(429, "rate_limit_error", "run budget exhausted: 10 calls used", retryable=False)
