@@ -30,7 +30,8 @@ from harnessopt.protocols import Task, TaskResult, Usage
 PLAIN_EVERY_S = 30.0
 POLL_S = 0.5
 ARG_CHARS = 70
-_TRANSCRIPT = re.compile(r"optimizer-round-(\d+)(-c\d+)?\.jsonl$")  # -cI: one of several candidates
+# -cI: one of several candidates (search.candidates); -sJ: a chain's step J (search.explore)
+_TRANSCRIPT = re.compile(r"optimizer-round-(\d+)(-[cs]\d+)?\.jsonl$")
 
 
 @dataclass

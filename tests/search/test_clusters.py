@@ -63,3 +63,5 @@ def test_the_live_optimizer_lines_name_the_candidate() -> None:
     assert m is not None and m.group(1) == "4" and m.group(2) == "-c2"
     raw = b'{"event": "api_error", "turn": 3, "error": "overloaded"}'
     assert turn_lines(4, raw, "c2") == ["round 4 candidate c2 optimizer turn 3: API error: overloaded"]
+    m = _TRANSCRIPT.search("optimizer-round-4-s7.jsonl")  # a chain's step: it read "round 0" (QA)
+    assert m is not None and m.group(1) == "4" and m.group(2) == "-s7"
