@@ -55,6 +55,12 @@ def auto_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sand
 def _docker(cfg: RolloutConfig, client: Any, stale: str, announce: Callable[[str], None]) -> Sandbox:
     from harnessopt.sandbox.docker.sandbox import DockerSandbox
 
+    ncpu = int(client.info().get("NCPU") or 0)
+    if ncpu and cfg.cpus > ncpu:  # else every task fails with the engine's "Range of CPUs" error
+        raise UserError(
+            f"rollout.cpus is {cfg.cpus:g} but the Docker engine has {ncpu} CPU(s); set rollout.cpus "
+            f"to at most {ncpu} (-c rollout.cpus={ncpu})"
+        )
     if stale:  # stale image: usable, but say so
         announce(stale)
     return DockerSandbox(cfg, client)

@@ -144,3 +144,15 @@ def test_a_task_of_a_run_killed_with_sigkill_ends_though_its_harness_would_run_o
         assert killed_run.running_after_sigkill(docker_client, proc, run_id, timeout_s=30) == []
     finally:
         killed_run.remove_leftovers(docker_client, proc)
+
+
+def test_more_cpus_a_task_than_the_engine_has_are_refused_before_any_task(docker_client) -> None:
+    """The engine refuses such a container: every task of the round failed as a sandbox error, the
+    round was recorded as failed, and the run exited 3. It is bad input, said before anything runs."""
+    from harnessopt.config import RolloutConfig
+    from harnessopt.errors import UserError
+    from harnessopt.sandbox import docker_sandbox
+
+    ncpu = int(docker_client.info()["NCPU"])
+    with pytest.raises(UserError, match=rf"rollout.cpus is {ncpu + 1} .* at most {ncpu}"):
+        docker_sandbox(RolloutConfig(sandbox="docker", cpus=ncpu + 1), announce=lambda _m: None)
