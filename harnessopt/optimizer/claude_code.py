@@ -2,10 +2,11 @@
 
 ``claude -p`` alone edits nothing headless: it asks for a permission nobody grants, and the
 round is a silent no-op. The preset runs it with permissions that let it work on the view and
-nothing else it could reach: ``--permission-mode acceptEdits`` (edits inside the working
-directory, the view, are accepted; outside it they are denied), the tools cut down to
-Bash, Read, Edit, Write, Glob and Grep (``--tools``, also pre-approved with ``--allowedTools``,
-so Bash needs no prompt; it runs in the optimizer's container), ``--model optimizer.model``,
+nothing else: ``--permission-mode acceptEdits``, the tools cut down to Bash, Read, Edit, Write,
+Glob and Grep (``--tools``, also pre-approved with ``--allowedTools``, so nothing prompts; that
+pre-approves writes on any path, so the sandbox it runs in, the optimizer's container or bwrap's
+read-only host, is what keeps its writes off the host, and the whitelisted copy-back what keeps
+them off the workspace), ``--model optimizer.model``,
 and every model alias the CLI uses for side work pointed at that model too (the gateway lets
 the optimizer lease call that one model only). Its ``stream-json`` output is the round's
 transcript; the ``result`` event gives the summary, the turns and the tokens, and permission

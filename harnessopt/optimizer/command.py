@@ -117,9 +117,11 @@ class CommandOptimizer:
         finally:
             shutil.rmtree(private, ignore_errors=True)
         if found.exit_code != 0:
+            private_tmp = Path(self.executable).is_relative_to("/tmp") and Path(self.executable).is_file()
+            where = " (/tmp is the sandbox's own there: put the agent elsewhere)" if private_tmp else ""
             raise UserError(
                 f"optimizer {self.name}: {self.executable!r} is not an executable where the agent runs "
-                f"(its sandbox's PATH); {missing_hint}"
+                f"(its sandbox's PATH){where}; {missing_hint}"
             )
 
 

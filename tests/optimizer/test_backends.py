@@ -17,6 +17,7 @@ from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 from harnessopt.optimizer.command import CommandOptimizer
 from harnessopt.optimizer.manual import ManualOptimizer
 from harnessopt.protocols import GatewayLease
+from harnessopt.sandbox.local import isolation
 
 
 @pytest.fixture
@@ -67,6 +68,26 @@ def test_command_agent_must_exist() -> None:
         CommandOptimizer(["no-such-agent-xyz", "-p"], 10)
     with pytest.raises(UserError, match="empty"):
         CommandOptimizer([], 10)
+
+
+@pytest.mark.skipif(not isolation.available("bwrap"), reason="bubblewrap cannot run here")
+def test_an_agent_under_tmp_is_said_to_be_hidden_by_bwraps_own_tmp() -> None:
+    """An executable file in /tmp on the host is not there under bwrap (its /tmp is its own): the
+    refusal says so, where it only said 'not an executable' of a file that plainly is one (QA)."""
+    import os
+    import tempfile
+    from functools import partial
+
+    from harnessopt.sandbox.local.sandbox import LocalShell
+
+    with tempfile.NamedTemporaryFile("w", dir="/tmp", suffix=".sh", delete=False) as f:
+        f.write("#!/bin/sh\necho hi\n")
+    os.chmod(f.name, 0o755)
+    try:
+        with pytest.raises(UserError, match="/tmp is the sandbox's own there: put the agent elsewhere"):
+            CommandOptimizer([f.name], 10, shell_factory=partial(LocalShell, isolation_mode="bwrap"))
+    finally:
+        os.unlink(f.name)
 
 
 # --------------------------------------------------------------------------- manual

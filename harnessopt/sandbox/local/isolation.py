@@ -41,7 +41,8 @@ HARNESS_REACH = {
 }
 SHELL_REACH = {
     "bwrap": "every host file read-only (including the workspace's tasks/ with gold answers and "
-    "scorer.py), only the view writable, and the network; other processes are out of sight",
+    "scorer.py) but /tmp, which is its own (empty), only the view writable, and the network; other "
+    "processes are out of sight",
     "unshare": HARNESS_REACH["unshare"],
     "session": HARNESS_REACH["session"],
 }
