@@ -134,7 +134,9 @@ def proposal(result: AgentResult) -> Proposal:
     )
     stopped = "wall_clock" if result.timed_out else ("error" if failed else "done")
     if failed and not result.timed_out:
-        summary = f"claude-code stopped: {final.get('subtype')}: {summary}"
+        # an API error ends the CLI with subtype "success" and is_error: "stopped: success" misleads
+        why = final.get("subtype") if final.get("subtype") != "success" else "error"
+        summary = f"claude-code stopped: {why}: {summary}"
     return Proposal(
         summary=summary,
         turns=int(final.get("num_turns") or 0),

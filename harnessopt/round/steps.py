@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from harnessopt.errors import UserError
+from harnessopt.errors import HarnessoptError, UserError
 from harnessopt.gate.confirmation import split_val
 from harnessopt.ledger import vcs
 from harnessopt.protocols import Announce, Task, TaskResult
@@ -65,7 +65,9 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
         return record(ws, svc, rc, trail, ("failed", str(why)), say)
     except Exception as e:  # an infrastructure failure is a recorded outcome, not a traceback
         ws.journal.write(k, "error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-        return record(ws, svc, rc, trail, ("failed", f"{type(e).__name__}: {e}"[:500]), say)
+        # our own errors are written for the user; another's class name says what it is
+        said = str(e) if isinstance(e, HarnessoptError) else f"{type(e).__name__}: {e}"
+        return record(ws, svc, rc, trail, ("failed", said[:500]), say)
     finally:  # the optimizer's token dies with its round: nothing it left running can spend later
         svc.runner.drop_prefetched(wait=False)  # runs started ahead for a step that never came
         svc.gateway.release_round("optimizer", k)

@@ -192,6 +192,7 @@ def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Pa
     records = ledger.rounds(Workspace.open(ws).repo)
     assert [(x.round, x.status) for x in records] == [(0, "initial"), (1, "failed")]
     assert "max_calls" in records[1].manifest.reason
+    assert records[1].manifest.reason.startswith("harnessopt budget spent")  # no "BudgetExceeded: " (QA)
     assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
 
 
