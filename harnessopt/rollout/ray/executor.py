@@ -80,6 +80,7 @@ class RayExecutor(PooledExecutor):
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise UserError(
                     f"cannot join the Ray cluster at {address}: {e}; check ray.address or RAY_ADDRESS"
+                    + auth_hint()
                 ) from e
         self._remote = ray.remote(ray_worker.run_job).options(num_cpus=cfg.ray.num_cpus, max_retries=0)
         host, port = _host_port(gateway_url)
@@ -231,6 +232,18 @@ class RayExecutor(PooledExecutor):
                         )
                     )
             ray.wait(refs, num_returns=len(refs), timeout=CLOSE_WAIT_S)
+
+
+def auth_hint() -> str:
+    """Where Ray's token file exists and this process does not use it: the likely cause of a join
+    that fails at a right address (a cluster Ray started with token authentication refuses a
+    driver without the token, behind its own InvalidAuthToken log lines)."""
+    if (Path.home() / ".ray" / "auth_token").is_file() and os.environ.get("RAY_AUTH_MODE") != "token":
+        return (
+            "; if the cluster uses Ray's token authentication (this host has ~/.ray/auth_token), "
+            "run harnessopt with RAY_AUTH_MODE=token"
+        )
+    return ""
 
 
 def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:

@@ -90,3 +90,19 @@ def test_address_forms() -> None:
         with pytest.raises(UserError, match="does not answer"):
             check_reachable(bad, timeout_s=2)
     # a real cluster's address passes: tests/rollout/ray/test_ray_executor.py
+
+
+def test_a_failed_join_where_ray_keeps_an_auth_token_names_the_setting(tmp_path: Path, monkeypatch) -> None:
+    """Ray 2.60 starts a cluster with token authentication once ~/.ray/auth_token exists (an in-run
+    cluster writes it); joining it without RAY_AUTH_MODE=token failed with 'check ray.address' at a
+    right address (QA). The refusal names the likely cause where the token file is there."""
+    from harnessopt.rollout.ray.executor import auth_hint
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert auth_hint() == ""
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t")
+    assert "RAY_AUTH_MODE=token" in auth_hint()
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert auth_hint() == ""
