@@ -42,8 +42,8 @@ def static_check(root: Path, skill_rules_off: Collection[str] = ()) -> str | Non
     try:
         read_skill(root / "skill", rules_off=skill_rules_off)
         compile_harness(root / "harness")
-    except UserError as e:
-        return f"candidate fails its static check: {e}"
+    except UserError as e:  # paths as the candidate's own (skill/SKILL.md), not the round's scratch copy
+        return f"candidate fails its static check: {e}".replace(f"{root}/", "")
     except SyntaxError as e:
         return f"candidate harness does not compile: {e.filename}:{e.lineno}: {e.msg}"
     except Exception as e:  # RecursionError, MemoryError, ...: never an infrastructure failure

@@ -91,3 +91,17 @@ def test_import_check_in_the_docker_sandbox_image(tmp_path: Path, docker_client:
         _check_all(sandbox, tmp_path)
     finally:
         sandbox.close()
+
+
+def test_a_static_check_names_the_candidates_own_paths(tmp_path: Path) -> None:
+    """A rejection named the round's scratch copy (.../.harnessopt/scratch/round-1/candidate/skill/...),
+    a path the reviewer never sees (QA); it names skill/SKILL.md."""
+    from harnessopt.round.checks import static_check
+
+    root = tmp_path / ".harnessopt" / "scratch" / "round-1" / "candidate"
+    (root / "skill").mkdir(parents=True)
+    (root / "harness").mkdir()
+    (root / "skill" / "SKILL.md").write_text("---\nname: [unclosed\n---\nbody\n")
+    problem = static_check(root) or ""
+    assert problem.startswith("candidate fails its static check: skill/SKILL.md"), problem
+    assert str(tmp_path) not in problem
