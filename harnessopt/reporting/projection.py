@@ -151,12 +151,12 @@ class Projection:
                 before = after
                 continue
             if self.plans is None:
-                return f"; budget.{over[0]} would stop it in round +{k}"
+                return f"; budget.{over[0]} would stop it in this run's round {k}"
             if not self.plans.fits(before):  # a first round always starts: the gateway stops it
                 return (
-                    f"; budget.{over[0]} would stop it in round +1: it pays for no round that could commit"
+                    f"; budget.{over[0]} would stop it in this run's round 1: it pays for no round that could commit"
                     if k == 1
-                    else f"; budget.{over[0]} would end it before round +{k}: what is left pays for no round "
+                    else f"; budget.{over[0]} would end it before this run's round {k}: what is left pays for no round "
                     "that could commit"
                 )
             does = [
@@ -164,7 +164,9 @@ class Projection:
                 *(["the gate takes one look if two do not fit"] if self.plans.looks else []),
             ]
             how = f" ({', and '.join(does)}: search.budget)" if does else ""
-            return f"; budget.{over[0]} would end it in round +{k}, which plans for what is left{how}"
+            return (
+                f"; budget.{over[0]} would end it in this run's round {k}, which plans for what is left{how}"
+            )
         return ""
 
     def table(self) -> list[str]:

@@ -139,7 +139,7 @@ def test_the_line_says_in_which_round_the_budget_would_end_the_run_and_what_that
         ("max_calls", first.calls, second.calls),
         ("max_tokens", first.tokens, second.tokens),
     ):
-        says = "would end it before round +2: what is left pays for no round that could commit"
+        says = "would end it before this run's round 2: what is left pays for no round that could commit"
         for share in (0.99, 0.3):
             at = int(used + share * size)
             cfg = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={limit: at})})
@@ -151,14 +151,14 @@ def test_the_line_says_in_which_round_the_budget_would_end_the_run_and_what_that
         assert project(ws, 2, ample).budget_note() == ""
     tight = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_calls": 1})})
     assert project(ws, 2, tight).budget_note() == (
-        "; budget.max_calls would stop it in round +1: it pays for no round that could commit"
+        "; budget.max_calls would stop it in this run's round 1: it pays for no round that could commit"
     )  # a first round always starts (round.driver): the gateway stops it
     chained = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"explore": 3})})
     one, two = project(ws, 2, chained).rounds
     for share, says in (
-        (0.99, "would end it in round +2, which plans for what is left (its chain ends where its validation "
+        (0.99, "would end it in this run's round 2, which plans for what is left (its chain ends where its validation "
                "still fits, and the gate takes one look if two do not fit: search.budget)"),
-        (0.3, "would end it before round +2: what is left pays for no round that could commit"),
+        (0.3, "would end it before this run's round 2: what is left pays for no round that could commit"),
     ):  # fmt: skip
         at = int(one.calls + share * two.calls)
         cfg = chained.model_copy(update={"budget": chained.budget.model_copy(update={"max_calls": at})})
@@ -172,7 +172,7 @@ def test_the_line_says_in_which_round_the_budget_would_end_the_run_and_what_that
     trigger = ws.cfg.model_copy(
         update={"objective": "trigger", "budget": ws.cfg.budget.model_copy(update={"max_tokens": tokens})}
     )
-    assert project(ws, 2, trigger).budget_note() == "; budget.max_tokens would stop it in round +2"
+    assert project(ws, 2, trigger).budget_note() == "; budget.max_tokens would stop it in this run's round 2"
 
 
 def test_a_run_plans_its_budget_at_the_rates_its_rounds_measured(
