@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import git
+
 from harnessopt.errors import UserError
 from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR
@@ -54,12 +56,7 @@ def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iter
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
         _held[path] = fd
-        if vcs.ensure_identity(vcs.open_repo(Path(root).resolve())):
-            name, email = vcs.IDENTITY
-            say(
-                f"note: git has no author identity here; {root} commits as {name} <{email}> from now on "
-                "(git config user.name / user.email in it to change that)"
-            )
+        _commit_identity(root, say)
         try:
             yield
         finally:
@@ -67,6 +64,20 @@ def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iter
             os.ftruncate(fd, 0)  # a clean exit leaves no name behind
     finally:
         os.close(fd)  # releases the flock
+
+
+def _commit_identity(root: Path, say: Callable[[str], None]) -> None:
+    """A workspace's own commit identity where git has none (``vcs.ensure_identity``), said once."""
+    try:
+        repo = vcs.open_repo(Path(root).resolve())
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):  # not a repository: nothing commits
+        return
+    if vcs.ensure_identity(repo):
+        name, email = vcs.IDENTITY
+        say(
+            f"note: git has no author identity here; {root} commits as {name} <{email}> from now on "
+            "(git config user.name / user.email in it to change that)"
+        )
 
 
 def check_held(root: Path) -> None:
