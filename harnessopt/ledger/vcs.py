@@ -29,8 +29,7 @@ IDENTITY = ("harnessopt", "harnessopt@localhost")  # a workspace's own, where gi
 
 def init_repo(ws: Path) -> git.Repo:
     repo = git.Repo.init(ws, initial_branch="main")
-    if not _has_identity(repo):  # a workspace made where git has no identity must still commit
-        _set_identity(repo)
+    ensure_identity(repo)  # a workspace made where git has no identity must still commit
     return repo
 
 
@@ -51,13 +50,6 @@ def _set_identity(repo: git.Repo) -> None:
     with repo.config_writer() as cw:
         cw.set_value("user", "name", IDENTITY[0])
         cw.set_value("user", "email", IDENTITY[1])
-
-
-def _has_identity(repo: git.Repo) -> bool:
-    try:
-        return bool(repo.git.config("user.email"))
-    except git.GitCommandError:
-        return False
 
 
 def dirty_paths(repo: git.Repo) -> list[str]:

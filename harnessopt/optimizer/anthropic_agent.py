@@ -143,15 +143,12 @@ class _Loop:
         while True:
             stop = self._budget_spent()
             if stop:
-                # The model's last words still describe the edits it made before the budget ran out.
-                note = f"(stopped: {stop.replace('_', ' ')} spent after {self.turns} turns)"
-                return self._proposal(stop, f"{self.last_text}\n\n{note}" if self.last_text else note)
+                return self._stopped(stop, f"{stop.replace('_', ' ')} spent after {self.turns} turns")
             try:
                 resp = self._call(messages)
             except anthropic.APITimeoutError:  # the call took the rest of the wall clock
                 self.transcript.write("api_error", turn=self.turns + 1, error="timed out at the wall clock")
-                note = f"(stopped: wall clock spent after {self.turns} turns, a call timed out)"
-                return self._proposal("wall_clock", f"{self.last_text}\n\n{note}" if self.last_text else note)
+                return self._stopped("wall_clock", f"wall clock spent after {self.turns} turns, a call timed out")
             except anthropic.APIError as e:
                 message = _api_error_text(e)
                 self.transcript.write("api_error", turn=self.turns + 1, error=message)
@@ -178,6 +175,11 @@ class _Loop:
                 return self._proposal("error", "optimizer stopped: the model refused to continue")
             else:
                 return self._proposal("done", text or "(the optimizer gave no summary)")
+
+    def _stopped(self, kind: str, why: str) -> Proposal:
+        """A turn a budget ended: the model's last words still describe the edits it made before."""
+        note = f"(stopped: {why})"
+        return self._proposal(kind, f"{self.last_text}\n\n{note}" if self.last_text else note)
 
     def _budget_spent(self) -> str | None:
         if self.turns >= self.cfg.max_turns:

@@ -112,3 +112,39 @@ def test_a_run_where_git_has_no_identity_commits_as_the_workspace(tmp_path: Path
     author = subprocess.run(["git", "-C", str(ws), "log", "-1", "--format=%an <%ae>", rnd.commit], env=env,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     assert author == "harnessopt <harnessopt@localhost>"
+
+
+@pytest.mark.parametrize("found", ["config", "EMAIL", "none"])
+def test_init_gives_a_workspace_an_identity_only_where_git_finds_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found: str
+) -> None:
+    """`init` and a run decide alike (`git var`): a workspace made where git finds an identity, in
+    its config or in `$EMAIL`, commits as the user; one made where git finds none gets the
+    workspace's own. (Init used to ask only for `user.email`, and wrote the workspace's identity
+    over one git would have used.)"""
+    import os
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for key in [k for k in os.environ if k.startswith(("GIT_", "EMAIL"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    if found == "config":
+        (home / ".gitconfig").write_text("[user]\n\tname = Ada\n\temail = ada@example.org\n")
+    elif found == "EMAIL":
+        monkeypatch.setenv("GIT_AUTHOR_NAME", "Ada")
+        monkeypatch.setenv("GIT_COMMITTER_NAME", "Ada")
+        monkeypatch.setenv("EMAIL", "ada@example.org")
+    else:  # nor can git derive one here (a host name without a domain)
+        assert subprocess.run(["git", "-C", str(tmp_path), "var", "GIT_AUTHOR_IDENT"], capture_output=True).returncode
+    ws, repo = _repo(tmp_path)
+    local = subprocess.run(["git", "-C", str(ws), "config", "--local", "user.email"], capture_output=True, text=True)
+    author = repo.git.log("-1", "--format=%an <%ae>")
+    if found == "none":
+        assert local.stdout.strip() == vcs.IDENTITY[1]
+        assert author == "harnessopt <harnessopt@localhost>"
+    else:
+        assert local.returncode == 1 and local.stdout == ""
+        assert author == "Ada <ada@example.org>"
