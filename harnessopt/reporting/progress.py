@@ -75,14 +75,24 @@ class RunProgress:
     # ------------------------------------------------------------------ lines
 
     def say(self, msg: str) -> None:
+        """Print a line, after the optimizer's turns written since the last poll: a turn is shown
+        before any line said after it, however soon (the round's result, the next phase)."""
+        self.catch_up()
+        self._print(msg)
+
+    def _print(self, msg: str) -> None:
         with self._lock:
             self.console.print(msg, markup=False, highlight=False)
 
     def bind(self, usage: Callable[[], Usage], transcripts: Path | None = None) -> None:
         self._usage = usage
         if transcripts is not None:
-            self._watcher = TranscriptWatcher(transcripts, self.say)
+            self._watcher = TranscriptWatcher(transcripts, self._print)
             self._watcher.start()
+
+    def catch_up(self) -> None:
+        if self._watcher is not None:
+            self._watcher.poll()
 
     def unbind(self) -> None:
         if self._watcher is not None:
@@ -167,7 +177,7 @@ class LiveProgress(RunProgress):
         self._ids: dict[str, Any] = {}
         self.bars.start()
 
-    def say(self, msg: str) -> None:
+    def _print(self, msg: str) -> None:
         self.bars.console.print(msg, markup=False, highlight=False)
 
     def new_round(self, round_no: int) -> None:
@@ -216,6 +226,7 @@ class TranscriptWatcher:
             with contextlib.suppress(OSError):
                 self._offsets[path] = path.stat().st_size
         self._stop = threading.Event()
+        self._polling = threading.Lock()  # the thread's poll and a caller's catch-up print each line once
         self._thread = threading.Thread(target=self._loop, name="ho-transcripts", daemon=True)
 
     def start(self) -> None:
@@ -237,6 +248,10 @@ class TranscriptWatcher:
             return []
 
     def poll(self) -> None:
+        with self._polling:
+            self._poll()
+
+    def _poll(self) -> None:
         for path in self._transcripts():
             try:
                 with path.open("rb") as f:

@@ -125,3 +125,26 @@ def test_round_line_and_discarded_writes() -> None:
         "round 2 rejected | val 0.500 (Δ +0.000 vs dead zone 0.226) | fixed 0 / broken 1 | 26 calls, 4.1k tokens, $0.0123",
         "round 2: discarded 1 write(s) outside the whitelist: scorer.py",
     ]
+
+
+def test_a_rounds_optimizer_turns_are_printed_where_they_happened(tmp_path: Path, monkeypatch) -> None:
+    """The transcripts were polled every half second, so a round that ended within that of its
+    last turn printed the turn after the round's result. Every line said now prints the turns
+    written before it first. (The poll interval is made an hour here, so no turn line comes from
+    the polling thread.)"""
+    from harnessopt.reporting import progress
+    from harnessopt.round import driver
+    from harnessopt.workspace.core import Workspace
+    from tests.support.workspace import make_ws
+
+    monkeypatch.setattr(progress, "POLL_S", 3600.0)
+    ws = Workspace.open(make_ws(tmp_path, search={"explore": 0}))
+    buf = io.StringIO()
+    p = RunProgress(Console(file=buf, width=300))
+    driver.run(ws, 1, p.say, progress=p)
+    p.close()
+    lines = buf.getvalue().splitlines()
+    turns = [i for i, line in enumerate(lines) if line.startswith("round 1 optimizer turn")]
+    (reading,) = [i for i, line in enumerate(lines) if "is reading 8 trajectories" in line]
+    (smoke,) = [i for i, line in enumerate(lines) if line.startswith("round 1: smoke test")]
+    assert turns and reading < min(turns) and max(turns) < smoke, "\n".join(lines)
