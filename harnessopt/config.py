@@ -41,6 +41,19 @@ OptimizerName = Annotated[str, AfterValidator(partial(registry.check, "optimizer
 ModelName = Annotated[str, AfterValidator(partial(registry.check, "model"))]
 GateName = Annotated[str, AfterValidator(partial(registry.check, "gate"))]
 ExecutorName = Annotated[str, AfterValidator(partial(registry.check, "executor"))]
+
+
+def _known_template(name: str) -> str:
+    """A template's name picks the image variant, the model's tools and the projection's priors:
+    a misspelt one would run as no template quietly."""
+    from harnessopt.workspace.core import known_templates
+
+    if name not in (known := known_templates()):
+        raise ValueError(f"unknown template {name!r}; known templates: {', '.join(known)}")
+    return name
+
+
+TemplateName = Annotated[str, AfterValidator(_known_template)]
 # The name of an environment variable (never its value: keys are not written to the workspace).
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # USD per million tokens, [input, output].
@@ -370,7 +383,7 @@ class Config(_Strict):
     mode: Literal["skill", "harness", "joint"] = "skill"
     """What the optimizer may change: skill/** (skill), harness/** (harness) or both (joint); harness
     and joint mode start with a round-0 diagnosis a person approves (docs/optimizer.md)."""
-    template: str = "chat"
+    template: TemplateName = "chat"
     """Harness template the workspace was made from."""
     whitelist: list[str] | None = None
     """Glob patterns (relative to the workspace) the optimizer may change; default per mode."""

@@ -38,6 +38,8 @@ def _unchanged(ws: Path, before: dict[str, bytes]) -> None:
         ("mode: skill\nno_such_key: 1\n", "no_such_key"),
         ("rollout:\n  concurrency: many\n", "rollout.concurrency"),
         ("rollout:\n  sandbox: vm\n", "known: auto, docker, local"),
+        # a misspelt template ran as none: the image variant, the model's tools, the priors
+        ("template: tool_agent\n", "known templates: chat, chat-sdk, claude-code, codex"),
     ],
 )
 def test_a_bad_config_is_one_line(ws: Path, yaml_text: str, needle: str) -> None:
