@@ -13,6 +13,10 @@ sweeps: a sibling folder whose lock nobody holds is a dead run's, and is removed
 in the last ``YOUNG_S`` seconds is left alone (its maker may not hold its lock yet), and so is
 one of another user's. Child processes keep their own ``TMPDIR``.
 
+A Ray worker keeps a run's files in ``<tmp>/ho-ray-RUN/PID`` (``rollout.ray.worker``), holding the
+same lock on ``PID/owner``; the head removes the run's folder at its end, but a run killed outright
+never ends it there. The sweep removes a ``ho-ray-`` folder none of whose workers holds its lock.
+
 Where the temporary directory's path is long (macOS's ``/var/folders/...``), no folder is
 claimed and ``tempfile`` is left as it was: a Unix socket's path (the gateway's, inside a
 temporary folder) must fit in about 100 bytes. Nor where the folder cannot be made (a full or
@@ -32,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PREFIX = "ho-run-"
+RAY_PREFIX = "ho-ray-"  # a Ray run's folder on a node: one folder per worker process, each with its OWNER
 OWNER = "owner"  # the lock file: flock(LOCK_EX) held by the live process
 YOUNG_S = 60.0  # a folder this new may not be locked yet: never swept
 # Longer base paths claim nothing: the gateway's lease sockets ("l-" + 16 hex + ".sock", in a
@@ -41,12 +46,13 @@ MAX_BASE = 100 - len(f"/{PREFIX}12345678") - len("/ho-relay-12345678") - len("/l
 
 def sweep(base: Path) -> list[Path]:
     """Remove the folders of dead harnessopt processes under ``base``: those whose owner lock is
-    free, older than ``YOUNG_S``, of this user. Returns what it removed."""
+    free (a Ray run's: all its workers' locks), older than ``YOUNG_S``, of this user. Returns what
+    it removed."""
     removed: list[Path] = []
     now = time.time()
     uid = os.geteuid()
     try:
-        names = [n for n in os.listdir(base) if n.startswith(PREFIX)]
+        names = [n for n in os.listdir(base) if n.startswith((PREFIX, RAY_PREFIX))]
     except OSError:
         return removed
     for name in names:
@@ -57,23 +63,46 @@ def sweep(base: Path) -> list[Path]:
             continue  # gone meanwhile
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or now - st.st_mtime < YOUNG_S:  # lstat: no link
             continue
-        try:
-            fd = os.open(path / OWNER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            fd = None  # never locked: its maker died between the folder and the lock
-        except OSError:
-            continue
-        try:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a live process owns it
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        except BlockingIOError:
-            pass
-        finally:
-            if fd is not None:
-                os.close(fd)
+        owners = [path] if name.startswith(PREFIX) else _workers(path)
+        with contextlib.ExitStack() as held:
+            if all(_take(held, owner) for owner in owners):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
     return removed
+
+
+def _workers(run: Path) -> list[Path]:
+    """A Ray run's worker folders on this node (named by their process ids)."""
+    try:
+        return [run / n for n in os.listdir(run) if n.isdigit()]
+    except OSError:
+        return []
+
+
+def hold(folder: Path) -> int:
+    """Lock ``folder``'s owner file for as long as this process lives (or the fd is closed): the
+    sweep leaves the folder alone meanwhile. Returns the fd."""
+    fd = os.open(folder / OWNER, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _take(held: contextlib.ExitStack, folder: Path) -> bool:
+    """Whether ``folder``'s owner is dead: its lock taken (kept in ``held`` until the removal), or
+    never made (its maker died between the folder and the lock)."""
+    try:
+        fd = os.open(folder / OWNER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    held.callback(os.close, fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a live process owns it
+    except BlockingIOError:
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -92,9 +121,7 @@ def claimed(base: Path | None = None) -> Iterator[Path | None]:
         return
     before, fd = tempfile.tempdir, -1
     try:
-        fd = os.open(path / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        fd = hold(path)
         tempfile.tempdir = str(path)
         yield path
     finally:

@@ -9,7 +9,9 @@ either: the head never puts them there, and tests/rollout/ray/test_ray_executor.
 What a worker process keeps for a run (its relay, its sandbox's warm containers, the unpacked
 candidates) lives until the head ends the run: Ray kills its worker processes without running
 ``atexit``, so the head runs ``close_node`` on every node first (``RayExecutor.close``). A run's
-folders on a node are all in ``<tmp>/ho-ray-RUN/``, one folder per worker process.
+folders on a node are all in ``<tmp>/ho-ray-RUN/``, one folder per worker process, whose lock it
+holds while it lives: where a run was killed outright and never closed its nodes, the next run's
+first job on the node (or any harnessopt command there) sweeps them (``util.tmpdirs.sweep``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from harnessopt.config import RolloutConfig
 from harnessopt.protocols import GatewayLease, RunSpec, Sandbox
 from harnessopt.rollout.ray.relay import WorkerRelay
 from harnessopt.sandbox.untar import extract
-from harnessopt.util import interrupts
+from harnessopt.util import interrupts, tmpdirs
 
 BUNDLE_MAX_BYTES = 256 * 1024 * 1024
 BUNDLE_MAX_MEMBERS = 50_000
@@ -83,6 +85,7 @@ class _Run:
     """One run's state in this worker process, all removed by ``_close_run``."""
 
     folder: Path  # <tmp>/ho-ray-RUN/PID
+    owner: int  # the fd holding folder/owner's lock while this process lives: util.tmpdirs.sweep
     relays: dict[tuple[tuple[str, int], str], WorkerRelay] = field(default_factory=dict)
     sandboxes: dict[str, Sandbox] = field(default_factory=dict)
     candidates: dict[str, Path] = field(default_factory=dict)
@@ -234,9 +237,11 @@ def _run(run_id: str) -> _Run:
         if (run := _runs.get(run_id)) is not None:
             return run
         base = run_folder(run_id)
+        if not _runs:  # a run killed outright never ran close_node: its folders here are swept
+            tmpdirs.sweep(base.parent)
         folder = base / str(os.getpid())
         folder.mkdir(parents=True, exist_ok=True)
-        run = _runs[run_id] = _Run(folder)
+        run = _runs[run_id] = _Run(folder, tmpdirs.hold(folder))
     threading.Thread(target=_watch, args=(run_id, base), name="ho-ray-close", daemon=True).start()
     return run
 
@@ -262,6 +267,7 @@ def _close_run(run_id: str) -> None:
         with contextlib.suppress(Exception):
             relay.close()
     shutil.rmtree(run.folder, ignore_errors=True)
+    os.close(run.owner)
 
 
 def _candidate(run: _Run, bundle: Bundle) -> Path:

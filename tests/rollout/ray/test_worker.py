@@ -79,3 +79,49 @@ def _candidate_root(tmp: Path) -> Path:
         (root / part).mkdir(parents=True)
         (root / part / "f.txt").write_text(part)
     return root
+
+
+def test_a_run_killed_outright_leaves_nothing_on_a_node_for_long(tmp_path: Path, monkeypatch: Any) -> None:
+    """A run killed outright (kill -9 of the head) never runs ``close_node``, and Ray kills its
+    workers without ``atexit``: the run's folder stayed on every node. A worker holds its folder's
+    lock while it lives, so the next run's first job there sweeps the folder of a run whose workers
+    are all gone, and leaves one with a live worker alone."""
+    import os
+    import signal
+    import sys
+
+    from harnessopt.util import tmpdirs
+
+    code = (
+        "import sys, tempfile, time\n"
+        f"tempfile.tempdir = {str(tmp_path)!r}\n"
+        "from harnessopt.rollout.ray import worker\n"
+        "worker._run(sys.argv[1])\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    workers = {
+        run_id: subprocess.Popen([sys.executable, "-c", code, run_id], stdout=subprocess.PIPE, text=True)
+        for run_id in ("dead", "live")
+    }
+    try:
+        for proc in workers.values():
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        workers["dead"].send_signal(signal.SIGKILL)  # no way out runs
+        workers["dead"].wait(timeout=30)
+        for run_id in ("dead", "live"):
+            assert (tmp_path / f"ho-ray-{run_id}" / str(workers[run_id].pid) / "owner").is_file()
+            old = time.time() - 2 * tmpdirs.YOUNG_S
+            os.utime(tmp_path / f"ho-ray-{run_id}", (old, old))
+        monkeypatch.setattr(worker.tempfile, "tempdir", str(tmp_path))
+        worker._run("next")
+        assert not (tmp_path / "ho-ray-dead").exists()
+        assert (tmp_path / "ho-ray-live" / str(workers["live"].pid)).is_dir()  # its worker holds it
+    finally:
+        for proc in workers.values():
+            proc.kill()
+            proc.wait(timeout=30)
+        worker.close_node("next", wait_s=10)
+    old = time.time() - 2 * tmpdirs.YOUNG_S
+    os.utime(tmp_path / "ho-ray-live", (old, old))
+    assert tmpdirs.sweep(tmp_path) == [tmp_path / "ho-ray-live"]  # once its worker is gone
