@@ -148,7 +148,9 @@ class _Loop:
                 resp = self._call(messages)
             except anthropic.APITimeoutError:  # the call took the rest of the wall clock
                 self.transcript.write("api_error", turn=self.turns + 1, error="timed out at the wall clock")
-                return self._stopped("wall_clock", f"wall clock spent after {self.turns} turns, a call timed out")
+                return self._stopped(
+                    "wall_clock", f"wall clock spent after {self.turns} turns, a call timed out"
+                )
             except anthropic.APIError as e:
                 message = _api_error_text(e)
                 self.transcript.write("api_error", turn=self.turns + 1, error=message)

@@ -138,9 +138,13 @@ def test_init_gives_a_workspace_an_identity_only_where_git_finds_none(
         monkeypatch.setenv("GIT_COMMITTER_NAME", "Ada")
         monkeypatch.setenv("EMAIL", "ada@example.org")
     else:  # nor can git derive one here (a host name without a domain)
-        assert subprocess.run(["git", "-C", str(tmp_path), "var", "GIT_AUTHOR_IDENT"], capture_output=True).returncode
+        assert subprocess.run(
+            ["git", "-C", str(tmp_path), "var", "GIT_AUTHOR_IDENT"], capture_output=True
+        ).returncode
     ws, repo = _repo(tmp_path)
-    local = subprocess.run(["git", "-C", str(ws), "config", "--local", "user.email"], capture_output=True, text=True)
+    local = subprocess.run(
+        ["git", "-C", str(ws), "config", "--local", "user.email"], capture_output=True, text=True
+    )
     author = repo.git.log("-1", "--format=%an <%ae>")
     if found == "none":
         assert local.stdout.strip() == vcs.IDENTITY[1]
