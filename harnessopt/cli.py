@@ -332,9 +332,11 @@ def _overrides(a: argparse.Namespace, flags: dict[str, str]) -> dict[str, Any]:
 def cmd_init(a: argparse.Namespace) -> int:
     from harnessopt.config import ChecksConfig, Config
     from harnessopt.gate import noise_floor as noisefloor
-    from harnessopt.workspace.core import Workspace, init_workspace
+    from harnessopt.workspace.core import Workspace, init_workspace, unknown_template
     from harnessopt.workspace.tasks import load_tasks, small_file_split
 
+    if unknown := unknown_template(a.template):
+        raise UserError(unknown)
     cfg = Config(template=a.template, checks=ChecksConfig(skill_rules_off=a.skill_rules_off))
     init_workspace(
         a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, config=cfg, announce=say,

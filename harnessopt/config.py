@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from harnessopt import registry
 from harnessopt.errors import UserError, not_utf8
@@ -46,14 +46,23 @@ ExecutorName = Annotated[str, AfterValidator(partial(registry.check, "executor")
 def _known_template(name: str) -> str:
     """A template's name picks the image variant, the model's tools and the projection's priors:
     a misspelt one would run as no template quietly."""
-    from harnessopt.workspace.core import known_templates
+    from harnessopt.workspace.core import unknown_template
 
-    if name not in (known := known_templates()):
-        raise ValueError(f"unknown template {name!r}; known templates: {', '.join(known)}")
+    if unknown := unknown_template(name):
+        raise ValueError(unknown)
     return name
 
 
 TemplateName = Annotated[str, AfterValidator(_known_template)]
+
+
+def _yaml_off(value: Any) -> Any:
+    """YAML reads an unquoted ``off`` (and ``no``, ``false``) as false: for a check's setting, the
+    word the docs give."""
+    return "off" if value is False else value
+
+
+Check = Annotated[Literal["reject", "warn", "off"], BeforeValidator(_yaml_off)]
 # The name of an environment variable (never its value: keys are not written to the workspace).
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # USD per million tokens, [input, output].
@@ -343,7 +352,7 @@ class RayConfig(_Strict):
 
 
 class ChecksConfig(_Strict):
-    leakage: Literal["reject", "warn", "off"] = "reject"
+    leakage: Check = "reject"
     """Added lines that copy a train/val input or gold answer, or name a task id (docs/workspace.md,
     "Leakage and tamper checks"): reject the candidate, only warn, or do not look."""
     ngram_words: int = Field(8, ge=3)
@@ -352,7 +361,7 @@ class ChecksConfig(_Strict):
     """Characters those words must span (so short words and short answers never count alone)."""
     id_min_chars: int = Field(4, ge=1)
     """Task ids shorter than this are too likely to occur by chance and are not looked for."""
-    memorised: Literal["reject", "warn", "off"] = "reject"
+    memorised: Check = "reject"
     """Before an accept is recorded, rerun the fixed val tasks with perturbed inputs on both sides and
     reject (or only warn) when the gain collapses there (docs/gate.md, "Memorised answers")."""
     memorised_variants: int = Field(1, ge=1, le=8)
@@ -361,7 +370,7 @@ class ChecksConfig(_Strict):
     """Level of the memorised test: the rate at which it rejects a candidate that keeps its gain."""
     memorised_retain: float = Field(0.5, gt=0.0, le=1.0)
     """Share of the gate's gain a candidate must keep on perturbed inputs (H0 of the test)."""
-    datalike: Literal["flag", "off"] = "flag"
+    datalike: Annotated[Literal["flag", "off"], BeforeValidator(_yaml_off)] = "flag"
     """Flag a round for review when its diff adds data-like content (many short literals,
     high-entropy or base64-like blobs, new data files under skill/); never a rejection by itself."""
 

@@ -54,6 +54,12 @@ def known_templates() -> list[str]:
     return sorted(p.name for p in templates_dir().iterdir() if (p / "run.py").is_file())
 
 
+def unknown_template(name: str) -> str | None:
+    """What is wrong with ``name`` as a template (None: nothing)."""
+    known = known_templates()
+    return None if name in known else f"unknown template {name!r}; known templates: {', '.join(known)}"
+
+
 @dataclass(frozen=True)
 class Workspace:
     """An opened workspace: its root, the run's one validated config, git repo and journal.
@@ -190,12 +196,12 @@ def init_workspace(
         raise UserError(f"{file} is a file, not a directory; choose a workspace path outside it")
     if Path(skill_dir).resolve() in (ws.resolve(), *ws.resolve().parents):
         raise UserError(f"{ws} is inside the skill directory {skill_dir}; choose a workspace path outside it")
+    if unknown := unknown_template(template):
+        raise UserError(unknown)
     cfg = config or Config(template=template)
     rules_off = cfg.checks.skill_rules_off
     folder = Path(skill_dir).resolve().name if check_folder_name else None  # the spec: name = folder
     info = read_skill(Path(skill_dir), expect_name=folder, rules_off=rules_off)
-    if template not in known_templates():
-        raise UserError(f"unknown template {template!r}; known templates: {', '.join(known_templates())}")
     loaded = load_tasks(Path(tasks_file))
     works = small_file_split(loaded)
     if ratio is None:

@@ -1,0 +1,21 @@
+"""The workspace's settings (harnessopt.config) as users write them."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from harnessopt.config import Config, apply_overrides, parse_assignment, parse_config
+from harnessopt.errors import UserError
+
+
+@pytest.mark.parametrize("check", ["leakage", "memorised", "datalike"])
+def test_a_check_turned_off_as_the_docs_write_it(check: str) -> None:
+    """docs/workspace.md says `checks.memorised: off`; YAML reads an unquoted off as false, which
+    was refused with "must be 'reject', 'warn' or 'off', got False"."""
+    raw = yaml.safe_load(f"checks:\n  {check}: off\n")
+    assert getattr(parse_config(raw, "harnessopt.yaml").checks, check) == "off"
+    key, value = parse_assignment(f"checks.{check}=off")
+    assert getattr(apply_overrides(Config(), {key: value}).checks, check) == "off"
+    with pytest.raises(UserError, match=f"checks.{check}: must be"):  # on is no setting of a check
+        apply_overrides(Config(), dict([parse_assignment(f"checks.{check}=on")]))
