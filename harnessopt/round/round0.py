@@ -252,13 +252,15 @@ def compose(
 
 def incumbent_broken(train: list[TaskResult]) -> str | None:
     """Why the incumbent cannot be optimized right now: most train runs crashed or timed out
-    (a missing CLI, a wrong image, a broken harness). The harness's own first stderr lines say why."""
+    (a missing CLI, a wrong image, a broken harness). The harness's own last stderr lines say why:
+    a Python traceback ends with its error, which its first lines never hold."""
     crashed = [r for r in train if r.crashed]
     if not train or 2 * len(crashed) <= len(train):
         return None
     kinds = ", ".join(sorted({str(r.error_class) for r in crashed}))
     said = next((r.stderr_tail for r in crashed if r.stderr_tail.strip()), "")
-    first = " | ".join(line.strip() for line in said.strip().splitlines()[:3] if line.strip())
+    lines = [x.strip() for x in said.strip().splitlines() if x.strip(" ^~\t")]  # not 3.11's ^^^ marks
+    first = " | ".join(lines[-3:])
     codes = sorted({r.exit_code for r in crashed if r.exit_code is not None})
     exits = f" (exit code {', '.join(map(str, codes))})" if codes else ""
     return (

@@ -330,6 +330,23 @@ def test_a_broken_incumbent_is_named_by_its_stderr_and_exit_code_not_the_sandbox
     assert "(exit code 7)" in said and "(nothing on stderr)" in said and "bwrap" not in said
     said = incumbent_broken([_crash(0, "", None), _crash(1, "Traceback\nImportError: no x\n", 1)])
     assert said is not None and "the harness said: Traceback | ImportError: no x" in said
+    # A traceback's error is its last line, which its first three never held
+    trace = (
+        "Traceback (most recent call last):\n"
+        '  File "/ho/harness/run.py", line 14, in <module>\n    sys.exit(main())\n             ^^^^^^\n'
+        '  File "/ho/harness/run.py", line 6, in main\n    open("/nonexistent/agent.toml")\n'
+        "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/agent.toml'\n"
+    )
+    said = incumbent_broken([_crash(i, trace, 1) for i in range(2)])
+    assert said is not None and said.endswith(
+        'the harness said: File "/ho/harness/run.py", line 6, in main | open("/nonexistent/agent.toml")'
+        " | FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/agent.toml'"
+    )
+    syntax = '  File "/ho/harness/run.py", line 10\n    (out / "a").write_text(x\n    ^\nSyntaxError: \'(\' was never closed\n'
+    said = incumbent_broken([_crash(i, syntax, 1) for i in range(2)])
+    assert said is not None and said.endswith(
+        'File "/ho/harness/run.py", line 10 | (out / "a").write_text(x | SyntaxError: \'(\' was never closed'
+    )
 
 
 def test_a_diagnosis_that_records_no_proposal_still_shows_what_it_spent(tmp_path: Path) -> None:
