@@ -306,3 +306,28 @@ def test_true_or_false_where_a_number_belongs(ws: Path, setting: str) -> None:
     before = snapshot(ws)
     assert_user_error(cli("status", ws), "expected a number, got true")
     _unchanged(ws, before)
+
+
+@pytest.mark.parametrize("how", ["the same id", "the same input"])
+def test_a_train_task_copied_into_val_after_init(ws: Path, how: str) -> None:
+    """init refuses a task in two splits (it leaks answers); a run did not look again, and a round
+    whose val held a train task was accepted. Refused, --dry-run too, before anything runs."""
+    first = json.loads((ws / "tasks" / "train.jsonl").read_text().splitlines()[0])
+    copy = {**first, "split": "val"} if how == "the same id" else {**first, "id": "fresh-id", "split": "val"}
+    with (ws / "tasks" / "val.jsonl").open("a") as f:
+        f.write(json.dumps(copy) + "\n")
+    git(ws, "commit", "-qam", "one more val task")
+    before = snapshot(ws)
+    needle = "ids must be unique" if how == "the same id" else "a task in two splits leaks answers"
+    assert_user_error(cli("run", ws, *RUN, "--dry-run", env=ENV), "train.jsonl:1", needle)
+    assert_user_error(cli("run", ws, *RUN, "--rounds", "1", env=ENV), needle)
+    _unchanged(ws, before)
+
+
+def test_a_val_line_without_its_split(ws: Path) -> None:
+    with (ws / "tasks" / "val.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "new1", "input": "Say the word: new", "answer": "new"}) + "\n")
+    git(ws, "commit", "-qam", "one more val task")
+    assert_user_error(
+        cli("run", ws, *RUN, "--dry-run", env=ENV), "task 'new1' has no split", '"split": "val"'
+    )

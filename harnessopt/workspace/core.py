@@ -26,6 +26,8 @@ from harnessopt.workspace.skillspec import read_skill
 from harnessopt.workspace.tasks import (
     DEFAULT_SPLIT,
     MIN_VAL_TASKS,
+    SPLITS,
+    UNASSIGNED,
     assign_splits,
     check_splits,
     default_gives_val,
@@ -133,7 +135,8 @@ class Workspace:
     def check_runnable(self) -> None:
         """What ``init`` checked and a later commit on main may have broken, checked again before a
         run spends anything: the incumbent's SKILL.md reads and passes the static check a candidate
-        must pass, its harness's flags.yaml (if any) reads, and val holds the smoke test's tasks.
+        must pass, its harness's flags.yaml (if any) reads, no task is in two splits (by id or by
+        input: an edit of tasks/ since), and val holds the smoke test's tasks.
         A UserError that says what to fix."""
         skill = self.root / "skill"
         if not (skill / "SKILL.md").is_file():
@@ -143,7 +146,9 @@ class Workspace:
             )
         read_skill(skill, rules_off=self.cfg.checks.skill_rules_off)
         flags.registered(self.root / "harness")  # a candidate's bad flags.yaml is lenient; main's is not
-        n_val = len(read_split(self.root / "tasks", "val"))
+        stored = [task for split in SPLITS for task in read_split(self.root / "tasks", split)]
+        check_splits(stored, min_val=0)  # an id or an input in two splits leaks answers, as at init
+        n_val = sum(task.split == "val" for task in stored)
         if n_val < MIN_VAL_TASKS:
             raise UserError(
                 f"{self.root / 'tasks' / 'val.jsonl'} holds {n_val} val task(s); a run needs at least "
@@ -213,7 +218,7 @@ def init_workspace(
                 f"test, so this workspace uses --split {ratio} (train:val:test)"
             )
     tasks = assign_splits(loaded, parse_ratio(ratio), seed)
-    check_splits(tasks, suggest=works)
+    check_splits(tasks, suggest=works, ratio_applies=any(t.split == UNASSIGNED for t in loaded))
     if "objective" not in cfg.model_fields_set:  # trigger tasks only: objective trigger; some: both
         cfg = cfg.model_copy(update={"objective": default_objective(tasks)})
     cfg = cfg.model_copy(update={"template": template})

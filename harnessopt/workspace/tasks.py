@@ -304,9 +304,15 @@ def small_file_split(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS) -> str
     return f"{train}:{val}:{n - val - train}"
 
 
-def check_splits(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS, suggest: str | None = None) -> None:
+def check_splits(
+    tasks: Sequence[Task],
+    min_val: int = MIN_VAL_TASKS,
+    suggest: str | None = None,
+    ratio_applies: bool = True,
+) -> None:
     """Splits must be assigned, disjoint by id and by input content, and val must be big enough
-    (else the error names ``suggest``, a --split that works)."""
+    (else the error names ``suggest``, a --split that works; or, where every task came with its
+    split and ``ratio_applies`` is false, says that --split changes nothing)."""
     by_id: dict[str, Task] = {}
     by_input: dict[str, Task] = {}
     for task in tasks:
@@ -328,17 +334,26 @@ def check_splits(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS, suggest: s
             )
         by_input.setdefault(key, task)
     n_val = sum(1 for t in tasks if t.split == "val")
+    works = f", e.g. --split {suggest}" if suggest else ""
     if not any(t.split == "train" for t in tasks):
-        works = f", e.g. --split {suggest}" if suggest else ""
+        how = (
+            f"change --split so that train gets tasks{works}, or"
+            if ratio_applies
+            else "every task has its split:"
+        )
         raise UserError(
-            f"no train tasks: the optimizer learns from the runs on train; change --split so that train "
-            f'gets tasks{works}, or mark some tasks "split": "train"'
+            f'no train tasks: the optimizer learns from the runs on train; {how} mark some "split": "train"'
         )
     if n_val < min_val:
-        works = f", e.g. --split {suggest}" if suggest else ""
-        raise UserError(
-            f"only {n_val} val task(s); need at least {min_val} val tasks for the smoke test; "
+        how = (
             f"add tasks or change --split{works}"
+            if ratio_applies
+            else (
+                'every task has its split, so --split changes nothing: add val tasks or mark more "split": "val"'
+            )
+        )
+        raise UserError(
+            f"only {n_val} val task(s); need at least {min_val} val tasks for the smoke test; {how}"
         )
 
 
@@ -378,8 +393,13 @@ def read_split(tasks_dir: Path, split: str) -> list[Task]:
         raise UserError(f"{path} is missing; the workspace tasks are incomplete (restore them with git)")
     tasks = load_tasks(path, empty_ok=True)
     for task in tasks:
+        if task.split == UNASSIGNED:
+            raise UserError(
+                f'{origin(task)}: task {task.id!r} has no split; add "split": "{split}" to its line'
+            )
         if task.split != split:
             raise UserError(
-                f"{origin(task)}: task {task.id!r} is marked {task.split or 'unsplit'!r}, not {split!r}"
+                f"{origin(task)}: task {task.id!r} is marked {task.split!r}, not {split!r}; move it to "
+                f"tasks/{task.split}.jsonl or mark it {split!r}"
             )
     return tasks

@@ -76,3 +76,29 @@ def test_a_default_split_whose_val_detects_nothing_names_one_that_does(tmp_path:
     again = cli("init", tmp_path / "ws2", "--skill", skill, "--tasks", tasks, "--split", "20:20:20")
     assert again.returncode == 0 and "too small to detect anything" not in again.stdout
     assert "would give val" not in again.stdout  # the user chose the split: nothing to suggest
+
+
+def test_a_file_that_splits_every_task_is_not_told_to_change_split(tmp_path: Path) -> None:
+    """--split assigns only the tasks without a split: where every line has one, the error said
+    "change --split", which changes nothing."""
+    import json
+
+    from harnessopt.errors import UserError
+    from harnessopt.workspace.core import init_workspace
+    from tests.support.cli import write_example
+
+    skill, _ = write_example(tmp_path)
+    tasks = tmp_path / "split.jsonl"
+    rows = [
+        {"id": f"t{i}", "input": f"q{i}", "answer": "a", "split": "val" if i < 3 else "train"}
+        for i in range(12)
+    ]
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for ratio in (None, "1:5:1"):
+        with pytest.raises(
+            UserError, match=r"only 3 val task\(s\).*--split changes nothing: add val tasks"
+        ) as e:
+            init_workspace(
+                tmp_path / f"ws{ratio is None}", skill, tasks, ratio=ratio, announce=lambda _m: None
+            )
+        assert "change --split" not in str(e.value)
