@@ -331,3 +331,23 @@ def test_a_val_line_without_its_split(ws: Path) -> None:
     assert_user_error(
         cli("run", ws, *RUN, "--dry-run", env=ENV), "task 'new1' has no split", '"split": "val"'
     )
+
+
+def test_a_skill_with_a_link_to_a_file_outside_it(tmp_path: Path) -> None:
+    """init copied what a symbolic link in the skill pointed to: /etc/hostname (or a key) was
+    committed into skill/ and shown to the optimizer, without a word. A link inside the skill is
+    copied as its file."""
+    skill, tasks = write_example(tmp_path)
+    (skill / "references").mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a key\n")
+    (skill / "references" / "key.md").symlink_to(secret)
+    assert_user_error(
+        cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks), "key.md", "outside the skill"
+    )
+    assert not (tmp_path / "ws").exists()
+    (skill / "references" / "key.md").unlink()
+    (skill / "references" / "notes.md").write_text("notes\n")
+    (skill / "references" / "same.md").symlink_to(skill / "references" / "notes.md")
+    assert cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks).returncode == 0
+    assert (tmp_path / "ws" / "skill" / "references" / "same.md").read_text() == "notes\n"

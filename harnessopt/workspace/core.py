@@ -161,6 +161,22 @@ class Workspace:
         return round_tasks(self.root, self.cfg.objective, self.cfg.trigger.distractors, everything, split)
 
 
+def _link_outside(skill_dir: Path) -> str | None:
+    """A symbolic link in the skill folder to something outside it: init copies what a link points
+    to, so the file (a secret, a host file) would be committed and shown to the optimizer."""
+    root = skill_dir.resolve()
+    for folder, dirs, files in os.walk(skill_dir):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            if path.is_symlink() and not path.resolve().is_relative_to(root):
+                return (
+                    f"{path} is a symbolic link to {os.readlink(path)}, outside the skill folder: init would "
+                    "commit what it points to; copy the file into the skill, or remove the link"
+                )
+    return None
+
+
 def _has_tag(root: Path, tag: str) -> bool:
     try:
         return vcs.ref_exists(vcs.open_repo(root), f"refs/tags/{tag}")
@@ -203,6 +219,8 @@ def init_workspace(
         raise UserError(f"{ws} is inside the skill directory {skill_dir}; choose a workspace path outside it")
     if unknown := unknown_template(template):
         raise UserError(unknown)
+    if outside := _link_outside(Path(skill_dir)):
+        raise UserError(outside)
     cfg = config or Config(template=template)
     rules_off = cfg.checks.skill_rules_off
     folder = Path(skill_dir).resolve().name if check_folder_name else None  # the spec: name = folder
