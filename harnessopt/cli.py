@@ -332,8 +332,9 @@ def _overrides(a: argparse.Namespace, flags: dict[str, str]) -> dict[str, Any]:
 def cmd_init(a: argparse.Namespace) -> int:
     from harnessopt.config import ChecksConfig, Config
     from harnessopt.gate import noise_floor as noisefloor
-    from harnessopt.workspace.core import Workspace, init_workspace, unknown_template
+    from harnessopt.workspace.core import Workspace, init_workspace
     from harnessopt.workspace.tasks import load_tasks, small_file_split
+    from harnessopt.workspace.templates import unknown_template
 
     if unknown := unknown_template(a.template):
         raise UserError(unknown)

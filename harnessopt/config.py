@@ -54,7 +54,7 @@ ExecutorName = Annotated[str, AfterValidator(partial(registry.check, "executor")
 def _known_template(name: str) -> str:
     """A template's name picks the image variant, the model's tools and the projection's priors:
     a misspelt one would run as no template quietly."""
-    from harnessopt.workspace.core import unknown_template
+    from harnessopt.workspace.templates import unknown_template
 
     if unknown := unknown_template(name):
         raise ValueError(unknown)

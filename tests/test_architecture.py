@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
         "workspace.tasks",
         "workspace.skillspec",
         "workspace.flags",
+        "workspace.templates",
         "workspace.scoring",
         "workspace.scorer_proc",
         "gate.stats",

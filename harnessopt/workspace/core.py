@@ -37,29 +37,11 @@ from harnessopt.workspace.tasks import (
     small_file_split,
     write_splits,
 )
+from harnessopt.workspace.templates import templates_dir, unknown_template
 
 EDITABLE_PATHS = ("skill", "harness")
 RECORD_PATHS = ("skill", "harness", "trajectories", "best_skill.md")
 GITIGNORE = f"{STATE_DIR}/\n__pycache__/\n*.pyc\n"
-
-
-def templates_dir() -> Path:
-    """The harness templates: the repo's workspace_templates/, or the copy inside an installed wheel."""
-    package = Path(__file__).resolve().parents[1]  # harnessopt/
-    for candidate in (package.parent / "workspace_templates", package / "workspace_templates"):
-        if candidate.is_dir():
-            return candidate
-    raise UserError("harness templates not found: reinstall harnessopt (pip install -e .)")
-
-
-def known_templates() -> list[str]:
-    return sorted(p.name for p in templates_dir().iterdir() if (p / "run.py").is_file())
-
-
-def unknown_template(name: str) -> str | None:
-    """What is wrong with ``name`` as a template (None: nothing)."""
-    known = known_templates()
-    return None if name in known else f"unknown template {name!r}; known templates: {', '.join(known)}"
 
 
 @dataclass(frozen=True)

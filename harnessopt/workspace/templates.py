@@ -1,0 +1,27 @@
+"""The harness templates a workspace is made from (``workspace_templates/``): where they are, and
+which names are templates (``init --template``, the config's ``template``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harnessopt.errors import UserError
+
+
+def templates_dir() -> Path:
+    """The harness templates: the repo's workspace_templates/, or the copy inside an installed wheel."""
+    package = Path(__file__).resolve().parents[1]  # harnessopt/
+    for candidate in (package.parent / "workspace_templates", package / "workspace_templates"):
+        if candidate.is_dir():
+            return candidate
+    raise UserError("harness templates not found: reinstall harnessopt (pip install -e .)")
+
+
+def known_templates() -> list[str]:
+    return sorted(p.name for p in templates_dir().iterdir() if (p / "run.py").is_file())
+
+
+def unknown_template(name: str) -> str | None:
+    """What is wrong with ``name`` as a template (None: nothing)."""
+    known = known_templates()
+    return None if name in known else f"unknown template {name!r}; known templates: {', '.join(known)}"
