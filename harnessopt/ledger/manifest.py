@@ -298,6 +298,9 @@ class RoundManifest(_Tolerant):
     optimizer_s: float | None = None
     """Seconds of it the optimizer's conversations took (every candidate and step); None in rounds
     recorded before it was kept, and in rounds that asked the optimizer nothing."""
+    models: dict[str, dict[str, Any]] | None = None
+    """Which models the round ran and at what prices (``reporting.projection.run_models``): the
+    projection prices a run from the rounds measured with its own; None in rounds recorded before."""
     noise_floor: NoiseFloorRecord | None = None
     """The A/A test of the incumbent, in the round that measured it (round 1, or after a change)."""
     confirmation: ConfirmationRecord | None = None

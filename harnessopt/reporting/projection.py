@@ -203,18 +203,39 @@ def _duration(s: float) -> str:
     return f"{s / 60:.0f}min" if s >= 120 else f"{s:.0f}s"
 
 
-def _history(ws: Workspace) -> list[RoundManifest]:
-    """The last ``HISTORY`` rounds that measured something. Failed rounds (crashed, stopped, over
-    budget) ended early: their rates would understate a round."""
+def run_models(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The models a run's rounds call and their prices (per million tokens, None: none known), as a
+    round records them: rates measured with other models or prices do not price this run."""
+    prices = {glob: (float(p[0]), float(p[1])) for glob, p in cfg.prices.items()}
+    o = cfg.optimizer
+
+    def price(model: str) -> list[float] | None:
+        found = price_of(model, prices)
+        return list(found) if found else None
+
+    return {
+        "target": {"provider": cfg.model.provider, "model": cfg.model.target, "price": price(cfg.model.target)},
+        "optimizer": {
+            "backend": o.backend, "provider": o.provider or cfg.model.provider, "model": o.model, "price": price(o.model),
+        },
+    }  # fmt: skip
+
+
+def _history(ws: Workspace, cfg: Config) -> tuple[list[RoundManifest], int]:
+    """The last ``HISTORY`` rounds that measured something with this run's models and prices (rounds
+    recorded before models were, too), and how many measured rounds ran others. Failed rounds
+    (crashed, stopped, over budget) ended early: their rates would understate a round."""
     done = [r.manifest for r in ledger.past_rounds(ws.repo) if r.manifest.phases and r.status != "failed"]
-    return done[-HISTORY:]
+    models = run_models(cfg)
+    same = [m for m in done if m.models is None or m.models == models]
+    return same[-HISTORY:], len(done) - len(same)
 
 
 def current_rates(ws: Workspace, cfg: Config | None = None) -> dict[str, float]:
     """The rates a projection of ``ws`` uses now: measured on its rounds, else its priors (what a
     run re-reads after each round, so that its budget's plan prices what rounds really cost)."""
     cfg = cfg or ws.cfg
-    return _rates(ws, cfg, _history(ws))
+    return _rates(ws, cfg, _history(ws, cfg)[0])
 
 
 OPTIMIZER_RATES = ("optimizer_calls", "optimizer_tokens_per_call", "optimizer_usd_per_call")
@@ -237,7 +258,7 @@ def _rates(ws: Workspace, cfg: Config, history: list[RoundManifest]) -> dict[str
 def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection:
     """Project the next ``rounds`` rounds of ``ws`` under ``cfg`` (default: the workspace's)."""
     cfg = cfg or ws.cfg
-    history = _history(ws)
+    history, others = _history(ws, cfg)
     n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
     cached, floor = _measured_state(ws, cfg)
     rates = _rates(ws, cfg, history)
@@ -255,6 +276,8 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
         odds = reach if g.rerun_incumbent else 1 - (1 - reach) ** rounds
         per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured * odds))
     basis = f"{len(history)} measured round(s)" if history else PRIOR_BASIS
+    if others:
+        basis += f"; {others} round(s) measured with other models or prices left out"
     limits = {
         "max_calls": cfg.budget.max_calls,
         "max_tokens": cfg.budget.max_tokens,

@@ -12,6 +12,7 @@ from harnessopt.ledger.lock import check_held
 from harnessopt.ledger.store import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.objective.metrics import round_stats
 from harnessopt.protocols import Announce
+from harnessopt.reporting.projection import run_models
 from harnessopt.rollout.runner import outcomes
 from harnessopt.rollout.val_cache import ValCache
 from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
@@ -147,6 +148,7 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
         repeats=t.runs.repeats(),
         wall_s=round(time.monotonic() - t.started, 3),
         optimizer_s=round(svc.optimizer_s[rc.k], 3) if rc.k in svc.optimizer_s else None,
+        models=run_models(svc.cfg),
         checks=t.checks,
         search=t.search.record() if t.search else None,
         trigger=round_stats(

@@ -292,3 +292,28 @@ def test_a_manual_optimizer_is_projected_no_model_calls_and_a_model_one_its_prio
     assert after.rates["optimizer_calls"] == prior["optimizer_calls"] > 0
     assert after.rates["optimizer_usd_per_call"] == prior["optimizer_usd_per_call"] > 0
     assert after.rates["target_usd_per_call"] == pytest.approx(0.01)  # the target's as measured
+
+
+def test_rounds_measured_with_other_models_or_prices_do_not_price_a_run(tmp_path: Path) -> None:
+    """A user who rehearses with the scripted model ($0) and then runs a priced one was projected
+    $0 from the rehearsal's rounds (and a budget planned on it): rates come only from rounds that
+    ran the run's models at its prices; the others are left out, and the basis says so."""
+    from harnessopt.config import apply_overrides
+    from harnessopt.round import driver
+
+    ws = Workspace.open(make_ws(tmp_path, search={"explore": 0}))
+    [first] = driver.run(ws, 1, lambda _m: None)
+    assert (
+        first.manifest.models is not None and first.manifest.models["target"]["model"] == ws.cfg.model.target
+    )
+    ws = Workspace.open(ws.root)
+    assert project(ws, 1).basis == "1 measured round(s)"
+    priced = {"prices": {"scripted-*": [3.0, 15.0]}}
+    for change in ({"model.target": "another-target"}, {"optimizer.model": "another-optimizer"}, priced):
+        cfg = apply_overrides(ws.cfg, change)
+        p = project(ws, 1, cfg)
+        assert (
+            p.basis.startswith("config priors")
+            and "1 round(s) measured with other models or prices left out" in p.basis
+        )
+    assert project(ws, 1, apply_overrides(ws.cfg, priced)).total().cost_usd > 0  # the priors at the new price
