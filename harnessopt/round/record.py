@@ -3,8 +3,10 @@ anything else on a ref of its own)."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import time
+from pathlib import Path
 
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
@@ -40,7 +42,7 @@ def record(
     check_held(ws.root)  # the workspace is still this run's: no second writer since its lock went
     status, reason = ending[0], visible(ending[1], 2000)
     if status == "accepted" and (why := vcs.main_unmovable(ws.repo, rc.parent)):
-        status, reason = "failed", not_applied(rc.k, why)
+        status, reason = "failed", not_applied(ws.root, rc.k, why)
     count_unclaimed(svc, rc, t)
     if t.search is not None:  # every candidate on its own ref, before the round's record names them
         t.search.write_refs(ws.repo, rc.parent, rc.k)
@@ -63,7 +65,7 @@ def record(
                 cache_accepted(ws, svc, sha, t)
                 resumed = _recorded(ws, svc, rc, t, status, sha, say)
         except ledger.MainMoved as e:  # changed in the moment since the check above: recorded as failed
-            return record(ws, svc, rc, t, ("failed", not_applied(rc.k, e.why)), say)
+            return record(ws, svc, rc, t, ("failed", not_applied(ws.root, rc.k, e.why)), say)
     else:
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
@@ -87,13 +89,13 @@ def _recorded(
     return resumed
 
 
-def not_applied(k: int, why: str) -> str:
+def not_applied(root: Path, k: int, why: str) -> str:
     """The reason of an accepted round that could not go on main: what the user changed, and where
-    the candidate is."""
+    the candidate is (the command that shows it, for the workspace at ``root``)."""
     return (
         f"accepted by the gate, not applied: {why} during the round, and main moves only from what "
-        f"the round started on; the candidate is on refs/harnessopt/failed/round-{k} (harnessopt "
-        "diff WS K shows it); commit or stash your work on main, then run again"
+        f"the round started on; the candidate is on refs/harnessopt/failed/round-{k} "
+        f"(harnessopt diff {shlex.quote(str(root))} {k} shows it); commit or stash your work on main, then run again"
     )
 
 

@@ -349,6 +349,7 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
     assert [r["status"] for r in rows] == ["failed"]
     assert rows[0]["reason"].startswith("accepted by the gate, not applied: ")
     assert "refs/harnessopt/failed/round-1" in rows[0]["reason"] and "\n" not in rows[0]["reason"]
+    assert f"(harnessopt diff {ws.resolve()} 1 shows it)" in rows[0]["reason"]  # not "diff WS K"
     assert git(ws, "rev-parse", "refs/harnessopt/failed/round-1")
     assert git(ws, "tag", "--list", "ho/round-1") == ""  # no tag on a commit main never held
     assert git(ws, "rev-parse", "HEAD") == mine and git(ws, "rev-parse", "main") == (
