@@ -202,5 +202,14 @@ def run_parts(ws: Workspace, svc: Services) -> dict[str, str]:
         "sandbox": sandbox,
         "executor": executor,
         "target": f"{cfg.model.provider}:{cfg.model.target}",
-        "optimizer": cfg.optimizer.label,
+        "optimizer": cfg.optimizer.label + (" (a scripted model)" if _scripted_optimizer(cfg) else ""),
     }
+
+
+def _scripted_optimizer(cfg: Config) -> bool:
+    """Whether the optimizer's calls are answered by the scripted model: its backend's name (say
+    anthropic) would otherwise read as that API being called."""
+    return (
+        cfg.optimizer.backend not in ("manual", "command")
+        and (cfg.optimizer.provider or cfg.model.provider) == "scripted"
+    )
