@@ -19,7 +19,7 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR, Journal
-from harnessopt.objective.trigger import default_objective, round_tasks
+from harnessopt.objective.trigger import default_objective, is_trigger_task, round_tasks
 from harnessopt.protocols import Task
 from harnessopt.workspace import flags
 from harnessopt.workspace.skillspec import read_skill
@@ -221,6 +221,15 @@ def init_workspace(
     check_splits(tasks, suggest=works, ratio_applies=any(t.split == UNASSIGNED for t in loaded))
     if "objective" not in cfg.model_fields_set:  # trigger tasks only: objective trigger; some: both
         cfg = cfg.model_copy(update={"objective": default_objective(tasks)})
+    if cfg.objective == "both":  # each objective has its own gate, on its own val tasks
+        val = [t for t in tasks if t.split == "val"]
+        n_trigger = sum(is_trigger_task(t) for t in val)
+        if min(n_trigger, len(val) - n_trigger) < MIN_VAL_TASKS:
+            raise UserError(
+                f"objective both: val holds {len(val) - n_trigger} task(s) of the task objective and {n_trigger} "
+                f"trigger task(s); each objective's gate needs at least {MIN_VAL_TASKS} val tasks for its smoke "
+                "test: add tasks of the kind that is short, or give each kind a workspace of its own"
+            )
     cfg = cfg.model_copy(update={"template": template})
     needs = template_image(template)  # the image the template runs in, unless the config names one
     if needs and "image" not in cfg.rollout.model_fields_set:

@@ -136,6 +136,18 @@ class TaskLine(BaseModel):
             _fail(f"'input' of task {info.data.get('id')!r} is empty")
         return value
 
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _answer(cls, value: Any, info: ValidationInfo) -> Any:
+        # {"trigger": "yes"} read as a task objective's answer made the file a mix of objectives
+        # (objective both), one of them with the tasks' val too small to judge
+        if isinstance(value, dict) and set(value) == {"trigger"} and not isinstance(value["trigger"], bool):
+            _fail(
+                f'task {info.data.get("id")!r}: a trigger task\'s answer is {{"trigger": true}} or '
+                f'{{"trigger": false}}, got {{"trigger": {json.dumps(value["trigger"])}}}'
+            )
+        return value
+
     @field_validator("split", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:

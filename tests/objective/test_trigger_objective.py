@@ -152,3 +152,43 @@ def test_the_brief_says_what_a_trigger_round_may_change() -> None:
     assert "## Objective: trigger" in brief and "ONLY the `description`" in brief
     assert "## Objective" not in render_brief(1, "skill", ["skill/**"], OptimizerConfig())
     assert "Both are gated" in render_brief(1, "skill", ["skill/**"], OptimizerConfig(), objective="both")
+
+
+def _trigger_file(tmp_path: Path, rows: list[dict[str, object]]) -> tuple[Path, Path]:
+    import json
+
+    from tests.support.cli import write_example
+
+    skill, _ = write_example(tmp_path)
+    tasks = tmp_path / "mixed.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return skill, tasks
+
+
+def test_a_mistyped_trigger_answer_is_refused_not_read_as_another_objective(tmp_path: Path) -> None:
+    """{"trigger": "yes"} was a task objective's answer: the file became objective both, with one
+    val task for one gate and four for the other, and rounds no gate could accept."""
+    from harnessopt.workspace.core import init_workspace
+
+    rows = [{"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i != 0 or "yes"}} for i in range(12)]
+    skill, tasks = _trigger_file(tmp_path, rows)
+    with pytest.raises(UserError, match=r'mixed.jsonl:1: task \'y0\': .*got \{"trigger": "yes"\}'):
+        init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
+    assert not (tmp_path / "ws").exists()
+
+
+def test_objective_both_needs_val_tasks_of_each_kind(tmp_path: Path) -> None:
+    from harnessopt.workspace.core import init_workspace
+
+    rows = [
+        {"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i % 2 == 0}, "split": "val"}
+        for i in range(6)
+    ]
+    rows += [
+        {"id": f"t{i}", "input": f"Echo {i}", "answer": str(i), "split": "train" if i else "val"}
+        for i in range(6)
+    ]
+    skill, tasks = _trigger_file(tmp_path, rows)
+    with pytest.raises(UserError, match="val holds 1 task.* of the task objective and 6 trigger task"):
+        init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
+    assert not (tmp_path / "ws").exists()

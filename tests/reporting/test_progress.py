@@ -149,4 +149,6 @@ def test_a_rounds_optimizer_turns_are_printed_where_they_happened(tmp_path: Path
     (smoke,) = [i for i, line in enumerate(lines) if line.startswith("round 1: smoke test")]
     assert turns and reading < min(turns) and max(turns) < smoke, "\n".join(lines)
     # the backend's name alone read as the Anthropic API being called
-    assert any(line.endswith("optimizer anthropic:scripted-demo-optimizer (a scripted model)") for line in lines)
+    assert any(
+        line.endswith("optimizer anthropic:scripted-demo-optimizer (a scripted model)") for line in lines
+    )
