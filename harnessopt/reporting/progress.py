@@ -310,6 +310,14 @@ def _short(text: str) -> str:
 # --------------------------------------------------------------------------- round summary
 
 
+def _clipped(text: str, chars: int) -> str:
+    """``text`` cut at a word's end with "...", never inside a number ("max_cost=0.01" read as 0)."""
+    if len(text) <= chars:
+        return text
+    cut = text[: chars - 3]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + " ..."
+
+
 def round_lines(m: RoundManifest) -> list[str]:
     """One summary line per round (status, val, Δ against the dead zone, fixed/broken, cost), and
     a line naming the writes outside the whitelist that were discarded, when there were any."""
@@ -318,7 +326,7 @@ def round_lines(m: RoundManifest) -> list[str]:
         parts.append(f"val {m.val_score:.3f} (Δ {m.delta:+.3f} vs dead zone {m.dead_zone:.3f})")
         parts.append(f"fixed {len(m.fixed)} / broken {len(m.broken)}")
     else:
-        parts.append(m.reason.splitlines()[0][:120] if m.reason else "")
+        parts.append(_clipped(m.reason.splitlines()[0], 120) if m.reason else "")
     calls = sum(u.calls for u in m.tokens.values())
     tokens = sum(u.input + u.output for u in m.tokens.values())
     guessed = sum(u.estimated_calls for u in m.tokens.values())

@@ -152,3 +152,11 @@ def test_a_rounds_optimizer_turns_are_printed_where_they_happened(tmp_path: Path
     assert any(
         line.endswith("optimizer anthropic:scripted-demo-optimizer (a scripted model)") for line in lines
     )
+
+
+def test_a_long_reason_is_cut_at_a_word_not_inside_a_number() -> None:
+    """ "only $0.0100 of budget.max_cost=0.01 remain" was cut to "...max_cost=0": a budget of 0."""
+    reason = "budget: this call may use up to $0.3316 (its largest reply at list price) but only $0.0100 of budget.max_cost=0.01 remain"
+    m = RoundManifest(round=5, status="failed", reason=reason)
+    (line,) = round_lines(m)
+    assert "budget.max_cost=0.01 ... | 0 calls" in line
