@@ -381,6 +381,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UserError(unpriced)
     if a.dry_run:  # no lock, no model call, nothing written
         from harnessopt.reporting.projection import project
+        from harnessopt.round.services import preflight
+
+        preflight(ws.root, ws.cfg)  # what the run would refuse at its start
 
         for line in project(ws, a.rounds).table():
             say(line)

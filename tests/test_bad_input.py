@@ -351,3 +351,19 @@ def test_a_skill_with_a_link_to_a_file_outside_it(tmp_path: Path) -> None:
     (skill / "references" / "same.md").symlink_to(skill / "references" / "notes.md")
     assert cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks).returncode == 0
     assert (tmp_path / "ws" / "skill" / "references" / "same.md").read_text() == "notes\n"
+
+
+@pytest.mark.parametrize("setting, needle", [
+    (("--sandbox", "local"), "--unsafe-host-optimizer"),  # without it
+    (("-c", "model.provider=scripted", "-c", "model.script=missing.yaml"), "missing.yaml does not exist"),
+])  # fmt: skip
+def test_a_dry_run_refuses_what_the_run_it_prints_would(
+    ws: Path, setting: tuple[str, ...], needle: str
+) -> None:
+    """`run --dry-run` printed "start it with: harnessopt run ..." for a run that then refused to
+    start; it refuses as the run does."""
+    before = snapshot(ws)
+    dry = cli("run", ws, "--rounds", "1", *setting, "--dry-run", env=ENV)
+    assert_user_error(dry, needle)
+    assert_user_error(cli("run", ws, "--rounds", "1", *setting, env=ENV), needle)
+    _unchanged(ws, before)

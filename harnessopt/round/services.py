@@ -108,6 +108,21 @@ class RoundUsage:
     cost_usd: float
 
 
+def preflight(root: Path, cfg: Config) -> None:
+    """What a run refuses at its start before it spends, asked by ``run --dry-run`` too, whose
+    "start it with" line should be a command that starts: a scripted model's script reads (a
+    model of an API is not made: that imports its SDK, a second of CPU) and an optimizer whose
+    tools would run on this host is allowed there. Builds nothing that calls out or holds a process."""
+    if cfg.model.provider == "scripted":
+        model = model_for(cfg.model, root, needs_tools=cfg.template == "tool-agent", warn=lambda _m: None)
+        if cfg.optimizer.backend != "manual" and (cfg.optimizer.provider or "scripted") == "scripted":
+            optimizer_model_for(cfg, root, model)
+    if cfg.rollout.sandbox == "local":  # auto is resolved by probing the engine: the run says
+        from harnessopt.optimizer import check_placement
+
+        check_placement(cfg.optimizer, on_host=True, announce=lambda _m: None)
+
+
 @contextmanager
 def open_services(
     root: Path,
