@@ -195,13 +195,25 @@ def status_lines(ws: Workspace) -> list[str]:
     for r in rounds:
         counts[r.status] = counts.get(r.status, 0) + 1
     head = vcs.head_sha(ws.repo)
+    # the incumbent is main's commit, which a run starts from, wherever HEAD was checked out
+    main = (
+        ws.repo.git.rev_parse("--verify", "-q", "refs/heads/main")
+        if vcs.ref_exists(ws.repo, "refs/heads/main")
+        else head
+    )
     best = ledger.best(ws.repo)
-    at = next((r for r in records if r.commit == head), None)
+    at = next((r for r in records if r.commit == main), None)
     lines = [
         f"workspace: {ws.root} (mode {ws.cfg.mode}, template {ws.cfg.template}, "
         f"model {ws.cfg.model.provider}:{ws.cfg.model.target})",
         f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
-        f"incumbent: {head[:10]}" + (f" = round {at.round}" if at else _not_a_round(ws, head)),
+        f"incumbent: {main[:10]}"
+        + (f" = round {at.round}" if at else _not_a_round(ws, main))
+        + (
+            f" (main; HEAD is at {head[:10]}: a run starts only with main checked out)"
+            if head != main
+            else ""
+        ),
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
         f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]

@@ -1,0 +1,27 @@
+"""`harnessopt status` and `log` (harnessopt.reporting.log) as a workspace's git state changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harnessopt.reporting.log import status_lines
+from harnessopt.workspace.core import Workspace
+from tests.support.cli import git
+from tests.support.workspace import make_ws
+
+
+def test_status_names_mains_commit_as_the_incumbent_wherever_head_is(tmp_path: Path) -> None:
+    """With another commit checked out, status called HEAD the incumbent, while a run starts from
+    main (and refuses to start off it)."""
+    ws = make_ws(tmp_path)
+    main = git(ws, "rev-parse", "main")
+    git(ws, "checkout", "-q", "--detach")
+    (ws / "NOTES.md").write_text("trying something\n")
+    git(ws, "add", "NOTES.md")
+    git(ws, "commit", "-qm", "an experiment off main")
+    head = git(ws, "rev-parse", "HEAD")
+    (line,) = [x for x in status_lines(Workspace.open(ws)) if x.startswith("incumbent:")]
+    assert line.startswith(f"incumbent: {main[:10]} = round 0 (main; HEAD is at {head[:10]}")
+    git(ws, "checkout", "-q", "main")
+    (line,) = [x for x in status_lines(Workspace.open(ws)) if x.startswith("incumbent:")]
+    assert line == f"incumbent: {main[:10]} = round 0"
