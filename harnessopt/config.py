@@ -426,6 +426,16 @@ class Config(_Strict):
     """USD per million tokens [input, output] by model-name glob, before the built-in table."""
 
     @property
+    def price_table(self) -> dict[str, tuple[float, float]]:
+        """``prices`` as numbers, (input, output) USD per million tokens by model-name glob."""
+        return {glob: (float(p[0]), float(p[1])) for glob, p in self.prices.items()}
+
+    @property
+    def optimizer_provider(self) -> str:
+        """The provider the optimizer's calls go to: ``optimizer.provider``, else the target's."""
+        return self.optimizer.provider or self.model.provider
+
+    @property
     def explore_steps(self) -> int:
         """Steps a round chains (0: one proposal a round): ``search.explore``, or when it is null
         ``DEFAULT_EXPLORE`` where a chain can run (one candidate a round, the task objective)."""

@@ -77,10 +77,10 @@ def unpriced_budget(cfg: Config, with_optimizer: bool = True) -> str | None:
     """
     if cfg.budget.max_cost is None:
         return None
-    prices = {glob: (float(p[0]), float(p[1])) for glob, p in cfg.prices.items()}
+    prices = cfg.price_table
     roles = [("model.target", cfg.model.target, cfg.model.provider)]
     if with_optimizer and cfg.optimizer.backend != "manual":
-        roles.append(("optimizer.model", cfg.optimizer.model, cfg.optimizer.provider or cfg.model.provider))
+        roles.append(("optimizer.model", cfg.optimizer.model, cfg.optimizer_provider))
     for setting, model, provider in roles:
         if provider != "scripted" and price_of(model, prices) is None:
             return (
@@ -194,8 +194,7 @@ class LeasePolicy:
         """The policy of a run: the target and optimizer models of ``cfg``, its limits."""
         models = {"target": cfg.model.target, "optimizer": cfg.optimizer.model}
         built = cls.build(cfg.budget, cfg.gateway, models, cfg.model.allow_server_tools)
-        prices = {glob: (float(p[0]), float(p[1])) for glob, p in cfg.prices.items()}
-        return replace(built, prices=prices)
+        return replace(built, prices=cfg.price_table)
 
     def of(self, role: str) -> RolePolicy:
         """The rules of ``role`` (the target's for a role without its own)."""

@@ -206,17 +206,16 @@ def _duration(s: float) -> str:
 def run_models(cfg: Config) -> dict[str, dict[str, Any]]:
     """The models a run's rounds call and their prices (per million tokens, None: none known), as a
     round records them: rates measured with other models or prices do not price this run."""
-    prices = {glob: (float(p[0]), float(p[1])) for glob, p in cfg.prices.items()}
     o = cfg.optimizer
 
     def price(model: str) -> list[float] | None:
-        found = price_of(model, prices)
+        found = price_of(model, cfg.price_table)
         return list(found) if found else None
 
     return {
         "target": {"provider": cfg.model.provider, "model": cfg.model.target, "price": price(cfg.model.target)},
         "optimizer": {
-            "backend": o.backend, "provider": o.provider or cfg.model.provider, "model": o.model, "price": price(o.model),
+            "backend": o.backend, "provider": cfg.optimizer_provider, "model": o.model, "price": price(o.model),
         },
     }  # fmt: skip
 

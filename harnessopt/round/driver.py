@@ -209,7 +209,4 @@ def run_parts(ws: Workspace, svc: Services) -> dict[str, str]:
 def _scripted_optimizer(cfg: Config) -> bool:
     """Whether the optimizer's calls are answered by the scripted model: its backend's name (say
     anthropic) would otherwise read as that API being called."""
-    return (
-        cfg.optimizer.backend not in ("manual", "command")
-        and (cfg.optimizer.provider or cfg.model.provider) == "scripted"
-    )
+    return cfg.optimizer.backend not in ("manual", "command") and cfg.optimizer_provider == "scripted"

@@ -115,7 +115,7 @@ def preflight(root: Path, cfg: Config) -> None:
     tools would run on this host is allowed there. Builds nothing that calls out or holds a process."""
     if cfg.model.provider == "scripted":
         model = model_for(cfg.model, root, needs_tools=cfg.template == "tool-agent", warn=lambda _m: None)
-        if cfg.optimizer.backend != "manual" and (cfg.optimizer.provider or "scripted") == "scripted":
+        if cfg.optimizer.backend != "manual" and cfg.optimizer_provider == "scripted":
             optimizer_model_for(cfg, root, model)
     if cfg.rollout.sandbox == "local":  # auto is resolved by probing the engine: the run says
         from harnessopt.optimizer import check_placement

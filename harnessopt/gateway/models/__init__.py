@@ -130,7 +130,7 @@ def optimizer_model_config(cfg: Config) -> ModelConfig:
     same = o.provider is None or o.provider == m.provider
     return m.model_copy(
         update={
-            "provider": o.provider or m.provider,
+            "provider": cfg.optimizer_provider,
             "target": o.model,
             "base_url": o.base_url or (m.base_url if same else None),
             "api_key_env": o.api_key_env or (m.api_key_env if same else None),
