@@ -334,11 +334,10 @@ def cmd_init(a: argparse.Namespace) -> int:
     from harnessopt.gate import noise_floor as noisefloor
     from harnessopt.workspace.core import Workspace, init_workspace
     from harnessopt.workspace.tasks import load_tasks, small_file_split
-    from harnessopt.workspace.templates import unknown_template
 
-    if unknown := unknown_template(a.template):
-        raise UserError(unknown)
-    cfg = Config(template=a.template, checks=ChecksConfig(skill_rules_off=a.skill_rules_off))
+    # the template is init_workspace's to check and set: a config built with an unknown one would
+    # fail its validation with a traceback before that check
+    cfg = Config(checks=ChecksConfig(skill_rules_off=a.skill_rules_off))
     init_workspace(
         a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, config=cfg, announce=say,
         check_folder_name=True,
