@@ -44,7 +44,10 @@ Strategies (the same worlds and proposal streams for all):
   ``checkpoints.TASKS`` fixed train tasks (the chain's start not scored; a head scored this round
   is not run again, a later round scores afresh), and so does the end; the best scored state is
   validated instead of the end when it scored more than ``checkpoints.MARGIN`` above it
-  (``checkpoints.Marks.pick``), and the plan reserves a checkpoint's runs with each step. Below
+  (``checkpoints.Marks.pick``), and the plan reserves a checkpoint's runs with each step. Where it
+  pays for ``checkpoints.WIDE.validations`` (10,000 rollouts and more here), the pick is wider
+  (``checkpoints.WIDE``): chains of 300 steps, checkpoints on all TRAIN train tasks, a margin of
+  0.03 (``search.checkpoint_tasks`` and ``search.checkpoint_margin`` null). Below
   that switch (``search.ties_move`` null) a step level with its base on its screen moves the chain
   too (``explore.step_floor``); above it, and in a run of counted rounds, only a strictly better one.
 * default, a step moves the chain only when strictly better [the default before ties moved]: the
@@ -172,7 +175,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -321,19 +324,39 @@ class Strategy:
         (``search.length.chain_length``) at this price of an optimizer turn, in rollouts, and m = M."""
         return self.length(turn)[0]
 
-    def length(self, turn: int, budget: int | None = None) -> tuple[int, int, int, bool]:
-        """(steps a round chains, train tasks a step screens on beyond the batch, steps between its
-        checkpoints, whether a step level with its base moves the chain): ``search.explore``,
-        ``search.screen_tasks``, ``search.checkpoints`` and ``search.ties_move`` (null: none, off),
-        or where explore is null the shipped rule (``search.length.chain_length``, with TRAIN train
-        tasks) at this price of a turn and with this budget (None: a run without one)."""
+    def length(self, turn: int, budget: int | None = None) -> Chain:
+        """The chain a round runs: ``search.explore``, ``search.screen_tasks``,
+        ``search.checkpoints``, ``search.ties_move``, ``search.checkpoint_tasks`` and
+        ``search.checkpoint_margin`` (null: none, off, the checkpoints' own), or where explore is
+        null the shipped rule (``search.length.chain_length``, with TRAIN train tasks) at this price
+        of a turn and with this budget (None: a run without one)."""
         s = self.search
         if s.explore is not None:
-            return s.explore, s.screening_only, s.checkpoint_every, bool(s.ties_move)
+            tasks = checkpoints.runs(TRAIN, s.checkpoint_every, checkpoints.tasks_of(s))
+            every, ties = s.checkpoint_every, bool(s.ties_move)
+            return Chain(s.explore, s.screening_only, every, ties, tasks, checkpoints.margin_of(s))
         limit = {"max_cost": float(budget)} if budget else {}
         cfg = Config(search=s, gate=self.gate or GateConfig(), budget=limit)
         got = chain_length(cfg, prices(turn), M, TRAIN)
-        return self.steps or got.steps, got.screen_tasks, got.checkpoints, got.ties_move
+        return Chain(
+            self.steps or got.steps,
+            got.screen_tasks,
+            got.checkpoints,
+            got.ties_move,
+            got.checkpoint_tasks,
+            got.checkpoint_margin,
+        )
+
+
+class Chain(NamedTuple):
+    """What ``Strategy.length`` says a round chains (``search.length.ChainLength``'s fields)."""
+
+    steps: int  # steps a round chains
+    extra: int  # train tasks a step screens on beyond the batch
+    every: int  # steps between its checkpoints (0: none)
+    ties: bool  # a step level with its base on its screen moves the chain
+    tasks: int = 0  # fixed train tasks a checkpoint runs (0: none)
+    margin: float = checkpoints.MARGIN  # how far above the end the pick must score
 
 
 FREE_TURN = 1e-9  # what the rule is told a free turn costs, in rollouts (it weighs no unpriced call)
@@ -713,7 +736,7 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     ):
         st = dataclasses.replace(st, steps=0, checkpoints=(0, 0))  # below the switch: the default
     assert st.policy is not None and st.gate is not None
-    steps, extra, every, ties = st.length(turn, budget if rounds is None else None)
+    steps, extra, every, ties, tasks_s, margin_s = st.length(turn, budget if rounds is None else None)
     floor = step_floor(ties)  # the shipped step's rule (search.ties_move)
     pol, res, carry = st.policy, Result(), st.kind == "explore"
     gate, rng = pol.make(), np.random.default_rng([seed, 21, 4])
@@ -728,8 +751,8 @@ def run_explore(st: Strategy, w: World, seed: int, budget: int, rounds: int | No
     # two_states: its gates at half the alpha, with both looks and with one
     halves = [make_gate(halve(st.gate)), make_gate(one_look(halve(st.gate)))] if st.two_states else []
     # checkpoints: a tried row's, or the shipped ones (search.checkpoints), scored once a round
-    margin: float | None = checkpoints.MARGIN
-    tasks_s, score_start = checkpoints.runs(TRAIN, every), False
+    margin: float | None = margin_s
+    score_start = False
     if st.checkpoints != (0, 0):
         (tasks_s, every), margin, score_start = st.checkpoints, st.margin, st.score_start
     marks = Checkpoints(w.train[-tasks_s:], per_round=not st.checkpoints[0]) if tasks_s else None

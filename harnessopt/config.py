@@ -257,21 +257,30 @@ class SearchConfig(_Strict):
     (none: the best screened candidate always is)."""
     archive: int = Field(4, ge=0)
     """Candidates of earlier rounds that won on some train tasks offered to a later brief to merge (0: none)."""
-    explore: int | None = Field(None, ge=0, le=150)
+    explore: int | None = Field(None, ge=0, le=300)
     """Proposals chained in a round, each built on the last one that beat its base on a train batch;
     only the chain's end (or with ``checkpoints`` its pick) is validated (0: off, one proposal a
     round; docs/optimizer.md, "Explore"). Null (the default): a run chains as many steps as
     validating a chain's end costs in steps, from the projection's prices, 3 to 50
     (``search.length.chain_length``; the run says what it chose), 150 where the run's budget switches
-    checkpoints on, or 0 when search.candidates > 1 or the objective is not task
-    (``Config.explore_steps``)."""
-    checkpoints: int | None = Field(None, ge=0, le=150)
-    """Every this many steps a chain's head runs once on 50 fixed train tasks (``search.checkpoints``:
-    the same tasks all run), and so does its end; the best scored state is validated instead of the
-    end when it scored more than 0.04 above it (0: off, the end is validated; docs/optimizer.md,
-    "Explore" 8). Null (the default): every 10 steps of 150-step chains where ``search.explore`` is
-    null, the train split has 50 tasks and the run's budget pays for 2 whole validations (both looks,
-    the whole bank); else off (``search.length.chain_length``; the run says what it chose)."""
+    checkpoints on (300 where it pays for 6 whole validations), or 0 when search.candidates > 1 or
+    the objective is not task (``Config.explore_steps``)."""
+    checkpoints: int | None = Field(None, ge=0, le=300)
+    """Every this many steps a chain's head runs once on fixed train tasks (``checkpoint_tasks``: the
+    same tasks all run), and so does its end; the best scored state is validated instead of the end
+    when it scored more than ``checkpoint_margin`` above it (0: off, the end is validated;
+    docs/optimizer.md, "Explore" 8). Null (the default): every 10 steps of 150-step chains where
+    ``search.explore`` is null, the train split has 50 tasks and the run's budget pays for 2 whole
+    validations (both looks, the whole bank), of 300-step chains where it pays for 6; else off
+    (``search.length.chain_length``; the run says what it chose)."""
+    checkpoint_tasks: int | None = Field(None, ge=1, le=1000)
+    """Fixed train tasks a checkpoint runs the chain's head on (at most the train split's). Null (the
+    default): 50, and all of them up to 100 where checkpoints are switched on by a budget that pays
+    for 6 whole validations (``search.length.chain_length``)."""
+    checkpoint_margin: float | None = Field(None, ge=0.0, le=1.0)
+    """How far above the chain's end (in mean score on the checkpoint's tasks) the best scored state
+    must be to be validated instead of it. Null (the default): 0.04, and 0.03 where checkpoints are
+    switched on by a budget that pays for 6 whole validations."""
 
     ties_move: bool | None = None
     """Whether a chain's step whose candidate ties its base on the train batch (the same mean score)
@@ -293,6 +302,13 @@ class SearchConfig(_Strict):
             raise ValueError(
                 "search.ties_move is about the steps of a chain and this config chains none (search.explore: 0 "
                 "or search.candidates > 1); leave it out, or chain (search.explore null or 2 or more)"
+            )
+        picked = [f for f in ("checkpoint_tasks", "checkpoint_margin") if getattr(self, f) is not None]
+        if picked and (self.checkpoints == 0 or self.explore == 0 or self.candidates > 1):
+            raise ValueError(
+                f"search.{picked[0]} is about a chain's checkpoints and this config holds none "
+                "(search.checkpoints: 0, search.explore: 0 or search.candidates > 1); leave it out, or "
+                "chain with checkpoints (search.explore and search.checkpoints null or a number)"
             )
         if self.checkpoints and (self.explore == 0 or self.candidates > 1):
             raise ValueError(

@@ -354,7 +354,7 @@ def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: i
         every = s.checkpoint_every  # the checkpoints, the end's included, at the share that ran
         scoring = (
             checkpoints.held(steps, every)
-            * checkpoints.runs(n_train, every)
+            * checkpoints.runs(n_train, every, checkpoints.tasks_of(s))
             * rates.get("checkpoint_share", 1.0)
         )
         return steps * tasks * rates.get("screened_share", 1.0) + (steps - 1) * tasks + extra + scoring

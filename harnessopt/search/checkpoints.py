@@ -4,9 +4,10 @@ A chain keeps a step when it beats its base on a train batch, and every kept ste
 a lucky one: over a long chain the head drifts, and its end can be worse than a state it passed
 through. GEPA-style scores every state on the same tasks and keeps the best; checkpoints do that on
 train, which is not val, so the pick costs the val gate nothing. Every ``every`` steps the head
-runs once on ``TASKS`` fixed train tasks (the same tasks for every state of the run, ``fixed``), and
-so does the chain's end; the best scored state is validated instead of the end only when it scored
-more than ``MARGIN`` above it (a state chosen from several by its score is flattered by it, and the
+runs once on fixed train tasks (``search.checkpoint_tasks``, ``TASKS`` where no rule or person set
+it; the same tasks for every state of the run, ``fixed``), and so does the chain's end; the best
+scored state is validated instead of the end only when it scored more than
+``search.checkpoint_margin`` above it (``MARGIN`` where unset; a state chosen from several by its score is flattered by it, and the
 end is what the chain's last steps were kept on). The chain's start is not scored, except where a
 checkpoint finds the head has not moved from it.
 
@@ -21,7 +22,11 @@ with both looks and the whole bank to measure), chains of ``LONG_STEPS`` steps w
 every ``EVERY``; below that, and in a run without a budget, the chain's end as before. The yield
 benchmark (``benchmarks/run_yield.py``; docs/gate.md, "Yield") chose the threshold: at 2,000
 rollouts (1.35 validations at m = 50) checkpoints cost 0.02-0.10 of true gain in every form tried,
-and from 5,000 (3.37) they pay.
+and from 5,000 (3.37) they pay. Where it pays for ``WIDE.validations`` (10,000 rollouts at m = 50
+pay for 6.7), the pick is wider (``WIDE``): chains of 300 steps, each checkpoint on all the train
+tasks up to 100, and a margin of 0.03. There the default commits about once a run, so the first
+chain's pick decides the run: a pick on more tasks and a longer chain to pick from are what the
+yield benchmark's larger tables found worth paying for (docs/gate.md, "Yield").
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from harnessopt.config import SearchConfig
 from harnessopt.protocols import Task, TaskResult
 
 LONG_STEPS = 150  # a chain's steps where checkpoints are switched on by budget
@@ -40,12 +46,37 @@ MARGIN = 0.04  # the best scored state replaces the chain's end only when above 
 SWITCH_VALIDATIONS = 2.0  # on by budget where the run's budget pays for this many whole validations
 
 
-def fixed(split: Sequence[Task]) -> list[Task]:
-    """The train tasks every checkpoint of a run scores on: ``TASKS`` of the train split, a fixed
+@dataclass(frozen=True)
+class Pick:
+    """How a chain's pick is made where the budget switches checkpoints on."""
+
+    steps: int  # the chain's steps
+    tasks: int  # fixed train tasks a checkpoint runs (at most the train split's)
+    margin: float  # the best scored state replaces the end only when above it by more than this
+    validations: float  # on where the run's budget pays for this many whole validations
+
+
+NARROW = Pick(LONG_STEPS, TASKS, MARGIN, SWITCH_VALIDATIONS)
+WIDE = Pick(300, 100, 0.03, 6.0)  # where the budget pays for 6 whole validations: a wider pick
+
+
+def tasks_of(search: SearchConfig) -> int:
+    """The fixed train tasks a checkpoint runs as the run goes (``search.checkpoint_tasks``; null,
+    where no rule filled it in: ``TASKS``)."""
+    return search.checkpoint_tasks or TASKS
+
+
+def margin_of(search: SearchConfig) -> float:
+    """The margin the pick must beat the end by (``search.checkpoint_margin``; null: ``MARGIN``)."""
+    return MARGIN if search.checkpoint_margin is None else search.checkpoint_margin
+
+
+def fixed(split: Sequence[Task], count: int = TASKS) -> list[Task]:
+    """The train tasks every checkpoint of a run scores on: ``count`` of the train split, a fixed
     shuffle (the same in every round and every run of the workspace)."""
     tasks = sorted(split, key=lambda t: t.id)
     random.Random(0).shuffle(tasks)
-    return tasks[:TASKS]
+    return tasks[:count]
 
 
 def held(steps: int, every: int) -> int:
@@ -54,9 +85,10 @@ def held(steps: int, every: int) -> int:
     return (steps - 1) // every + 1 if every else 0
 
 
-def runs(n_train: int, every: int) -> int:
-    """Runs one checkpoint takes with ``n_train`` train tasks (0 when checkpoints are off)."""
-    return min(TASKS, n_train) if every else 0
+def runs(n_train: int, every: int, count: int = TASKS) -> int:
+    """Runs one checkpoint on ``count`` fixed tasks takes with ``n_train`` train tasks (0 when
+    checkpoints are off)."""
+    return min(count, n_train) if every else 0
 
 
 def score(results: Sequence[TaskResult]) -> float:

@@ -163,7 +163,8 @@ def explore(
     batch, more = screen_tasks(split, train, extra, rc.k)  # the round's batch and screening-only tasks
     base, base_runs, chain = head.candidate if head else rc.incumbent, train, list[Proposed]()
     every = svc.cfg.search.checkpoint_every
-    marks = _Marks(svc, rc, base, checkpoints.fixed(split) if every else [], say)
+    fixed = checkpoints.fixed(split, checkpoints.tasks_of(svc.cfg.search)) if every else []
+    marks = _Marks(svc, rc, base, fixed, say)
     if more:
         # the start runs the screening-only tasks too, while step 1's optimizer works (it reads
         # only the round's batch); step 1's screening collects them
@@ -230,7 +231,7 @@ def explore(
     picked = chain
     if every:  # the end scored too; the chain's pick is the state validated
         marks.score(chain, "the end")
-        picked = chain[: marks.choose(chain, head)]
+        picked = chain[: marks.choose(chain, head, checkpoints.margin_of(svc.cfg.search))]
         found.checkpoints, found.checkpoints_run = len(marks.scored), marks.ran
     _end(picked, head, marks if every else None)
     ws.journal.write(

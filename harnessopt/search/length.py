@@ -29,7 +29,9 @@ a person makes every step: the chain is ``MIN_STEPS`` long, with no checkpoints.
 Where the run's budget pays for ``checkpoints.SWITCH_VALIDATIONS`` whole validations and
 ``search.checkpoints`` is null, the chain is ``checkpoints.LONG_STEPS`` long whatever the price,
 and its head is scored every ``checkpoints.EVERY`` steps (``search.checkpoints``): a long chain
-drifts, and the pick validates the state it drifted from. Where a budget pays for fewer, a run
+drifts, and the pick validates the state it drifted from. Where it pays for
+``checkpoints.WIDE.validations``, the pick is wider: ``checkpoints.WIDE`` sets the chain's steps,
+the checkpoint's tasks (``search.checkpoint_tasks``) and its margin (``search.checkpoint_margin``). Where a budget pays for fewer, a run
 validates about once, and with ``search.ties_move`` null a step level with its base on the batch
 moves the chain too: a chain that moves only on a gain 8 tasks can see barely moves before that
 one validation (the yield benchmark: above the strict step at 2,000 rollouts, below it where
@@ -44,6 +46,7 @@ from dataclasses import dataclass, replace
 from harnessopt.config import Config
 from harnessopt.protocols import Usage
 from harnessopt.search import budget, checkpoints
+from harnessopt.search.checkpoints import MARGIN
 
 MIN_STEPS, MAX_STEPS = 3, 50  # search.explore's bounds when chosen here (the config allows 2 to 50)
 UNPRICED_STEPS = 10  # neither dollars nor tokens say what a step costs: the length before this rule
@@ -59,6 +62,8 @@ class ChainLength:
     unit: str  # what the prices were compared in: "dollars", "tokens" or "" (unpriced)
     screen_tasks: int = 0  # train tasks a step screens on beyond the batch (search.screen_tasks)
     checkpoints: int = 0  # steps between the head's checkpoints (search.checkpoints; 0: off)
+    checkpoint_tasks: int = 0  # fixed train tasks a checkpoint runs (search.checkpoint_tasks; 0: off)
+    checkpoint_margin: float = MARGIN  # how far the pick must beat the end (search.checkpoint_margin)
     validations: float | None = None  # whole validations the run's budget pays for (None: no budget)
     pick: str = ""  # what the chain validates and why checkpoints are on or off: a clause after the length
     ties_move: bool = False  # a step level with its base on the batch moves the chain (search.ties_move)
@@ -101,6 +106,8 @@ def chain_length(cfg: Config, rates: dict[str, float], n_val: int, n_train: int 
             PERSON,
             min(room, s.screening_only),
             checkpoints=s.checkpoints or 0,
+            checkpoint_tasks=_tasks(checkpoints.tasks_of(s), n_train) if s.checkpoints else 0,
+            checkpoint_margin=checkpoints.margin_of(s),
             ties_move=bool(s.ties_move),
         )
     per_run, calls = rates["target_calls_per_run"], rates["optimizer_calls"]
@@ -136,21 +143,35 @@ def _switched(
     cfg: Config, rates: dict[str, float], n_val: int, n_train: int | None, chain: ChainLength
 ) -> ChainLength:
     """``chain`` with its checkpoints and its rule for ties: ``search.checkpoints`` when set; when
-    null, on (a chain of ``checkpoints.LONG_STEPS`` steps, its head scored every
-    ``checkpoints.EVERY``) where the budget pays for ``checkpoints.SWITCH_VALIDATIONS`` whole
-    validations and the train split has ``checkpoints.TASKS`` tasks to score on, else off. And
-    ``search.ties_move`` when set; when null, on where a budget pays for fewer validations."""
+    null, on where the budget pays for ``checkpoints.NARROW.validations`` whole validations and the
+    train split has ``checkpoints.TASKS`` tasks to score on (a chain of ``checkpoints.NARROW.steps``
+    steps, its head scored every ``checkpoints.EVERY``; ``checkpoints.WIDE`` where the budget pays
+    for its validations), else off. And ``search.ties_move`` when set; when null, on where a budget
+    pays for fewer validations."""
+    s = cfg.search
     paid = whole_validations(cfg, rates, n_val)
     short = paid is not None and paid < checkpoints.SWITCH_VALIDATIONS
-    ties = cfg.search.ties_move if cfg.search.ties_move is not None else short
+    ties = s.ties_move if s.ties_move is not None else short
     tied = ""
-    if ties and cfg.search.ties_move is None:
+    if ties and s.ties_move is None:
         tied = "; a step level with its base on the batch moves the chain too (search.ties_move: null)"
     chain = replace(chain, validations=paid, ties_move=ties)
-    every = cfg.search.checkpoints
+    every = s.checkpoints
     if every is not None:
-        note = f", its head scored every {every} steps (search.checkpoints: {every})" if every else ""
-        return replace(chain, checkpoints=every, pick=note + tied)
+        tasks, margin = _tasks(checkpoints.tasks_of(s), n_train), checkpoints.margin_of(s)
+        note = ""
+        if every:
+            note = (
+                f", its head scored every {every} steps on {tasks} fixed train tasks (search.checkpoints: "
+                f"{every})"
+            )
+        return replace(
+            chain,
+            checkpoints=every,
+            checkpoint_tasks=tasks if every else 0,
+            checkpoint_margin=margin,
+            pick=note + tied,
+        )
     need = f"{checkpoints.SWITCH_VALIDATIONS:g} switch them on"
     b = cfg.budget
     if paid is None and (b.max_calls, b.max_tokens, b.max_cost, b.max_hours) != (None,) * 4:
@@ -162,13 +183,29 @@ def _switched(
     elif n_train is not None and n_train < checkpoints.TASKS:
         off = f"the train split has {n_train} tasks to score on, not {checkpoints.TASKS}"
     else:
+        rule = checkpoints.WIDE if paid >= checkpoints.WIDE.validations else checkpoints.NARROW
+        tasks = _tasks(s.checkpoint_tasks or rule.tasks, n_train)
+        margin = rule.margin if s.checkpoint_margin is None else s.checkpoint_margin
+        why = f"{rule.validations:g} {'widen the pick' if rule is checkpoints.WIDE else 'switch them on'}"
         note = (
-            f", its head scored every {checkpoints.EVERY} steps on {checkpoints.TASKS} fixed train tasks and "
-            f"the best scored state validated (search.checkpoints: null; the budget pays for {paid:,.1f} "
-            f"whole validations, {need})"
+            f", its head scored every {checkpoints.EVERY} steps on {tasks} fixed train tasks and the best "
+            f"scored state validated when more than {margin:g} above the end (search.checkpoints: null; "
+            f"the budget pays for {paid:,.1f} whole validations, {why})"
         )
-        return replace(chain, steps=checkpoints.LONG_STEPS, checkpoints=checkpoints.EVERY, pick=note + tied)
+        return replace(
+            chain,
+            steps=rule.steps,
+            checkpoints=checkpoints.EVERY,
+            checkpoint_tasks=tasks,
+            checkpoint_margin=margin,
+            pick=note + tied,
+        )
     return replace(chain, pick=f"; no checkpoints (search.checkpoints: null; {off}){tied}")
+
+
+def _tasks(count: int, n_train: int | None) -> int:
+    """A checkpoint's ``count`` fixed tasks, at most the train split's ``n_train`` (None: unknown)."""
+    return count if n_train is None else min(count, n_train)
 
 
 def screen_extra(turn: float, batch: int) -> int:
@@ -187,12 +224,17 @@ def chooses(cfg: Config) -> bool:
 def with_chain(cfg: Config, chain: ChainLength) -> Config:
     """``cfg`` as a run that chose ``chain`` runs it: ``search.explore`` set to its steps, a null
     ``search.screen_tasks`` to its extra screening tasks, a null ``search.checkpoints`` to its and a
-    null ``search.ties_move`` to its."""
-    update: dict[str, int | bool] = {"explore": chain.steps}
+    null ``search.ties_move`` to its; and where its checkpoints are on, a null
+    ``search.checkpoint_tasks`` and ``search.checkpoint_margin`` to its."""
+    update: dict[str, int | bool | float] = {"explore": chain.steps}
     if cfg.search.screen_tasks is None:
         update["screen_tasks"] = chain.screen_tasks
     if cfg.search.checkpoints is None:
         update["checkpoints"] = chain.checkpoints
+    if chain.checkpoints and cfg.search.checkpoint_tasks is None:
+        update["checkpoint_tasks"] = chain.checkpoint_tasks
+    if chain.checkpoints and cfg.search.checkpoint_margin is None:
+        update["checkpoint_margin"] = chain.checkpoint_margin
     if cfg.search.ties_move is None:
         update["ties_move"] = chain.ties_move
     return cfg.model_copy(update={"search": cfg.search.model_copy(update=update)})

@@ -129,6 +129,38 @@ def test_checkpoints_score_the_chain_on_fixed_train_tasks_and_validate_its_pick(
     assert "checkpoint 1.000: validated: the chain's end" in " ".join(shown.stdout.split())
 
 
+def test_checkpoint_tasks_set_how_many_fixed_train_tasks_each_checkpoint_runs(tmp_path: Path) -> None:
+    """``search.checkpoint_tasks: 12`` of 16 train tasks: each checkpoint that runs scores its state
+    on 12 of them (the run says so), the manifest's screening runs count 12 a checkpoint run, and
+    the projection reserves 12 a checkpoint. ``search.checkpoint_margin: 1`` keeps the end, whatever
+    scored above it."""
+    ws = Workspace.open(
+        make_ws(
+            tmp_path,
+            tasks=with_more_train(tmp_path, 8),
+            model=_script(tmp_path),
+            search={"explore": 3, "checkpoints": 2, "checkpoint_tasks": 12, "checkpoint_margin": 1.0},
+        )
+    )
+    plain = ws.cfg.model_copy(
+        update={
+            "search": ws.cfg.search.model_copy(
+                update={"explore": 0, "checkpoints": 0, "checkpoint_tasks": None, "checkpoint_margin": None}
+            )
+        }
+    )
+    added = project(ws, 1).rounds[0].target_runs - project(ws, 1, plain).rounds[0].target_runs
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    m = result.manifest
+    assert m.search is not None and m.search.checkpoints == 2, m.reason
+    scored = [line for line in said if ": checkpoint after " in line]
+    assert len(scored) == 2 and all(line.endswith(" on 12 fixed train tasks") for line in scored), scored
+    assert m.phases["screening"].runs == 3 * 8 + 12 * m.search.checkpoints_run
+    assert added == pytest.approx(3 * 8 + 2 * 8 + 2 * 12)
+    assert not any("the chain's pick is" in line for line in said)  # a margin of 1: the end, always
+
+
 def test_screening_only_tasks_widen_each_steps_screen_but_not_what_the_optimizer_reads(
     tmp_path: Path,
 ) -> None:

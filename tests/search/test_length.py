@@ -12,7 +12,7 @@ from harnessopt.config import Config, GateConfig, SearchConfig
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
-from harnessopt.search.checkpoints import EVERY, LONG_STEPS, TASKS
+from harnessopt.search.checkpoints import EVERY, LONG_STEPS, MARGIN, TASKS, WIDE
 from harnessopt.search.length import (
     MAX_SCREEN,
     MAX_STEPS,
@@ -213,7 +213,16 @@ def test_checkpoints_are_switched_on_where_the_budget_pays_for_two_whole_validat
     )
     assert on.why().endswith(
         f", its head scored every 10 steps on {TASKS} fixed train tasks and the best scored state validated "
-        "(search.checkpoints: null; the budget pays for 2.0 whole validations, 2 switch them on)"
+        "when more than 0.04 above the end (search.checkpoints: null; the budget pays for 2.0 whole "
+        "validations, 2 switch them on)"
+    )
+    assert (on.checkpoint_tasks, on.checkpoint_margin) == (TASKS, MARGIN)
+    assert (
+        with_chain(Config(), on).search.checkpoint_tasks,
+        with_chain(Config(), on).search.checkpoint_margin,
+    ) == (
+        TASKS,
+        MARGIN,
     )
     below = at(2 * 14.85 - 0.01)
     assert (below.steps, below.checkpoints) == (31, 0)
@@ -234,6 +243,61 @@ def test_checkpoints_are_switched_on_where_the_budget_pays_for_two_whole_validat
     # a number is kept as set, on the rule's length, and 0 is off whatever the budget pays
     assert (at(None, checkpoints=5).steps, at(None, checkpoints=5).checkpoints) == (31, 5)
     assert at(100.0, checkpoints=0).checkpoints == 0 and at(100.0, checkpoints=0).steps == 31
+    # a number set keeps its checkpoints' tasks and margin as set, or the narrow pick's where null
+    five = at(None, checkpoints=5, checkpoint_tasks=20, checkpoint_margin=0.1)
+    assert (five.checkpoint_tasks, five.checkpoint_margin) == (
+        20,
+        0.1,
+    ) and "on 20 fixed train tasks" in five.why()
+    assert (at(100.0, checkpoints=5).checkpoint_tasks, at(100.0, checkpoints=5).checkpoint_margin) == (
+        TASKS,
+        MARGIN,
+    )
+
+
+def test_a_budget_that_pays_for_six_whole_validations_widens_the_pick() -> None:
+    """From six whole validations ($89.10 at $0.01 a run, m = 50) the chain is 300 steps and each
+    checkpoint runs all the train tasks up to 100, the pick beating the end by more than 0.03; a
+    checkpoint never runs more tasks than the train split has; a number set for the tasks or the
+    margin is kept (the rule fills in only a null)."""
+    r = rates(run_usd=0.01, turn_usd=0.01)
+
+    def at(cost: float, n_train: int = 100, **search: Any) -> Any:
+        return chain_length(
+            Config.model_validate({"budget": {"max_cost": cost}, "search": search}), r, M, n_train
+        )
+
+    wide, narrow = at(6 * 14.85 + 0.01), at(6 * 14.85 - 0.01)
+    assert (wide.steps, wide.checkpoints, wide.checkpoint_tasks, wide.checkpoint_margin) == (
+        300,
+        EVERY,
+        100,
+        0.03,
+    )
+    assert (narrow.steps, narrow.checkpoint_tasks, narrow.checkpoint_margin) == (LONG_STEPS, TASKS, MARGIN)
+    assert wide.why().endswith(
+        "on 100 fixed train tasks and the best scored state validated when more than 0.03 above the end "
+        "(search.checkpoints: null; the budget pays for 6.0 whole validations, 6 widen the pick)"
+    )
+    cfg = with_chain(Config(), wide)
+    assert (cfg.search.explore, cfg.search.checkpoints, cfg.search.checkpoint_tasks) == (300, EVERY, 100)
+    assert cfg.search.checkpoint_margin == WIDE.margin
+    assert at(1000.0, n_train=70).checkpoint_tasks == 70  # all the train tasks there are
+    kept = at(1000.0, checkpoint_tasks=40, checkpoint_margin=0.05)
+    assert (kept.steps, kept.checkpoint_tasks, kept.checkpoint_margin) == (300, 40, 0.05)
+    assert (
+        with_chain(Config.model_validate({"search": {"checkpoint_tasks": 40}}), kept).search.checkpoint_tasks
+        == 40
+    )
+
+
+def test_checkpoint_tasks_and_margin_need_checkpoints() -> None:
+    for bad in ({"checkpoints": 0}, {"explore": 0}, {"candidates": 3, "explore": 0}):
+        with pytest.raises(ValueError, match="search.checkpoint_tasks is about a chain's checkpoints"):
+            SearchConfig.model_validate({**bad, "checkpoint_tasks": 30})
+        with pytest.raises(ValueError, match="search.checkpoint_margin is about a chain's checkpoints"):
+            SearchConfig.model_validate({**bad, "checkpoint_margin": 0.02})
+    assert SearchConfig(checkpoints=10, checkpoint_tasks=30).checkpoint_tasks == 30
 
 
 def test_whole_validations_count_the_tightest_limit_and_the_whole_runs_hours() -> None:
@@ -256,16 +320,22 @@ def test_a_config_that_chains_nothing_cannot_set_checkpoints() -> None:
 
 def test_run_dry_run_says_a_budget_switches_checkpoints_on_and_counts_their_runs(tmp_path: Path) -> None:
     """58 train tasks and a budget of a million calls: it pays for many whole validations, so the
-    run would chain 150 steps and score the head every 10 (the projection counts those runs); 200
-    calls pay for less than two, and the chain's end is validated."""
+    run would chain 300 steps and score the head every 10 on all 58 train tasks (the projection
+    counts those runs); 500 calls pay for between two and six, a chain of 150 steps scored on 50;
+    200 calls pay for less than two, and the chain's end is validated."""
     ws = make_ws(tmp_path, tasks=with_more_train(tmp_path, 50), search={"explore": None})
     rich = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_calls=1000000")
     assert rich.returncode == 0, rich.stderr
     [line] = [x for x in rich.stdout.splitlines() if x.startswith("chain: ")]
-    assert line.startswith("chain: 150 steps a round (search.explore: null;")
+    assert line.startswith("chain: 300 steps a round (search.explore: null;")
     assert (
-        ", its head scored every 10 steps on 50 fixed train tasks and the best scored state validated" in line
+        ", its head scored every 10 steps on 58 fixed train tasks and the best scored state validated when "
+        "more than 0.03 above the end" in line
     )
+    mid = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_calls=500")
+    [line] = [x for x in mid.stdout.splitlines() if x.startswith("chain: ")]
+    assert line.startswith("chain: 150 steps a round (search.explore: null;")
+    assert "on 50 fixed train tasks and the best scored state validated when more than 0.04 above" in line
     poor = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_calls=200")
     [line] = [x for x in poor.stdout.splitlines() if x.startswith("chain: ")]
     assert "; no checkpoints (search.checkpoints: null; the budget pays for 1.3 whole validations" in line
@@ -281,12 +351,12 @@ def test_run_dry_run_says_a_budget_switches_checkpoints_on_and_counts_their_runs
         w, 1, on.model_copy(update={"search": on.search.model_copy(update={"checkpoints": 0})})
     )
     assert unscored.chain is not None and unscored.chain.steps < 150
-    # the same 150 steps without checkpoints would cost less by 15 checkpoints of 50 runs
+    # the same 300 steps without checkpoints would cost less by 30 checkpoints of 58 runs
     chain = project(w, 1, on).chain
-    assert chain is not None and (chain.steps, chain.checkpoints) == (150, 10)
-    same = {"checkpoints": 0, "explore": 150, "screen_tasks": chain.screen_tasks}
+    assert chain is not None and (chain.steps, chain.checkpoints, chain.checkpoint_tasks) == (300, 10, 58)
+    same = {"checkpoints": 0, "explore": 300, "screen_tasks": chain.screen_tasks}
     long = on.model_copy(update={"search": on.search.model_copy(update=same)})
-    assert scored - project(w, 1, long).rounds[0].target_runs == pytest.approx(15 * 50)
+    assert scored - project(w, 1, long).rounds[0].target_runs == pytest.approx(30 * 58)
 
 
 def test_ties_move_as_set_whatever_the_budget() -> None:
