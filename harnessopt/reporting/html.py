@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,11 +51,15 @@ def write_report(ws: Workspace, out: Path | None = None) -> Path:
     out = page.parent
     try:
         out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):  # a directory no file can be made in (/proc, /sys)
+            pass
     except (FileExistsError, NotADirectoryError):  # out, or a folder above it, is a file
         raise UserError(
             f"--out: {out} or a folder above it is a file, not a directory; pass a directory or a path "
             "ending in .html"
         ) from None
+    except FileNotFoundError:  # a directory of the kernel's, where no file can be made
+        raise UserError(f"--out: no file can be made in {out}; pass a directory you can write to") from None
     data = report_data(ws)
     plots: dict[str, Path] = {}
     for name, draw in PLOTS.items():

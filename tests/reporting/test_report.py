@@ -166,6 +166,9 @@ def test_report_out_as_a_page_path(demo: Path, tmp_path: Path) -> None:
     assert_user_error(cli("report", demo, "--out", tmp_path / "afile"), "is a file")
     assert_user_error(cli("report", demo, "--out", tmp_path / "afile" / "sub" / "r.html"), "is a file")
     assert snapshot(tmp_path) == before
+    # the kernel's directories exist and take no file: one line, not a traceback
+    assert_user_error(cli("report", demo, "--out", "/proc"), "no file can be made in /proc", "write to")
+    assert_user_error(cli("report", demo, "--out", "/proc/self/r.html"), "no file can be made in /proc/self")
 
 
 @pytest.mark.browser
