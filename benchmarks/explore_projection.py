@@ -129,7 +129,7 @@ def main() -> int:
             print(f"checkpoints run/held, round by round: {' '.join(ran)}")
             # the projection's checkpoint runs (the measured rounds' share of the chain's checkpoints)
             # against those the projected rounds ran
-            each = checkpoints.runs(have + len(extra), a.checkpoints, checkpoints.tasks_of(w.cfg.search))
+            each = checkpoints.runs(w.cfg.search, have + len(extra))
             share = measured_rates([r.manifest for r in past[: a.measured]], w.cfg)["checkpoint_share"]
             held = checkpoints.held(a.explore, a.checkpoints)
             ran_later = sum(r.manifest.search.checkpoints_run for r in later if r.manifest.search)

@@ -332,7 +332,7 @@ class Strategy:
         of a turn and with this budget (None: a run without one)."""
         s = self.search
         if s.explore is not None:
-            tasks = checkpoints.runs(TRAIN, s.checkpoint_every, checkpoints.tasks_of(s))
+            tasks = checkpoints.runs(s, TRAIN)
             every, ties = s.checkpoint_every, bool(s.ties_move)
             return Chain(s.explore, s.screening_only, every, ties, tasks, checkpoints.margin_of(s))
         limit = {"max_cost": float(budget)} if budget else {}

@@ -351,10 +351,10 @@ def _screening_runs(cfg: Config, rates: dict[str, float], n_train: int, batch: i
     extra = min(s.screening_only, n_train - batch)
     if steps:  # each step on its batch and extra tasks, its base on those (all of them after the first)
         tasks = batch + extra
-        every = s.checkpoint_every  # the checkpoints, the end's included, at the share that ran
+        # the checkpoints, the end's included, at the share that ran
         scoring = (
-            checkpoints.held(steps, every)
-            * checkpoints.runs(n_train, every, checkpoints.tasks_of(s))
+            checkpoints.held(steps, s.checkpoint_every)
+            * checkpoints.runs(s, n_train)
             * rates.get("checkpoint_share", 1.0)
         )
         return steps * tasks * rates.get("screened_share", 1.0) + (steps - 1) * tasks + extra + scoring

@@ -156,7 +156,7 @@ def round_can_commit(
     batch = min(cfg.rollout.batch_size, n_train)
     tasks = min(batch + cfg.search.screening_only, n_train)
     if cfg.explore_steps:
-        scoring = checkpoints.runs(n_train, cfg.search.checkpoint_every, checkpoints.tasks_of(cfg.search))
+        scoring = checkpoints.runs(cfg.search, n_train)
         return room_for_step(cfg, rates, spent, tasks, n_val, lacks, seconds_left, scoring)
     k = max(1, cfg.search.candidates)
     train = tasks + k * tasks if k > 1 else batch

@@ -60,15 +60,15 @@ NARROW = Pick(LONG_STEPS, TASKS, MARGIN, SWITCH_VALIDATIONS)
 WIDE = Pick(300, 100, 0.03, 6.0)  # where the budget pays for 6 whole validations: a wider pick
 
 
-def tasks_of(search: SearchConfig) -> int:
-    """The fixed train tasks a checkpoint runs as the run goes (``search.checkpoint_tasks``; null,
-    where no rule filled it in: ``TASKS``)."""
-    return search.checkpoint_tasks or TASKS
+def tasks_of(search: SearchConfig, default: int = TASKS) -> int:
+    """The fixed train tasks a checkpoint runs (``search.checkpoint_tasks``; null, where no rule
+    filled it in: ``default``, the narrow pick's)."""
+    return search.checkpoint_tasks or default
 
 
-def margin_of(search: SearchConfig) -> float:
-    """The margin the pick must beat the end by (``search.checkpoint_margin``; null: ``MARGIN``)."""
-    return MARGIN if search.checkpoint_margin is None else search.checkpoint_margin
+def margin_of(search: SearchConfig, default: float = MARGIN) -> float:
+    """The margin the pick must beat the end by (``search.checkpoint_margin``; null: ``default``)."""
+    return default if search.checkpoint_margin is None else search.checkpoint_margin
 
 
 def fixed(split: Sequence[Task], count: int = TASKS) -> list[Task]:
@@ -85,10 +85,10 @@ def held(steps: int, every: int) -> int:
     return (steps - 1) // every + 1 if every else 0
 
 
-def runs(n_train: int, every: int, count: int = TASKS) -> int:
-    """Runs one checkpoint on ``count`` fixed tasks takes with ``n_train`` train tasks (0 when
-    checkpoints are off)."""
-    return min(count, n_train) if every else 0
+def runs(search: SearchConfig, n_train: int) -> int:
+    """Runs one checkpoint of ``search`` as it runs takes with ``n_train`` train tasks: its fixed
+    tasks (``tasks_of``), at most the train split's (0 when checkpoints are off)."""
+    return min(tasks_of(search), n_train) if search.checkpoint_every else 0
 
 
 def score(results: Sequence[TaskResult]) -> float:

@@ -284,9 +284,7 @@ class _Marks(checkpoints.Marks):
             "fixed train tasks"
         )
 
-    def choose(
-        self, chain: list[Proposed], head: Head | None = None, margin: float = checkpoints.MARGIN
-    ) -> int:
+    def choose(self, chain: list[Proposed], head: Head | None, margin: float) -> int:
         """The kept steps of the chain's pick (``checkpoints.Marks.pick``), said when it is not the end."""
         n = self.pick(margin)
         if n < len(chain):

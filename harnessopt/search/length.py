@@ -184,8 +184,10 @@ def _switched(
         off = f"the train split has {n_train} tasks to score on, not {checkpoints.TASKS}"
     else:
         rule = checkpoints.WIDE if paid >= checkpoints.WIDE.validations else checkpoints.NARROW
-        tasks = _tasks(s.checkpoint_tasks or rule.tasks, n_train)
-        margin = rule.margin if s.checkpoint_margin is None else s.checkpoint_margin
+        tasks, margin = (
+            _tasks(checkpoints.tasks_of(s, rule.tasks), n_train),
+            checkpoints.margin_of(s, rule.margin),
+        )
         why = f"{rule.validations:g} {'widen the pick' if rule is checkpoints.WIDE else 'switch them on'}"
         note = (
             f", its head scored every {checkpoints.EVERY} steps on {tasks} fixed train tasks and the best "

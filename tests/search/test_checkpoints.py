@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from harnessopt.config import SearchConfig
 from harnessopt.optimizer.view import CopyBackResult
 from harnessopt.protocols import Proposal, Task, TaskResult
 from harnessopt.rollout.run_cache import CHECKPOINT_EPOCH
@@ -41,9 +42,13 @@ def test_the_fixed_tasks_are_the_same_whatever_the_splits_order() -> None:
     assert len(chosen) == TASKS and len(set(chosen)) == TASKS
     assert [t.id for t in fixed(list(reversed(split)))] == chosen
     assert len(fixed(split[:12])) == 12  # a small split: all of it
+    every = SearchConfig(checkpoints=10)
     assert (
-        checkpoints.runs(12, 10) == 12 and checkpoints.runs(80, 10) == TASKS and checkpoints.runs(80, 0) == 0
+        checkpoints.runs(every, 12) == 12
+        and checkpoints.runs(every, 80) == TASKS
+        and checkpoints.runs(SearchConfig(checkpoints=0), 80) == 0
     )
+    assert checkpoints.runs(SearchConfig(checkpoints=10, checkpoint_tasks=30), 80) == 30
 
 
 def _result(task: Task, score: float) -> TaskResult:
@@ -102,7 +107,7 @@ def test_a_pick_before_the_end_is_validated_and_the_steps_after_it_say_why_not()
     assert runner.calls == [(n, CHECKPOINT_EPOCH, "screening") for n in ("s2", "s3", "s4")]
     assert (len(marks.scored), marks.ran) == (4, 3)  # the manifest's checkpoints and checkpoints_run
     assert [p.checkpoint for p in chain] == [None, 0.80, 0.75, 0.70]
-    n = marks.choose(chain)
+    n = marks.choose(chain, None, MARGIN)
     assert n == 2 and said[-1] == (
         "round 4: the chain's pick is s2 (0.800 against the end s4's 0.700, more than 0.04 above it): it is "
         "validated, not the end"
@@ -129,7 +134,7 @@ def test_an_end_within_the_margin_of_the_best_is_validated(end: float) -> None:
     marks, _, said = _marks({"s1": 0.80, "s3": end})
     marks.score(chain[:1], "s1")
     marks.score(chain, "the end")
-    assert marks.choose(chain) == 3 and not any("pick" in line for line in said)
+    assert marks.choose(chain, None, MARGIN) == 3 and not any("pick" in line for line in said)
     _end(chain, None, marks)
     assert chain[2].screened is not None and chain[2].screened.reason.startswith(
         f"validated: the chain's end (s1 -> s2 -> s3), scored {end:.3f} on the fixed train tasks"
