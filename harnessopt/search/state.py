@@ -127,6 +127,20 @@ class Search:
             checkpoints_run=self.checkpoints_run,
         )
 
+    def _reason(self, p: Proposed) -> str:
+        """Why ``p`` was or was not validated: a winner the round never reached (a winner ranked
+        above it ended the round, or the round ended first: STOP, the deadline, an error) says so,
+        not the screen's "validated"."""
+        why = _reason(p)
+        if not (p.screened and p.screened.chosen) or p.name in self.validated:
+            return why
+        ended = (
+            f"{', '.join(self.validated)} ended the round before its turn"
+            if self.validated
+            else "the round ended before its validation"
+        )
+        return f"not validated: {ended}; chosen: {why.removeprefix('validated: ')}"[:500]
+
     def _record(self, p: Proposed) -> CandidateRecord:
         s = p.screened
         return CandidateRecord(
@@ -134,13 +148,13 @@ class Search:
             focus=p.focus.label + (f" ({', '.join(p.focus.task_ids)})" if p.focus.task_ids else ""),
             title=p.proposal.summary.splitlines()[0][:200] if p.proposal.summary else "",
             outcome=_outcome(p),
-            reason=_reason(p),
+            reason=self._reason(p),
             changed=p.copied.changed,
             mean_delta=round(s.mean_delta, 6) if s and s.n else None,
             wins=list(s.wins) if s else [],
             losses=list(s.losses) if s else [],
             n=s.n if s else 0,
-            chosen=bool(s and s.chosen),
+            chosen=bool(s and s.chosen) and p.name in self.validated,
             optimizer_tokens=p.proposal.input_tokens + p.proposal.output_tokens,
             ref=p.ref,
             commit=p.commit,
