@@ -67,4 +67,6 @@ def test_a_winner_of_a_round_that_ended_before_validation_is_not_recorded_as_val
     assert not any(c.chosen for c in record.candidates)
     c1 = next(c for c in record.candidates if c.name == "c1")
     assert c1.reason.startswith("not validated: the round ended before its validation; chosen: ranked 1")
-    assert all(visible(c.reason) == c.reason and c.reason.startswith("not validated") for c in record.candidates)
+    assert all(
+        visible(c.reason) == c.reason and c.reason.startswith("not validated") for c in record.candidates
+    )
