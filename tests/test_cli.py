@@ -12,6 +12,7 @@ import yaml
 
 from harnessopt.gateway.models.scripted import ScriptedModel
 from harnessopt.ledger import store as ledger
+from harnessopt.reporting.data import report_data
 from harnessopt.workspace.core import Workspace
 from tests.support.cli import (
     REAL_KEY,
@@ -138,7 +139,17 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     assert report["n"] == 4 and report["gain"] == 1.0 and report["claimed_val_gain"] == 1.0
     again = cli("audit", ws, "--sandbox", "local", env=env)
     assert again.returncode == 2 and "--force" in again.stderr
-    assert git(ws, "for-each-ref", "refs/harnessopt/commands/audit/")
+    # where docs/workspace.md says an audit is kept; and where the versions from the layout change
+    # until its fix kept it: a pair audited there is still refused and still reported
+    ref = git(ws, "for-each-ref", "--format=%(refname)", "refs/harnessopt/audit/")
+    assert ref.startswith("refs/harnessopt/audit/") and len(ref.splitlines()) == 1
+    moved = ref.replace("refs/harnessopt/audit/", "refs/harnessopt/commands/audit/")
+    git(ws, "update-ref", moved, ref)
+    git(ws, "update-ref", "-d", ref)
+    again = cli("audit", ws, "--sandbox", "local", env=env)
+    assert again.returncode == 2 and f"see {moved})" in again.stderr
+    (audit,) = report_data(Workspace.open(ws))["audits"]
+    assert audit["gain"] == 1.0 and audit["ref"] == moved
 
 
 def test_a_refused_api_key_stops_the_run_at_once(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ set to the "on" value and once with the "off" value, every other flag as usual. 
 difference (on minus off) goes through the run's gate exactly as a round's candidate would
 (``audit.paired_decision``): flipped tasks rerun on both sides, the same dead zone. One verdict
 line says whether the flag helps, hurts, or makes no measurable difference; the record is kept
-on ``refs/harnessopt/commands/ablate/<flag>-<head>`` and in the journal.
+on ``refs/harnessopt/ablate/<flag>-<head>`` and in the journal.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from harnessopt.reporting.progress import RunProgress
 from harnessopt.workspace import flags
 from harnessopt.workspace.core import Workspace
 
-ABLATE_REF = "refs/harnessopt/commands/ablate/{flag}-{head}"
+ABLATE_REF = "refs/harnessopt/ablate/{flag}-{head}"
 
 
 def known_flags(ws: Workspace) -> dict[str, str]:

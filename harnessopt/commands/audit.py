@@ -25,7 +25,6 @@ from harnessopt.rollout.runner import Candidate, outcomes
 from harnessopt.round.services import Services, open_services
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
-AUDIT_REF = "refs/harnessopt/commands/audit/{base}-{best}"
 FlagValues = Sequence[tuple[str, str]]
 
 
@@ -42,11 +41,11 @@ def run_audit(
     best = ledger.best(repo).commit
     if base == best:
         raise UserError("ho/best is still round 0: nothing to audit yet; run rounds until one is accepted")
-    ref = AUDIT_REF.format(base=base[:12], best=best[:12])
-    if vcs.ref_exists(repo, ref) and not force:
-        earlier = ledger.manifest_data(str(repo.commit(ref).message))
+    ref = ledger.AUDIT_REF.format(base=base[:12], best=best[:12])
+    if (done := ledger.audit_refs(repo, base, best)) and not force:
+        earlier = ledger.manifest_data(str(repo.commit(done[0]).message))
         raise UserError(
-            f"this pair was audited already (held-out gain {earlier.get('gain', 0):+.3f}, see {ref}); "
+            f"this pair was audited already (held-out gain {earlier.get('gain', 0):+.3f}, see {done[0]}); "
             "auditing again is selection on the test split: pass --force only if you must"
         )
     tests = ws.tasks("test")

@@ -6,7 +6,7 @@ gate sees, judged by the run's gate as in a round (``audit.paired_decision``: fl
 dead zone). Each state is measured once (round k's commit is round k+1's parent) and its val
 outcomes go to the val cache under that model, so a later ``run --target MODEL`` starts from them.
 Each round's verdict is "still helps" (the gate accepts), "hurts" (below minus the dead zone) or
-"no measurable difference"; the report is kept on ``refs/harnessopt/commands/replay/<model>-<head>``.
+"no measurable difference"; the report is kept on ``refs/harnessopt/replay/<model>-<head>``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from harnessopt.rollout.val_cache import ValCache
 from harnessopt.round.services import Services
 from harnessopt.workspace.core import Workspace
 
-REPLAY_REF = "refs/harnessopt/commands/replay/{target}-{head}"
+REPLAY_REF = "refs/harnessopt/replay/{target}-{head}"
 
 
 def run_replay(

@@ -344,10 +344,24 @@ def accepted_along(repo: git.Repo, tip: str) -> Iterator[Round]:
             yield r
 
 
+AUDIT_REF = "refs/harnessopt/audit/{base}-{best}"  # docs/workspace.md, "Git": the audit of a pair
+# where the versions from the package's layout change (2026-12-01) until the fix of 2026-12-06 wrote
+# audits: read as recorded audits, so a pair audited there is not audited again
+MOVED_AUDIT_REF = "refs/harnessopt/commands/audit/{base}-{best}"
+
+
+def audit_refs(repo: git.Repo, base: str, best: str) -> list[str]:
+    """The refs that record an audit of the pair (``base``, ``best``), at either place."""
+    refs = (f.format(base=base[:12], best=best[:12]) for f in (AUDIT_REF, MOVED_AUDIT_REF))
+    return [ref for ref in refs if vcs.ref_exists(repo, ref)]
+
+
 def audits(repo: git.Repo) -> list[dict[str, Any]]:
-    """Every recorded audit (``refs/harnessopt/commands/audit/*``): its report, oldest first, with its ref."""
+    """Every recorded audit (``refs/harnessopt/audit/*``, and where a few versions wrote them,
+    ``MOVED_AUDIT_REF``): its report, oldest first, with its ref."""
     found = []
-    for ref in _refs_under(repo, "refs/harnessopt/commands/audit/"):
+    prefixes = (f.split("{", 1)[0] for f in (AUDIT_REF, MOVED_AUDIT_REF))
+    for ref in (ref for prefix in prefixes for ref in _refs_under(repo, prefix)):
         commit = repo.commit(ref)
         found.append((commit.committed_date, {**manifest_data(str(commit.message)), "ref": ref}))
     return [data for _, data in sorted(found, key=lambda x: x[0])]

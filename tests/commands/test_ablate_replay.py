@@ -92,7 +92,7 @@ def test_ablate_reports_the_paired_difference_of_a_flag(tmp_path: Path) -> None:
     line = next(x for x in done.stderr.splitlines() if x.startswith("ablate extract: on"))
     assert "paired difference +1.000 > dead zone" in line and line.endswith("the flag helps")
     repo = Workspace.open(ws).repo
-    ref = f"refs/harnessopt/commands/ablate/extract-{vcs.head_sha(repo)[:12]}"
+    ref = f"refs/harnessopt/ablate/extract-{vcs.head_sha(repo)[:12]}"
     assert ledger.manifest_data(str(repo.commit(ref).message))["verdict"] == "helps"
     assert git(ws, "status", "--porcelain") == ""
     # the report's adoption table lists the registered flag (no round read it yet)
