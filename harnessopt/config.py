@@ -96,7 +96,7 @@ class ModelConfig(_Strict):
 
 class RolloutConfig(_Strict):
     sandbox: SandboxName = "auto"
-    """auto = docker when an engine answers, else local (with a warning)."""
+    """auto = docker when an engine answers and ``rollout.image`` exists, else local (with a warning)."""
     batch_size: int = Field(8, ge=1)
     """Train tasks rolled out per round for the optimizer to read."""
     concurrency: int = Field(2, ge=1, le=64)

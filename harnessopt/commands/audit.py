@@ -115,7 +115,7 @@ def export_states(
     flags: Mapping[str, FlagValues] | None = None,
 ) -> dict[str, Candidate]:
     """``skill/`` and ``harness/`` of each labelled commit, exported under the run's scratch dir;
-    ``flags`` gives a label's flag values over harnessopt.yaml's (``rollout.Candidate.flags``)."""
+    ``flags`` gives a label's flag values over harnessopt.yaml's (``rollout.runner.Candidate.flags``)."""
     scratch = svc.scratch / name
     shutil.rmtree(scratch, ignore_errors=True)
     cands = {}

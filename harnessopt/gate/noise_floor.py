@@ -192,7 +192,7 @@ def _pct(x: float) -> str:
 
 
 class NoiseFloorStore:
-    """Measured noise floors by environment key (``valcache.environment_key``), in ``.harnessopt/``."""
+    """Measured noise floors by environment key (``rollout.val_cache.environment_key``), in ``.harnessopt/``."""
 
     def __init__(self, state_dir: Path):
         self.path = state_dir / "noise_floor.json"

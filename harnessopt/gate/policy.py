@@ -151,7 +151,7 @@ class PairedGate(GatePolicy):
         return best <= zone
 
     def _promising(self, dec: GateDecision) -> bool:
-        """Inside the zone, not over --max-broken, and the first-look t above ``look_from``."""
+        """Inside the zone, not over gate.max_broken, and the first-look t above ``look_from``."""
         cfg = self.cfg
         if self.second_look <= 0 or abs(dec.delta) > dec.dead_zone:
             return False
@@ -240,7 +240,7 @@ class PairedGate(GatePolicy):
         look = ", second look" if dec.details.get("look") == 2 else ""
         head = f"{_sign(delta)} {{}} dead zone {zone:.3f} (n={dec.n}{look})"
         if cfg.max_broken is not None and len(dec.broken) > cfg.max_broken:
-            return False, f"rejected: {len(dec.broken)} broken > --max-broken {cfg.max_broken}"
+            return False, f"rejected: {len(dec.broken)} broken > gate.max_broken {cfg.max_broken}"
         if delta > zone:
             return True, "accepted: " + head.format(">")
         if delta < -zone:

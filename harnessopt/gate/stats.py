@@ -20,7 +20,7 @@ from harnessopt.protocols import Outcomes
 SOLVED_THRESHOLD = 0.5
 """A *task* is solved when its mean score over its runs (epochs) is at least this.
 
-Two words, two meanings, used the same way everywhere (docs/gate.md, "passed and solved"):
+Two words, two meanings, used the same way everywhere (docs/gate.md, "The paired gate" step 1):
 a *run* passed when its scorer gave full credit (``ScoreResult.passed``, the trajectory's
 ``passed:`` field, the train pass count); a *task* is solved over its runs (the gate's fixed and
 broken lists: a fixed task is solved by the candidate and not by the incumbent)."""

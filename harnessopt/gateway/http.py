@@ -377,7 +377,7 @@ class MessagesServer:
     the socket file. Usable as a context manager. ``admit`` (optional) sees each request's path
     and headers before its body is read and decides whether, and how much of it, to read;
     without it any caller may send up to MAX_BODY_BYTES. ``limits`` bound connections, time
-    and peers (see ``http_guard``); ``stats`` counts what clients made the server do.
+    and peers (see ``gateway.guard``); ``stats`` counts what clients made the server do.
     """
 
     def __init__(

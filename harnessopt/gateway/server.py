@@ -6,7 +6,7 @@ Every sandboxed run gets a *lease*: a fresh random token that the harness uses a
 Messages API, the Chat Completions API or the Responses API; a chat or responses request is
 translated to a Messages body (``translate``), which is what the policy, the budget and the transcript see. The
 gateway checks the token on the request's headers, before reading its body; checks what the
-lease may ask for (``gateway_policy``: its role's model, ``max_tokens``, no server tools);
+lease may ask for (``gateway.policy``: its role's model, ``max_tokens``, no server tools);
 reserves the most the call can cost against the run's budget; forwards the body to the
 upstream ``Model`` of the lease's role (which alone holds the real key); settles the reservation to the real
 usage; records the exchange under that token; and counts calls, tokens and list-price cost per
@@ -16,7 +16,7 @@ is refused with a 429 that tells the SDK not to retry and the user which setting
 no budget is exceeded at any concurrency.
 
 Who may connect at all (peer uids, the socket's group), how many connections are served and
-how long a client may take to send a request: ``http_guard``, configured by ``gateway:``.
+how long a client may take to send a request: ``gateway.guard``, configured by ``gateway:``.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class Gateway:
 
     @property
     def stats(self) -> Any:
-        """``http_guard.ServerStats``: bytes read from clients, connections refused or timed out."""
+        """``gateway.guard.ServerStats``: bytes read from clients, connections refused or timed out."""
         return self._server.stats
 
     # ------------------------------------------------------------------ leases
@@ -278,7 +278,7 @@ class Gateway:
             )
 
     key_refused: str | None = None
-    """Set when an upstream answered 401: the run stops at once (``loop.run``)."""
+    """Set when an upstream answered 401: the run stops at once (``round.driver.run``)."""
 
     def exhausted(self) -> str | None:
         """Why the budget refuses further calls (the message callers get), or None.

@@ -3,7 +3,7 @@
 Reading 200 rounds from git commit by commit costs a tenth of a second per call, and ``status``
 reads them several times. The index maps a commit sha to its subject and its manifest data;
 a commit's message never changes, so an entry cannot go stale. The refs that say which commits
-are rounds are always listed from git (``ledger.rounds``), so git stays the source of truth:
+are rounds are always listed from git (``ledger.store.rounds``), so git stays the source of truth:
 an index that is missing, unreadable or of another version is rebuilt from git, and entries of
 commits no ref names any more are dropped when it is saved.
 """

@@ -7,7 +7,7 @@ Both are commits on ``main`` (they change no skill or harness file, so main stay
 * the decision commit adds ``proposals/round-0.decision.md`` (decision, who, when, reason);
   ``refs/harnessopt/decision/round-0`` points at the latest one.
 
-Their messages end with the ledger's manifest line (``ledger.message``: ``round: 0``,
+Their messages end with the ledger's manifest line (``ledger.store.message``: ``round: 0``,
 ``status: proposal | approved | rejected``). A decision applies to the proposal it names; a new
 diagnosis after a rejection is a new proposal commit, and every earlier proposal and decision
 stays in main's history. Nothing is force-moved: main advances by compare-and-swap.

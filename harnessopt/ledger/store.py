@@ -103,7 +103,7 @@ def rounds(repo: git.Repo) -> list[Round]:
     """Every recorded round, round 0 (the initial state) included, sorted by number.
 
     The refs are listed from git on every call (one ``git for-each-ref``); the commit messages
-    come from the index in ``.harnessopt/`` (``ledger_index``), keyed by commit sha, and only the
+    come from the index in ``.harnessopt/`` (``ledger.index``), keyed by commit sha, and only the
     commits it does not hold yet are read from git. A commit's message never changes, so an entry
     cannot go stale; a moved, new or deleted ref is seen in the listing (docs/workspace.md)."""
     refs = _round_refs(repo)

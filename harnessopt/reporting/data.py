@@ -1,6 +1,6 @@
 """Everything ``harnessopt report`` shows, gathered from git (through the ledger) as plain data.
 
-Kept apart from the rendering (``html_report``) so that tests, ``log --json`` readers and MLflow
+Kept apart from the rendering (``reporting.html``) so that tests, ``log --json`` readers and MLflow
 read the same numbers the plots draw.
 """
 

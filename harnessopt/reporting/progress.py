@@ -57,7 +57,7 @@ class PhaseCount:
 
 
 class RunProgress:
-    """Progress of task runs (a ``rollout.RunObserver``) and the lines of a run; plain output.
+    """Progress of task runs (a ``rollout.runner.RunObserver``) and the lines of a run; plain output.
 
     ``say`` prints a line. ``bind`` gives it the run's usage (for tokens and dollars so far) and
     the optimizer's transcript directory, whose turns it then prints as they are written.

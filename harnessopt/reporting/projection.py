@@ -414,7 +414,7 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
         "reruns_per_val_task": reruns,
         "confirm_runs": confirm,
         "reach_smoke": 1.0,
-        "probe_runs": 1.0 if cfg.gate.smoke else 0.0,  # loop.probe_jobs: one a round that proposes
+        "probe_runs": 1.0 if cfg.gate.smoke else 0.0,  # round.evaluate.probe_jobs: one a round that proposes
         "reach_validation": 1.0,
         "seconds_per_run": min(PRIORS["seconds_per_run"], cfg.rollout.timeout_s),
         "seconds_per_optimizer_call": PRIORS["seconds_per_optimizer_call"],

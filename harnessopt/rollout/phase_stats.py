@@ -21,7 +21,7 @@ PHASES = ("rollout", "screening", "incumbent", "probe", "smoke", "validation", "
 
 
 class RoundRuns:
-    """Collects every finished run of a round by phase (a ``rollout.RunObserver``)."""
+    """Collects every finished run of a round by phase (a ``rollout.runner.RunObserver``)."""
 
     def __init__(self) -> None:
         self.runs: dict[str, list[TaskResult]] = {}

@@ -1,7 +1,7 @@
 """Nothing paid twice: what a round finished is kept on disk until the round is recorded.
 
 Two things survive a crash, a SIGKILL or Ctrl-C of ``harnessopt run``, under
-``.harnessopt/rollout/run_cache/round-K/`` (git-ignored):
+``.harnessopt/resume/round-K/`` (git-ignored):
 
 * every finished rollout (its trajectory, answer, score and usage), keyed by the candidate's
   content, the task (id and content), the epoch and the settings that change a rollout; a rerun

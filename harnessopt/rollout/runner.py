@@ -207,7 +207,7 @@ class Runner:
     def _run_one(
         self, cand: Candidate, task: Task, round_no: int, epoch: int, via: SandboxCall
     ) -> TaskResult:
-        # Beside the round's candidate roots, never inside one: loop.check copies the incumbent's
+        # Beside the round's candidate roots, never inside one: round.propose.check copies the incumbent's
         # root, and what a harness left in /out (say a symlink loop) must not be part of that copy.
         name = f"{safe_filename(task.id)}.{epoch}"
         out_dir = self.scratch / f"round-{round_no}" / OUT_DIRS / cand.label / name

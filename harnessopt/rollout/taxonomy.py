@@ -54,7 +54,7 @@ _FORMAT = re.compile(
     r"\b(pars(e|ing|er)|format(ted|ting)?|json|malformed|unparse?able|invalid (answer|output|syntax))\b",
     re.IGNORECASE,
 )
-BUDGET_MARK = "harnessopt budget"  # how the gateway's refusals begin (gateway._budget_message)
+BUDGET_MARK = "harnessopt budget"  # how the gateway's refusals begin (gateway.server._budget_message)
 
 
 def refused(ex: Exchange) -> bool:

@@ -37,7 +37,7 @@ def incumbent_outcomes(
     ws: Workspace, svc: Services, rc: RoundContext, say: Announce, top_up: int | None = None
 ) -> tuple[Outcomes, dict[str, Any] | None]:
     """The incumbent's val outcomes: cached under everything that changes a rollout or a score
-    (``valcache.key_parts``) unless re-running is asked. The first measurement under an environment
+    (``rollout.val_cache.key_parts``) unless re-running is asked. The first measurement under an environment
     (round 1, or after a scorer, task, model, sandbox or limit change) runs it twice: an A/A test
     whose noise floor (``gate.noise_floor.measure``) is printed, stored and returned. ``top_up``: the runs
     a val task the bank is topped up to (a validation planned for one look: ``budget.one_look_bank``);

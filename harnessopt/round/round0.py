@@ -4,11 +4,11 @@ A full rollout of the train split with the seed harness; a diagnosis agent (the 
 optimizer backend, on a view whose brief is ``render_round0_brief``) reads those trajectories and
 writes ``proposals/round-0.md``. harnessopt puts its own failure taxonomy (counts and task ids,
 ``taxonomy.classify``) in front, notes any of the five review aspects or the decisions the agent
-left out, and records it on main (``proposals``). Nothing of ``skill/`` or ``harness/`` changes in
+left out, and records it on main (``ledger.round0``). Nothing of ``skill/`` or ``harness/`` changes in
 round 0. Until a person approves (``harnessopt approve WS``, ``--yes``, or the prompt on a
 terminal), no round runs; after a rejection the next ``run`` diagnoses again, told why the earlier
 proposals were rejected. The approved proposal is the plan in the brief of the rounds that follow
-(``proposals.plan_to_implement``); they are gated like any round.
+(``ledger.round0.plan_to_implement``); they are gated like any round.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ them in a ``Trail`` so that a round ending early (or failing) is still recorded 
 The steps up to the candidate are here; the candidate against the incumbent (smoke, validate,
 gate, confirm) is ``round.evaluate``; writing the outcome is ``round.record``; a run of rounds is
 ``round.driver``. Every outcome, a rejected, no-op or failed round included, is recorded data;
-``main`` only moves in ``record`` through one atomic update-ref (``ledger.record_accepted``), with
+``main`` only moves in ``record`` through one atomic update-ref (``ledger.store.record_accepted``), with
 Ctrl-C deferred for those milliseconds.
 """
 

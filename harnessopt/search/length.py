@@ -48,7 +48,7 @@ from harnessopt.protocols import Usage
 from harnessopt.search import budget, checkpoints
 from harnessopt.search.checkpoints import MARGIN
 
-MIN_STEPS, MAX_STEPS = 3, 50  # search.explore's bounds when chosen here (the config allows 2 to 50)
+MIN_STEPS, MAX_STEPS = 3, 50  # search.explore's bounds when chosen here (the config allows 2 to 300)
 UNPRICED_STEPS = 10  # neither dollars nor tokens say what a step costs: the length before this rule
 MAX_SCREEN = 64  # train tasks a step screens on at most when screen_extra chooses
 PERSON = "a person's turns"  # ChainLength.unit of the manual backend: MIN_STEPS, no checkpoints

@@ -155,7 +155,7 @@ def test_max_broken_rejects_even_a_net_gain():
     inc = side([0] * 30 + [1] * 3 + [0] * 17)
     cand = side([1] * 30 + [0] * 3 + [0] * 17)
     d = PairedGate(GateConfig(max_broken=2)).decide(cand, inc)
-    assert not d.accept and d.reason == "rejected: 3 broken > --max-broken 2"
+    assert not d.accept and d.reason == "rejected: 3 broken > gate.max_broken 2"
     assert PairedGate(GateConfig(max_broken=3)).decide(cand, inc).accept
 
 

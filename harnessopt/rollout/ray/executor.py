@@ -1,8 +1,8 @@
 """``rollout.executor: ray``: each task's sandbox runs on a node of a Ray cluster (docs/cluster.md).
 
 The head keeps the lease, the gateway, the budget and the scorer; a Ray task gets the task's
-public part and the run's lease token (``ray_worker.WorkerJob``) and the candidate once per
-candidate through the object store (``ray_worker.Bundle``), runs the node's sandbox, and sends
+public part and the run's lease token (``rollout.ray.worker.WorkerJob``) and the candidate once per
+candidate through the object store (``rollout.ray.worker.Bundle``), runs the node's sandbox, and sends
 back the run's outcome and its capped /out, which the head unpacks and scores. Model calls go
 from the node's relay to the head's ingress (relay.py). At most ``rollout.concurrency`` tasks are
 in flight cluster-wide: the head's pool holds one thread per task in flight.

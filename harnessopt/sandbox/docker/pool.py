@@ -88,7 +88,7 @@ def gateway_group(socket_dir: str | None) -> int | None:
     """The group the gateway reserved for its socket dir (0750, not root's), or None.
 
     A container that joins it (``group_add``) may pass the dir and connect to the socket;
-    other local users may not (see gateway.py and docs/sandbox.md).
+    other local users may not (see gateway/guard.py and docs/sandbox.md).
     """
     if not socket_dir:
         return None

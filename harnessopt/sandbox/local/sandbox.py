@@ -11,7 +11,7 @@ files. ``harnessopt.sandbox.local_sandbox`` warns about what is exposed.
 
 With ``rollout.warm_interpreter`` the next tasks' sandboxes (task dir, wrapper, rlimits, and
 ``runner.py warm`` waiting for its job) are started ahead while the current tasks wait on the
-model (``local_pool``); each still serves one task, and its results are those of a cold start.
+model (``sandbox.local.pool``); each still serves one task, and its results are those of a cold start.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class LocalSandbox(Sandbox):
         self._lock = threading.Lock()
         self._closed = False
         self._copies: PreparedCopies | None = None  # bwrap: one read-only copy per candidate
-        # rollout.warm_interpreter: the next tasks' sandboxes started ahead (local_pool)
+        # rollout.warm_interpreter: the next tasks' sandboxes started ahead (sandbox.local.pool)
         self._pool = WarmPool(cfg.concurrency, self._prestart) if cfg.warm_interpreter else None
         self._tmp_dev = os.stat(tempfile.gettempdir()).st_dev
 
