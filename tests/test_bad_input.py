@@ -4,6 +4,7 @@ changed on disk. Complements tests/test_cli_errors.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -351,6 +352,25 @@ def test_a_skill_with_a_link_to_a_file_outside_it(tmp_path: Path) -> None:
     (skill / "references" / "same.md").symlink_to(skill / "references" / "notes.md")
     assert cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks).returncode == 0
     assert (tmp_path / "ws" / "skill" / "references" / "same.md").read_text() == "notes\n"
+
+
+@pytest.mark.parametrize("kind", ["broken link", "link loop", "named pipe"])
+def test_a_skill_with_an_entry_init_cannot_copy(tmp_path: Path, kind: str) -> None:
+    """A link that leads nowhere or a named pipe in the skill folder: init ended in a traceback
+    from its copy (exit 1); one line naming the entry, exit 2, and no workspace."""
+    skill, tasks = write_example(tmp_path)
+    (skill / "references").mkdir()
+    entry = skill / "references" / "odd.md"
+    if kind == "broken link":
+        entry.symlink_to(skill / "references" / "gone.md")
+    elif kind == "link loop":
+        entry.symlink_to(entry)
+    else:
+        os.mkfifo(entry)
+    needle = "a named pipe, not a file" if kind == "named pipe" else "leads to no file"
+    assert_user_error(cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks), "odd.md", needle)
+    assert not (tmp_path / "ws").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ws.init")] == []
 
 
 @pytest.mark.parametrize("setting, needle", [

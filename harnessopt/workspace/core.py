@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -143,18 +144,40 @@ class Workspace:
         return round_tasks(self.root, self.cfg.objective, self.cfg.trigger.distractors, everything, split)
 
 
-def _link_outside(skill_dir: Path) -> str | None:
-    """A symbolic link in the skill folder to something outside it: init copies what a link points
-    to, so the file (a secret, a host file) would be committed and shown to the optimizer."""
+def _uncopyable(skill_dir: Path) -> str | None:
+    """What in the skill folder init cannot copy as it is: a symbolic link to something outside it
+    (init copies what a link points to, so the file, a secret or a host file, would be committed and
+    shown to the optimizer), a link that leads nowhere (broken, or a loop), or an entry that is
+    neither a file nor a folder (a named pipe, a socket, a device)."""
     root = skill_dir.resolve()
     for folder, dirs, files in os.walk(skill_dir):
         dirs[:] = [d for d in dirs if d != ".git"]
         for name in [*dirs, *files]:
             path = Path(folder) / name
-            if path.is_symlink() and not path.resolve().is_relative_to(root):
+            if path.is_symlink():
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):  # no such file, or a loop
+                    return (
+                        f"{path} is a symbolic link to {os.readlink(path)}, which leads to no file (broken, or a "
+                        "loop): remove the link, or copy the file it meant into the skill"
+                    )
+                if not target.is_relative_to(root):
+                    return (
+                        f"{path} is a symbolic link to {os.readlink(path)}, outside the skill folder: init would "
+                        "commit what it points to; copy the file into the skill, or remove the link"
+                    )
+            if not (path.is_file() or path.is_dir()):
+                mode = path.stat().st_mode
+                kind = (
+                    "a named pipe"
+                    if stat.S_ISFIFO(mode)
+                    else "a socket"
+                    if stat.S_ISSOCK(mode)
+                    else "a device"
+                )
                 return (
-                    f"{path} is a symbolic link to {os.readlink(path)}, outside the skill folder: init would "
-                    "commit what it points to; copy the file into the skill, or remove the link"
+                    f"{path} is {kind}, not a file: init copies files only; remove it from the skill folder"
                 )
     return None
 
@@ -201,19 +224,20 @@ def init_workspace(
         raise UserError(f"{ws} is inside the skill directory {skill_dir}; choose a workspace path outside it")
     if unknown := unknown_template(template):
         raise UserError(unknown)
-    if outside := _link_outside(Path(skill_dir)):
-        raise UserError(outside)
+    if bad := _uncopyable(Path(skill_dir)):
+        raise UserError(bad)
     cfg = config or Config(template=template)
     rules_off = cfg.checks.skill_rules_off
     folder = Path(skill_dir).resolve().name if check_folder_name else None  # the spec: name = folder
     info = read_skill(Path(skill_dir), expect_name=folder, rules_off=rules_off)
     loaded = load_tasks(Path(tasks_file))
     works = small_file_split(loaded)
+    chose = ""  # said once the workspace is made: a refusal after it is the one line a user sees
     if ratio is None:
         ratio = DEFAULT_SPLIT
         if not default_gives_val(loaded) and works:
             ratio = works
-            announce(
+            chose = (
                 f"{len(loaded)} tasks: the default split {DEFAULT_SPLIT} leaves val too few for the smoke "
                 f"test, so this workspace uses --split {ratio} (train:val:test)"
             )
@@ -253,6 +277,8 @@ def init_workspace(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     counts = {s: sum(t.split == s for t in tasks) for s in ("train", "val", "test")}
+    if chose:
+        announce(chose)
     announce(
         f"workspace {ws}: skill '{info.name}', template {template}, "
         f"{counts['train']} train / {counts['val']} val / {counts['test']} test tasks; tagged ho/round-0"
