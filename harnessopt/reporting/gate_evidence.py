@@ -51,5 +51,5 @@ def run_level_line(past: list[ledger.Round], run_alpha: float | None, run_rounds
         f"accepted in this workspace) <= {stats.any_false_accept_bound(spent, 1):.2f}"
     )
     if run_alpha is None:
-        return line + " (gate.run_alpha caps it)"
+        return line + " (nothing caps it: gate.run_alpha would)"
     return line + f" (gate.run_alpha {run_alpha}: {min(len(alphas), run_rounds)} of {run_rounds} decisions)"
