@@ -21,6 +21,7 @@ from harnessopt.objective.trigger import score as trigger_score
 from harnessopt.protocols import Executor, Outcome, RunOutput, RunSpec, Sandbox, SandboxCall, Task, TaskResult
 from harnessopt.rollout.executors import LocalExecutor, WorkerLost
 from harnessopt.rollout.run_cache import RoundStore
+from harnessopt.rollout.taxonomy import SCORER_ERROR
 from harnessopt.rollout.trajectory import safe_filename
 from harnessopt.util import interrupts
 from harnessopt.util.text import redact
@@ -266,7 +267,7 @@ class Runner:
         with self._notes_lock:
             if kind not in self._kinds:
                 self._kinds.add(kind)
-                self.notes.append(f"the scorer failed on some tasks, which scored 0: {error[:200]}")
+                self.notes.append(f"the scorer failed, and each run it failed on scored 0: {error[:200]}")
 
     def _env(self, cand: Candidate) -> dict[str, str]:
         """The target model, and ``HO_FLAG_*``: harness/flags.yaml < harnessopt.yaml < the candidate's."""
@@ -295,7 +296,7 @@ class Runner:
             if self.cfg.optimizer.feedback == "no_expected":  # enforced here, whatever scorer.py says
                 feedback = _without_answer(feedback, task.answer)
             if sr.error:
-                notes.append(f"scorer error (scored 0, not a win): {sr.error}")
+                notes.append(f"{SCORER_ERROR}: {sr.error}")
                 self._warn_once(sr.error)
         return TaskResult(
             task_id=task.id,

@@ -7,17 +7,19 @@ cause before its symptoms: a harness that exits after an API error is an API err
 2. ``API error``       a model call came back with an error
 3. ``timeout``         the sandbox killed the run at its wall-clock limit
 4. ``harness crash``   the harness exited non-zero, ran out of memory or output, or the sandbox failed
-5. ``trigger missed``  a trigger run (objective trigger or both) in which the skill should have
+5. ``scorer error``    scorer.py raised, timed out or returned no score: the run scored 0 whatever
+                       it answered
+6. ``trigger missed``  a trigger run (objective trigger or both) in which the skill should have
                        loaded and did not (the trigger score's feedback ``trigger missed``)
-6. ``false trigger``   a trigger run in which the skill loaded for a query that does not need it
+7. ``false trigger``   a trigger run in which the skill loaded for a query that does not need it
                        (feedback ``trigger false trigger``); a trigger run ends at its decision,
                        so these come before the turn limit it stops at and its answer's format
-7. ``turn limit``      the harness logged that it stopped at its step limit (an event named
+8. ``turn limit``      the harness logged that it stopped at its step limit (an event named
                        ``max_steps``, ``max_turns`` or ``turn_limit``), or the last reply was cut
                        at ``max_tokens``
-8. ``tool error``      a tool result the harness sent back to the model was marked ``is_error``
-9. ``format error``    the answer is empty, or the scorer's feedback speaks of parsing or format
-10. ``wrong answer``   anything else: the harness ran and answered, and the answer was wrong
+9. ``tool error``      a tool result the harness sent back to the model was marked ``is_error``
+10. ``format error``    the answer is empty, or the scorer's feedback speaks of parsing or format
+11. ``wrong answer``   anything else: the harness ran and answered, and the answer was wrong
 
 Shares are reported both of failures and of all runs: a share of failures alone misleads when
 the failure rate itself moves. A run *loops* when the model made one identical tool call (same
@@ -36,11 +38,13 @@ from harnessopt.ledger.store import PhaseStats
 from harnessopt.objective import trigger
 from harnessopt.protocols import Exchange, TaskResult
 
+SCORER_ERROR = "scorer error (scored 0, not a win)"  # a run's note when scorer.py failed on it
 FAILURE_CLASSES = (
     "budget refusal",
     "API error",
     "timeout",
     "harness crash",
+    "scorer error",
     "trigger missed",
     "false trigger",
     "turn limit",
@@ -74,6 +78,8 @@ def classify(r: TaskResult) -> str | None:
         return "timeout"
     if r.error_class is not None or (r.exit_code not in (0, None)):
         return "harness crash"
+    if any(n.startswith(SCORER_ERROR) for n in r.notes):
+        return "scorer error"
     if (missed := trigger.failure_class(r.feedback or "")) is not None:
         return missed
     if _hit_turn_limit(r):

@@ -30,7 +30,7 @@ from harnessopt.optimizer.brief import render_history, render_round0_brief
 from harnessopt.optimizer.view import build_view, copy_back
 from harnessopt.protocols import Announce, Task, TaskResult
 from harnessopt.rollout.runner import Candidate
-from harnessopt.rollout.taxonomy import classify
+from harnessopt.rollout.taxonomy import SCORER_ERROR, classify
 from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round import stop
 from harnessopt.round.services import Services
@@ -255,8 +255,10 @@ def incumbent_broken(train: list[TaskResult]) -> str | None:
     (a missing CLI, a wrong image, a broken harness). The harness's own last stderr lines say why:
     a Python traceback ends with its error, which its first lines never hold."""
     crashed = [r for r in train if r.crashed]
-    if not train or 2 * len(crashed) <= len(train):
+    if not train:
         return None
+    if 2 * len(crashed) <= len(train):
+        return _unscored(train)
     kinds = ", ".join(sorted({str(r.error_class) for r in crashed}))
     said = next((r.stderr_tail for r in crashed if r.stderr_tail.strip()), "")
     lines = [x.strip() for x in said.strip().splitlines() if x.strip(" ^~\t")]  # not 3.11's ^^^ marks
@@ -266,6 +268,19 @@ def incumbent_broken(train: list[TaskResult]) -> str | None:
     return (
         f"{len(crashed)}/{len(train)} {BROKEN_PREFIX} failed ({kinds}){exits} before any optimizer "
         f"call; the harness said: {first or '(nothing on stderr)'}"
+    )
+
+
+def _unscored(train: list[TaskResult]) -> str | None:
+    """Why the incumbent's runs say nothing: the scorer failed on most of them (every run scores 0,
+    the optimizer would read failures the answers never had, and no round could gain)."""
+    said = [n for r in train for n in r.notes if n.startswith(SCORER_ERROR)]
+    failed = sum(any(n.startswith(SCORER_ERROR) for n in r.notes) for r in train)
+    if 2 * failed <= len(train):
+        return None
+    return (
+        f"{failed}/{len(train)} {BROKEN_PREFIX} could not be scored before any optimizer call (the scorer "
+        f"failed: {said[0].removeprefix(SCORER_ERROR + ': ')[:300]}); fix scorer.py and commit it"
     )
 
 

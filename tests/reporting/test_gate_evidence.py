@@ -52,7 +52,10 @@ def test_status_and_log_show_confirmation_noise_floor_and_spent_alpha(tmp_path: 
         "noise floor (incumbent against itself on 14 val tasks" in lines and "(measured in round 1)" in lines
     )
     assert "about 700 val tasks (now 14)" in lines
-    assert "gate decisions: 2, false-accept budget spent 0.100" in lines and "(nothing caps it: gate.run_alpha would)" in lines
+    assert (
+        "gate decisions: 2, false-accept budget spent 0.100" in lines
+        and "(nothing caps it: gate.run_alpha would)" in lines
+    )
     out = io.StringIO()
     report.print_log(ws, Console(file=out, width=200))
     assert "confirmed: +0.300 on 14 val tasks" in out.getvalue()

@@ -10,6 +10,7 @@ from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.run_cache import PROBE_EPOCH
 from harnessopt.rollout.taxonomy import (
     FAILURE_CLASSES,
+    SCORER_ERROR,
     classify,
     describe,
     merged,
@@ -53,6 +54,7 @@ def test_each_failure_class_in_its_order() -> None:
         ),
         "timeout": result(error_class="timeout", exit_code=None),
         "harness crash": result(error_class="crash", exit_code=1),
+        "scorer error": result(answer="Paris", notes=[f"{SCORER_ERROR}: scorer raised ValueError: boom"]),
         "trigger missed": result(feedback=MISSED, harness_events=[{"event": "max_turns", "turns": 1}]),
         "false trigger": result(feedback=FALSE, answer=""),
         "turn limit": result(harness_events=[{"event": "max_steps", "steps": 20}]),

@@ -252,6 +252,34 @@ def test_a_harness_that_crashes_everywhere_fails_the_round_before_any_optimizer_
     assert git(ws, "rev-parse", "HEAD") == head
 
 
+def test_a_scorer_that_fails_everywhere_fails_the_round_before_any_optimizer_call(tmp_path: Path) -> None:
+    """scorer.py raises on every run: every run scored 0, the run paid the optimizer to read failures
+    the answers never had, said the scorer failed "on some tasks", classed the runs "wrong answer" and
+    exited 0. It stops as for a harness that crashes everywhere, naming the scorer's error."""
+    ws = make_ws(tmp_path)
+    with (ws / "scorer.py").open("a") as f:
+        f.write("\n\ndef score(task, answer, out_dir):\n    raise ValueError('boom')\n")
+    git(ws, "commit", "-qam", "a scorer that raises")
+    head = git(ws, "rev-parse", "HEAD")
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "2", "--sandbox", "local"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "some tasks" not in r.stdout
+    (only,) = ledger.past_rounds(Workspace.open(ws).repo)  # the run stopped after round 1
+    assert (
+        only.status == "failed"
+        and "8/8 train runs of the incumbent could not be scored" in only.manifest.reason
+    )
+    assert "ValueError: boom" in only.manifest.reason and "fix scorer.py" in only.manifest.reason
+    assert "optimizer" not in only.manifest.tokens and only.manifest.optimizer is None
+    assert only.manifest.phases["rollout"].failures == {"scorer error": 8}
+    assert git(ws, "rev-parse", "HEAD") == head
+
+
 def test_max_hours_ends_the_run_at_a_phase_boundary(tmp_path: Path) -> None:
     ws = make_ws(tmp_path)
     head = git(ws, "rev-parse", "HEAD")
