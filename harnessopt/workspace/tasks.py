@@ -173,9 +173,28 @@ class TaskLine(BaseModel):
         )
 
 
+class _NotJson(ValueError):
+    """What Python's json reads and JSON is not: NaN or Infinity, or a key given twice."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON value; write a number, a string or null")
+
+
+def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _NotJson(f"{key!r} is given twice (only the last would count); keep one")
+        seen[key] = value
+    return seen
+
+
 def _parse_line(line: str, where: str) -> Task:
     try:
-        raw = json.loads(line)
+        raw = json.loads(line, parse_constant=_no_constant, object_pairs_hook=_no_twice)
+    except _NotJson as e:
+        raise UserError(f"{where}: not valid JSON: {e}") from None
     except json.JSONDecodeError as e:
         raise UserError(
             f"{where}: not valid JSON ({e.msg} at column {e.colno}); one JSON object per line"

@@ -58,6 +58,12 @@ def test_good_file_parses_all_fields(tmp_path: Path) -> None:
         ('{"id": "x", "input": "q", "answer": "a", "split": "dev"}', "'split' must be one of"),
         ('{"id": "x", "input": "q", "answer": "a", "metadata": [1]}', "'metadata' must be an object"),
         ('{"id": "x", "input": "q", "answer": "a", "label": 1}', "unknown key 'label'"),
+        # Python's json reads these and writes NaN back into tasks/*.jsonl, which no JSON reader takes;
+        # a key given twice kept only its last value, without a word
+        ('{"id": "x", "input": "q", "answer": NaN}', "NaN is not a JSON value"),
+        ('{"id": "x", "input": "q", "answer": {"n": -Infinity}}', "-Infinity is not a JSON value"),
+        ('{"id": "a", "id": "b", "input": "q", "answer": "a"}', "'id' is given twice"),
+        ('{"id": "x", "input": {"q": 1, "q": 2}, "answer": "a"}', "'q' is given twice"),
     ],
 )
 def test_bad_line_names_file_and_line(tmp_path: Path, line: str, needle: str) -> None:
