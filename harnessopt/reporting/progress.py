@@ -41,6 +41,7 @@ class PhaseCount:
     label: str
     total: int = 0
     done: int = 0
+    planned: int = 0  # runs ``expect``ed and not started yet (counted in total already)
     passed: int = 0
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -111,17 +112,32 @@ class RunProgress:
     def started(
         self, label: str, tasks: Sequence[Task], round_no: int, epochs: Sequence[int], phase: str
     ) -> None:
+        self._phase = phase
+        count = self._count(round_no, phase)
+        runs = len(tasks) * len(epochs)
+        took = min(runs, count.planned)  # runs expected ahead are in the total already
+        count.planned -= took
+        count.total += runs - took
+        self.refresh_bar(phase, count)
+
+    def expect(self, round_no: int, phase: str, runs: int) -> None:
+        """``runs`` more runs of ``phase`` are planned, started in batches later (validation's
+        chunks, an A/A test's second arm): its total counts them now, so the end of a batch does
+        not read as the end of the phase ("5/5" and then "6/9")."""
+        count = self._count(round_no, phase)
+        count.total += runs
+        count.planned += runs
+
+    def _count(self, round_no: int, phase: str) -> PhaseCount:
         if round_no != self.round_no:
             self.new_round(round_no)
-        self._phase = phase
         count = self.phases.get(phase)
         if count is None:
             # round 0 of a measuring command (replay, ablate) is no round: "reruns", not "round 0 reruns"
             prefix = f"round {round_no} " if phase != "audit" and (round_no or phase == "rollout") else ""
             count = self.phases[phase] = PhaseCount(f"{prefix}{phase}")
             self.add_bar(phase, count)
-        count.total += len(tasks) * len(epochs)
-        self.update_bar(phase, count)
+        return count
 
     def finished(self, label: str, result: TaskResult, done: int, total: int) -> None:
         count = self.phases[self._phase]
@@ -137,6 +153,10 @@ class RunProgress:
     # ------------------------------------------------------------------ display (plain)
 
     def add_bar(self, phase: str, count: PhaseCount) -> None:
+        return None
+
+    def refresh_bar(self, phase: str, count: PhaseCount) -> None:
+        """A batch started: nothing finished, so no line (a bar shows its new total)."""
         return None
 
     def update_bar(self, phase: str, count: PhaseCount) -> None:
@@ -188,6 +208,9 @@ class LiveProgress(RunProgress):
 
     def add_bar(self, phase: str, count: PhaseCount) -> None:
         self._ids[phase] = self.bars.add_task(count.label, total=0, stats="")
+
+    def refresh_bar(self, phase: str, count: PhaseCount) -> None:
+        self.update_bar(phase, count)
 
     def update_bar(self, phase: str, count: PhaseCount) -> None:
         stats = ", ".join(x for x in (count.stats(), self.spent()) if x)

@@ -136,6 +136,13 @@ class Runner:
             raise BudgetExceeded(self.gateway.exhausted() or "the model budget is spent")
         return results
 
+    def expect(self, round_no: int, phase: str, runs: int) -> None:
+        """Tell the observers that care (the progress display: ``expect``) that ``runs`` runs of
+        ``phase`` are planned, to be started in batches."""
+        for o in list(self.observers):
+            if (expect := getattr(o, "expect", None)) is not None:
+                expect(round_no, phase, runs)
+
     def prefetch(
         self, cand: Candidate, jobs: Sequence[tuple[Task, int]], round_no: int, *, phase: str
     ) -> None:

@@ -56,6 +56,8 @@ def incumbent_outcomes(
         f"epoch(s){twice}" + (f" ({epochs} for the first look, the rest banked)" if banked > epochs else "")
     )
     got = {t: list(runs) for t, runs in (cached or {}).items()}
+    second = len(rc.val) * epochs if twice else 0  # the A/A test's second arm, after the bank
+    svc.runner.expect(rc.k, "incumbent", sum(banked - n for n in have.values()) + second)
     for n in sorted(set(have.values())):  # a top-up runs only the epochs a task lacks
         tasks = [t for t in short if have[t.id] == n]
         res = svc.runner.run(rc.incumbent, tasks, rc.k, epochs=range(n, banked), phase="incumbent")
@@ -303,6 +305,7 @@ def validate(
     again = [t for t in rc.val if t.id in done]
     rest = [t for t in rc.val if t.id not in done]
     say(f"round {rc.k}: validating the candidate on {len(rest)} more val tasks x {epochs} epoch(s)")
+    svc.runner.expect(rc.k, "validation", len(again) * (epochs - 1) + len(rest) * epochs)
     plan, used = validation_jobs(svc, rc, again), 0
     results = list(smoked)
     if epochs > 1 and again:

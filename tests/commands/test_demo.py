@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,17 @@ def _check_demo(tmp_path: Path, sandbox: str) -> Path:
     assert len(notes) == 2 and all(f"replayed from {target}/scripted_model.yaml;" in n for n in notes)
     assert "where to look next" in r.stdout
     assert ("sandbox: docker" in r.stdout) == (sandbox == "docker")
+    # each phase's count runs to the total it was announced with: validation comes in chunks (checked
+    # for futility) and the incumbent's A/A test in two arms, and a chunk's end read as the phase's
+    # end ("validation: 5/5 tasks", then "6/9"); nor is a line said twice as the next batch starts
+    for phase in ("incumbent", "validation"):
+        counts = [m.groups() for m in re.finditer(rf"^round 1 {phase}: (\d+)/(\d+) tasks", r.stdout, re.M)]
+        assert counts and {total for _, total in counts} == {counts[-1][1]}, (phase, counts)
+        assert len(set(counts)) == len(counts) and counts[-1][0] == counts[-1][1], (phase, counts)
+    announced = re.search(
+        r"^round 1: validating the candidate on (\d+) more val tasks x 1 epoch", r.stdout, re.M
+    )
+    assert announced and counts[-1][1] == announced.group(1)
     rows = json.loads(cli("log", target, "--json").stdout)
     assert [row["status"] for row in rows] == ["accepted", "rejected", "accepted"]
     assert rows[1]["violations"] == ["harness/NOTES.txt"]  # discarded: skill mode allows skill/** only
