@@ -135,6 +135,7 @@ class Gateway:
         self._leases: dict[str, _Lease] = {}
         self._usage: dict[tuple[str, int], Usage] = defaultdict(Usage)
         self._held = Usage()  # reservations of the calls in flight
+        self._largest: dict[str, Usage] = {}  # by role: the most any one call reserved, per measure
         self._last_refusal: str | None = None
         self.refusals = 0  # calls refused for the budget: runs that made them say nothing about a candidate
         self.notes: list[str] = []
@@ -288,6 +289,17 @@ class Gateway:
         """
         with self._lock:
             return self._budget_problem(None) or self._last_refusal
+
+    def cannot_hold(self) -> str | None:
+        """Why the budget left would refuse a call as large as the largest each role has asked for
+        in this run (its ``max_tokens`` plus its input: what the gateway reserves), or None. A round
+        started without that room has its calls refused partway and fails; the run stops before it
+        instead (``round.driver``)."""
+        with self._lock:
+            for role, need in sorted(self._largest.items()):
+                if (problem := self._budget_problem(need)) is not None:
+                    return f"one {role} call as large as this run's largest would be refused ({problem})"
+        return None
 
     def reservation(self, role: str, body: dict[str, Any], raw: bytes) -> Usage:
         """What a call reserves: 1 call, its input bound, its ``max_tokens``, their list price.
@@ -457,6 +469,14 @@ class Gateway:
         """Check the lease's policy and hold the call's worst case; 429 when it does not fit."""
         need = self.reservation(lease.role, call.body, call.raw)
         with self._lock:
+            big = self._largest.get(lease.role, Usage(1))
+            self._largest[lease.role] = Usage(
+                1,
+                max(big.input_tokens, need.input_tokens),
+                max(big.output_tokens, need.output_tokens),
+                0,
+                max(big.cost_usd, need.cost_usd),
+            )
             problem = self._budget_problem(need)
             if problem is not None:
                 self.refusals += 1

@@ -89,7 +89,7 @@ def run(
             if results and watch.out_of_time():  # (a first round always starts)
                 say(f"not starting round {k}: {stop.OUT_OF_TIME}")
                 break
-            if results and (short := _budget_short(ws, svc)):
+            if results and (short := svc.gateway.cannot_hold() or _budget_short(ws, svc)):
                 say(f"not starting round {k}: {short}")
                 break
             result = run_round(ws, svc, k, say)

@@ -196,6 +196,28 @@ def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Pa
     assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
 
 
+def test_a_round_whose_calls_the_budget_left_would_refuse_is_not_started(tmp_path: Path) -> None:
+    """Round 1 spends 11k of 25k tokens; the plan (measured rounds of about 7k) has room for round 2,
+    but the gateway reserves an optimizer call's max_tokens plus its input, about 16k here: round 2's
+    first call was refused, the round failed and the run exited 3. Now the run does not start a round
+    the budget left cannot hold this run's largest call in, and says why."""
+    ws = make_ws(tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "3", "--max-tokens", "25000"]
+        + ["--sandbox", "local", "-c", "optimizer.unsafe_host=true"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr)
+    said = re.search(r"^not starting round 2: one optimizer call as large as this run's largest would be "
+                     r"refused \(harnessopt budget: this call may use up to (\d+) tokens .* but only (\d+) "
+                     r"tokens of budget.max_tokens=25000 remain", r.stdout, re.M)  # fmt: skip
+    assert said and int(said.group(1)) > int(said.group(2)), r.stdout[-2000:]
+    records = ledger.rounds(Workspace.open(ws).repo)
+    assert [(x.round, x.status) for x in records] == [(0, "initial"), (1, "accepted")]
+
+
 @pytest.mark.parametrize("sandbox", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: str, request) -> None:
     if sandbox == "docker":
