@@ -387,3 +387,17 @@ def test_a_dry_run_refuses_what_the_run_it_prints_would(
     assert_user_error(dry, needle)
     assert_user_error(cli("run", ws, "--rounds", "1", *setting, env=ENV), needle)
     _unchanged(ws, before)
+
+
+def test_a_dry_run_refuses_a_scorer_that_does_not_compile(ws: Path) -> None:
+    """A syntax error in scorer.py: the dry run printed its projection and "start it with", and the
+    run it named refused. Both refuse, naming the line; the scorer is compiled, not run."""
+    with (ws / "scorer.py").open("a") as f:
+        f.write("\ndef broken(:\n")
+    git(ws, "commit", "-qam", "a scorer that does not compile")
+    before = snapshot(ws)
+    for dry in (("--dry-run",), ()):
+        out = cli("run", ws, *RUN, "--rounds", "1", *dry, env=ENV)
+        assert_user_error(out, "scorer.py failed to import: SyntaxError", "fix scorer.py")
+        assert "start it with" not in out.stdout
+    _unchanged(ws, before)

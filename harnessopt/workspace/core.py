@@ -23,6 +23,7 @@ from harnessopt.ledger.journal import STATE_DIR, Journal
 from harnessopt.objective.trigger import default_objective, is_trigger_task, round_tasks
 from harnessopt.protocols import Task
 from harnessopt.workspace import flags
+from harnessopt.workspace.scoring import compile_scorer
 from harnessopt.workspace.skillspec import read_skill
 from harnessopt.workspace.tasks import (
     DEFAULT_SPLIT,
@@ -118,7 +119,7 @@ class Workspace:
     def check_runnable(self) -> None:
         """What ``init`` checked and a later commit on main may have broken, checked again before a
         run spends anything: the incumbent's SKILL.md reads and passes the static check a candidate
-        must pass, its harness's flags.yaml (if any) reads, no task is in two splits (by id or by
+        must pass, its harness's flags.yaml (if any) reads, scorer.py compiles, no task is in two splits (by id or by
         input: an edit of tasks/ since), and val holds the smoke test's tasks.
         A UserError that says what to fix."""
         skill = self.root / "skill"
@@ -129,6 +130,7 @@ class Workspace:
             )
         read_skill(skill, rules_off=self.cfg.checks.skill_rules_off)
         flags.registered(self.root / "harness")  # a candidate's bad flags.yaml is lenient; main's is not
+        compile_scorer(self.root / "scorer.py")  # read and compiled, not run: a dry run runs nothing
         stored = [task for split in SPLITS for task in read_split(self.root / "tasks", split)]
         check_splits(stored, min_val=0)  # an id or an input in two splits leaks answers, as at init
         n_val = sum(task.split == "val" for task in stored)

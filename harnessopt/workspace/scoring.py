@@ -50,9 +50,9 @@ class ScoreResult:
         return self.error is None and self.score >= PASS_SCORE - TOLERANCE
 
 
-def load_scorer(path: Path) -> ScoreFn:
-    """Import ``path`` as a fresh module (a new name each call, so edits are picked up) and
-    return its ``score`` function. No bytecode is written next to the workspace file."""
+def compile_scorer(path: Path) -> types.CodeType:
+    """``path`` read and compiled, not run (what ``run --dry-run`` checks of the scorer): a missing
+    file, one that cannot be read, or a syntax error is a UserError that says what to fix."""
     path = Path(path)
     try:
         source = path.read_text(encoding="utf-8")
@@ -62,13 +62,24 @@ def load_scorer(path: Path) -> ScoreFn:
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read scorer {path}: {e}") from e
+    try:
+        return compile(source, str(path), "exec")
+    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the source
+        raise UserError(f"scorer {path} failed to import: {describe(e, str(path))}; fix scorer.py") from e
+
+
+def load_scorer(path: Path) -> ScoreFn:
+    """Import ``path`` as a fresh module (a new name each call, so edits are picked up) and
+    return its ``score`` function. No bytecode is written next to the workspace file."""
+    path = Path(path)
+    code = compile_scorer(path)
     name = f"harnessopt_scorer_{next(_load_counter)}"
     module = types.ModuleType(name)
     module.__file__ = str(path)
     # Registered before exec so dataclasses and pickling inside the scorer find their module.
     sys.modules[name] = module
     try:
-        exec(compile(source, str(path), "exec"), module.__dict__)
+        exec(code, module.__dict__)
     except Exception as e:
         del sys.modules[name]
         raise UserError(f"scorer {path} failed to import: {describe(e, str(path))}; fix scorer.py") from e
