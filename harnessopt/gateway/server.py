@@ -471,11 +471,10 @@ class Gateway:
         with self._lock:
             big = self._largest.get(lease.role, Usage(1))
             self._largest[lease.role] = Usage(
-                1,
-                max(big.input_tokens, need.input_tokens),
-                max(big.output_tokens, need.output_tokens),
-                0,
-                max(big.cost_usd, need.cost_usd),
+                calls=1,
+                input_tokens=max(big.input_tokens, need.input_tokens),
+                output_tokens=max(big.output_tokens, need.output_tokens),
+                cost_usd=max(big.cost_usd, need.cost_usd),
             )
             problem = self._budget_problem(need)
             if problem is not None:

@@ -178,3 +178,33 @@ def test_gateway_settings_come_from_the_config():
     gw = Gateway.from_config(ScriptedModel.from_dict(SCRIPT), cfg)
     assert gw.policy.of("target").max_body == 1024 * 1024 and gw.policy.max_calls_per_lease == 3
     assert gw.policy.of("optimizer").model == OPTIMIZER and gw.policy.of("target").model == TARGET
+
+
+@pytest.mark.parametrize("limit", ["max_cost", "max_tokens"])
+def test_the_budget_left_is_checked_against_the_largest_call_each_role_made(limit: str) -> None:
+    """The loop starts no round whose first large call the gateway would refuse: ``cannot_hold``
+    says when what is left would not hold one call as large as the largest of a role (its
+    ``max_tokens`` plus its input bound, what the gateway reserves), by each limit; calls of other
+    roles or smaller ones do not count."""
+    upstream = BilledUpstream(lambda r: 10, delay_s=0)  # billed 10 input tokens and all its max_tokens
+    request = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 4000,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    one = Gateway(upstream, BudgetConfig()).reservation("optimizer", request, b"x" * 200)
+    room = {"max_cost": 1.5 * one.cost_usd, "max_tokens": int(1.5 * (one.input_tokens + one.output_tokens))}
+    with Gateway(upstream, BudgetConfig(**{limit: room[limit]})) as gw:
+        assert gw.cannot_hold() is None  # no call yet: nothing to go by
+        small = gw.lease("target", 1, "t1")
+        sdk = anthropic.Anthropic(base_url=small.base_url, api_key=small.token, max_retries=0)
+        sdk.messages.create(**{**request, "max_tokens": 100})
+        assert gw.cannot_hold() is None  # a small target call: the budget left holds another
+        big = gw.lease("optimizer", 1)
+        sdk = anthropic.Anthropic(base_url=big.base_url, api_key=big.token, max_retries=0)
+        sdk.messages.create(**request)  # it fit: it was the first large one
+        said = gw.cannot_hold()
+        assert said is not None and said.startswith("one optimizer call as large as this run's largest")
+        assert f"budget.{limit}" in said
+        with pytest.raises(anthropic.RateLimitError):  # what the gateway would do to the next one
+            sdk.messages.create(**request)

@@ -26,7 +26,7 @@ from harnessopt.reporting.data import report_data
 from harnessopt.rollout.run_cache import RESUME_DIR
 from harnessopt.round import steps
 from harnessopt.workspace.core import Workspace
-from tests.support.cli import git, start_cli, wait_for_phase
+from tests.support.cli import cli, git, start_cli, wait_for_phase
 from tests.support.workspace import make_ws
 
 
@@ -202,12 +202,17 @@ def test_a_round_whose_calls_the_budget_left_would_refuse_is_not_started(tmp_pat
     first call was refused, the round failed and the run exited 3. Now the run does not start a round
     the budget left cannot hold this run's largest call in, and says why."""
     ws = make_ws(tmp_path)
-    r = subprocess.run(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "3", "--max-tokens", "25000"]
-        + ["--sandbox", "local", "-c", "optimizer.unsafe_host=true"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
+    r = cli(
+        "run",
+        ws,
+        "--rounds",
+        "3",
+        "--max-tokens",
+        "25000",
+        "--sandbox",
+        "local",
+        "-c",
+        "optimizer.unsafe_host=true",
     )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr)
     said = re.search(r"^not starting round 2: one optimizer call as large as this run's largest would be "
@@ -253,52 +258,39 @@ def test_ctrl_c_does_not_wait_for_long_running_tasks(tmp_path: Path, sandbox: st
         assert client.containers.list(all=True, filters={"label": f"harnessopt.pid={proc.pid}"}) == []
 
 
-def test_a_harness_that_crashes_everywhere_fails_the_round_before_any_optimizer_call(tmp_path: Path) -> None:
-    ws = make_ws(tmp_path)
-    (ws / "harness" / "run.py").write_text(
-        "import sys\nprint(\"the 'claude' CLI is not on PATH\", file=sys.stderr)\nsys.exit(3)\n"
-    )
-    git(ws, "commit", "-qam", "a harness whose CLI is missing")
-    head = git(ws, "rev-parse", "HEAD")
-    r = subprocess.run(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "2", "--sandbox", "local"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-    assert r.returncode == 3, (r.stdout, r.stderr)
-    assert "the 'claude' CLI is not on PATH" in r.stdout and "Traceback" not in r.stderr
-    (only,) = ledger.past_rounds(Workspace.open(ws).repo)  # the run stopped after round 1
-    assert only.status == "failed" and "8/8 train runs" in only.manifest.reason
-    assert "optimizer" not in only.manifest.tokens and only.manifest.optimizer is None
-    assert git(ws, "rev-parse", "HEAD") == head
+_HARNESS_CRASHES = "import sys\nprint(\"the 'claude' CLI is not on PATH\", file=sys.stderr)\nsys.exit(3)\n"
+_SCORER_RAISES = "\n\ndef score(task, answer, out_dir):\n    raise ValueError('boom')\n"
 
 
-def test_a_scorer_that_fails_everywhere_fails_the_round_before_any_optimizer_call(tmp_path: Path) -> None:
-    """scorer.py raises on every run: every run scored 0, the run paid the optimizer to read failures
-    the answers never had, said the scorer failed "on some tasks", classed the runs "wrong answer" and
-    exited 0. It stops as for a harness that crashes everywhere, naming the scorer's error."""
+@pytest.mark.parametrize(
+    ("path", "code", "said", "failures"),
+    [
+        ("harness/run.py", _HARNESS_CRASHES, ("8/8 train runs", "the 'claude' CLI is not on PATH"), "harness crash"),
+        # every run scored 0: the run paid the optimizer to read failures the answers never had, said
+        # the scorer failed "on some tasks", classed the runs "wrong answer" and exited 0
+        ("scorer.py", _SCORER_RAISES, ("8/8 train runs of the incumbent could not be scored",
+                                       "ValueError: boom", "fix scorer.py"), "scorer error"),
+    ],
+    ids=["harness-crashes", "scorer-raises"],
+)  # fmt: skip
+def test_an_incumbent_that_fails_everywhere_fails_the_round_before_any_optimizer_call(
+    tmp_path: Path, path: str, code: str, said: tuple[str, ...], failures: str
+) -> None:
+    """A harness whose CLI is missing, or a scorer that raises on every run: round 1 fails before
+    any optimizer call, saying why, and the run stops (exit 3)."""
     ws = make_ws(tmp_path)
-    with (ws / "scorer.py").open("a") as f:
-        f.write("\n\ndef score(task, answer, out_dir):\n    raise ValueError('boom')\n")
-    git(ws, "commit", "-qam", "a scorer that raises")
+    with (ws / path).open("w" if path.startswith("harness") else "a") as f:
+        f.write(code)
+    git(ws, "commit", "-qam", f"a broken {path}")
     head = git(ws, "rev-parse", "HEAD")
-    r = subprocess.run(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "2", "--sandbox", "local"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    r = cli("run", ws, "--rounds", "2", "--sandbox", "local")
     assert r.returncode == 3, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr and "some tasks" not in r.stdout
     (only,) = ledger.past_rounds(Workspace.open(ws).repo)  # the run stopped after round 1
-    assert (
-        only.status == "failed"
-        and "8/8 train runs of the incumbent could not be scored" in only.manifest.reason
-    )
-    assert "ValueError: boom" in only.manifest.reason and "fix scorer.py" in only.manifest.reason
+    assert only.status == "failed" and all(s in only.manifest.reason for s in said), only.manifest.reason
+    assert said[-1] in r.stdout
     assert "optimizer" not in only.manifest.tokens and only.manifest.optimizer is None
-    assert only.manifest.phases["rollout"].failures == {"scorer error": 8}
+    assert only.manifest.phases["rollout"].failures == {failures: 8}
     assert git(ws, "rev-parse", "HEAD") == head
 
 

@@ -10,16 +10,15 @@ from typing import Any
 import pytest
 
 from harnessopt.config import SearchConfig
-from harnessopt.optimizer.view import CopyBackResult
-from harnessopt.protocols import Proposal, Task, TaskResult
+from harnessopt.protocols import Task, TaskResult
 from harnessopt.rollout.run_cache import CHECKPOINT_EPOCH
 from harnessopt.rollout.runner import Candidate
 from harnessopt.search import checkpoints
 from harnessopt.search.checkpoints import MARGIN, TASKS, Marks, fixed
-from harnessopt.search.clusters import Focus
 from harnessopt.search.explore import _end, _Marks
 from harnessopt.search.screen import Screened
 from harnessopt.search.state import Proposed
+from tests.support.search import proposed
 
 
 def test_the_end_stays_unless_an_earlier_state_scored_clearly_above_it() -> None:
@@ -72,15 +71,7 @@ class _Runner:
 
 def _step(name: str, base: str) -> Proposed:
     """A kept step built on ``base``, its reason as the loop writes it (``explore._step_reason``)."""
-    p = Proposed(
-        name,
-        Focus(name),
-        Proposal(f"Edit of {name}"),
-        None,
-        CopyBackResult([f"skill/{name}.md"]),
-        Candidate(Path("/scratch") / name, name, "x"),
-        None,
-    )
+    p = proposed(name)
     p.screened = Screened(
         name, 0.125, ("t1",), False, f"not validated: beat {base} on train (+0.125 on 8 train tasks, won 1, "
         "lost 0); a later step built on it", n=8,

@@ -3,38 +3,23 @@ when the round reached its turn."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from harnessopt.optimizer.view import CopyBackResult
-from harnessopt.protocols import Outcome, Proposal
-from harnessopt.rollout.runner import Candidate
-from harnessopt.search.clusters import Focus
+from harnessopt.protocols import Outcome
 from harnessopt.search.screen import screen
-from harnessopt.search.state import Proposed, Search, attach
+from harnessopt.search.state import Search, attach
 from harnessopt.util.text import visible
+from tests.support.search import proposed
 
 
 def _search(keep: int) -> Search:
     """Three screened candidates on four train tasks: c1 wins two, c2 the other two, c3 none."""
-    proposed = [
-        Proposed(
-            name,
-            Focus(name),
-            Proposal(f"Edit of {name}"),
-            None,
-            CopyBackResult([f"skill/{name}.md"]),
-            Candidate(Path("/scratch") / name, name, "x"),
-            None,
-        )
-        for name in ("c1", "c2", "c3")
-    ]
+    candidates = [proposed(name) for name in ("c1", "c2", "c3")]
     fail, win = [Outcome(0.0)], [Outcome(1.0)]
     inc = {t: fail for t in ("a", "b", "c", "d")}
     runs = {"c1": {**inc, "a": win, "b": win}, "c2": {**inc, "c": win, "d": win}, "c3": dict(inc)}
-    search = Search(proposed)
-    attach(proposed, screen(runs, inc, keep=keep))
+    search = Search(candidates)
+    attach(candidates, screen(runs, inc, keep=keep))
     return search
 
 
