@@ -147,6 +147,22 @@ class RoundStore:
         with self._lock:
             self._written.add(path)
 
+    def seed(self, round_no: int, name: str) -> bytes:
+        """A random seed of round ``round_no`` for ``name``, made once and kept with its runs: a
+        rerun of the round draws what it drew (the memorised-answer check's perturbed variants, so
+        their finished runs are found), and nothing outside the round can foresee it."""
+        path = self.root / f"round-{round_no}" / f"seed-{name}"
+        with self._lock:
+            try:
+                kept = bytes.fromhex(path.read_text(encoding="utf-8"))
+                if len(kept) == 16:
+                    return kept
+            except (OSError, ValueError):
+                pass  # none yet, or torn by a crash before it was whole: a new one (nothing drew it)
+            made = os.urandom(16)
+            _write_atomic(path, made.hex())
+            return made
+
     # ------------------------------------------------------------------ the optimizer's candidate
 
     def _proposal_dir(self, round_no: int, parent: str, name: str = "") -> Path:

@@ -64,7 +64,12 @@ def screen(
     if len(gains) < min_tasks(cfg.memorised_alpha):  # cannot reject: spend nothing on it
         v = decide(gains, {}, {}, {}, alpha=cfg.memorised_alpha, retain=cfg.memorised_retain)
         return _recorded(ws, rc, t, v, cfg.memorised, say)
-    variants, of = perturbed_tasks(ws.root, [x for x in rc.val if x.id in gains], cfg.memorised_variants)
+    seed = svc.store.seed(
+        rc.k, "memorised"
+    )  # a rerun after Ctrl-C draws the same variants: their runs are kept
+    variants, of = perturbed_tasks(
+        ws.root, [x for x in rc.val if x.id in gains], cfg.memorised_variants, seed
+    )
     say(
         f"round {rc.k}: memorised-answer check: {len(gains)} fixed task(s) x {cfg.memorised_variants} "
         "perturbed variant(s), on both sides"
@@ -91,9 +96,12 @@ def _recorded(ws: Workspace, rc: RoundContext, t: Trail, v: Any, mode: str, say:
     return None
 
 
-def perturbed_tasks(root: Path, tasks: list[Task], n: int) -> tuple[list[Task], dict[str, list[str]]]:
-    """``n`` perturbed variants of each task (module docstring) and the ids of each task's variants."""
-    rng = random.Random(os.urandom(16))
+def perturbed_tasks(
+    root: Path, tasks: list[Task], n: int, seed: bytes | None = None
+) -> tuple[list[Task], dict[str, list[str]]]:
+    """``n`` perturbed variants of each task (module docstring) and the ids of each task's variants,
+    drawn from ``seed`` (the round's: ``RoundStore.seed``; None: a fresh one)."""
+    rng = random.Random(seed if seed is not None else os.urandom(16))
     hook = load_hook(root / HOOK_NAME)
     out: list[Task] = []
     of: dict[str, list[str]] = {}

@@ -115,3 +115,38 @@ def test_the_next_run_moves_what_a_killed_round_had_spent_into_the_journal(tmp_p
     assert [(e["round"], e["phase"], e["cost_usd"]) for e in killed] == [(1, "spend", 0.42)]
     assert entries.index(killed[0]) < next(i for i, e in enumerate(entries) if e["phase"] == "run_start")
     assert not live_spend.path(ws.root).exists()
+
+
+def test_a_rerun_after_the_memorised_answer_check_pays_for_none_of_its_runs_again(tmp_path: Path) -> None:
+    """The check's perturbed variants were drawn from a fresh seed each attempt, so a rerun of the
+    round found none of their finished runs and paid for them again (14 runs in the demo's round 1).
+    The seed is kept with the round's runs: killed once the check is done, the rerun spends nothing
+    until the confirmation, the one step the kill came before."""
+    ws = make_ws(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), *RUN],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(json.loads(x).get("phase") == "memorised" for x in _journal(ws) if x.strip()):
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = next(json.loads(x) for x in _journal(ws) if json.loads(x).get("phase") == "memorised")
+    assert first["p"] is not None  # the check ran its variants on both sides
+    again = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), *RUN],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert again.returncode == 0, (again.stdout[-2000:], again.stderr)
+    lines = again.stdout.splitlines()
+    check = next(i for i, line in enumerate(lines) if "memorised-answer check: 7 fixed task(s)" in line)
+    done = next(i for i, line in enumerate(lines) if "confirming on" in line)
+    spent = [line for line in lines[:done] if ", run: " in line]  # the run's tokens, on every progress line
+    assert spent and all(", run: 0 tokens" in line for line in spent), spent
+    assert any("round 1 reruns" in line for line in lines[check:done])  # the check's runs, found again
+    second = [json.loads(x) for x in _journal(ws) if json.loads(x).get("phase") == "memorised"][-1]
+    assert second["summary"] == first["summary"]  # the same variants, the same verdict
+    assert ledger.past_rounds(Workspace.open(ws).repo)[-1].status == "accepted"
