@@ -37,12 +37,13 @@ def run_ablation(
     ws: Workspace,
     flag: str,
     *,
-    on: str = "1",
-    off: str = "0",
+    on: str | None = None,
+    off: str | None = None,
     say: Callable[[str], None],
     progress: RunProgress | None = None,
 ) -> dict[str, Any]:
-    """Measure ``flag`` on against off on val (module docstring); returns the report."""
+    """Measure ``flag`` on against off on val (module docstring); returns the report. ``on`` and
+    ``off`` default to 1 and 0, for a flag whose default is one of them."""
     name = flag.lower()
     known = known_flags(ws)
     if name not in known:
@@ -51,6 +52,13 @@ def run_ablation(
             f"flag {flag!r} is not registered in {ws.root}/harness/flags.yaml nor set in harnessopt.yaml "
             f"(known: {listed}); register it there (docs/optimizer.md, 'Feature flags')"
         )
+    default = next((f.default for f in flags.registered(ws.root / "harness") if f.name == name), None)
+    if on is None and off is None and default not in (None, "0", "1"):
+        raise UserError(
+            f"flag {name} defaults to {default!r}, not 1 or 0 ({known[name]}): pass the two values to "
+            "compare, --on VALUE --off VALUE"
+        )
+    on, off = on if on is not None else "1", off if off is not None else "0"
     if on == off:
         raise UserError(f"--on and --off are both {on!r}: give two different values")
     val, _held_out = split_val(ws.tasks("val"), ws.cfg.gate)
@@ -70,6 +78,12 @@ def run_ablation(
         svc.runner.observers.append(reads)
         d, _on_out, _off_out = paired_decision(svc, cands["flag-on"], cands["flag-off"], val)
         usage = svc.usage_of_round(0)
+    if reads.runs and reads.crashed == reads.runs:  # no evidence either way: no verdict, no record
+        raise UserError(
+            f"ablate {name}: every run crashed, with {flags.env_name(name)}={on} and ={off} (the harness "
+            f"said: {reads.said or 'nothing on stderr'}); nothing recorded: pass values the harness "
+            "takes (--on, --off)"
+        )
     word = verdict_word(d)
     report = {
         "flag": name,
@@ -125,7 +139,7 @@ class _ReadCounter:
     """A run observer counting the runs that reported reading the flag (``flags_read``)."""
 
     def __init__(self, name: str):
-        self.name, self.runs, self.read = name, 0, 0
+        self.name, self.runs, self.read, self.crashed, self.said = name, 0, 0, 0, ""
 
     def started(self, *_args: Any) -> None:
         pass
@@ -133,3 +147,7 @@ class _ReadCounter:
     def finished(self, _label: str, result: Any, _done: int, _total: int) -> None:
         self.runs += 1
         self.read += self.name in flags.read_in(result.harness_events)
+        if result.crashed:
+            self.crashed += 1
+            lines = [x.strip() for x in (result.stderr_tail or "").splitlines() if x.strip()]
+            self.said = self.said or (lines[-1][:300] if lines else "")

@@ -103,6 +103,27 @@ def test_ablate_reports_the_paired_difference_of_a_flag(tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "known: extract" in unknown.stderr
 
 
+def test_ablate_needs_the_values_of_a_flag_that_is_not_on_or_off(tmp_path: Path) -> None:
+    """The chat harness's skill_loading takes system or catalogue. With --on 1 --off 0 taken by
+    default every run exited 2 before any model call, and ablate said "no measurable difference",
+    asked whether the harness reads the flag and recorded that. Now it asks for the two values, and
+    a measurement whose every run crashed says so and records nothing."""
+    ws = _harbour(tmp_path)
+    (ws / "harness" / "flags.yaml").write_text(
+        FLAGS_YAML + "- {name: skill_loading, default: system, purpose: system prompt or catalogue}\n"
+    )
+    git(ws, "commit", "-qam", "harness: register skill_loading")
+    assert "HO_FLAG_SKILL_LOADING" in (ws / "harness" / "run.py").read_text()  # the chat harness reads it
+    asked = _cli("ablate", str(ws), "skill_loading", "--sandbox", "local")
+    assert asked.returncode == 2 and "Traceback" not in asked.stderr, asked.stderr
+    assert "defaults to 'system', not 1 or 0" in asked.stderr and "--on VALUE --off VALUE" in asked.stderr
+    crashed = _cli("ablate", str(ws), "skill_loading", "--on", "1", "--off", "0", "--sandbox", "local")
+    assert crashed.returncode == 2 and "Traceback" not in crashed.stderr, crashed.stderr
+    assert "every run crashed, with HO_FLAG_SKILL_LOADING=1 and =0" in crashed.stderr
+    assert "use system or catalogue" in crashed.stderr and "no measurable difference" not in crashed.stderr
+    assert git(ws, "for-each-ref", "refs/harnessopt/ablate/") == ""  # nothing recorded
+
+
 def _accept(ws: Path, k: int, old: str, new: str, delta: float) -> str:
     """Record an accepted round that replaces ``old`` by ``new`` in SKILL.md (as the loop would)."""
     opened = Workspace.open(ws)
