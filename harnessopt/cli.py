@@ -388,7 +388,10 @@ def cmd_run(a: argparse.Namespace) -> int:
             say(line)
         # the run as asked for: without --dry-run, or the prefix of it argparse took for it (--dry)
         again = shlex.join(w for w in a.argv if not (w.startswith("--d") and "--dry-run".startswith(w)))
-        say(f"dry run: nothing was run; start it with: harnessopt {again}")
+        first = ""  # the run commits on main: from anywhere else it would be refused
+        if where := ws.off_main():
+            first = f"git -C {shlex.quote(str(ws.root))} checkout main (HEAD is {where}), then "
+        say(f"dry run: nothing was run; start it with: {first}harnessopt {again}")
         return 0
     ws.require_main()
     with (

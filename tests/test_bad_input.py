@@ -272,6 +272,9 @@ def test_a_head_off_main(ws: Path, where: str) -> None:
     for command in (("status",), ("log",), ("run", "--dry-run")):
         r = cli(command[0], ws, *command[1:], env=ENV)
         assert r.returncode == 0, r.stderr
+    # the dry run names the run it priced, which would be refused from here: it says what comes first
+    said = "detached" if where == "detached" else "on mine"
+    assert f"start it with: git -C {ws} checkout main (HEAD is {said}), then harnessopt run" in r.stdout
 
 
 def test_an_empty_model_name(ws: Path) -> None:

@@ -107,14 +107,19 @@ class Workspace:
         moves by a compare-and-swap of refs/heads/main and a checkout of it, which on a detached
         HEAD or another branch would reset that checkout to main's commit. Reading commands
         (status, log, diff, report) work wherever HEAD is."""
-        head = self.repo.head
-        branch = None if head.is_detached else head.reference.path
-        if branch != "refs/heads/main":
-            where = "detached" if branch is None else f"on {branch.removeprefix('refs/heads/')}"
+        if where := self.off_main():
             raise UserError(
                 f"{self.root}: HEAD is {where}, not on main, where this command commits; put it back "
                 f"with git -C {self.root} checkout main"
             )
+
+    def off_main(self) -> str | None:
+        """Where HEAD is when it is not on main ("detached", "on BRANCH"), else None."""
+        head = self.repo.head
+        branch = None if head.is_detached else head.reference.path
+        if branch == "refs/heads/main":
+            return None
+        return "detached" if branch is None else f"on {branch.removeprefix('refs/heads/')}"
 
     def check_runnable(self) -> None:
         """What ``init`` checked and a later commit on main may have broken, checked again before a
