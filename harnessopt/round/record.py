@@ -63,17 +63,22 @@ def record(
                     ws.repo, ws.journal, rc.parent, overlay, paths, m, new_best=new_best
                 )
                 cache_accepted(ws, svc, sha, t)
-                resumed = _recorded(ws, svc, rc, t, status, sha, say)
+                # said inside: a Ctrl-C held till here lands once main moved, after the round's line
+                _said(rc.k, status, reason, _recorded(ws, svc, rc, t, status, sha, say), say)
         except ledger.MainMoved as e:  # changed in the moment since the check above: recorded as failed
             return record(ws, svc, rc, t, ("failed", not_applied(ws.root, rc.k, e.why)), say)
     else:
         paths = [p for p in RECORD_PATHS[:3] if (overlay / p).exists()]
         sha = ledger.record_other(ws.repo, rc.parent, overlay, paths, m)
-        resumed = _recorded(ws, svc, rc, t, status, sha, say)
-    if resumed:
-        say(f"round {rc.k}: reused {resumed} finished rollout(s) of an interrupted run")
-    say(f"round {rc.k}: {reason}" if reason.startswith(status) else f"round {rc.k}: {status}: {reason}")
+        _said(rc.k, status, reason, _recorded(ws, svc, rc, t, status, sha, say), say)
     return RoundResult(rc.k, status, reason, sha, m)
+
+
+def _said(k: int, status: Status, reason: str, resumed: int, say: Announce) -> None:
+    """The round's outcome, as recorded."""
+    if resumed:
+        say(f"round {k}: reused {resumed} finished rollout(s) of an interrupted run")
+    say(f"round {k}: {reason}" if reason.startswith(status) else f"round {k}: {status}: {reason}")
 
 
 def _recorded(

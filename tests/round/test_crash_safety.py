@@ -71,7 +71,9 @@ def test_a_stop_just_after_main_moved_still_records_what_the_next_run_needs(
 ) -> None:
     """SIGTERM the moment the accept's swap is done: the run stops, but only after the new
     incumbent's val runs are cached and the round's recorded line is written, so the next round
-    does not pay for the incumbent's runs again nor finish a round that was finished."""
+    does not pay for the incumbent's runs again nor finish a round that was finished; and after
+    the round's line is said (the run ended on "main is unchanged past the last recorded round"
+    without saying the round had just been recorded and applied)."""
     from harnessopt.rollout.val_cache import ValCache
     from harnessopt.round import driver
     from harnessopt.util import interrupts
@@ -87,10 +89,12 @@ def test_a_stop_just_after_main_moved_still_records_what_the_next_run_needs(
 
     monkeypatch.setattr(ledger, "record_accepted", swap_then_sigterm)
     cached_before = len(ValCache(ws.root / ".harnessopt")._load())
+    said: list[str] = []
     with handlers_restored():
         interrupts.install()
         with pytest.raises(interrupts.Terminated):
-            driver.run(ws, 1, lambda _m: None)
+            driver.run(ws, 1, said.append)
+    assert said[-1].startswith("round 1: accepted: "), said[-3:]
     phases = [json.loads(x)["phase"] for x in _journal(ws.root) if x.strip()]
     assert phases[phases.index("applying") + 1] == "recorded"
     assert git(ws.root, "rev-parse", "HEAD") == git(ws.root, "rev-parse", "ho/round-1^{commit}")
