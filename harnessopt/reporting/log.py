@@ -376,7 +376,19 @@ def projected_vs_spent(ws: Workspace) -> list[str]:
     tokens = sum(u.input + u.output for m in spent for u in m.tokens.values())
     guessed = sum(u.estimated_calls for m in spent for u in m.tokens.values())
     cost = sum(m.cost_usd or 0.0 for m in spent)
-    if not spent:  # running, or stopped before any record: a percentage would say -100%
+    # the round-0 diagnoses it wrote (harness and joint mode): recorded on their proposal commits
+    diagnoses = 0
+    for e in entries[starts[-1] :]:
+        if e.get("phase") == "round0_proposal" and e.get("commit"):
+            try:
+                data = ledger.manifest_data(str(ws.repo.commit(str(e["commit"])).message))
+            except (ValueError, git.BadName):  # a commit gone (a rewritten history): nothing to count
+                continue
+            more_calls, more_tokens = calls_and_tokens(data.get("tokens") or {})
+            calls, tokens, diagnoses = calls + more_calls, tokens + more_tokens, diagnoses + 1
+            cost += float(data.get("cost_usd") or 0.0)
+    where = f"{len(spent)} round(s)" + (f" and {diagnoses} round-0 diagnosis(es)" if diagnoses else "")
+    if not spent and not diagnoses:  # running, or stopped before any record: a percentage would say -100%
         off = " (no round of it recorded yet)"
     else:
         off = f" ({(calls - p['calls']) / p['calls']:+.0%} calls)" if p.get("calls") else ""
@@ -385,7 +397,7 @@ def projected_vs_spent(ws: Workspace) -> list[str]:
         f"${p.get('cost_usd', 0.0):.4f} for {p.get('rounds', 0)} round(s) (from {p.get('basis', '?')})",
         f"last run spent:     {calls} calls, {tokens} tokens"
         + (f" (estimated, chars/4, for {guessed} calls whose upstream sent no usage)" if guessed else "")
-        + f", ${cost:.4f} in {len(spent)} round(s){off}",
+        + f", ${cost:.4f} in {where}{off}",
     ]
 
 

@@ -306,7 +306,11 @@ def test_round0_spend_is_counted_by_status_log_and_the_report(tmp_path: Path) ->
     spent = proposals.spend(Workspace.open(ws).repo)
     assert spent["diagnoses"] == 1 and spent["calls"] > len(Workspace.open(ws).tasks("train"))
     line = f"round 0 (diagnosis, 1): {spent['calls']} model call(s)"
-    assert line in ho("status", ws).stdout
+    status = ho("status", ws).stdout
+    assert line in status
+    # the run wrote only the diagnosis: what it spent is that, not "0 calls ... no round recorded yet"
+    said = f"last run spent:     {spent['calls']} calls, {spent['tokens']} tokens, $0.0000 in 0 round(s) and 1 round-0"
+    assert said in status and "no round of it recorded yet" not in status, status
     log = ho("log", ws).stdout
     assert line in log and "no rounds yet" in log
     assert any(x.startswith(line) for x in report_data(Workspace.open(ws))["spend"])
