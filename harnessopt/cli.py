@@ -378,6 +378,10 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     if unpriced := unpriced_budget(ws.cfg):  # also for --dry-run; before the lock: nothing changed
         raise UserError(unpriced)
+    from harnessopt.optimizer.anthropic_agent import first_call_too_dear
+
+    if dear := first_call_too_dear(ws.cfg):  # the first round would fail at its first optimizer call
+        raise UserError(dear)
     if a.dry_run:  # no lock, no model call, nothing written
         from harnessopt.reporting.projection import project
         from harnessopt.round.services import preflight

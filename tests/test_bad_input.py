@@ -392,6 +392,22 @@ def test_a_dry_run_refuses_what_the_run_it_prints_would(
     _unchanged(ws, before)
 
 
+@pytest.mark.parametrize(("limit", "value"), [("--max-tokens", "9000"), ("--max-cost", "0.05")])
+def test_a_budget_that_cannot_hold_one_optimizer_call_is_refused_before_anything_runs(
+    ws: Path, limit: str, value: str
+) -> None:
+    """The gateway reserves a call's max_tokens (the built-in optimizer asks 8,192) plus its input:
+    a budget below that paid for round 1's rollouts, then failed the round at its first optimizer
+    call (exit 3). The run and its dry run refuse it up front."""
+    before = snapshot(ws)
+    for dry in (("--dry-run",), ()):
+        out = cli("run", ws, *RUN, "--rounds", "1", limit, value, *dry, env=ENV)
+        assert_user_error(
+            out, f"budget.{limit[2:].replace('-', '_')}={value} cannot hold one call of the optimizer"
+        )
+    _unchanged(ws, before)
+
+
 def test_a_dry_run_refuses_a_scorer_that_does_not_compile(ws: Path) -> None:
     """A syntax error in scorer.py: the dry run printed its projection and "start it with", and the
     run it named refused. Both refuse, naming the line; the scorer is compiled, not run."""
