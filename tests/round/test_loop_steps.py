@@ -36,6 +36,7 @@ class ScriptedRunner:
         self.attempts: dict[tuple[str, str], int] = {}
         self.prefetched: list[list[tuple[str, str, int]]] = []  # each prefetch() call's jobs
         self.dropped = 0
+        self.expected: list[tuple[str, int]] = []  # each expect() call: (phase, runs)
         self.observers: list[Any] = []  # told of each batch and result, as Runner.run tells them
 
     def prefetch(
@@ -47,6 +48,10 @@ class ScriptedRunner:
     def drop_prefetched(self, wait: bool = True) -> list[tuple[str, TaskResult]]:
         self.dropped += 1
         return []
+
+    def expect(self, round_no: int, phase: str, runs: int) -> None:
+        """``Runner.expect``: what the progress display is told a phase will run."""
+        self.expected.append((phase, runs))
 
     def run(
         self,
@@ -174,6 +179,8 @@ def test_validation_runs_start_ahead_at_most_concurrency_at_a_time(tmp_path: Pat
     asked = [(label, t, e) for label, ts, es in svc.runner.batches for e in es for t in ts]
     assert all(job in asked for job in started_ahead)
     assert started_ahead[0] == asked[len(smoked)]  # the smoke test's free slots start validation
+    # the progress display was told, before the first chunk, every validation run to come
+    assert svc.runner.expected == [("validation", len(asked) - len(smoked))]
 
 
 def test_a_crash_that_reproduces_where_the_incumbent_runs_rejects(tmp_path: Path) -> None:
