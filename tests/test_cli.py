@@ -139,6 +139,8 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     assert report["n"] == 4 and report["gain"] == 1.0 and report["claimed_val_gain"] == 1.0
     again = cli("audit", ws, "--sandbox", "local", env=env)
     assert again.returncode == 2 and "--force" in again.stderr
+    status = cli("status", ws, env=env).stdout  # a finished audit is not a run that stopped
+    assert "last run stopped" not in status and "next: harnessopt run" in status, status
     # where docs/workspace.md says an audit is kept; and where the versions from the layout change
     # until its fix kept it: a pair audited there is still refused and still reported
     ref = git(ws, "for-each-ref", "--format=%(refname)", "refs/harnessopt/audit/")

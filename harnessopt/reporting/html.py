@@ -60,6 +60,10 @@ def write_report(ws: Workspace, out: Path | None = None) -> Path:
         ) from None
     except FileNotFoundError:  # a directory of the kernel's, where no file can be made
         raise UserError(f"--out: no file can be made in {out}; pass a directory you can write to") from None
+    if page.is_dir():  # --out x.html names a folder: nothing is written, not the plots either
+        raise UserError(
+            f"--out: {page} is a directory; pass a new file name ending in .html, or the directory"
+        )
     data = report_data(ws)
     plots: dict[str, Path] = {}
     for name, draw in PLOTS.items():

@@ -248,7 +248,15 @@ def status_lines(ws: Workspace) -> list[str]:
         return [*lines, *_in_progress(ws, busy, last)]
     # where it stopped: the last step, not the round's spend line, which its way out writes
     stopped = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
-    if stopped and stopped.get("phase") not in ("recorded", "rollback", "run_end"):
+    # a run's end, a rollback, or a measuring command's record (written when it finished)
+    if stopped and stopped.get("phase") not in (
+        "recorded",
+        "rollback",
+        "run_end",
+        "audit",
+        "ablate",
+        "replay",
+    ):
         lines.append(
             f"last run stopped in round {stopped.get('round')}, its journal's last step '{stopped.get('phase')}' "
             "(nothing applied)"

@@ -95,6 +95,7 @@ def test_ablate_reports_the_paired_difference_of_a_flag(tmp_path: Path) -> None:
     ref = f"refs/harnessopt/ablate/extract-{vcs.head_sha(repo)[:12]}"
     assert ledger.manifest_data(str(repo.commit(ref).message))["verdict"] == "helps"
     assert git(ws, "status", "--porcelain") == ""
+    assert "last run stopped" not in _cli("status", str(ws)).stdout  # a finished ablation stopped nothing
     # the report's adoption table lists the registered flag (no round read it yet)
     from harnessopt.reporting.data import report_data
 

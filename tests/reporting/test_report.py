@@ -165,7 +165,9 @@ def test_report_out_as_a_page_path(demo: Path, tmp_path: Path) -> None:
     assert_user_error(cli("report", demo, "--out", tmp_path / "afile" / "r.html"), "is a file", ".html")
     assert_user_error(cli("report", demo, "--out", tmp_path / "afile"), "is a file")
     assert_user_error(cli("report", demo, "--out", tmp_path / "afile" / "sub" / "r.html"), "is a file")
-    assert snapshot(tmp_path) == before
+    (tmp_path / "page.html").mkdir()  # a folder named like a page: a traceback after the plots were written
+    assert_user_error(cli("report", demo, "--out", tmp_path / "page.html"), "page.html is a directory")
+    assert snapshot(tmp_path) == before and list((tmp_path / "page.html").iterdir()) == []
     # the kernel's directories exist and take no file: one line, not a traceback
     assert_user_error(cli("report", demo, "--out", "/proc"), "no file can be made in /proc", "write to")
     assert_user_error(cli("report", demo, "--out", "/proc/self/r.html"), "no file can be made in /proc/self")
