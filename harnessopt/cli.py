@@ -255,7 +255,11 @@ def build_parser() -> _Parser:
     sb = sub.add_parser("sandbox", help="build the sandbox image or remove leftover containers")
     sbsub = sb.add_subparsers(dest="action", required=True, parser_class=_Parser)
     build = sbsub.add_parser("build", help="build the Docker image rollouts run in")
-    build.add_argument("--base", help="base image (default: a slim Python 3 image)")
+    build.add_argument(
+        "--base",
+        help="base image (default: harnessopt-base:bookworm when it exists, the offline Debian one "
+        "sandbox/make_base_image.sh builds, else python:3.11-slim)",
+    )
     build.add_argument(
         "--tag", help="image tag (default harnessopt-sandbox:latest, or :claude-code / :codex with --with)"
     )

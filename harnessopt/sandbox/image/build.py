@@ -44,17 +44,19 @@ def runner_digest() -> str:
     return hashlib.sha256((sandbox_source_dir() / "runner.py").read_bytes()).hexdigest()[:16]
 
 
-def docker_client(timeout: float = 120.0) -> Any:
-    """A docker-py client that answered a ping, or UserError saying how to start the engine."""
+def docker_client(timeout: float = 120.0, *, local_instead: bool = True) -> Any:
+    """A docker-py client that answered a ping, or UserError saying how to start the engine (and,
+    with ``local_instead``, for a command that runs tasks: that the local sandbox needs none)."""
     import docker
 
     try:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except Exception as e:
+        instead = " or use --sandbox local" if local_instead else ""
         raise UserError(
-            "Docker is not reachable: start it (e.g. `dockerd &` or `systemctl start docker`) "
-            f"or use --sandbox local ({type(e).__name__})"
+            "Docker is not reachable: start it (e.g. `dockerd &` or `systemctl start docker`)"
+            f"{instead} ({type(e).__name__})"
         ) from e
     return client
 
@@ -77,7 +79,7 @@ def build_image(base: str | None, tag: str = DEFAULT_TAG, announce: Callable[[st
     else ``python:3.11-slim`` (which must already be present or pullable). A variant with more
     inside (``claude-code``) is ``variants.build_image_with``.
     """
-    return build_task_image(docker_client(timeout=900), base, tag, announce)
+    return build_task_image(docker_client(timeout=900, local_instead=False), base, tag, announce)
 
 
 def build_task_image(client: Any, base: str | None, tag: str | None, announce: Callable[[str], None]) -> str:
@@ -198,7 +200,7 @@ def owner_alive(labels: dict[str, str]) -> bool:
 def cleanup_containers(label: str = LABEL) -> int:
     """Force-remove the containers carrying ``label`` whose run is no longer alive (leftovers of a
     killed run); containers of live runs on this host, or of other hosts, are spared. The count."""
-    client = docker_client()
+    client = docker_client(local_instead=False)
     removed = 0
     # ignore_removed: a container another run removes between the listing and its inspect is skipped,
     # not a NotFound that ends the whole clean-up

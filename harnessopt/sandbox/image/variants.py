@@ -66,7 +66,7 @@ def build_image_with(
     base: str | None, tag: str, with_: Sequence[str], announce: Callable[[str], None] = print
 ) -> str:
     """``harnessopt sandbox build --with ...``: the variant image; returns the image id."""
-    return build_variant(docker_client(timeout=900), base, tag, with_, announce)
+    return build_variant(docker_client(timeout=900, local_instead=False), base, tag, with_, announce)
 
 
 def build_variant(

@@ -110,8 +110,14 @@ def test_make_sandbox_choices(monkeypatch):
     with pytest.raises(UserError, match="known: auto, docker, local"):
         make_sandbox(bogus, announce=said.append)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    with pytest.raises(UserError, match="Docker is not reachable"):
+    with pytest.raises(UserError, match="Docker is not reachable.* or use --sandbox local"):
         make_sandbox(RolloutConfig(sandbox="docker"), announce=said.append)
+    # the sandbox command's cleanup and build need Docker itself: no --sandbox to suggest there
+    from tests.support.cli import cli
+
+    for action in ("cleanup", "build"):
+        r = cli("sandbox", action, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+        assert r.returncode == 2 and "Docker is not reachable" in r.stderr and "--sandbox" not in r.stderr
     assert make_sandbox(RolloutConfig(sandbox="auto"), announce=said.append).name == "local"
     assert "isolation is weaker" in said[-1]
 
