@@ -39,7 +39,7 @@ from harnessopt.workspace.tasks import (
     small_file_split,
     write_splits,
 )
-from harnessopt.workspace.templates import templates_dir, unknown_template
+from harnessopt.workspace.templates import loading_templates, loads_skills, templates_dir, unknown_template
 
 EDITABLE_PATHS = ("skill", "harness")
 RECORD_PATHS = ("skill", "harness", "trajectories", "best_skill.md")
@@ -252,6 +252,12 @@ def init_workspace(
     check_splits(tasks, suggest=works, ratio_applies=any(t.split == UNASSIGNED for t in loaded))
     if "objective" not in cfg.model_fields_set:  # trigger tasks only: objective trigger; some: both
         cfg = cfg.model_copy(update={"objective": default_objective(tasks)})
+    if cfg.objective != "task" and not loads_skills(template):  # every trigger run would score 0, paid for
+        raise UserError(
+            f'objective {cfg.objective} (tasks whose answer is {{"trigger": ...}}): the {template} template '
+            "offers the model no skill-loading tool, so whether the skill loaded cannot be measured; use "
+            f"--template {' or '.join(loading_templates())}"
+        )
     if cfg.objective == "both":  # each objective has its own gate, on its own val tasks
         val = [t for t in tasks if t.split == "val"]
         n_trigger = sum(is_trigger_task(t) for t in val)

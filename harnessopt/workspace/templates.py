@@ -25,3 +25,17 @@ def unknown_template(name: str) -> str | None:
     """What is wrong with ``name`` as a template (None: nothing)."""
     known = known_templates()
     return None if name in known else f"unknown template {name!r}; known templates: {', '.join(known)}"
+
+
+def loads_skills(name: str) -> bool:
+    """Does the template offer the model a skill-loading tool (``load_skill``, Claude Code's
+    ``Skill``) that trigger runs are scored by? Its template.yaml says so (``loads_skills: true``)."""
+    import yaml
+
+    meta = yaml.safe_load((templates_dir() / name / "template.yaml").read_text(encoding="utf-8")) or {}
+    return bool(meta.get("loads_skills"))
+
+
+def loading_templates() -> list[str]:
+    """The templates whose trigger runs can measure whether the skill loaded."""
+    return [t for t in known_templates() if loads_skills(t)]

@@ -192,3 +192,23 @@ def test_objective_both_needs_val_tasks_of_each_kind(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="val holds 1 task.* of the task objective and 6 trigger task"):
         init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
     assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize("template", ["openai-chat", "command", "codex"])
+def test_a_trigger_workspace_needs_a_template_that_offers_a_loading_tool(
+    tmp_path: Path, template: str
+) -> None:
+    """Trigger tasks with a template whose model is offered no skill-loading tool: init made the
+    workspace and said "next: harnessopt run", and every trigger run scored 0 ("no request offered a
+    skill-loading tool"), paid for. Refused, naming the templates that measure loading."""
+    from harnessopt.workspace.core import init_workspace
+    from harnessopt.workspace.templates import loading_templates
+
+    assert loading_templates() == ["chat", "claude-code", "tool-agent"]
+    rows = [{"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i % 2 == 0}} for i in range(12)]
+    skill, tasks = _trigger_file(tmp_path, rows)
+    with pytest.raises(UserError, match=f"the {template} template offers the model no skill-loading tool.*"
+                                        "use --template chat or claude-code or tool-agent"):  # fmt: skip
+        init_workspace(tmp_path / "ws", skill, tasks, template=template, announce=lambda _m: None)
+    assert not (tmp_path / "ws").exists()
+    assert init_workspace(tmp_path / "ws", skill, tasks, template="chat", announce=lambda _m: None).is_dir()
