@@ -388,7 +388,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UserError(dear)
     if a.dry_run:  # no lock, no model call, nothing written
         from harnessopt.reporting.projection import project
-        from harnessopt.round.services import preflight
+        from harnessopt.round.services import preflight, unset_keys
 
         preflight(ws.root, ws.cfg)  # what the run would refuse at its start
 
@@ -399,6 +399,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         first = ""  # the run commits on main: from anywhere else it would be refused
         if where := ws.off_main():
             first = f"git -C {shlex.quote(str(ws.root))} checkout main (HEAD is {where}), then "
+        if keys := unset_keys(ws.cfg):  # a projection needs no key; the run it names does
+            first += f"set {' and '.join(keys)} in the environment, then "
         say(f"dry run: nothing was run; start it with: {first}harnessopt {again}")
         return 0
     ws.require_main()

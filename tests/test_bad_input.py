@@ -408,6 +408,33 @@ def test_a_budget_that_cannot_hold_one_optimizer_call_is_refused_before_anything
     _unchanged(ws, before)
 
 
+def test_a_dry_run_refuses_an_empty_optimizer_command_as_the_run_does(ws: Path) -> None:
+    """--optimizer command with no optimizer.command: the dry run printed "start it with" for a run
+    that then refused it."""
+    before = snapshot(ws)
+    for dry in (("--dry-run",), ()):
+        out = cli("run", ws, *RUN, "--rounds", "1", "--optimizer", "command", *dry, env=ENV)
+        assert_user_error(out, "optimizer.command is empty")
+        assert "start it with" not in out.stdout
+    _unchanged(ws, before)
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [((), "ANTHROPIC_API_KEY"), (("-c", "model.provider=openai"), "OPENAI_API_KEY")],
+    ids=["anthropic", "openai"],
+)
+def test_a_dry_run_without_a_key_says_to_set_it_before_the_run(
+    ws: Path, setting: tuple[str, ...], key: str
+) -> None:
+    """A projection needs no key, so the dry run prices the run; the run it named then refused for
+    want of the key. Its "start it with" line now says to set the key first, and the run refuses."""
+    dry = cli("run", ws, *RUN, "--rounds", "1", *setting, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"start it with: set {key} in the environment, then harnessopt run" in dry.stdout.splitlines()[-1]
+    assert_user_error(cli("run", ws, *RUN, "--rounds", "1", *setting), f"set {key} in the environment")
+
+
 def test_a_dry_run_refuses_a_scorer_that_does_not_compile(ws: Path) -> None:
     """A syntax error in scorer.py: the dry run printed its projection and "start it with", and the
     run it named refused. Both refuse, naming the line; the scorer is compiled, not run."""

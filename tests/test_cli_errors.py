@@ -213,8 +213,9 @@ def test_a_dry_run_names_the_run_it_would_start(ws: Path) -> None:
     for dry in ("--dry-run", "--dry"):
         out = cli("run", ws, dry, "--rounds", "2", "-c", "gate.epochs=2")
         assert out.returncode == 0, out.stderr
-        assert out.stdout.splitlines()[-1].endswith(
-            f"start it with: harnessopt run {ws} --rounds 2 -c gate.epochs=2"
+        last = out.stdout.splitlines()[-1]  # this workspace's model needs a key the test does not set
+        assert last.endswith(
+            f"start it with: set ANTHROPIC_API_KEY in the environment, then harnessopt run {ws} --rounds 2 -c gate.epochs=2"
         )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from harnessopt.config import Config
 from harnessopt.errors import UserError
 from harnessopt.gate.policy import make_gate
-from harnessopt.gateway.models import model_for, optimizer_model_for
+from harnessopt.gateway.models import missing_key, model_for, optimizer_model_config, optimizer_model_for
 from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR, Journal
@@ -111,16 +111,28 @@ class RoundUsage:
 def preflight(root: Path, cfg: Config) -> None:
     """What a run refuses at its start before it spends, asked by ``run --dry-run`` too, whose
     "start it with" line should be a command that starts: a scripted model's script reads (a
-    model of an API is not made: that imports its SDK, a second of CPU) and an optimizer whose
-    tools would run on this host is allowed there. Builds nothing that calls out or holds a process."""
+    model of an API is not made: that imports its SDK, a second of CPU), an optimizer whose
+    tools would run on this host is allowed there, and a command optimizer has its argv (an API key
+    a dry run does not need: ``unset_keys`` says what to set). Builds nothing that calls out or
+    holds a process."""
+    optimizer = cfg.optimizer.backend != "manual"  # a person makes no model call
     if cfg.model.provider == "scripted":
         model = model_for(cfg.model, root, needs_tools=cfg.template == "tool-agent", warn=lambda _m: None)
-        if cfg.optimizer.backend != "manual" and cfg.optimizer_provider == "scripted":
+        if optimizer and cfg.optimizer_provider == "scripted":
             optimizer_model_for(cfg, root, model)
     if cfg.rollout.sandbox == "local":  # auto is resolved by probing the engine: the run says
         from harnessopt.optimizer import check_placement
 
         check_placement(cfg.optimizer, on_host=True, announce=lambda _m: None)
+    if cfg.optimizer.backend == "command" and not cfg.optimizer.command:
+        raise UserError("optimizer.command is empty; set it to an agent's argv, e.g. [codex, exec]")
+
+
+def unset_keys(cfg: Config) -> list[str]:
+    """The API keys the run's models need that the environment does not hold (the target's, and the
+    optimizer's unless a person makes its turns): what a dry run says to set before the run."""
+    configs = [cfg.model] + ([optimizer_model_config(cfg)] if cfg.optimizer.backend != "manual" else [])
+    return list(dict.fromkeys(name for c in configs if (name := missing_key(c))))
 
 
 @contextmanager

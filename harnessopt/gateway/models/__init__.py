@@ -120,6 +120,15 @@ def model_for(
     return model
 
 
+def missing_key(cfg: ModelConfig, env: Mapping[str, str] | None = None) -> str | None:
+    """The environment variable ``make_model`` would want an API key in and find empty, or None
+    (no SDK import, no connection: ``run --dry-run`` asks it)."""
+    if cfg.provider not in DEFAULT_KEY_ENV:
+        return None
+    key_name = cfg.api_key_env or DEFAULT_KEY_ENV[cfg.provider]
+    return None if (os.environ if env is None else env).get(key_name) else key_name
+
+
 def optimizer_model_config(cfg: Config) -> ModelConfig:
     """The optimizer's upstream as a ``ModelConfig``: ``optimizer.provider/base_url/api_key_env``.
 
