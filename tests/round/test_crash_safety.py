@@ -26,10 +26,8 @@ def _journal(ws: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.mark.parametrize("phase", ["start", "propose", "check", "smoke", "gate", "applying"])
-def test_sigkill_at_each_phase_then_rerun(tmp_path: Path, phase: str) -> None:
-    ws = make_ws(tmp_path)
-    base = git(ws, "rev-parse", "HEAD")
+def _killed_at(ws: Path, phase: str) -> None:
+    """A run of round 1 SIGKILLed as soon as its journal has a ``phase`` line (or when it ends)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "harnessopt", "run", str(ws), *RUN],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
@@ -41,6 +39,13 @@ def test_sigkill_at_each_phase_then_rerun(tmp_path: Path, phase: str) -> None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+@pytest.mark.parametrize("phase", ["start", "propose", "check", "smoke", "gate", "applying"])
+def test_sigkill_at_each_phase_then_rerun(tmp_path: Path, phase: str) -> None:
+    ws = make_ws(tmp_path)
+    base = git(ws, "rev-parse", "HEAD")
+    _killed_at(ws, phase)
     before = _journal(ws)
     assert any(phase in line for line in before), f"phase {phase} was not reached"
     # Whatever the kill interrupted, main is the base or a validated, tagged round.
@@ -127,17 +132,7 @@ def test_a_rerun_after_the_memorised_answer_check_pays_for_none_of_its_runs_agai
     The seed is kept with the round's runs: killed once the check is done, the rerun spends nothing
     until the confirmation, the one step the kill came before."""
     ws = make_ws(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harnessopt", "run", str(ws), *RUN],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and proc.poll() is None:
-        if any(json.loads(x).get("phase") == "memorised" for x in _journal(ws) if x.strip()):
-            break
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    _killed_at(ws, "memorised")
     first = next(json.loads(x) for x in _journal(ws) if json.loads(x).get("phase") == "memorised")
     assert first["p"] is not None  # the check ran its variants on both sides
     again = subprocess.run(
