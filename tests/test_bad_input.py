@@ -420,6 +420,30 @@ def test_a_dry_run_refuses_an_empty_optimizer_command_as_the_run_does(ws: Path) 
 
 
 @pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            ("--optimizer", "command", "-c", "optimizer.command=[no-such-agent-3f9, exec]"),
+            "'no-such-agent-3f9'",
+        ),
+        (("--optimizer", "codex", "-c", "optimizer.command=[codex, exec]"), "codex builds its own"),
+    ],
+    ids=["missing-executable", "preset-with-argv"],
+)
+def test_a_dry_run_refuses_a_command_optimizer_the_run_would_refuse(
+    ws: Path, setting: tuple[str, ...], message: str
+) -> None:
+    """A local run probes the agent's executable on the host and refuses a preset given an argv;
+    the dry run said "start it with" for both."""
+    before = snapshot(ws)
+    for dry in (("--dry-run",), ()):
+        out = cli("run", ws, *RUN, "--rounds", "1", *setting, *dry, env=ENV)
+        assert_user_error(out, message)
+        assert "start it with" not in out.stdout
+    _unchanged(ws, before)
+
+
+@pytest.mark.parametrize(
     ("setting", "key"),
     [((), "ANTHROPIC_API_KEY"), (("-c", "model.provider=openai"), "OPENAI_API_KEY")],
     ids=["anthropic", "openai"],

@@ -60,7 +60,7 @@ def make(
     transcript_dir: Path | None,
 ) -> Any:
     """The ``command`` optimizer running Codex; ``optimizer.command`` must be unset."""
-    from harnessopt.optimizer.command import preset
+    from harnessopt.optimizer.command import PRESETS, preset
 
     return preset(
         "codex",
@@ -72,7 +72,7 @@ def make(
         transcript_dir=transcript_dir,
         report=proposal,
         missing_hint=IMAGE_HINT,
-        executable="codex",
+        executable=PRESETS["codex"],
     )
 
 

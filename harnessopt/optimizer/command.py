@@ -26,6 +26,28 @@ PROBE_TIMEOUT_S = 60.0
 # How a preset turns the agent's output into a Proposal (``claude_code.proposal``).
 Report = Callable[[AgentResult], Proposal]
 
+# The presets of this backend, which build their own argv, and the executable each runs.
+PRESETS = {"claude-code": "claude", "codex": "codex"}
+
+
+def executable_of(backend: str, command: list[str] | None) -> str | None:
+    """The executable the agent of ``backend`` runs (None: not a command backend, or no argv)."""
+    if backend == "command":
+        return command[0] if command else None
+    return PRESETS.get(backend)
+
+
+def check_command(backend: str, command: list[str] | None) -> None:
+    """What ``optimizer.command`` must be for ``backend``, from the config alone (``run --dry-run``
+    asks it too): the ``command`` backend's argv, unset for a preset that builds its own."""
+    if backend == "command" and not command:
+        raise UserError("optimizer.command is empty; set it to an agent's argv, e.g. [codex, exec]")
+    if backend in PRESETS and command:
+        raise UserError(
+            f"optimizer.command is the command backend's argv; {backend} builds its own: "
+            "unset optimizer.command, or use --optimizer command"
+        )
+
 
 class CommandOptimizer:
     """Runs ``argv`` with cwd = the view and the brief on stdin; the summary is its stdout's tail.
@@ -53,8 +75,7 @@ class CommandOptimizer:
         missing_hint: str = "install it or fix the setting",
         executable: str | None = None,
     ):
-        if not argv:
-            raise UserError("optimizer.command is empty; set it to an agent's argv, e.g. [codex, exec]")
+        check_command("command", argv)
         if shell_factory is None:
             from harnessopt.sandbox.local.sandbox import LocalShell
 
@@ -134,11 +155,7 @@ def preset(
 ) -> CommandOptimizer:
     """A named preset of this backend (``claude-code``, ``codex``): it builds its own argv, so
     ``optimizer.command`` must be unset; ``kw`` go to ``CommandOptimizer``."""
-    if cfg_command:
-        raise UserError(
-            f"optimizer.command is the command backend's argv; {name} builds its own: "
-            "unset optimizer.command, or use --optimizer command"
-        )
+    check_command(name, cfg_command)
     return CommandOptimizer(argv, wall_s, name=name, **kw)
 
 

@@ -124,8 +124,15 @@ def preflight(root: Path, cfg: Config) -> None:
         from harnessopt.optimizer import check_placement
 
         check_placement(cfg.optimizer, on_host=True, announce=lambda _m: None)
-    if cfg.optimizer.backend == "command" and not cfg.optimizer.command:
-        raise UserError("optimizer.command is empty; set it to an agent's argv, e.g. [codex, exec]")
+    from harnessopt.optimizer.command import check_command, executable_of
+
+    check_command(cfg.optimizer.backend, cfg.optimizer.command)
+    agent = executable_of(cfg.optimizer.backend, cfg.optimizer.command)
+    if cfg.rollout.sandbox == "local" and agent and shutil.which(agent) is None:  # where the run probes
+        raise UserError(
+            f"optimizer {cfg.optimizer.backend}: {agent!r} is not an executable on this host's PATH, "
+            "where --sandbox local runs the agent; install it or fix the setting"
+        )
 
 
 def unset_keys(cfg: Config) -> list[str]:

@@ -40,6 +40,11 @@ __all__ = [
 ]
 
 
+def key_env(provider: str, api_key_env: str | None) -> str:
+    """The environment variable an ``anthropic``/``openai`` model reads its key from."""
+    return api_key_env or DEFAULT_KEY_ENV[provider]
+
+
 def make_model(
     provider: str,
     *,
@@ -59,7 +64,7 @@ def make_model(
     """
     environ = os.environ if env is None else env
     if provider in DEFAULT_KEY_ENV:
-        key_name = api_key_env or DEFAULT_KEY_ENV[provider]
+        key_name = key_env(provider, api_key_env)
         key = environ.get(key_name)
         url = base_url or environ.get(DEFAULT_URL_ENV[provider]) or None
         if provider == "openai":
@@ -125,7 +130,7 @@ def missing_key(cfg: ModelConfig, env: Mapping[str, str] | None = None) -> str |
     (no SDK import, no connection: ``run --dry-run`` asks it)."""
     if cfg.provider not in DEFAULT_KEY_ENV:
         return None
-    key_name = cfg.api_key_env or DEFAULT_KEY_ENV[cfg.provider]
+    key_name = key_env(cfg.provider, cfg.api_key_env)
     return None if (os.environ if env is None else env).get(key_name) else key_name
 
 
