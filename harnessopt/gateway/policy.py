@@ -142,6 +142,15 @@ def cost_bound(
     return (input_tokens * p_in + output_tokens * p_out) / 1_000_000
 
 
+def reserve(
+    body: Mapping[str, Any], raw: bytes, max_out: int, prices: Prices | None = None
+) -> tuple[int, float]:
+    """What the gateway holds back for a call before it forwards it: the bound on its input tokens
+    and the most the call can cost, given the ``max_tokens`` it may ask (``max_out``)."""
+    inp = input_bound(body, len(raw))
+    return inp, cost_bound(str(body.get("model")), inp, max_out, b"cache_control" in raw, prices)
+
+
 @dataclass(frozen=True)
 class RolePolicy:
     """What the leases of one role may do."""

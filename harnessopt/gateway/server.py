@@ -45,11 +45,10 @@ from harnessopt.gateway.http import (
 from harnessopt.gateway.policy import (
     PRICES,
     LeasePolicy,
-    cost_bound,
     cost_of,
     forwarded_betas,
-    input_bound,
     price_of,
+    reserve,
 )
 from harnessopt.gateway.responses_wire import RESPONSES_PATH
 from harnessopt.gateway.translate import (
@@ -307,9 +306,7 @@ class Gateway:
         ``raw`` is the request body as sent; a ``role`` policy refusal raises ModelError 400.
         """
         max_out = self.policy.check(role, body)
-        inp = input_bound(body, len(raw))
-        caches = b"cache_control" in raw
-        price = cost_bound(str(body.get("model")), inp, max_out, caches, self.policy.prices)
+        inp, price = reserve(body, raw, max_out, self.policy.prices)
         return Usage(1, inp, max_out, price)
 
     def _budget_problem(self, need: Usage | None) -> str | None:

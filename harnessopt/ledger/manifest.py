@@ -35,12 +35,14 @@ class RoleUsage(_Tolerant):
     """Calls whose token counts are chars/4 estimates: their upstream reported no usage."""
 
 
-def calls_and_tokens(tokens: dict[str, Any]) -> tuple[int, int]:
-    """Model calls and tokens (input and output) over a ``tokens`` map by role, as a manifest and
-    a journal ``spend`` line hold it (a value that is not a role's counts is skipped)."""
-    uses = [u for u in tokens.values() if isinstance(u, dict)]
+def spend_of(data: dict[str, Any]) -> tuple[int, int, float]:
+    """Model calls, tokens (input and output) and dollars of a manifest's data or a journal
+    ``spend`` line: its ``tokens`` map by role (a value that is not a role's counts is skipped)
+    and its ``cost_usd``."""
+    uses = [u for u in (data.get("tokens") or {}).values() if isinstance(u, dict)]
     calls = sum(int(u.get("calls") or 0) for u in uses)
-    return calls, sum(int(u.get("input") or 0) + int(u.get("output") or 0) for u in uses)
+    tokens = sum(int(u.get("input") or 0) + int(u.get("output") or 0) for u in uses)
+    return calls, tokens, float(data.get("cost_usd") or 0.0)
 
 
 class PhaseStats(_Tolerant):

@@ -30,7 +30,7 @@ import git
 from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
-from harnessopt.ledger.manifest import calls_and_tokens
+from harnessopt.ledger.manifest import spend_of
 
 PROPOSAL_PATH = "proposals/round-0.md"
 DECISION_PATH = "proposals/round-0.decision.md"
@@ -194,11 +194,11 @@ def spend(repo: git.Repo) -> dict[str, Any]:
         data = ledger.manifest_data(str(c.message))
         if data.get("round") != 0 or data.get("status") != "proposal":
             continue
+        calls, tokens, cost = spend_of(data)
         out["diagnoses"] += 1
-        calls, tokens = calls_and_tokens(data.get("tokens") or {})
         out["calls"] += calls
         out["tokens"] += tokens
-        out["cost_usd"] += float(data.get("cost_usd") or 0.0)
+        out["cost_usd"] += cost
     return out
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harnessopt.config import Config, OptimizerConfig
-from harnessopt.gateway.policy import cost_bound
+from harnessopt.gateway.policy import reserve
 from harnessopt.optimizer.tools import BASH_TOOL, EDITOR_TOOL, BashTool, EditorTool
 from harnessopt.optimizer.view import transcript_stem
 from harnessopt.protocols import Proposal, Shell, SupportsClose
@@ -36,25 +36,34 @@ MAX_OUTPUT_TOKENS = 8192  # per model call; the round's budget is cfg.max_tokens
 
 def first_call_too_dear(cfg: Config) -> str | None:
     """Why the run's budget cannot hold one call of the built-in optimizer (``anthropic``), or None.
-    The gateway reserves a call's ``max_tokens`` plus a bound on its input (at least 1,024 tokens:
-    its system prompt) before forwarding it, and refuses the call when that does not fit: a budget
-    below it would pay for the first round's rollouts and then fail that round at its first
-    optimizer call. Asked before a run (and a dry run) spends anything."""
+    The gateway reserves a call's ``max_tokens`` plus a bound on its input before forwarding it
+    (``gateway.policy.reserve``), and refuses the call when that does not fit: a budget below it
+    would pay for the first round's rollouts and then fail that round at its first optimizer call.
+    Priced here on the smallest first call (its system prompt and tools, an empty brief); asked
+    before a run (and a dry run) spends anything."""
     if cfg.optimizer.backend != "anthropic":  # other optimizers choose their own max_tokens
         return None
     out = min(MAX_OUTPUT_TOKENS, cfg.optimizer.max_tokens)
     b, model = cfg.budget, cfg.optimizer.model
-    need_usd = cost_bound(model, 1024, out, False, cfg.price_table)
+    body = {
+        "model": model,
+        "max_tokens": out,
+        "system": SYSTEM_PROMPT,
+        "tools": [BASH_TOOL, EDITOR_TOOL],
+        "messages": [{"role": "user", "content": ""}],
+    }
+    inp, need_usd = reserve(body, json.dumps(body, separators=(",", ":")).encode(), out, cfg.price_table)
     for setting, limit, need in (
-        ("max_tokens", b.max_tokens, float(out + 1024)),
+        ("max_tokens", b.max_tokens, float(out + inp)),
         ("max_cost", b.max_cost, need_usd),
     ):
         if limit is not None and need > limit:
             shown = f"${need:.4f}" if setting == "max_cost" else f"{need:,.0f} tokens"
             return (
                 f"budget.{setting}={limit:g} cannot hold one call of the optimizer: the gateway reserves "
-                f"its max_tokens ({out:,}) and its input (at least 1,024 tokens) before it forwards it, "
-                f"{shown} or more{f' at the price of {model}' if setting == 'max_cost' else ''}; raise "
+                f"its max_tokens ({out:,}) and its input (at least {inp:,} tokens: its instructions and "
+                f"tools) before it forwards it, {shown} or more"
+                f"{f' at the price of {model}' if setting == 'max_cost' else ''}; raise "
                 f"budget.{setting} (--{setting.replace('_', '-')})"
             )
     return None

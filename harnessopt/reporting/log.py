@@ -16,7 +16,7 @@ from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.lock import live_holder
-from harnessopt.ledger.manifest import ChecksRecord, calls_and_tokens
+from harnessopt.ledger.manifest import ChecksRecord, spend_of
 from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
 from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.round.stop import stop_path
@@ -289,8 +289,8 @@ def interrupted_spend(
     for i, e in enumerate(spends):
         if (k := int(e["round"])) not in recorded or i != last[k]:
             usd, calls, tokens = unrecorded.get(k, (0.0, 0, 0))
-            more_calls, more_tokens = calls_and_tokens(e.get("tokens") or {})
-            unrecorded[k] = (usd + float(e.get("cost_usd") or 0), calls + more_calls, tokens + more_tokens)
+            more_calls, more_tokens, more_usd = spend_of(e)
+            unrecorded[k] = (usd + more_usd, calls + more_calls, tokens + more_tokens)
     lines = []
     for k, (usd, calls, tokens) in sorted(unrecorded.items()):
         why = "; at least: the run was killed, and this is its last count" if k in killed else ""
@@ -392,9 +392,13 @@ def projected_vs_spent(ws: Workspace) -> list[str]:
                 data = ledger.manifest_data(str(ws.repo.commit(str(e["commit"])).message))
             except (ValueError, git.BadName):  # a commit gone (a rewritten history): nothing to count
                 continue
-            more_calls, more_tokens = calls_and_tokens(data.get("tokens") or {})
-            calls, tokens, diagnoses = calls + more_calls, tokens + more_tokens, diagnoses + 1
-            cost += float(data.get("cost_usd") or 0.0)
+            more_calls, more_tokens, more_cost = spend_of(data)
+            calls, tokens, cost, diagnoses = (
+                calls + more_calls,
+                tokens + more_tokens,
+                cost + more_cost,
+                diagnoses + 1,
+            )
     where = f"{len(spent)} round(s)" + (f" and {diagnoses} round-0 diagnosis(es)" if diagnoses else "")
     if not spent and not diagnoses:  # running, or stopped before any record: a percentage would say -100%
         off = " (no round of it recorded yet)"
