@@ -274,13 +274,12 @@ def incumbent_broken(train: list[TaskResult]) -> str | None:
 def _unscored(train: list[TaskResult]) -> str | None:
     """Why the incumbent's runs say nothing: the scorer failed on most of them (every run scores 0,
     the optimizer would read failures the answers never had, and no round could gain)."""
-    said = [n for r in train for n in r.notes if n.startswith(SCORER_ERROR)]
-    failed = sum(any(n.startswith(SCORER_ERROR) for n in r.notes) for r in train)
-    if 2 * failed <= len(train):
+    errors = [e for r in train if (e := next((n for n in r.notes if n.startswith(SCORER_ERROR)), None))]
+    if 2 * len(errors) <= len(train):
         return None
     return (
-        f"{failed}/{len(train)} {BROKEN_PREFIX} could not be scored before any optimizer call (the scorer "
-        f"failed: {said[0].removeprefix(SCORER_ERROR + ': ')[:300]}); fix scorer.py and commit it"
+        f"{len(errors)}/{len(train)} {BROKEN_PREFIX} could not be scored before any optimizer call (the "
+        f"scorer failed: {errors[0].removeprefix(SCORER_ERROR + ': ')[:300]}); fix scorer.py and commit it"
     )
 
 
