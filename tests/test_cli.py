@@ -4,6 +4,7 @@ fake Messages API upstream behind the real gateway, and real git."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -152,6 +153,10 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     assert again.returncode == 2 and f"see {moved})" in again.stderr
     (audit,) = report_data(Workspace.open(ws))["audits"]
     assert audit["gain"] == 1.0 and audit["ref"] == moved
+    # the count runs to the total it was announced with: both sides', not round 0's and then more
+    forced = cli("audit", ws, "--sandbox", "local", "--force", env=env).stdout
+    counts = re.findall(r"^audit: (\d+)/(\d+) tasks", forced, re.M)
+    assert counts and {total for _, total in counts} == {"8"} and counts[-1] == ("8", "8"), forced
 
 
 def test_a_refused_api_key_stops_the_run_at_once(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ def run_audit(
     with measuring(ws, ws.cfg, say, progress) as svc:
         cands = export_states(ws, svc, "audit", {"round-0": base, "best": best})
         say(f"audit: {len(tests)} test tasks x {epochs} epoch(s), ho/round-0 and ho/best")
+        svc.runner.expect(0, "audit", 2 * len(tests) * epochs)  # both sides, run one after the other
         base_out = outcomes(svc.runner.run(cands["round-0"], tests, 0, epochs=range(epochs), phase="audit"))
         best_out = outcomes(svc.runner.run(cands["best"], tests, 0, epochs=range(epochs), phase="audit"))
         usage = svc.usage_of_round(0)
@@ -141,6 +142,8 @@ def paired_decision(
     ``base_out`` / ``cand_out``: a side's outcomes when already measured (not run again);
     ``reruns``: where the gate's reruns of this pair were kept (replay: run once, then read)."""
     epochs = range(svc.cfg.gate.epochs)
+    if base_out is None and cand_out is None:  # both sides, one after the other: one count
+        svc.runner.expect(round_no, "incumbent", 2 * len(tasks) * len(epochs))
     if base_out is None:
         base_out = outcomes(svc.runner.run(base, tasks, round_no, epochs=epochs, phase="incumbent"))
     if cand_out is None:

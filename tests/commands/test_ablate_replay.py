@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,9 @@ def test_ablate_reports_the_paired_difference_of_a_flag(tmp_path: Path) -> None:
     assert (report["on_score"], report["off_score"], report["n"]) == (1.0, 0.0, 5)
     assert report["delta"] == pytest.approx(1.0) and report["verdict"] == "helps"
     assert report["runs"] == 10 and report["runs_that_read_it"] == 10
+    # the count runs to the total of both sides, not one side's and then more
+    counts = re.findall(r"^incumbent: (\d+)/(\d+) tasks", done.stderr, re.M)
+    assert counts and {total for _, total in counts} == {"10"} and counts[-1] == ("10", "10"), done.stderr
     line = next(x for x in done.stderr.splitlines() if x.startswith("ablate extract: on"))
     assert "paired difference +1.000 > dead zone" in line and line.endswith("the flag helps")
     repo = Workspace.open(ws).repo
