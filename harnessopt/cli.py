@@ -362,7 +362,9 @@ def cmd_init(a: argparse.Namespace) -> int:
             )
     if not ws.tasks("test"):
         say("no test tasks: `harnessopt audit` (the held-out gain at the end) has nothing to run on")
-    say(f"next: harnessopt run {a.ws}")
+    from harnessopt.ledger.round0 import run_command
+
+    say(f"next: {run_command(ws.repo, a.ws, ws.cfg)}")
     return 0
 
 
@@ -477,11 +479,11 @@ def cmd_decide(a: argparse.Namespace) -> int:
         )
     from harnessopt.ledger.round0 import run_command
 
-    run = run_command(ws.repo, a.ws, ws.cfg.mode)  # with -c mode=M when the proposal was made in another mode
+    run = run_command(ws.repo, a.ws, ws.cfg)  # with -c mode=M when the proposal was made in another mode
     with workspace_lock(ws.root, a.command, say):
         st = record_decision(ws.repo, approve, "" if approve else a.reason, run=run)
     say(f"round-0 proposal {st.commit[:10]} {st.status} ({st.decision_commit and st.decision_commit[:10]})")
-    run = run_command(ws.repo, a.ws, ws.cfg.mode)  # the decision may change what goes on from it
+    run = run_command(ws.repo, a.ws, ws.cfg)  # the decision may change what goes on from it
     if approve:
         say(f"next: {run}   (the next rounds implement it, gated like any round)")
     else:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import git
 
@@ -31,6 +31,9 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.ledger.manifest import spend_of
+
+if TYPE_CHECKING:
+    from harnessopt.config import Config
 
 PROPOSAL_PATH = "proposals/round-0.md"
 DECISION_PATH = "proposals/round-0.decision.md"
@@ -103,16 +106,25 @@ def plan_to_implement(repo: git.Repo) -> str | None:
     return st.text
 
 
-def run_command(repo: git.Repo, root: Path, configured_mode: str) -> str:
-    """``harnessopt run WS``, with ``-c mode=M`` while a round-0 proposal written in a mode M that
-    harnessopt.yaml does not set (a run of ``-c mode=joint``) is not yet implemented or rejected:
-    the command that continues it."""
+def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
+    """``harnessopt run WS``: the command that goes on from here. With ``-c mode=M`` while a
+    round-0 proposal written in a mode M that harnessopt.yaml does not set (a run of ``-c
+    mode=joint``) is not yet implemented or rejected; with ``--unsafe-host-optimizer`` where
+    ``rollout.sandbox: local`` would run the optimizer's tools on this host and nothing in the
+    config accepts that (the run refuses without it)."""
+    run = f"harnessopt run {root}"
     st = state(repo)
-    if st is None or not st.mode or st.mode == configured_mode:
-        return f"harnessopt run {root}"
-    if st.status == "pending" or plan_to_implement(repo) is not None or st.status == "rejected":
-        return f"harnessopt run {root} -c mode={st.mode}"
-    return f"harnessopt run {root}"
+    if (
+        st is not None
+        and st.mode
+        and st.mode != cfg.mode
+        and (st.status in ("pending", "rejected") or plan_to_implement(repo) is not None)
+    ):
+        run += f" -c mode={st.mode}"
+    o = cfg.optimizer
+    if cfg.rollout.sandbox == "local" and o.backend != "manual" and not o.unsafe_host:
+        run += " --unsafe-host-optimizer"
+    return run
 
 
 def unused_plan(repo: git.Repo, mode: str) -> str | None:

@@ -41,7 +41,7 @@ __all__ = [
 
 # What an optimizer running on this host can reach (named by the warning and the refusal).
 HOST_EXPOSURE = (
-    "the API key held in harnessopt's memory and environment, the workspace (tasks/ with the gold "
+    "any API key held in harnessopt's memory and environment, the workspace (tasks/ with the gold "
     "answers, scorer.py, .git and its hooks), and the network"
 )
 

@@ -265,9 +265,7 @@ def status_lines(ws: Workspace) -> list[str]:
     if dirty:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
     lines += proposals.standing_lines(ws.repo, ws.root)
-    lines.append(
-        f"next: {proposals.run_command(ws.repo, ws.root, ws.cfg.mode)}   |   harnessopt log {ws.root}"
-    )
+    lines.append(f"next: {proposals.run_command(ws.repo, ws.root, ws.cfg)}   |   harnessopt log {ws.root}")
     return lines
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harnessopt.reporting.log import status_lines
 from harnessopt.workspace.core import Workspace
-from tests.support.cli import git
+from tests.support.cli import cli, git
 from tests.support.workspace import make_ws
 
 
@@ -25,3 +25,20 @@ def test_status_names_mains_commit_as_the_incumbent_wherever_head_is(tmp_path: P
     git(ws, "checkout", "-q", "main")
     (line,) = [x for x in status_lines(Workspace.open(ws)) if x.startswith("incumbent:")]
     assert line == f"incumbent: {main[:10]} = round 0"
+
+
+def test_status_names_the_run_command_that_starts_on_a_local_sandbox(tmp_path: Path) -> None:
+    """``rollout.sandbox: local`` runs the optimizer's tools on this host, which the run refuses
+    without ``--unsafe-host-optimizer``: status said "next: harnessopt run WS", a command that
+    refused. The command it names now starts, and one is not added where the config accepts it."""
+    ws = make_ws(tmp_path, optimizer={"unsafe_host": False})
+    (line,) = [x for x in status_lines(Workspace.open(ws)) if x.startswith("next: ")]
+    command = line.removeprefix("next: ").split("   |")[0]
+    assert command == f"harnessopt run {ws} --unsafe-host-optimizer"
+    r = cli(*command.split()[1:], "--rounds", "1", "--dry-run")
+    assert r.returncode == 0 and "start it with" in r.stdout, (r.stdout, r.stderr)
+    refused = cli("run", ws, "--rounds", "1", "--dry-run")
+    assert refused.returncode == 2 and "--unsafe-host-optimizer" in refused.stderr
+    accepted = make_ws(tmp_path / "accepted")  # optimizer.unsafe_host: true
+    (line,) = [x for x in status_lines(Workspace.open(accepted)) if x.startswith("next: ")]
+    assert line.startswith(f"next: harnessopt run {accepted}   |")
