@@ -363,8 +363,14 @@ def cmd_init(a: argparse.Namespace) -> int:
     if not ws.tasks("test"):
         say("no test tasks: `harnessopt audit` (the held-out gain at the end) has nothing to run on")
     from harnessopt.ledger.round0 import run_command
+    from harnessopt.workspace.core import missing_program
 
-    say(f"next: {run_command(ws.repo, a.ws, ws.cfg)}")
+    missing = missing_program(ws.root)  # the command template's program, which the skill may lack
+    say(
+        f"next: {missing}; then {run_command(ws.repo, a.ws, ws.cfg)}"
+        if missing
+        else f"next: {run_command(ws.repo, a.ws, ws.cfg)}"
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import git
+import yaml
 
 from harnessopt.config import CONFIG_NAME, Config, apply_overrides, dump_config, load_config
 from harnessopt.errors import UserError
@@ -136,6 +137,8 @@ class Workspace:
         read_skill(skill, rules_off=self.cfg.checks.skill_rules_off)
         flags.registered(self.root / "harness")  # a candidate's bad flags.yaml is lenient; main's is not
         compile_scorer(self.root / "scorer.py")  # read and compiled, not run: a dry run runs nothing
+        if missing := missing_program(self.root):
+            raise UserError(missing)
         stored = [task for split in SPLITS for task in read_split(self.root / "tasks", split)]
         check_splits(stored, min_val=0)  # an id or an input in two splits leaks answers, as at init
         n_val = sum(task.split == "val" for task in stored)
@@ -149,6 +152,28 @@ class Workspace:
         """The split's tasks of the run's objective (``objective.trigger.round_tasks``)."""
         everything = read_split(self.root / "tasks", split)
         return round_tasks(self.root, self.cfg.objective, self.cfg.trigger.distractors, everything, split)
+
+
+def missing_program(root: Path) -> str | None:
+    """What to do when ``harness/command.yaml`` (the ``command`` template's) runs a file of the
+    skill or harness that is not there (``{skill}/scripts/answer.py`` of a skill without one):
+    every run would crash, and round 1 stop with nothing learned. None when it is there,
+    or there is no such file to check."""
+    path = root / "harness" / "command.yaml"
+    try:
+        argv = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("argv")
+    except (OSError, yaml.YAMLError, AttributeError):  # no such harness, or one run.py reports on
+        return None
+    for item in argv if isinstance(argv, list) else []:
+        for part in ("skill", "harness"):
+            inside = str(item).removeprefix(f"{{{part}}}/")
+            if inside != str(item) and not (root / part / inside).is_file():
+                return (
+                    f"harness/command.yaml runs {item}, which {part}/ does not have: add "
+                    f"{part}/{inside} (the program that answers a task) or change argv in "
+                    f"{path}, and commit"
+                )
+    return None
 
 
 def _uncopyable(skill_dir: Path) -> str | None:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from harnessopt.sandbox.image.variants import build_command
-from tests.support.cli import cli, write_example
+from tests.support.cli import cli, git, write_example
 
 
 @pytest.mark.parametrize("template", ["claude-code", "codex"])  # codex: it did not (QA)
@@ -32,3 +32,25 @@ def test_a_missing_variant_image_names_its_build_command() -> None:
     assert build_command("harnessopt-sandbox:claude-code") == "harnessopt sandbox build --with claude-code"
     assert build_command("harnessopt-sandbox:latest") == "harnessopt sandbox build"
     assert build_command("mine:v1") == "harnessopt sandbox build --tag mine:v1"
+
+
+def test_the_command_template_names_the_program_the_skill_lacks(tmp_path: Path) -> None:
+    """harness/command.yaml runs {skill}/scripts/answer.py: init said "next: harnessopt run" for a
+    skill without it, and that run crashed every task of round 1. Init says what to add, the run
+    and its dry run refuse before anything runs, and with the program added the dry run starts."""
+    skill, tasks = write_example(tmp_path)
+    ws = tmp_path / "ws"
+    out = cli("init", ws, "--skill", skill, "--tasks", tasks, "--template", "command")
+    assert out.returncode == 0, out.stderr
+    said = "harness/command.yaml runs {skill}/scripts/answer.py, which skill/ does not have"
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("next: ")]
+    assert said in line and line.endswith(f"; then harnessopt run {ws}")
+    for dry in (("--dry-run",), ()):
+        r = cli("run", ws, "--rounds", "1", "--sandbox", "local", "--unsafe-host-optimizer", *dry)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    (ws / "skill" / "scripts").mkdir()
+    (ws / "skill" / "scripts" / "answer.py").write_text("import sys\nprint('word')\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "the program that answers")
+    r = cli("run", ws, "--rounds", "1", "--sandbox", "local", "--unsafe-host-optimizer", "--dry-run")
+    assert r.returncode == 0 and "start it with" in r.stdout, (r.stdout, r.stderr)
