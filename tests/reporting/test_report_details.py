@@ -72,3 +72,11 @@ def test_a_rule_no_text_can_check_is_not_reported_as_unused() -> None:
     use = RuleUse(1, "skill/SKILL.md", rule, trajectories=8, saw=8, showed=None)
     html = _adoption({"rules": [use.__dict__], "flags": []})
     assert "not measurable from text" in html and "0 (0%)" not in html
+
+
+def test_a_flags_values_read_as_counts_not_a_python_dict() -> None:
+    flag = {"name": "stream", "trajectories": 15, "used": 15, "values": {"0": 3, "1": 12}}
+    unread = {"name": "self_check", "trajectories": 15, "used": 0, "values": {}}
+    html = _adoption({"rules": [], "flags": [flag, unread]})
+    assert "1 (12 runs), 0 (3 runs)" in html and "none read" in html
+    assert "{" not in html and "&#x27;" not in html
