@@ -20,9 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from harnessopt.config import Config
+from harnessopt.config import Config, ModelConfig
+from harnessopt.errors import UserError
 from harnessopt.gate.confirmation import split_val
 from harnessopt.gate.noise_floor import NoiseFloorStore
+from harnessopt.gateway.models import ScriptedModel, optimizer_model_config
 from harnessopt.gateway.server import price_of
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
@@ -51,6 +53,9 @@ PRIORS: dict[str, float] = {
     "seconds_per_run": 15.0,  # one task run, before concurrency
     "seconds_per_optimizer_call": 20.0,
 }
+# With a scripted model (which answers at once, after its script's ``latency_s``), a run's and an
+# optimizer call's seconds before any round is measured: the harness's or the tools' own time.
+SCRIPTED_SECONDS = 0.5
 # Templates that make one model request a task (workspace_templates/*/run.py); the others are agents.
 ONE_CALL_TEMPLATES = ("chat", "chat-sdk", "openai-chat", "openai-chat-sdk")
 PRIOR_BASIS = (
@@ -416,9 +421,24 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
         "reach_smoke": 1.0,
         "probe_runs": 1.0 if cfg.gate.smoke else 0.0,  # round.evaluate.probe_jobs: one a round that proposes
         "reach_validation": 1.0,
-        "seconds_per_run": min(PRIORS["seconds_per_run"], cfg.rollout.timeout_s),
-        "seconds_per_optimizer_call": PRIORS["seconds_per_optimizer_call"],
+        "seconds_per_run": min(_seconds(ws, cfg.model, per_run, "seconds_per_run"), cfg.rollout.timeout_s),
+        "seconds_per_optimizer_call": _seconds(
+            ws, optimizer_model_config(cfg), 1.0, "seconds_per_optimizer_call"
+        ),
     }
+
+
+def _seconds(ws: Workspace, model: ModelConfig, calls: float, prior: str) -> float:
+    """The prior seconds of a run (``calls`` model calls) or an optimizer call: a scripted model
+    answers after its script's ``latency_s``, not a hosted model's time (the demo's projection said
+    half an hour for a run of seconds)."""
+    if model.provider != "scripted" or not model.script:
+        return PRIORS[prior]
+    try:
+        latency = ScriptedModel.from_yaml(ws.root / model.script).script.latency_s
+    except UserError:  # the run says what is wrong with the script
+        return PRIORS[prior]
+    return SCRIPTED_SECONDS + calls * latency
 
 
 def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:

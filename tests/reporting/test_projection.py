@@ -84,6 +84,26 @@ def test_priors_per_template_and_prices_applied(tmp_path: Path) -> None:
     assert "target_usd_per_call 0," in free and "target_usd_per_call 0," not in priced
 
 
+def test_a_scripted_models_time_is_projected_from_its_script_not_a_hosted_models(tmp_path: Path) -> None:
+    """The demo's projection said ~28 min for a run of seconds: the priors are a hosted model's
+    15 s a run and 20 s an optimizer call. A scripted model waits its script's latency_s."""
+    import yaml
+
+    from harnessopt.reporting.projection import PRIORS, SCRIPTED_SECONDS
+
+    ws = make_ws(tmp_path)
+    rates = project(Workspace.open(ws), 1).rates
+    assert rates["seconds_per_run"] == rates["seconds_per_optimizer_call"] == SCRIPTED_SECONDS
+    script = yaml.safe_load((ws / "scripted_model.yaml").read_text())
+    (ws / "scripted_model.yaml").write_text(yaml.safe_dump({**script, "latency_s": 2.0}))
+    rates = project(Workspace.open(ws), 1).rates
+    assert rates["seconds_per_run"] == SCRIPTED_SECONDS + 2.0 * rates["target_calls_per_run"]
+    assert rates["seconds_per_optimizer_call"] == SCRIPTED_SECONDS + 2.0
+    hosted = project(Workspace.open(ws, {"model.provider": "anthropic"}), 1).rates
+    assert hosted["seconds_per_run"] == PRIORS["seconds_per_run"]
+    assert hosted["seconds_per_optimizer_call"] == PRIORS["seconds_per_optimizer_call"]
+
+
 def test_failed_rounds_teach_the_projection_nothing(tmp_path: Path) -> None:
     """A round that failed (all tasks crashed, STOP) ended early: its rates are not a round's."""
     from harnessopt.ledger import store as ledger
