@@ -155,6 +155,7 @@ def paired_decision(
         again, epoch = [by_id[i] for i in ids], [next(rerun_epoch)]
 
         def run() -> tuple[Outcomes, Outcomes]:
+            svc.runner.expect(round_no, "reruns", 2 * len(again))  # both sides: one count
             return (
                 outcomes(svc.runner.run(cand, again, round_no, epochs=epoch, phase="reruns")),
                 outcomes(svc.runner.run(base, again, round_no, epochs=epoch, phase="reruns")),

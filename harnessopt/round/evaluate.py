@@ -434,6 +434,7 @@ def confirm_accepted(
         return None
     epochs = range(CONFIRM_EPOCH, CONFIRM_EPOCH + svc.cfg.gate.epochs)
     say(f"round {rc.k}: confirming on {len(tasks)} {mode} tasks, with runs that did not select it")
+    svc.runner.expect(rc.k, "reruns", 2 * len(tasks) * len(epochs))  # both sides: one count
     svc.runner.prefetch(
         rc.incumbent, [(t, e) for e in epochs for t in tasks], rc.k, phase="reruns"
     )  # in free slots

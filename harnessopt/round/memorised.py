@@ -75,6 +75,7 @@ def screen(
         "perturbed variant(s), on both sides"
     )
     epochs = [MEMORISED_EPOCH]
+    svc.runner.expect(rc.k, "reruns", 2 * len(variants))  # both sides: one count
     svc.runner.prefetch(
         rc.incumbent, [(x, MEMORISED_EPOCH) for x in variants], rc.k, phase="reruns"
     )  # in free slots
