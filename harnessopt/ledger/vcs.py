@@ -20,6 +20,14 @@ import git
 _JUNK_PATHSPECS = (":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc")
 
 
+def stage_as_recorded(repo: git.Repo, paths: Sequence[str]) -> None:
+    """Stage ``paths`` of the working tree as a round's commit records them (``build_commit``):
+    whatever an in-tree .gitignore says (a skill's own ``*.csv``), bytecode left out."""
+    present = [p for p in paths if (Path(repo.working_dir) / p).exists()]
+    if present:
+        repo.git.add("-A", "-f", "--", *present, *_JUNK_PATHSPECS)
+
+
 def open_repo(ws: Path) -> git.Repo:
     return git.Repo(ws)
 

@@ -369,5 +369,8 @@ def _config_header() -> str:
 def _first_commit(root: Path, skill_name: str, n_tasks: int) -> None:
     repo = vcs.init_repo(root)
     repo.git.add("-A")
+    # the skill and harness as copied, as a round's commit would hold them: a skill's own
+    # .gitignore must not leave a file out of round 0 that the incumbent's runs read
+    vcs.stage_as_recorded(repo, EDITABLE_PATHS)
     repo.git.commit("-q", "-m", ledger.initial_message(skill_name, n_tasks))
     ledger.tag_initial(repo)
