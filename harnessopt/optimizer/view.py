@@ -33,6 +33,7 @@ VIEW_DIRS = ("skill", "harness", "trajectories")
 HISTORY_NAME = "history.md"
 BRIEF_NAME = "OPTIMIZE.md"
 MAX_FILE_BYTES = 1 << 20  # a copied-back file above 1 MiB is a violation: skills are text
+MAX_HASHED_BYTES = 64 << 20  # a larger file is hashed to see that it did not change, up to this
 MAX_CHANGED_FILES = 256  # files one copy-back writes or deletes; the rest are violations
 MAX_CHANGED_BYTES = 8 << 20  # bytes one copy-back writes; the rest are violations
 MAX_VIEW_ENTRIES = 50_000  # a view with more files and directories is refused as a whole
@@ -294,8 +295,8 @@ def _scan_view(view: Path, result: CopyBackResult) -> dict[str, tuple[str, int]]
             st = p.lstat()
             if not stat.S_ISREG(st.st_mode):
                 result.violations.append(rel)
-            elif st.st_size > MAX_FILE_BYTES:
-                present[rel] = (f"over-{MAX_FILE_BYTES}-bytes", st.st_size)
+            elif st.st_size > MAX_FILE_BYTES:  # unchanged (the snapshot's digest), else a violation
+                present[rel] = (_large_digest(p, st.st_size) or f"over-{MAX_FILE_BYTES}-bytes", st.st_size)
             elif (read := _read_regular(p)) is None:
                 result.violations.append(rel)  # swapped for something else, or unreadable
             else:
@@ -317,6 +318,32 @@ def _read_regular(path: Path) -> tuple[bytes, bool] | None:
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
         return (data, bool(st.st_mode & stat.S_IXUSR)) if len(data) <= MAX_FILE_BYTES else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _large_digest(path: Path, size: int) -> str | None:
+    """The digest of a regular file over ``MAX_FILE_BYTES`` (never copied back), read in chunks,
+    so one the skill brought and nobody changed matches its snapshot; None above
+    ``MAX_HASHED_BYTES`` or for anything but a regular file."""
+    if size > MAX_HASHED_BYTES:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        h = hashlib.sha256()
+        with os.fdopen(os.dup(fd), "rb") as f:
+            while (chunk := f.read(1 << 16)) and f.tell() <= MAX_HASHED_BYTES:
+                h.update(chunk)
+        h.update(b"x" if st.st_mode & stat.S_IXUSR else b"-")
+        return h.hexdigest()
     except OSError:
         return None
     finally:

@@ -62,6 +62,25 @@ def test_whitelisted_edit_is_copied_back(ws: Path, tmp_path: Path) -> None:
     assert (ws / "skill" / "references" / "tips.md").read_text() == "tip\n"
 
 
+def test_a_large_file_the_skill_brought_is_no_change_until_it_changes(ws: Path, tmp_path: Path) -> None:
+    """A 2 MiB reference the skill came with was a "discarded write outside the whitelist" in
+    every round: a file over 1 MiB got a marker digest that never equals its snapshot's (QA)."""
+    big = ws / "skill" / "references" / "api.md"
+    big.parent.mkdir(parents=True, exist_ok=True)
+    big.write_text("".join(f"Line {i}: reference text about the API.\n" for i in range(50_000)))
+    view, snap = _build(ws, tmp_path)
+    (view / "skill" / "SKILL.md").write_text("---\nname: arith\ndescription: Do sums.\n---\n\nShow work.\n")
+    res = copy_back(view, ws, ["skill/**"], snapshot=snap)
+    assert res.changed == ["skill/SKILL.md"] and res.violations == []
+    view, snap = _build(ws, tmp_path)
+    with (view / "skill" / "references" / "api.md").open("a") as f:
+        f.write("one more line\n")
+    before = big.read_bytes()
+    res = copy_back(view, ws, ["skill/**"], snapshot=snap)
+    assert res.changed == [] and res.violations == ["skill/references/api.md"]  # too large to copy back
+    assert big.read_bytes() == before
+
+
 def test_a_name_that_is_not_utf8_or_holds_a_control_character_is_a_violation(
     ws: Path, tmp_path: Path
 ) -> None:
