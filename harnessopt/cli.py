@@ -564,6 +564,15 @@ def _measuring(
     from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws, _overrides(a, {**flags, **ROLLOUT_FLAGS}))
+    ws.check_runnable()  # as a run checks it: a traceback, or every run paid for and crashed
+    from harnessopt.ledger import vcs
+
+    if dirty := vcs.dirty_paths(ws.repo):  # the states measured are commits; tasks and scorer the tree's
+        raise UserError(
+            f"{ws.root} has uncommitted changes ({dirty[0]}{f' and {len(dirty) - 1} more' if len(dirty) > 1 else ''}): "
+            f"{name} measures committed states, so an edit would not be measured or would be mixed in; "
+            "commit or stash them, then run it again"
+        )
     with workspace_lock(ws.root, name, say_err), progress_for(err_console if a.json else console) as p:
         report = run(ws, p)
     if a.json:

@@ -62,8 +62,14 @@ def test_a_harness_without_run_py(ws: Path) -> None:
     git(ws, "rm", "-q", "harness/run.py")
     git(ws, "commit", "-qm", "no entry point")
     before = snapshot(ws)
-    assert_user_error(cli("run", ws, *RUN, env=ENV), "harness/run.py is missing")
+    # the dry run said "start it with"; ablate, replay and audit paid for every run, which crashed
+    for command in (("run", *RUN), ("run", *RUN, "--dry-run"), ("ablate", "stream"), ("audit",)):
+        assert_user_error(cli(*command[:1], ws, *command[1:], env=ENV), "harness/run.py is missing")
     _unchanged(ws, before)
+    restore = f"git -C {ws} checkout ho/best -- harness/run.py"  # the fix the line names works
+    git(ws, *restore.split()[3:])
+    git(ws, "commit", "-qm", "entry point back")
+    assert cli("run", ws, *RUN, "--dry-run", env=ENV).returncode == 0
 
 
 def test_a_ten_megabyte_task_input(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def run_replay(
             for sha, got in ((parent, base_out), (r.commit, cand_out)):
                 measured.setdefault(sha, got)
                 cache = ValCache(svc.state_dir)
-                cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox), measured[sha])
+                cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox, "HEAD"), measured[sha])
             word = verdict_word(d)
             row = {
                 "round": r.round,
@@ -104,7 +104,7 @@ def _cached(svc: Services, ws: Workspace, sha: str) -> Outcomes | None:
     if svc.cfg.gate.rerun_incumbent:
         return None
     cache = ValCache(svc.state_dir)
-    return cache.get(cache.key(ws.repo, sha, svc.cfg, svc.sandbox))
+    return cache.get(cache.key(ws.repo, sha, svc.cfg, svc.sandbox, "HEAD"))
 
 
 def _kept_reruns(svc: Services, ws: Workspace, parent: str, commit: str) -> RerunMemo | None:
@@ -113,7 +113,9 @@ def _kept_reruns(svc: Services, ws: Workspace, parent: str, commit: str) -> Reru
     if svc.cfg.gate.rerun_incumbent:
         return None
     cache = ValCache(svc.state_dir)
-    pair = cache.key(ws.repo, parent, svc.cfg, svc.sandbox) + cache.key(ws.repo, commit, svc.cfg, svc.sandbox)
+    pair = cache.key(ws.repo, parent, svc.cfg, svc.sandbox, "HEAD") + cache.key(
+        ws.repo, commit, svc.cfg, svc.sandbox, "HEAD"
+    )
 
     def kept(which: str, run: Callable[[], tuple[Outcomes, Outcomes]]) -> tuple[Outcomes, Outcomes]:
         keys = [hashlib.sha256(f"replay-reruns|{pair}|{which}|{side}".encode()).hexdigest() for side in "cb"]

@@ -26,17 +26,22 @@ from harnessopt.sandbox.image.build import docker_image_id
 CONTENT_PARTS = ("skill", "harness")  # what a round changes; the rest is the environment
 
 
-def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: Sandbox | None = None) -> dict[str, str]:
-    """Every input of a val rollout and its score, each as a short text (content ids at ``rev``)."""
+def key_parts(
+    repo: git.Repo, rev: str, cfg: Config, sandbox: Sandbox | None = None, setup: str | None = None
+) -> dict[str, str]:
+    """Every input of a val rollout and its score, each as a short text: the candidate's skill and
+    harness at ``rev``, the tasks, scorer and scripts it runs with at ``setup`` (default ``rev``;
+    ``replay`` runs a past round's state with the workspace's current ones: ``HEAD``)."""
     r = cfg.rollout
+    at = setup or rev
     parts = {p: vcs.tree_id(repo, rev, (p,)) for p in CONTENT_PARTS}
     parts.update(
-        scorer=vcs.tree_id(repo, rev, ("scorer.py",)),
-        val_tasks=vcs.tree_id(repo, rev, ("tasks/val.jsonl",)),
+        scorer=vcs.tree_id(repo, at, ("scorer.py",)),
+        val_tasks=vcs.tree_id(repo, at, ("tasks/val.jsonl",)),
         val_subset=f"holdout:{cfg.gate.holdout_share}" if cfg.gate.confirm == "holdout" else "all",
         model=f"{cfg.model.provider}:{cfg.model.target}",
         base_url=cfg.model.base_url or "",
-        model_script=vcs.tree_id(repo, rev, (cfg.model.script,)) if cfg.model.script else "",
+        model_script=vcs.tree_id(repo, at, (cfg.model.script,)) if cfg.model.script else "",
         server_tools=str(cfg.model.allow_server_tools),
         sandbox=sandbox_identity(cfg, sandbox),
         template=cfg.template,
@@ -50,7 +55,7 @@ def key_parts(repo: git.Repo, rev: str, cfg: Config, sandbox: Sandbox | None = N
         flags=",".join(f"{k}={v}" for k, v in sorted(cfg.flags.items())),
     )
     if cfg.objective != "task":  # which val tasks run, and the skills trigger runs install beside it
-        parts.update(objective=cfg.objective, distractors=vcs.tree_id(repo, rev, (cfg.trigger.distractors,)))
+        parts.update(objective=cfg.objective, distractors=vcs.tree_id(repo, at, (cfg.trigger.distractors,)))
     return parts
 
 
@@ -93,8 +98,10 @@ class ValCache:
     def __init__(self, state_dir: Path):
         self.path = state_dir / "val_cache.json"
 
-    def key(self, repo: git.Repo, rev: str, cfg: Config, sandbox: Sandbox | None = None) -> str:
-        return digest(key_parts(repo, rev, cfg, sandbox))
+    def key(
+        self, repo: git.Repo, rev: str, cfg: Config, sandbox: Sandbox | None = None, setup: str | None = None
+    ) -> str:
+        return digest(key_parts(repo, rev, cfg, sandbox, setup))
 
     def get(self, key: str) -> Outcomes | None:
         entry = self._load().get(key)

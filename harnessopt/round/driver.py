@@ -48,10 +48,6 @@ def run(
     ledger.recover(ws.repo, ws.journal, say)
     if killed := live_spend.fold(ws.root, ws.journal):  # what a run killed outright had spent
         say(killed)
-    if not (ws.root / "harness" / "run.py").is_file():
-        raise UserError(
-            f"{ws.root}/harness/run.py is missing; restore it (git checkout -- harness) or add one"
-        )
     if stop.requested(ws.root):  # left from before this run: it does not stop this one
         if (problem := stop.remove(ws.root)) is not None:
             raise UserError(f"a STOP request is left from before this run: {problem}, then run again")

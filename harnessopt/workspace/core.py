@@ -125,7 +125,7 @@ class Workspace:
     def check_runnable(self) -> None:
         """What ``init`` checked and a later commit on main may have broken, checked again before a
         run spends anything: the incumbent's SKILL.md reads and passes the static check a candidate
-        must pass, its harness's flags.yaml (if any) reads, scorer.py compiles, no task is in two splits (by id or by
+        must pass, harness/run.py is there, its flags.yaml (if any) reads, scorer.py compiles, no task is in two splits (by id or by
         input: an edit of tasks/ since), and val holds the smoke test's tasks.
         A UserError that says what to fix."""
         skill = self.root / "skill"
@@ -135,6 +135,11 @@ class Workspace:
                 "ho/best -- skill) and commit"
             )
         read_skill(skill, rules_off=self.cfg.checks.skill_rules_off)
+        if not (self.root / "harness" / "run.py").is_file():
+            raise UserError(
+                f"{self.root / 'harness' / 'run.py'} is missing on main; restore it (git -C {self.root} "
+                "checkout ho/best -- harness/run.py, and commit if main had lost it) or add one"
+            )
         flags.registered(self.root / "harness")  # a candidate's bad flags.yaml is lenient; main's is not
         compile_scorer(self.root / "scorer.py")  # read and compiled, not run: a dry run runs nothing
         if missing := missing_program(self.root):

@@ -192,6 +192,22 @@ def test_replay_revalidates_each_accepted_round_in_order_for_another_target(tmp_
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["tokens"] == {}
     assert [r["verdict"] for r in json.loads(again.stdout)["rounds"]] == [r1["verdict"], r2["verdict"]]
+    # ... but not after the val tasks changed: the cache was keyed by the rounds' own val file, and
+    # a replay on other val tasks read outcomes of the old ones (QA)
+    val = ws / "tasks" / "val.jsonl"
+    kept = val.read_text().splitlines()
+    val.write_text("\n".join(kept[:5] + [kept[0].replace('"bolivia"', '"bolivia-2"', 1)]) + "\n")
+    git(ws, "commit", "-qam", "val: one more task")
+    changed = _cli(
+        "replay", str(ws), "--target", "scripted-demo-target-2", "--sandbox", "local", "--json", *no_reruns
+    )
+    assert changed.returncode == 0, changed.stderr
+    fresh = json.loads(changed.stdout)
+    assert fresh["tokens"]["target"]["calls"] == 18 and [r["n"] for r in fresh["rounds"]] == [6, 6]
+    # an uncommitted edit is refused: the states measured are commits, the scorer the tree's
+    (ws / "scorer.py").write_text((ws / "scorer.py").read_text() + "\n# edited\n")
+    dirty = _cli("replay", str(ws), "--target", "scripted-demo-target-3", "--sandbox", "local")
+    assert dirty.returncode == 2 and "uncommitted changes (scorer.py)" in dirty.stderr, dirty.stderr
 
 
 @pytest.mark.parametrize("mode, asked", [("skill", False), ("harness", True), ("joint", True)])
