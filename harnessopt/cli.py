@@ -422,7 +422,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         )
     for r in results:
         say(f"round {r.round}: {r.status} ({r.commit[:10]}) {r.reason}")
-    say(f"review: harnessopt log {a.ws}  |  harnessopt diff {a.ws} ROUND  |  harnessopt report {a.ws}")
+    q = shlex.quote(str(a.ws))
+    last = f" {results[-1].round}" if results else " K"  # a round of this run, as an example
+    say(f"review: harnessopt log {q}  |  harnessopt diff {q}{last}  |  harnessopt report {q}")
     failed = [r for r in results if r.status == "failed" and r.reason != STOPPED]
     if failed:
         rounds = ", ".join(str(r.round) for r in failed)
@@ -481,7 +483,7 @@ def cmd_decide(a: argparse.Namespace) -> int:
     if ws.cfg.mode == "skill" and state(ws.repo) is None:
         raise UserError(
             f"{a.ws} is in skill mode, which has no round-0 proposal to decide on (harness and joint "
-            f"mode start with one); `harnessopt run {a.ws}` goes straight to the next round"
+            f"mode start with one); `harnessopt run {shlex.quote(str(a.ws))}` goes straight to the next round"
         )
     from harnessopt.ledger.round0 import run_command
 

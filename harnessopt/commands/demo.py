@@ -8,6 +8,7 @@ and a second real fix (accepted). Every model answer is replayed from ``data/dem
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,14 +76,15 @@ def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None], console:
     print_log(ws, console)
     statuses = [r.status for r in results]
     say(SCRIPTED_NOTICE.format(script=f"{target}/scripted_model.yaml"))
+    t = shlex.quote(str(target))  # a path with a space stays one word
     say(
         "where to look next:\n"
-        f"  harnessopt log {target}            one row per round (add --json for scripts)\n"
-        f"  harnessopt diff {target} 1         the accepted change of round 1 as a git diff\n"
-        f"  harnessopt diff {target} 2         the rejected proposal, kept on refs/harnessopt/rejected/round-2\n"
-        f"  ls {target}/trajectories; head -40 {target}/trajectories/australia.md\n"
-        f"  harnessopt audit {target}          held-out gain on the test split (once)\n"
-        f"  harnessopt rollback {target} 1     restore round 1 in a new commit"
+        f"  harnessopt log {t}            one row per round (add --json for scripts)\n"
+        f"  harnessopt diff {t} 1         the accepted change of round 1 as a git diff\n"
+        f"  harnessopt diff {t} 2         the rejected proposal, kept on refs/harnessopt/rejected/round-2\n"
+        f"  ls {t}/trajectories; head -40 {t}/trajectories/australia.md\n"
+        f"  harnessopt audit {t}          held-out gain on the test split (once)\n"
+        f"  harnessopt rollback {t} 1     restore round 1 in a new commit"
     )
     if "accepted" not in statuses or "rejected" not in statuses:
         raise HarnessoptError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import getpass
 import re
+import shlex
 import shutil
 import socket
 import tempfile
@@ -112,7 +113,7 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
     mode=joint``) is not yet implemented or rejected; with ``--unsafe-host-optimizer`` where
     ``rollout.sandbox: local`` would run the optimizer's tools on this host and nothing in the
     config accepts that (the run refuses without it)."""
-    run = f"harnessopt run {root}"
+    run = f"harnessopt run {shlex.quote(str(root))}"
     st = state(repo)
     if (
         st is not None
@@ -238,7 +239,8 @@ def standing_lines(repo: git.Repo, root: Path) -> list[str]:
     made = f" (written in {st.mode} mode)" if st.mode else ""
     line = f"round 0: proposal {st.commit[:10]} {st.status}{made}" + (f" ({st.reason})" if st.reason else "")
     if st.status == "pending":
-        return [line, f"decide: harnessopt approve {root}   |   harnessopt reject {root} --reason '...'"]
+        q = shlex.quote(str(root))
+        return [line, f"decide: harnessopt approve {q}   |   harnessopt reject {q} --reason '...'"]
     return [line]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -75,7 +76,7 @@ def print_log(ws: Workspace, console: Console) -> None:
     if not rows:
         if r0:
             console.print(r0, markup=False)
-        console.print(f"no rounds yet; start with: harnessopt run {ws.root}")
+        console.print(f"no rounds yet; start with: {proposals.run_command(ws.repo, ws.root, ws.cfg)}")
         return
     table = Table(
         title=f"harnessopt rounds in {ws.root}", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
@@ -265,8 +266,30 @@ def status_lines(ws: Workspace) -> list[str]:
     if dirty:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
     lines += proposals.standing_lines(ws.repo, ws.root)
-    lines.append(f"next: {proposals.run_command(ws.repo, ws.root, ws.cfg)}   |   harnessopt log {ws.root}")
+    run = proposals.run_command(ws.repo, ws.root, ws.cfg)
+    if (
+        stopped
+        and stopped.get("round") == 0
+        and str(stopped.get("phase", "")).startswith("round0")
+        and (mode := _run_mode(entries))
+        and mode != ws.cfg.mode
+        and " -c mode=" not in run
+    ):  # a diagnosis of a -c mode=M run, stopped before its proposal: the command that finishes it
+        run += f" -c mode={mode}"
+    q = shlex.quote(str(ws.root))
+    if where := ws.off_main():  # the run refuses off main
+        run = f"git -C {q} checkout main (HEAD is {where}), then {run}"
+    elif dirty:  # and with uncommitted changes
+        run = f"commit or stash the changes, then {run}"
+    lines.append(f"next: {run}   |   harnessopt log {q}")
     return lines
+
+
+def _run_mode(entries: list[dict[str, Any]]) -> str | None:
+    """The mode the last run ran in, from its ``run_start`` line (``-c mode=M`` included)."""
+    start = next((e for e in reversed(entries) if e.get("phase") == "run_start"), None)
+    settings = start.get("settings") if start else None
+    return str(settings["mode"]) if isinstance(settings, dict) and settings.get("mode") else None
 
 
 def interrupted_spend(
@@ -320,7 +343,8 @@ def _in_progress(ws: Workspace, holder: dict[str, Any], last: dict[str, Any] | N
             f"now: round {last.get('round')}, phase '{last.get('phase')}' ({ago:.0f} s ago, journal)"
         )
     lines.append(
-        f"next: wait for it (harnessopt status {ws.root} again), or stop it cleanly: touch {stop_path(ws.root)}"
+        f"next: wait for it (harnessopt status {shlex.quote(str(ws.root))} again), or stop it cleanly: "
+        f"touch {shlex.quote(str(stop_path(ws.root)))}"
     )
     return lines
 

@@ -14,6 +14,7 @@ proposals were rejected. The approved proposal is the plan in the brief of the r
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import stat
 import tempfile
@@ -50,7 +51,8 @@ def required(ws: Workspace) -> bool:
 
 
 def next_steps(root: Path) -> str:
-    return f"next: harnessopt approve {root}   (or: harnessopt reject {root} --reason '...')"
+    q = shlex.quote(str(root))
+    return f"next: harnessopt approve {q}   (or: harnessopt reject {q} --reason '...')"
 
 
 def ready(ws: Workspace, svc: Services, say: Announce, decide: Decide | None) -> bool:

@@ -42,3 +42,27 @@ def test_status_names_the_run_command_that_starts_on_a_local_sandbox(tmp_path: P
     accepted = make_ws(tmp_path / "accepted")  # optimizer.unsafe_host: true
     (line,) = [x for x in status_lines(Workspace.open(accepted)) if x.startswith("next: ")]
     assert line.startswith(f"next: harnessopt run {accepted}   |")
+
+
+def test_status_next_is_a_command_that_starts_as_printed(tmp_path: Path) -> None:
+    """status said "next: harnessopt run WS" where that run refuses: uncommitted changes, HEAD off
+    main, a round-0 diagnosis of a -c mode=joint run stopped before its proposal (the plain command
+    starts a skill round instead); and a path with a space broke it in two (QA)."""
+    ws = make_ws(tmp_path / "my ws")
+    q = f"'{ws}'"
+
+    def next_line() -> str:
+        (line,) = [x for x in status_lines(Workspace.open(ws)) if x.startswith("next: ")]
+        return line.removeprefix("next: ").split("   |")[0]
+
+    assert next_line() == f"harnessopt run {q}"
+    (ws / "skill" / "SKILL.md").write_text((ws / "skill" / "SKILL.md").read_text() + "\nmore\n")
+    assert next_line() == f"commit or stash the changes, then harnessopt run {q}"
+    git(ws, "checkout", "-q", "--", "skill")
+    git(ws, "checkout", "-q", "--detach")
+    assert next_line() == f"git -C {q} checkout main (HEAD is detached), then harnessopt run {q}"
+    git(ws, "checkout", "-q", "main")
+    journal = Workspace.open(ws).journal
+    journal.write(0, "run_start", rounds=1, settings={"mode": "joint"})
+    journal.write(0, "round0_rollout", parent="x", tasks=8)
+    assert next_line() == f"harnessopt run {q} -c mode=joint"
