@@ -17,11 +17,13 @@ from harnessopt.gateway.server import Gateway
 from tests.support.templates import TEMPLATES, StatusServer, make_skill
 
 
-def run_template(name: str, tmp: Path, task: dict, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_template(
+    name: str, tmp: Path, task: dict, env: dict[str, str], skill: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     task_file, out = tmp / "task.json", tmp / "out"
     task_file.write_text(json.dumps(task))
     argv = [sys.executable, str(TEMPLATES / name / "run.py"), "--task", str(task_file)]
-    argv += ["--skill", str(make_skill(tmp)), "--out", str(out)]
+    argv += ["--skill", str(skill or make_skill(tmp)), "--out", str(out)]
     clean = {
         k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "HARNESSOPT_"))
     }
@@ -572,3 +574,21 @@ def test_openai_chat_template_does_not_repeat_a_stream_cut_short(tmp_path: Path)
         server.shutdown()
         server.server_close()
     assert hits == ["/v1/chat/completions"] * 2
+
+
+@pytest.mark.parametrize("template", ["chat", "openai-chat"])
+def test_a_skill_md_with_a_bom_sends_its_body_not_its_front_matter(tmp_path: Path, template: str):
+    """init reads a SKILL.md that starts with a UTF-8 BOM (the spec's parser drops it); the
+    templates looked for "---" at the very start, so the system prompt was the whole file,
+    front matter included (QA)."""
+    skill = make_skill(tmp_path)
+    (skill / "SKILL.md").write_bytes(b"\xef\xbb\xbf" + (skill / "SKILL.md").read_bytes())
+    script = {"rules": [{"system": "^# Geography\\nAnswer with the city name only\\.$", "reply": "Paris"}]}
+    with Gateway(ScriptedModel.from_dict(script), BudgetConfig()) as gw:
+        lease = gw.lease("target", 1, "t1")
+        task = {"id": "t1", "input": "Capital of France?"}
+        proc = run_template(template, tmp_path, task, gateway_env(gw, lease.token), skill=skill)
+        assert proc.returncode == 0, proc.stderr
+        (exchange,) = gw.release(lease.token)
+        assert "name:" not in json.dumps(exchange.request)
+        assert (tmp_path / "out" / "answer.txt").read_text() == "Paris"

@@ -24,7 +24,7 @@ MAX_TOKENS = 1024
 
 def skill_body(skill_dir: Path) -> str:
     """SKILL.md without its YAML front matter."""
-    text = (skill_dir / "SKILL.md").read_text()
+    text = (skill_dir / "SKILL.md").read_text(encoding="utf-8-sig")  # a BOM is not text
     if text.startswith("---"):
         end = text.find("\n---", 3)
         if end != -1:

@@ -57,7 +57,7 @@ class APIError(Exception):
 
 def skill_body(skill_dir: Path) -> str:
     """SKILL.md without its YAML front matter."""
-    text = (skill_dir / "SKILL.md").read_text()
+    text = (skill_dir / "SKILL.md").read_text(encoding="utf-8-sig")  # a BOM is not text
     if text.startswith("---"):
         end = text.find("\n---", 3)
         if end != -1:
@@ -91,7 +91,7 @@ def _split(text: str) -> tuple[dict, str]:
 
 def skill_catalogue(skill_dir: Path, task: dict) -> dict:
     """name -> (description, body) of this skill and the trigger run's distractors."""
-    meta, body = _split((skill_dir / "SKILL.md").read_text())
+    meta, body = _split((skill_dir / "SKILL.md").read_text(encoding="utf-8-sig"))  # a BOM is not text
     skills = {meta.get("name") or skill_dir.name: (meta.get("description", ""), body)}
     for d in ((task.get("metadata") or {}).get("trigger") or {}).get("distractors") or []:
         other = _split(str(d.get("skill_md", "")))[1]

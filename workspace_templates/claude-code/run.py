@@ -39,7 +39,7 @@ TEXT_CAP = 4000  # characters of a tool result or text kept per event
 
 def skill_name(skill_dir: Path) -> str:
     """The front matter ``name`` of SKILL.md, else the directory name."""
-    text = (skill_dir / "SKILL.md").read_text()
+    text = (skill_dir / "SKILL.md").read_text(encoding="utf-8-sig")  # a BOM is not text
     match = re.search(r"^name:\s*['\"]?([A-Za-z0-9_.-]+)", text.split("\n---", 1)[0], re.MULTILINE)
     return match.group(1) if match else skill_dir.resolve().name
 

@@ -36,7 +36,7 @@ FLAGS = ["--disable", "multi_agent", "--disable", "goals", "-c", 'web_search="di
 
 def skill_name(skill_dir: Path) -> str:
     """The front matter ``name`` of SKILL.md, else the directory name."""
-    text = (skill_dir / "SKILL.md").read_text()
+    text = (skill_dir / "SKILL.md").read_text(encoding="utf-8-sig")  # a BOM is not text
     match = re.search(r"^name:\s*['\"]?([A-Za-z0-9_.-]+)", text.split("\n---", 1)[0], re.MULTILINE)
     return match.group(1) if match else skill_dir.resolve().name
 

@@ -188,7 +188,7 @@ def run_tool(name: str, args: dict, work: Path) -> tuple[str, bool]:
 
 
 def skill_body(skill_dir: Path) -> str:
-    text = (skill_dir / "SKILL.md").read_text()
+    text = (skill_dir / "SKILL.md").read_text(encoding="utf-8-sig")  # a BOM is not text
     if text.startswith("---"):
         end = text.find("\n---", 3)
         if end != -1:
@@ -214,7 +214,7 @@ def front_matter(text: str) -> dict:
 
 def skill_catalogue(skill_dir: Path, task: dict) -> dict:
     """name -> (description, body) of this skill and the trigger run's distractors."""
-    own = (skill_dir / "SKILL.md").read_text()
+    own = (skill_dir / "SKILL.md").read_text(encoding="utf-8-sig")  # a BOM is not text
     meta = front_matter(own)
     skills = {meta.get("name") or skill_dir.name: (meta.get("description", ""), skill_body(skill_dir))}
     for d in ((task.get("metadata") or {}).get("trigger") or {}).get("distractors") or []:
