@@ -342,8 +342,9 @@ def cmd_init(a: argparse.Namespace) -> int:
     # the template is init_workspace's to check and set: a config built with an unknown one would
     # fail its validation with a traceback before that check
     cfg = Config(checks=ChecksConfig(skill_rules_off=a.skill_rules_off))
+    loaded = load_tasks(a.tasks)  # once: a pipe (--tasks <(...)) has its lines for one reader
     init_workspace(
-        a.ws, a.skill, a.tasks, template=a.template, ratio=a.split, seed=a.seed, config=cfg, announce=say,
+        a.ws, a.skill, loaded, template=a.template, ratio=a.split, seed=a.seed, config=cfg, announce=say,
         check_folder_name=True,
     )  # fmt: skip
     ws = Workspace.open(a.ws)
@@ -352,7 +353,7 @@ def cmd_init(a: argparse.Namespace) -> int:
         say(line)
     if a.split is None and noisefloor.detects_nothing(n_val, ws.cfg.gate):
         # The default split gave val too few tasks (a file of 50 to about 100): name one that detects.
-        works = small_file_split(load_tasks(a.tasks))
+        works = small_file_split(loaded)
         val = int(works.split(":")[1]) if works else 0
         if works and not noisefloor.detects_nothing(val, ws.cfg.gate):
             say(

@@ -596,6 +596,8 @@ def apply_overrides(cfg: Config, overrides: Mapping[str, Any]) -> Config:
             continue
         node = data
         *parents, leaf = dotted.split(".")
+        if parents and parents[0] in ("flags", "prices"):  # free-form maps: a key may hold dots (gpt-4.1)
+            parents, leaf = parents[:1], dotted.split(".", 1)[1]
         for p in parents:
             child = node.get(p) if isinstance(node, dict) else None
             if not isinstance(child, dict):

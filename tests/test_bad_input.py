@@ -414,6 +414,16 @@ def test_a_budget_that_cannot_hold_one_optimizer_call_is_refused_before_anything
     _unchanged(ws, before)
 
 
+def test_the_template_is_not_changed_from_the_command_line(ws: Path) -> None:
+    """-c template=codex on a chat workspace ran the chat harness priced and cache-keyed as codex
+    (QA): the template is init's, its files are harness/."""
+    before = snapshot(ws)
+    for dry in (("--dry-run",), ()):
+        out = cli("run", ws, *RUN, "--rounds", "1", "-c", "template=codex", *dry, env=ENV)
+        assert_user_error(out, "template is set by init")
+    _unchanged(ws, before)
+
+
 def test_a_dry_run_refuses_an_empty_optimizer_command_as_the_run_does(ws: Path) -> None:
     """--optimizer command with no optimizer.command: the dry run printed "start it with" for a run
     that then refused it."""

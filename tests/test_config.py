@@ -19,3 +19,12 @@ def test_a_check_turned_off_as_the_docs_write_it(check: str) -> None:
     assert getattr(apply_overrides(Config(), {key: value}).checks, check) == "off"
     with pytest.raises(UserError, match=f"checks.{check}: must be"):  # on is no setting of a check
         apply_overrides(Config(), dict([parse_assignment(f"checks.{check}=on")]))
+
+
+def test_a_free_form_maps_key_may_hold_dots() -> None:
+    """-c prices.gpt-4.1=[2,8] was "unknown setting": the key was split at every dot (QA)."""
+    cfg = apply_overrides(Config(), dict([parse_assignment("prices.gpt-4.1=[2, 8]")]))
+    assert tuple(cfg.prices["gpt-4.1"]) == (2.0, 8.0)
+    assert apply_overrides(Config(), {"flags.v1.5": 1}).flags["v1.5"] == "1"
+    with pytest.raises(UserError, match="unknown setting 'gate.nope.x'"):
+        apply_overrides(Config(), {"gate.nope.x": 1})

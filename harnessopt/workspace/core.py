@@ -98,9 +98,15 @@ class Workspace:
                 "moved to a foreign commit); put main back on a harnessopt commit, e.g. "
                 f"git -C {path} reset --hard ho/best"
             )
-        cfg = load_config(root)
+        cfg = saved = load_config(root)
         if overrides:
             cfg = apply_overrides(cfg, overrides)
+            if cfg.template != saved.template:  # harness/ holds the files of the template init copied
+                raise UserError(
+                    f"template is set by init (harness/ holds its files; this workspace's is "
+                    f"{saved.template}): drop -c template, or init a new workspace with --template "
+                    f"{cfg.template}"
+                )
         return cls(root, cfg, repo, Journal(root))
 
     def require_main(self) -> None:
@@ -229,7 +235,7 @@ def _has_tag(root: Path, tag: str) -> bool:
 def init_workspace(
     ws: Path,
     skill_dir: Path,
-    tasks_file: Path,
+    tasks_file: Path | list[Task],
     *,
     template: str = "chat",
     ratio: str | None = None,
@@ -267,7 +273,8 @@ def init_workspace(
     rules_off = cfg.checks.skill_rules_off
     folder = Path(skill_dir).resolve().name if check_folder_name else None  # the spec: name = folder
     info = read_skill(Path(skill_dir), expect_name=folder, rules_off=rules_off)
-    loaded = load_tasks(Path(tasks_file))
+    # read once: a pipe (``--tasks <(...)``) gives its lines to the first reader only
+    loaded = list(tasks_file) if isinstance(tasks_file, list) else load_tasks(Path(tasks_file))
     works = small_file_split(loaded)
     chose = ""  # said once the workspace is made: a refusal after it is the one line a user sees
     if ratio is None:

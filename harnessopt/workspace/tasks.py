@@ -377,7 +377,11 @@ def check_splits(
         )
     if n_val < min_val:
         how = (
-            f"add tasks or change --split{works}"
+            (
+                f"add tasks or change --split{works}"
+                if len(tasks) > min_val  # else no split gives val its tasks and train one
+                else f"add tasks: no --split of {len(tasks)} gives val {min_val} and train 1"
+            )
             if ratio_applies
             else (
                 'every task has its split, so --split changes nothing: add val tasks or mark more "split": "val"'

@@ -115,3 +115,25 @@ def test_a_refusal_after_the_split_is_chosen_is_the_one_line_said(tmp_path: Path
     out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks)
     assert out.returncode == 2 and "same input" in out.stderr and len(out.stderr.splitlines()) == 1
     assert out.stdout == "" and not (tmp_path / "ws").exists()
+
+
+def test_five_tasks_are_told_to_add_tasks_not_to_change_the_split(tmp_path: Path) -> None:
+    """No --split of 5 tasks gives val 5 and train 1; the line said "or change --split" (QA)."""
+    skill, tasks = _files(tmp_path, 5)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks)
+    assert out.returncode == 2 and "add tasks: no --split of 5 gives val 5 and train 1" in out.stderr
+    assert "change --split" not in out.stderr and not (tmp_path / "ws").exists()
+
+
+def test_tasks_from_a_pipe_are_read_once(tmp_path: Path) -> None:
+    """``--tasks <(...)``: init read the file twice where the default split left val too few, and
+    the second read of the pipe found nothing ("holds no tasks") after the workspace was made (QA)."""
+    import subprocess
+    import sys
+
+    skill, tasks = _files(tmp_path, 60)
+    ws = tmp_path / "ws"
+    script = f'"{sys.executable}" -m harnessopt init "{ws}" --skill "{skill}" --tasks <(cat "{tasks}")'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "holds no tasks" not in out.stderr, out.stderr
+    assert "--split" in out.stdout and "next: harnessopt run" in out.stdout
