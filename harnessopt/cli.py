@@ -212,7 +212,6 @@ def build_parser() -> _Parser:
     rep.add_argument("ws", type=Path)
     rep.add_argument(
         "--out",
-        type=Path,
         help="directory for report.html and its plots (default WS/.harnessopt/report), or the page's own "
         "path ending in .html (its plots beside it as STEM-NAME.png)",
     )
@@ -536,7 +535,9 @@ def cmd_report(a: argparse.Namespace) -> int:
     from harnessopt.workspace.core import Workspace
 
     ws = Workspace.open(a.ws)
-    path = write_report(ws, a.out)
+    if a.out is not None and not a.out.strip():  # Path("") would be the current directory
+        raise UserError("--out is empty; name a folder or an .html file (default: .harnessopt/report/)")
+    path = write_report(ws, None if a.out is None else Path(a.out))
     say(f"report: {path} (open it in a browser; the plots are beside it)")
     return 0
 

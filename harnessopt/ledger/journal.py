@@ -38,7 +38,8 @@ class Journal:
         return self.read()[0]
 
     def read(self) -> tuple[list[dict[str, Any]], int]:
-        """(entries, torn): the lines that parse, and how many did not (cut by a crash mid-write)."""
+        """(entries, torn): the lines that read as ours (an object with an int ``round`` and a
+        ``phase``), and how many did not (cut by a crash mid-write, or edited by hand)."""
         if not self.path.exists():
             return [], 0
         out, torn = [], 0
@@ -50,7 +51,11 @@ class Journal:
             except json.JSONDecodeError:
                 torn += 1
                 continue
-            if isinstance(entry, dict):
+            if (
+                isinstance(entry, dict)
+                and type(entry.get("round")) is int
+                and isinstance(entry.get("phase"), str)
+            ):
                 out.append(entry)
             else:
                 torn += 1

@@ -83,6 +83,12 @@ def page_path(ws: Workspace, out: Path | None) -> tuple[Path, str]:
     if out is None:
         return ws.root / STATE_DIR / "report" / "report.html", ""
     out = Path(out)
+    where = out.resolve()
+    if where.is_relative_to(ws.root) and not where.is_relative_to(ws.root / STATE_DIR):
+        raise UserError(
+            f"--out {out} is inside the workspace, whose next run refuses the files it would leave "
+            f"(uncommitted changes); write it outside, or under {ws.root / STATE_DIR} (the default)"
+        )
     if out.suffix.lower() in (".html", ".htm"):
         return out, f"{out.stem}-"
     return out / "report.html", ""

@@ -244,7 +244,9 @@ def status_lines(ws: Workspace) -> list[str]:
     lines += interrupted_spend(ws, entries, {r.round for r in rounds}, busy is None)
     last = entries[-1] if entries else None
     if torn:
-        lines.append(f"journal: {torn} torn line(s) (a crash mid-write) skipped; the rest is intact")
+        lines.append(
+            f"journal: {torn} line(s) that do not read (a crash mid-write, or an edit) skipped; the rest is intact"
+        )
     if busy is not None:  # a command is running now: say so, and no 'next'
         return [*lines, *_in_progress(ws, busy, last)]
     # where it stopped: the last step, not the round's spend line, which its way out writes

@@ -17,3 +17,20 @@ def test_torn_line_is_tolerated_reported_and_never_glued_to_the_next(tmp_path: P
     assert [e["phase"] for e in entries] == ["start", "rollout"] and torn == 1
     assert j.last() == entries[-1]
     assert Journal(tmp_path / "empty").read() == ([], 0)
+
+
+def test_a_line_that_is_not_ours_is_skipped_not_a_traceback(tmp_path: Path) -> None:
+    """A hand-edited line ({"phase": "spend"} without a round, or "round": "x") crashed status and
+    report with a KeyError or ValueError (QA): only lines as the journal writes them are read."""
+    from harnessopt.reporting.log import status_lines
+    from harnessopt.workspace.core import Workspace
+    from tests.support.workspace import make_ws
+
+    ws = make_ws(tmp_path)
+    path = ws / ".harnessopt" / "journal.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    with path.open("a") as f:
+        f.write('{"phase": "spend"}\n{"phase": "spend", "round": "x"}\n{"round": true, "phase": "x"}\n')
+    opened = Workspace.open(ws)
+    assert opened.journal.read() == ([], 3)
+    assert any(x.startswith("journal: 3 line(s) that do not read") for x in status_lines(opened))

@@ -20,7 +20,7 @@ from harnessopt.reporting.data import report_data
 from harnessopt.reporting.log import print_log
 from harnessopt.workspace.core import Workspace
 from tests.support.browser import Page, chromium
-from tests.support.cli import cli
+from tests.support.cli import cli, git
 from tests.support.cli_errors import assert_user_error, snapshot
 
 
@@ -170,6 +170,13 @@ def test_report_out_as_a_page_path(demo: Path, tmp_path: Path) -> None:
     # the kernel's directories exist and take no file: one line, not a traceback
     assert_user_error(cli("report", demo, "--out", "/proc"), "no file can be made in /proc", "write to")
     assert_user_error(cli("report", demo, "--out", "/proc/self/r.html"), "no file can be made in /proc/self")
+    # inside the workspace its files blocked the next run (uncommitted changes); '' was the cwd (QA)
+    status = git(demo, "status", "--porcelain")
+    for inside in (demo, demo / "skill", demo / "page.html"):
+        assert_user_error(cli("report", demo, "--out", inside), "is inside the workspace")
+    assert_user_error(cli("report", demo, "--out", ""), "--out is empty")
+    assert git(demo, "status", "--porcelain") == status
+    assert cli("report", demo, "--out", demo / ".harnessopt" / "r2").returncode == 0
 
 
 @pytest.mark.browser
