@@ -361,6 +361,30 @@ def kill_session(leader: int, term_grace_s: float = 0.0, *, leader_alive: bool =
         _signal(pid, signal.SIGKILL)
 
 
+def kill_marked(markers: set[str]) -> int:
+    """SIGKILL every process of this uid one of whose arguments is one of ``markers`` (a task
+    dir's unique path): what a session kill cannot reach, a ``bwrap --new-session`` namespace
+    whose outer process died before its ``--die-with-parent`` was in place, left orphaned in a
+    session of its own. Returns how many were killed; never raises."""
+    if not markers or not os.path.isdir("/proc/self"):
+        return 0
+    uid, me, killed = os.getuid(), os.getpid(), 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.decode("utf-8", "surrogateescape") in markers for a in args):
+            _signal(int(entry.name), signal.SIGKILL)
+            killed += 1
+    return killed
+
+
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)

@@ -223,3 +223,23 @@ def test_the_wait_reaps_an_exit_and_keeps_its_deadline(pidfd: bool, monkeypatch:
 
 def _refused(_pid: int, _flags: int = 0) -> int:
     raise OSError(errno.ENOSYS, "pidfd_open refused")
+
+
+def test_kill_marked_kills_the_processes_named_by_an_argument_and_no_other(tmp_path: Path) -> None:
+    """A bwrap namespace orphaned in a session of its own escapes a session kill; the task dir's
+    unique path among its arguments finds it (QA: one left after a finished run)."""
+    from harnessopt.util.proc import kill_marked
+
+    marker = str(tmp_path / "ho-local-abc")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    marked = subprocess.Popen([*sleeper, "--bind", marker], start_new_session=True)
+    similar = subprocess.Popen([*sleeper, marker + "-other"], start_new_session=True)
+    try:
+        assert kill_marked({marker}) == 1
+        assert marked.wait(timeout=10) == -9
+        assert similar.poll() is None  # an argument that only starts with it is someone else's
+        assert kill_marked(set()) == 0
+    finally:
+        for p in (marked, similar):
+            p.kill()
+            p.wait()

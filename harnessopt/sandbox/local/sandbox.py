@@ -37,7 +37,7 @@ from harnessopt.sandbox.image.build import sandbox_source_dir
 from harnessopt.sandbox.local import isolation
 from harnessopt.sandbox.local.pool import Key, Slot, WarmPool, copy_out, job_line, static_env
 from harnessopt.sandbox.prepared import PreparedCopies
-from harnessopt.util.proc import Finished, Prestarted, kill_session, run_in_session
+from harnessopt.util.proc import Finished, Prestarted, kill_marked, kill_session, run_in_session
 
 RUNNER = sandbox_source_dir() / "runner.py"  # its ``edit`` mode is the one editor implementation
 EDIT_TIMEOUT_S = 20.0  # deadline of one editor operation
@@ -122,6 +122,8 @@ class LocalSandbox(Sandbox):
                     started=started,
                     term_grace_s=TERM_GRACE_S,
                 )
+            if self.isolation == "bwrap":  # a namespace that left the session, orphaned at its start
+                kill_marked({str(root)})
             return self._output(done, out_dir)
 
     @contextlib.contextmanager
@@ -191,6 +193,7 @@ class LocalSandbox(Sandbox):
                 preexec_fn=self._limits(tasks_of_uid(os.getuid()) + self.cfg.pids + NPROC_SLACK),
                 term_grace_s=TERM_GRACE_S,
             )
+            stack.callback(kill_marked, {str(root)})  # then whatever left the session (bwrap's)
             stack.callback(child.discard)  # first on close: the session, then the dirs
             return Slot(key, root, out, child, stack.close)
         except BaseException:
