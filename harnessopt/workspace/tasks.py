@@ -277,16 +277,21 @@ def split_counts(n: int, ratio: Sequence[float]) -> tuple[int, int, int]:
 def assign_splits(tasks: Sequence[Task], ratio: str | Sequence[float], seed: int) -> list[Task]:
     """Give every task without a split one; tasks that have a split keep it. Order is preserved.
 
-    Deterministic in (ids, ratio, seed) only, independent of line order: unassigned tasks are
-    ordered by ``sha256(f"{seed}:{id}")`` and cut into train/val/test by ``split_counts``.
+    Deterministic in (ids, inputs, ratio, seed) only, independent of line order: unassigned tasks
+    are ordered by ``sha256(f"{seed}:{id}")`` and cut into train/val/test by ``split_counts``;
+    then tasks with the same input (``input_key``) all go where the first of them is (one given
+    its split in the file, else the first in that order): a split of harnessopt's own never puts
+    one input in two splits, which ``check_splits`` refuses as a leak.
     """
     shares = parse_ratio(ratio) if isinstance(ratio, str) else tuple(ratio)
     todo = [t for t in tasks if t.split == UNASSIGNED]
     order = sorted(todo, key=lambda t: hashlib.sha256(f"{seed}:{t.id}".encode()).hexdigest())
     n_train, n_val, _ = split_counts(len(order), shares)
     chosen: dict[str, str] = {}
+    where = {input_key(t.input): t.split for t in tasks if t.split != UNASSIGNED}
     for rank, task in enumerate(order):
-        chosen[task.id] = "train" if rank < n_train else "val" if rank < n_train + n_val else "test"
+        cut = "train" if rank < n_train else "val" if rank < n_train + n_val else "test"
+        chosen[task.id] = where.setdefault(input_key(task.input), cut)
     out = []
     for task in tasks:
         if task.split != UNASSIGNED:

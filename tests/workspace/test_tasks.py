@@ -241,3 +241,25 @@ def test_null_split_and_metadata_mean_left_out(tmp_path: Path) -> None:
     )
     (task,) = load_tasks(path)
     assert (task.split, task.metadata, task.answer) == ("", {}, None)
+
+
+def test_tasks_with_one_input_are_split_together(tmp_path: Path) -> None:
+    """Three tasks with the same input and no split: init's own split put them in two splits and
+    then refused that as a leak, which no --split or --seed could fix (QA)."""
+    rows = make_rows(30)
+    for row in rows[:3]:
+        row["input"] = "same question"
+    rows[3]["input"], rows[3]["split"] = "Same  QUESTION", "test"  # one given its split: the rest follow
+    for seed in range(5):
+        tasks = assign_splits(load_tasks(write_jsonl(tmp_path / "t.jsonl", rows)), "10:10:10", seed=seed)
+        assert {t.split for t in tasks[:4]} == {"test"}
+        check_splits(tasks, min_val=0)  # no leak
+    rows[3] = make_rows(4)[3]
+    splits = {
+        assign_splits(load_tasks(write_jsonl(tmp_path / "t.jsonl", rows)), "10:10:10", seed=s)[0].split
+        for s in range(20)
+    }
+    for seed in range(20):
+        tasks = assign_splits(load_tasks(write_jsonl(tmp_path / "t.jsonl", rows)), "10:10:10", seed=seed)
+        assert len({t.split for t in tasks[:3]}) == 1
+    assert len(splits) > 1  # where they go still depends on the seed
