@@ -380,6 +380,12 @@ def check_splits(
         raise UserError(
             f'no train tasks: the optimizer learns from the runs on train; {how} mark some "split": "train"'
         )
+    if n_val < min_val and ratio_applies and len(by_input) < len(tasks) and len(by_input) <= min_val:
+        raise UserError(
+            f"only {n_val} val task(s); need at least {min_val} val tasks for the smoke test, and the "
+            f"{len(tasks)} tasks have {len(by_input)} distinct input(s), each in one split: add tasks "
+            "with other inputs"
+        )
     if n_val < min_val:
         how = (
             (

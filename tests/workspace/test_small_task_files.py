@@ -105,15 +105,16 @@ def test_a_file_that_splits_every_task_is_not_told_to_change_split(tmp_path: Pat
 
 
 def test_a_refusal_after_the_split_is_chosen_is_the_one_line_said(tmp_path: Path) -> None:
-    """The split chosen for a small file was said before a refusal found later (two tasks with the
-    same input in two splits): the note is said only for a workspace that was made."""
+    """The split chosen for a small file was said before a refusal found later (then: two tasks
+    with the same input in two splits; now that they share one: too few distinct inputs for val):
+    the note is said only for a workspace that was made."""
     skill, tasks = _files(tmp_path, 30)
     rows = [json.loads(line) for line in tasks.read_text().splitlines()]
     for r in rows:
         r["input"] = "Say the word: same"
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks)
-    assert out.returncode == 2 and "same input" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert out.returncode == 2 and "1 distinct input(s)" in out.stderr and len(out.stderr.splitlines()) == 1
     assert out.stdout == "" and not (tmp_path / "ws").exists()
 
 
