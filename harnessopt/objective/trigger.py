@@ -182,12 +182,14 @@ def round_tasks(
     """The tasks of ``split`` a round of ``objective`` runs, trigger tasks carrying the catalogue
     of distractor skills; a train or val split without a task of the objective is a UserError."""
     mine = for_objective(tasks, objective)
-    if split in ("train", "val") and tasks and not mine:
-        kind = 'trigger tasks (answer {"trigger": true|false})' if objective == "trigger" else "task tasks"
-        raise UserError(
-            f"objective: {objective}, but the {split} split holds no {kind}; add some to the task file "
-            'or set another objective (docs/workspace.md, "Objectives")'
-        )
+    kinds = ["trigger", "task"] if objective == "both" else [objective]  # both: each side needs its own
+    for kind in kinds if split in ("train", "val") and tasks else []:
+        if not for_objective(mine, kind):
+            what = 'trigger tasks (answer {"trigger": true|false})' if kind == "trigger" else "task tasks"
+            raise UserError(
+                f"objective: {objective}, but the {split} split holds no {what}; add some to the task "
+                'file or set another objective (docs/workspace.md, "Objectives")'
+            )
     if objective == "task":
         return mine
     return with_catalogue(mine, read_distractors(ws_root / distractors))

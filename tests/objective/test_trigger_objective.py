@@ -81,6 +81,12 @@ def test_distractors_are_read_and_attached_to_trigger_tasks_only(tmp_path: Path)
         trigger.read_distractors(tmp_path / "distractors")
     with pytest.raises(UserError, match="holds no trigger tasks"):
         trigger.round_tasks(tmp_path, "trigger", "none", [_task("c", None)], "val")
+    # both gates each side at alpha/2: a split with one kind ran a round whose other side was
+    # empty and could never clear its gate (QA, -c objective=both)
+    with pytest.raises(UserError, match="objective: both, but the val split holds no trigger tasks"):
+        trigger.round_tasks(tmp_path, "both", "none", [_task("c", None)], "val")
+    with pytest.raises(UserError, match="objective: both, but the train split holds no task tasks"):
+        trigger.round_tasks(tmp_path, "both", "distractors", [_task("a", True, "train")], "train")
 
 
 def test_only_description_fields_survive_the_copy_back(tmp_path: Path) -> None:
