@@ -239,24 +239,31 @@ def current_rates(ws: Workspace, cfg: Config | None = None) -> dict[str, float]:
     """The rates a projection of ``ws`` uses now: measured on its rounds, else its priors (what a
     run re-reads after each round, so that its budget's plan prices what rounds really cost)."""
     cfg = cfg or ws.cfg
-    return _rates(ws, cfg, _history(ws, cfg)[0])
+    return _rates(ws, cfg, _history(ws, cfg)[0])[0]
 
 
 OPTIMIZER_RATES = ("optimizer_calls", "optimizer_tokens_per_call", "optimizer_usd_per_call")
 MODEL_OPTIMIZERS = ("anthropic", "claude-code", "codex")  # backends whose every turn is a gateway call
 
 
-def _rates(ws: Workspace, cfg: Config, history: list[RoundManifest]) -> dict[str, float]:
+def _optimizer_calls(m: RoundManifest) -> int:
+    u = m.tokens.get("optimizer")
+    return u.calls if u else 0
+
+
+def _rates(ws: Workspace, cfg: Config, history: list[RoundManifest]) -> tuple[dict[str, float], str]:
     """Measured rates, else the priors; the optimizer's as the backend this run uses makes calls:
     none with ``manual`` (a person edits), the priors' with a model backend where the rounds so far
-    made none (they were manual)."""
+    made none (they were manual, or resumed a proposal), which the second value says."""
     rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
     if cfg.optimizer.backend == "manual":
         rates |= dict.fromkeys(OPTIMIZER_RATES, 0.0)
     elif cfg.optimizer.backend in MODEL_OPTIMIZERS and not rates["optimizer_calls"]:
         prior = prior_rates(ws, cfg)
         rates |= {k: prior[k] for k in (*OPTIMIZER_RATES, "seconds_per_optimizer_call")}
-    return rates
+        if history:
+            return rates, "; the optimizer's calls from config priors (no measured round made one)"
+    return rates, ""
 
 
 def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection:
@@ -265,7 +272,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
     history, others = _history(ws, cfg)
     n_train, n_val = len(ws.tasks("train")), len(split_val(ws.tasks("val"), cfg.gate)[0])
     cached, floor = _measured_state(ws, cfg)
-    rates = _rates(ws, cfg, history)
+    rates, optimizer_basis = _rates(ws, cfg, history)
     chain = chain_length(cfg, rates, n_val, n_train) if chooses(cfg) else None
     cfg = with_chain(cfg, chain) if chain else cfg  # as the run will set it
     per_round = []
@@ -279,7 +286,7 @@ def project(ws: Workspace, rounds: int, cfg: Config | None = None) -> Projection
         measured = banked + (g.epochs if aa and banked < 2 * g.epochs else 0) if incumbent else 0
         odds = reach if g.rerun_incumbent else 1 - (1 - reach) ** rounds
         per_round.append(_round(cfg, rates, n_train, n_val, incumbent_epochs=measured * odds))
-    basis = f"{len(history)} measured round(s)" if history else PRIOR_BASIS
+    basis = f"{len(history)} measured round(s){optimizer_basis}" if history else PRIOR_BASIS
     if others:
         basis += f"; {others} round(s) measured with other models or prices left out"
     limits = {
@@ -480,7 +487,8 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
     optimizer = [m.tokens.get("optimizer") for m in history]
     t_calls = sum(u.calls for u in target if u) or 1
     o_calls = sum(u.calls for u in optimizer if u)
-    proposed = [m for m in history if m.optimizer is not None] or history
+    # the conversations that made calls (a resumed round reused its proposals: none)
+    proposed = [m for m in history if m.optimizer is not None and _optimizer_calls(m)] or history
     conversations = sum(len(m.search.candidates) if m.search else 1 for m in proposed)
     searched = [m.search for m in history if m.search]
     screened = sum(sum(c.n > 0 for c in s.candidates) for s in searched)

@@ -307,7 +307,12 @@ def test_a_manual_optimizer_is_projected_no_model_calls_and_a_model_one_its_prio
     )
     ledger.record_other(ws.repo, vcs.head_sha(ws.repo), ws.root, ["skill"], by_hand)
     after = project(Workspace.open(ws.root, priced), 1)
-    assert after.basis.startswith("1 measured round")
+    # said: "measured" alone read as if the optimizer's 20 calls a round had been measured (QA: a
+    # round that resumed its proposals made none)
+    assert (
+        after.basis
+        == "1 measured round(s); the optimizer's calls from config priors (no measured round made one)"
+    )
     prior = prior_rates(ws, ws.cfg)
     assert after.rates["optimizer_calls"] == prior["optimizer_calls"] > 0
     assert after.rates["optimizer_usd_per_call"] == prior["optimizer_usd_per_call"] > 0
