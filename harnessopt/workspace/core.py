@@ -40,7 +40,13 @@ from harnessopt.workspace.tasks import (
     small_file_split,
     write_splits,
 )
-from harnessopt.workspace.templates import loading_templates, loads_skills, templates_dir, unknown_template
+from harnessopt.workspace.templates import (
+    loading_templates,
+    loads_skills,
+    template_meta,
+    templates_dir,
+    unknown_template,
+)
 
 EDITABLE_PATHS = ("skill", "harness")
 RECORD_PATHS = ("skill", "harness", "trajectories", "best_skill.md")
@@ -308,6 +314,9 @@ def init_workspace(
     needs = template_image(template)  # the image the template runs in, unless the config names one
     if needs and "image" not in cfg.rollout.model_fields_set:
         cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"image": needs})})
+    memory = template_meta(template).get("memory_mb")  # what the template's agent needs, likewise
+    if memory and "memory_mb" not in cfg.rollout.model_fields_set:
+        cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"memory_mb": int(memory)})})
 
     parent = ws.resolve().parent
     try:
@@ -346,11 +355,9 @@ def init_workspace(
 
 def template_image(template: str) -> str | None:
     """The sandbox image tag a template needs (its template.yaml's ``image_with`` variant), if any."""
-    import yaml
-
     from harnessopt.sandbox.image.build import variant_tag
 
-    meta = yaml.safe_load((templates_dir() / template / "template.yaml").read_text()) or {}
+    meta = template_meta(template)
     return variant_tag(meta["image_with"]) if meta.get("image_with") else None
 
 

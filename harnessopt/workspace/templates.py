@@ -4,6 +4,7 @@ which names are templates (``init --template``, the config's ``template``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from harnessopt.errors import UserError
 
@@ -27,13 +28,17 @@ def unknown_template(name: str) -> str | None:
     return None if name in known else f"unknown template {name!r}; known templates: {', '.join(known)}"
 
 
+def template_meta(name: str) -> dict[str, Any]:
+    """The template's template.yaml: its description, ``image_with``, ``loads_skills``, ``memory_mb``."""
+    import yaml
+
+    return yaml.safe_load((templates_dir() / name / "template.yaml").read_text(encoding="utf-8")) or {}
+
+
 def loads_skills(name: str) -> bool:
     """Does the template offer the model a skill-loading tool (``load_skill``, Claude Code's
     ``Skill``) that trigger runs are scored by? Its template.yaml says so (``loads_skills: true``)."""
-    import yaml
-
-    meta = yaml.safe_load((templates_dir() / name / "template.yaml").read_text(encoding="utf-8")) or {}
-    return bool(meta.get("loads_skills"))
+    return bool(template_meta(name).get("loads_skills"))
 
 
 def loading_templates() -> list[str]:

@@ -21,6 +21,23 @@ def test_init_of_an_agent_template_sets_the_image_it_runs_in(tmp_path: Path, tem
     assert f"build it once with `harnessopt sandbox build --with {template}`" in out.stdout
 
 
+def test_the_claude_code_template_sets_the_memory_its_runtime_needs(tmp_path: Path) -> None:
+    """The CLI's runtime (Bun) reserves more address space than the local sandbox's RLIMIT_AS at the
+    1024 default: every task crashed with Bun's crash text (QA). init sets rollout.memory_mb from
+    template.yaml, unless the config names one."""
+    skill, tasks = write_example(tmp_path)
+    assert (
+        cli(
+            "init", tmp_path / "ws", "--skill", skill, "--tasks", tasks, "--template", "claude-code"
+        ).returncode
+        == 0
+    )
+    cfg = yaml.safe_load((tmp_path / "ws" / "harnessopt.yaml").read_text())
+    assert cfg["rollout"]["memory_mb"] == 8192
+    assert cli("init", tmp_path / "chat", "--skill", skill, "--tasks", tasks).returncode == 0
+    assert yaml.safe_load((tmp_path / "chat" / "harnessopt.yaml").read_text())["rollout"]["memory_mb"] == 1024
+
+
 def test_other_templates_keep_the_plain_image(tmp_path: Path) -> None:
     skill, tasks = write_example(tmp_path)
     assert cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks).returncode == 0
