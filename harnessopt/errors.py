@@ -16,5 +16,6 @@ class BudgetExceeded(HarnessoptError):
 def not_utf8(path: object, e: UnicodeDecodeError) -> str:
     """The one line for a file of the user's that is not UTF-8 text."""
     return (
-        f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); re-save it as UTF-8 or restore it with git"
+        f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); re-save it as UTF-8 (in a workspace, "
+        "or restore it with git)"
     )

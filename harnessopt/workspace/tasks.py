@@ -202,7 +202,12 @@ def _parse_line(line: str, where: str) -> Task:
     except RecursionError as e:
         raise UserError(f"{where}: not valid JSON (nested too deeply); one JSON object per line") from e
     if not isinstance(raw, dict):
-        raise UserError(f"{where}: a task must be a JSON object, got {type(raw).__name__}")
+        kind = (
+            "a JSON array: the file is JSON Lines, one task object per line"
+            if isinstance(raw, list)
+            else type(raw).__name__
+        )
+        raise UserError(f"{where}: a task must be a JSON object, got {kind}")
     try:
         return TaskLine.model_validate(raw).to_task()
     except ValidationError as e:

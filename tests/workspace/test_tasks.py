@@ -46,7 +46,7 @@ def test_good_file_parses_all_fields(tmp_path: Path) -> None:
     ("line", "needle"),
     [
         ("{not json", "not valid JSON"),
-        ("[1, 2]", "must be a JSON object"),
+        ("[1, 2]", "got a JSON array: the file is JSON Lines, one task object per line"),
         ('{"input": "q", "answer": "a"}', "has no 'id'"),
         ('{"id": "", "input": "q", "answer": "a"}', "'id' is empty"),
         ('{"id": 7, "input": "q", "answer": "a"}', "'id' must be a string"),
