@@ -17,10 +17,11 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
+from typing import IO, TypeVar
 
 import pathspec
 
@@ -34,6 +35,7 @@ HISTORY_NAME = "history.md"
 BRIEF_NAME = "OPTIMIZE.md"
 MAX_FILE_BYTES = 1 << 20  # a copied-back file above 1 MiB is a violation: skills are text
 MAX_HASHED_BYTES = 64 << 20  # a larger file is hashed to see that it did not change, up to this
+T = TypeVar("T")
 MAX_CHANGED_FILES = 256  # files one copy-back writes or deletes; the rest are violations
 MAX_CHANGED_BYTES = 8 << 20  # bytes one copy-back writes; the rest are violations
 MAX_VIEW_ENTRIES = 50_000  # a view with more files and directories is refused as a whole
@@ -296,7 +298,7 @@ def _scan_view(view: Path, result: CopyBackResult) -> dict[str, tuple[str, int]]
             if not stat.S_ISREG(st.st_mode):
                 result.violations.append(rel)
             elif st.st_size > MAX_FILE_BYTES:  # unchanged (the snapshot's digest), else a violation
-                present[rel] = (_large_digest(p, st.st_size) or f"over-{MAX_FILE_BYTES}-bytes", st.st_size)
+                present[rel] = (_large_digest(p) or f"over-{MAX_FILE_BYTES}-bytes", st.st_size)
             elif (read := _read_regular(p)) is None:
                 result.violations.append(rel)  # swapped for something else, or unreadable
             else:
@@ -304,50 +306,49 @@ def _scan_view(view: Path, result: CopyBackResult) -> dict[str, tuple[str, int]]
     return present
 
 
-def _read_regular(path: Path) -> tuple[bytes, bool] | None:
-    """(content, executable) of a regular file of at most ``MAX_FILE_BYTES``, opened without
-    following a link or blocking on a FIFO; ``None`` for anything else."""
+def _with_regular(path: Path, limit: int, use: Callable[[IO[bytes], bool], T]) -> T | None:
+    """``use(file, executable)`` on a regular file of at most ``limit`` bytes, opened without
+    following a link or blocking on a FIFO; ``None`` for anything else or an error."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-        return (data, bool(st.st_mode & stat.S_IXUSR)) if len(data) <= MAX_FILE_BYTES else None
+            return use(f, bool(st.st_mode & stat.S_IXUSR))
     except OSError:
         return None
     finally:
         os.close(fd)
 
 
-def _large_digest(path: Path, size: int) -> str | None:
+def _read_regular(path: Path) -> tuple[bytes, bool] | None:
+    """(content, executable) of a regular file of at most ``MAX_FILE_BYTES``; ``None`` for
+    anything else (``_with_regular``)."""
+
+    def read(f: IO[bytes], executable: bool) -> tuple[bytes, bool] | None:
+        data = f.read(MAX_FILE_BYTES + 1)  # it may have grown since the fstat
+        return (data, executable) if len(data) <= MAX_FILE_BYTES else None
+
+    return _with_regular(path, MAX_FILE_BYTES, read) or None
+
+
+def _large_digest(path: Path) -> str | None:
     """The digest of a regular file over ``MAX_FILE_BYTES`` (never copied back), read in chunks,
     so one the skill brought and nobody changed matches its snapshot; None above
     ``MAX_HASHED_BYTES`` or for anything but a regular file."""
-    if size > MAX_HASHED_BYTES:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
+
+    def digest(f: IO[bytes], executable: bool) -> str:
         h = hashlib.sha256()
-        with os.fdopen(os.dup(fd), "rb") as f:
-            while (chunk := f.read(1 << 16)) and f.tell() <= MAX_HASHED_BYTES:
-                h.update(chunk)
-        h.update(b"x" if st.st_mode & stat.S_IXUSR else b"-")
+        while (chunk := f.read(1 << 16)) and f.tell() <= MAX_HASHED_BYTES:
+            h.update(chunk)
+        h.update(b"x" if executable else b"-")
         return h.hexdigest()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+
+    return _with_regular(path, MAX_HASHED_BYTES, digest)
 
 
 def _digest(data: bytes, executable: bool) -> str:
