@@ -120,9 +120,15 @@ def preflight(root: Path, cfg: Config) -> None:
         model = model_for(cfg.model, root, needs_tools=cfg.template == "tool-agent", warn=lambda _m: None)
         if optimizer and cfg.optimizer_provider == "scripted":
             optimizer_model_for(cfg, root, model)
-    if cfg.rollout.sandbox == "local":  # auto is resolved by probing the engine: the run says
-        from harnessopt.optimizer import check_placement
+    from harnessopt.optimizer import check_placement
+    from harnessopt.sandbox import auto_is_local
 
+    if cfg.rollout.sandbox == "local" or (
+        cfg.rollout.sandbox == "auto"
+        and optimizer
+        and not cfg.optimizer.unsafe_host
+        and auto_is_local(cfg.rollout)  # the engine asked, as the run asks it
+    ):
         check_placement(cfg.optimizer, on_host=True, announce=lambda _m: None)
     from harnessopt.optimizer.command import check_command, executable_of
 

@@ -52,6 +52,13 @@ def auto_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sand
     return sandbox
 
 
+def auto_is_local(cfg: RolloutConfig) -> str | None:
+    """Why ``auto`` would fall back to the local sandbox (the engine or the image is missing), or
+    None when it would use Docker: what a dry run asks, since the optimizer then runs on this host."""
+    client, why_not = _docker_with_image(cfg.image)
+    return why_not if client is None else None
+
+
 def _docker(cfg: RolloutConfig, client: Any, stale: str, announce: Callable[[str], None]) -> Sandbox:
     from harnessopt.sandbox.docker.sandbox import DockerSandbox
 
