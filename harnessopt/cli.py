@@ -347,17 +347,29 @@ def cmd_init(a: argparse.Namespace) -> int:
         check_folder_name=True,
     )  # fmt: skip
     ws = Workspace.open(a.ws)
-    n_val = len(ws.tasks("val"))
-    for line in noisefloor.plan(n_val, ws.cfg.gate):  # what this val set can detect
+    val_tasks, gate = ws.tasks("val"), ws.cfg.gate
+    n_val = len(val_tasks)
+    if ws.cfg.objective == "both":  # each kind gated on its own val tasks at its share of the alpha
+        from harnessopt.objective import both
+        from harnessopt.objective.trigger import is_trigger_task
+
+        n_trigger = sum(is_trigger_task(t) for t in val_tasks)
+        n_val = min(n_trigger, n_val - n_trigger)
+        gate = gate.model_copy(update={"confidence": 1.0 - (1.0 - gate.confidence) * both.SHARE})
+        say(
+            f"objective both: each kind of task is gated on its own val tasks at {both.SHARE:g} of the "
+            f"alpha; the smaller ({n_val} tasks) is what the lines below are about"
+        )
+    for line in noisefloor.plan(n_val, gate):  # what this val set can detect
         say(line)
-    if a.split is None and noisefloor.detects_nothing(n_val, ws.cfg.gate):
+    if a.split is None and ws.cfg.objective != "both" and noisefloor.detects_nothing(n_val, gate):
         # The default split gave val too few tasks (a file of 50 to about 100): name one that detects.
         works = small_file_split(loaded)
         val = int(works.split(":")[1]) if works else 0
-        if works and not noisefloor.detects_nothing(val, ws.cfg.gate):
+        if works and not noisefloor.detects_nothing(val, gate):
             say(
                 f"--split {works} would give val {val} tasks, which detect about "
-                f"{noisefloor.planned_detectable(val, ws.cfg.gate):+.3f}: to use it, remove {a.ws} and "
+                f"{noisefloor.planned_detectable(val, gate):+.3f}: to use it, remove {a.ws} and "
                 f"run init again with it"
             )
     if not ws.tasks("test"):

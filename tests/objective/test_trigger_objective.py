@@ -218,3 +218,29 @@ def test_a_trigger_workspace_needs_a_template_that_offers_a_loading_tool(
         init_workspace(tmp_path / "ws", skill, tasks, template=template, announce=lambda _m: None)
     assert not (tmp_path / "ws").exists()
     assert init_workspace(tmp_path / "ws", skill, tasks, template="chat", announce=lambda _m: None).is_dir()
+
+
+def test_init_of_objective_both_says_what_each_kinds_gate_detects(tmp_path: Path) -> None:
+    """init printed what 14 val tasks detect at the whole alpha; each kind is gated on its own val
+    tasks at half of it (QA: 6 task and 8 trigger tasks)."""
+    from harnessopt.config import GateConfig
+    from harnessopt.gate import noise_floor
+    from tests.support.cli import cli
+
+    rows = [
+        {"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i % 2 == 0}, "split": "val"}
+        for i in range(8)
+    ]
+    rows += [{"id": f"t{i}", "input": f"Echo {i}", "answer": str(i), "split": "val"} for i in range(6)]
+    rows += [{"id": f"r{i}", "input": f"Echo r{i}", "answer": str(i), "split": "train"} for i in range(4)]
+    rows += [
+        {"id": f"z{i}", "input": f"Say z{i}", "answer": {"trigger": True}, "split": "train"} for i in range(4)
+    ]
+    skill, tasks = _trigger_file(tmp_path, rows)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks, "--template", "chat")
+    assert out.returncode == 0, out.stderr
+    assert "the smaller (6 tasks) is what the lines below are about" in out.stdout
+    half = GateConfig().model_copy(update={"confidence": 0.975})
+    assert (
+        noise_floor.plan(6, half)[0] in out.stdout and noise_floor.plan(14, GateConfig())[0] not in out.stdout
+    )
