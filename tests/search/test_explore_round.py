@@ -14,6 +14,7 @@ import pytest
 
 from harnessopt.config import Config
 from harnessopt.ledger import store as ledger
+from harnessopt.reporting import projection
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.search.budget import one_look_bank, validation_runs
@@ -317,10 +318,15 @@ def test_a_chain_that_has_not_moved_takes_no_step_it_could_not_validate_and_the_
     assert [e["before"] for e in events] == ["s3"]
 
 
-def test_the_hours_left_end_a_chain_where_its_validation_fits_as_a_budget_does(tmp_path: Path) -> None:
+def test_the_hours_left_end_a_chain_where_its_validation_fits_as_a_budget_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``budget.max_hours`` is planned as a limit in seconds, at the projection's times (a run,
     concurrency runs at a time; an optimizer turn): set between the one-look validation and it plus
-    one more step, the chain ends at s1 (s2 is never asked for) and the gate judges one look."""
+    one more step, the chain ends at s1 (s2 is never asked for) and the gate judges one look. The
+    scripted model is planned at a hosted model's 15 s a run and a call, so that the plan, not the
+    clock, ends the chain (a scripted model's own prior is half a second)."""
+    monkeypatch.setattr(projection, "SCRIPTED_SECONDS", projection.PRIORS["seconds_per_run"])
     probe = Workspace.open(
         make_ws(tmp_path / "probe", model=_script(tmp_path), search={"explore": 3}, gate=BANKED)
     )
