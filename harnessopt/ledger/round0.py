@@ -31,6 +31,7 @@ import git
 from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
+from harnessopt.ledger.journal import Journal
 from harnessopt.ledger.manifest import spend_of
 
 if TYPE_CHECKING:
@@ -110,7 +111,8 @@ def plan_to_implement(repo: git.Repo) -> str | None:
 def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
     """``harnessopt run WS``: the command that goes on from here. With ``-c mode=M`` while a
     round-0 proposal written in a mode M that harnessopt.yaml does not set (a run of ``-c
-    mode=joint``) is not yet implemented or rejected; with ``--unsafe-host-optimizer`` where
+    mode=joint``) is not yet implemented or rejected, or while such a run's diagnosis stopped
+    before writing its proposal (the run that finishes it needs the mode it ran in); with ``--unsafe-host-optimizer`` where
     ``rollout.sandbox: local`` would run the optimizer's tools on this host and nothing in the
     config accepts that (the run refuses without it)."""
     run = f"harnessopt run {shlex.quote(str(root))}"
@@ -122,10 +124,25 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
         and (st.status in ("pending", "rejected") or plan_to_implement(repo) is not None)
     ):
         run += f" -c mode={st.mode}"
+    elif (mode := _stopped_diagnosis_mode(root)) and mode != cfg.mode:
+        run += f" -c mode={mode}"
     o = cfg.optimizer
     if cfg.rollout.sandbox == "local" and o.backend != "manual" and not o.unsafe_host:
         run += " --unsafe-host-optimizer"
     return run
+
+
+def _stopped_diagnosis_mode(root: Path) -> str | None:
+    """The mode of the last run when the journal's last step (spend lines aside) is a round-0
+    diagnosis step: it stopped before its proposal, in the mode its ``run_start`` line records
+    (``-c mode=M`` included)."""
+    entries = Journal(root).entries()
+    stopped = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
+    if not (stopped and stopped["round"] == 0 and stopped["phase"].startswith("round0")):
+        return None
+    start = next((e for e in reversed(entries) if e.get("phase") == "run_start"), None)
+    settings = start.get("settings") if start else None
+    return str(settings["mode"]) if isinstance(settings, dict) and settings.get("mode") else None
 
 
 def unused_plan(repo: git.Repo, mode: str) -> str | None:

@@ -269,15 +269,6 @@ def status_lines(ws: Workspace) -> list[str]:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
     lines += proposals.standing_lines(ws.repo, ws.root)
     run = proposals.run_command(ws.repo, ws.root, ws.cfg)
-    if (
-        stopped
-        and stopped.get("round") == 0
-        and str(stopped.get("phase", "")).startswith("round0")
-        and (mode := _run_mode(entries))
-        and mode != ws.cfg.mode
-        and " -c mode=" not in run
-    ):  # a diagnosis of a -c mode=M run, stopped before its proposal: the command that finishes it
-        run += f" -c mode={mode}"
     q = shlex.quote(str(ws.root))
     if where := ws.off_main():  # the run refuses off main
         run = f"git -C {q} checkout main (HEAD is {where}), then {run}"
@@ -285,13 +276,6 @@ def status_lines(ws: Workspace) -> list[str]:
         run = f"commit or stash the changes, then {run}"
     lines.append(f"next: {run}   |   harnessopt log {q}")
     return lines
-
-
-def _run_mode(entries: list[dict[str, Any]]) -> str | None:
-    """The mode the last run ran in, from its ``run_start`` line (``-c mode=M`` included)."""
-    start = next((e for e in reversed(entries) if e.get("phase") == "run_start"), None)
-    settings = start.get("settings") if start else None
-    return str(settings["mode"]) if isinstance(settings, dict) and settings.get("mode") else None
 
 
 def interrupted_spend(
