@@ -58,16 +58,21 @@ def test_a_skill_without_front_matter(tmp_path: Path) -> None:
     assert not (tmp_path / "ws").exists()
 
 
-def test_a_harness_without_run_py(ws: Path) -> None:
+def test_a_harness_without_run_py(tmp_path: Path) -> None:
+    skill, tasks = write_example(tmp_path)
+    ws = tmp_path / "my ws"  # the fix the line names is pasted into a shell: the space stays quoted
+    assert cli("init", ws, "--skill", skill, "--tasks", tasks).returncode == 0
     git(ws, "rm", "-q", "harness/run.py")
     git(ws, "commit", "-qm", "no entry point")
     before = snapshot(ws)
     # the dry run said "start it with"; ablate, replay and audit paid for every run, which crashed
     for command in (("run", *RUN), ("run", *RUN, "--dry-run"), ("ablate", "stream"), ("audit",)):
-        assert_user_error(cli(*command[:1], ws, *command[1:], env=ENV), "harness/run.py is missing")
+        r = cli(*command[:1], ws, *command[1:], env=ENV)
+        assert_user_error(r, "harness/run.py is missing")
     _unchanged(ws, before)
-    restore = f"git -C {ws} checkout ho/best -- harness/run.py"  # the fix the line names works
-    git(ws, *restore.split()[3:])
+    restore = r.stderr.split("restore it (")[1].split(", and commit")[0]  # the fix the line names works
+    assert restore.startswith("git -C '")
+    subprocess.run(restore, shell=True, check=True, cwd=tmp_path)
     git(ws, "commit", "-qm", "entry point back")
     assert cli("run", ws, *RUN, "--dry-run", env=ENV).returncode == 0
 

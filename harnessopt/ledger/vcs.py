@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,6 +27,11 @@ def stage_as_recorded(repo: git.Repo, paths: Sequence[str]) -> None:
     present = [p for p in paths if (Path(repo.working_dir) / p).exists()]
     if present:
         repo.git.add("-A", "-f", "--", *present, *_JUNK_PATHSPECS)
+
+
+def git_in(path: Path | str) -> str:
+    """``git -C PATH`` with PATH shell-quoted: the start of a git command a hint prints to paste."""
+    return f"git -C {shlex.quote(str(path))}"
 
 
 def open_repo(ws: Path) -> git.Repo:

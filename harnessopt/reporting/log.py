@@ -271,7 +271,7 @@ def status_lines(ws: Workspace) -> list[str]:
     run = proposals.run_command(ws.repo, ws.root, ws.cfg)
     q = shlex.quote(str(ws.root))
     if where := ws.off_main():  # the run refuses off main
-        run = f"git -C {q} checkout main (HEAD is {where}), then {run}"
+        run = f"{vcs.git_in(ws.root)} checkout main (HEAD is {where}), then {run}"
     elif dirty:  # and with uncommitted changes
         run = f"commit or stash the changes, then {run}"
     lines.append(f"next: {run}   |   harnessopt log {q}")

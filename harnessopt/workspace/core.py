@@ -4,7 +4,6 @@ git repository and its state directory (the layout: docs/workspace.md)."""
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import stat
 import tempfile
@@ -81,7 +80,7 @@ class Workspace:
             if _has_tag(root, "ho/round-0"):
                 raise UserError(
                     f"{path} has lost its {CONFIG_NAME}; restore it from git, e.g. "
-                    f"git -C {shlex.quote(str(path))} checkout HEAD -- {CONFIG_NAME}"
+                    f"{vcs.git_in(path)} checkout HEAD -- {CONFIG_NAME}"
                 )
             raise UserError(
                 f"{path} is not a harnessopt workspace (a git repository without {CONFIG_NAME}); "
@@ -102,7 +101,7 @@ class Workspace:
             raise UserError(
                 f"{path}: main ({head[:10]}) does not descend from ho/round-0 (history rewritten, or main "
                 "moved to a foreign commit); put main back on a harnessopt commit, e.g. "
-                f"git -C {path} reset --hard ho/best"
+                f"{vcs.git_in(path)} reset --hard ho/best"
             )
         cfg = saved = load_config(root)
         if overrides:
@@ -123,7 +122,7 @@ class Workspace:
         if where := self.off_main():
             raise UserError(
                 f"{self.root}: HEAD is {where}, not on main, where this command commits; put it back "
-                f"with git -C {self.root} checkout main"
+                f"with {vcs.git_in(self.root)} checkout main"
             )
 
     def off_main(self) -> str | None:
@@ -143,13 +142,13 @@ class Workspace:
         skill = self.root / "skill"
         if not (skill / "SKILL.md").is_file():
             raise UserError(
-                f"{skill / 'SKILL.md'} is missing on main; restore it (git -C {self.root} checkout "
+                f"{skill / 'SKILL.md'} is missing on main; restore it ({vcs.git_in(self.root)} checkout "
                 "ho/best -- skill) and commit"
             )
         read_skill(skill, rules_off=self.cfg.checks.skill_rules_off)
         if not (self.root / "harness" / "run.py").is_file():
             raise UserError(
-                f"{self.root / 'harness' / 'run.py'} is missing on main; restore it (git -C {self.root} "
+                f"{self.root / 'harness' / 'run.py'} is missing on main; restore it ({vcs.git_in(self.root)} "
                 "checkout ho/best -- harness/run.py, and commit if main had lost it) or add one"
             )
         flags.registered(self.root / "harness")  # a candidate's bad flags.yaml is lenient; main's is not
