@@ -255,11 +255,12 @@ def _rates(ws: Workspace, cfg: Config, history: list[RoundManifest]) -> tuple[di
     """Measured rates, else the priors; the optimizer's as the backend this run uses makes calls:
     none with ``manual`` (a person edits), the priors' with a model backend where the rounds so far
     made none (they were manual, or resumed a proposal), which the second value says."""
-    rates = measured_rates(history, cfg) if history else prior_rates(ws, cfg)
+    prior = None if history else prior_rates(ws, cfg)
+    rates = dict(prior) if prior is not None else measured_rates(history, cfg)
     if cfg.optimizer.backend == "manual":
         rates |= dict.fromkeys(OPTIMIZER_RATES, 0.0)
     elif cfg.optimizer.backend in MODEL_OPTIMIZERS and not rates["optimizer_calls"]:
-        prior = prior_rates(ws, cfg)
+        prior = prior or prior_rates(ws, cfg)
         rates |= {k: prior[k] for k in (*OPTIMIZER_RATES, "seconds_per_optimizer_call")}
         if history:
             return rates, "; the optimizer's calls from config priors (no measured round made one)"
@@ -416,6 +417,7 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
     opt_in, opt_out = PRIORS["optimizer_input_per_call"], PRIORS["optimizer_output_per_call"]
     val, held = split_val(ws.tasks("val"), cfg.gate)
     reruns, confirm = _prior_reruns(cfg, len(val), len(held))
+    latency = _scripted_latency(ws)
     return {
         "target_calls_per_run": per_run,
         "target_tokens_per_call": target_in + target_out,
@@ -428,24 +430,38 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
         "reach_smoke": 1.0,
         "probe_runs": 1.0 if cfg.gate.smoke else 0.0,  # round.evaluate.probe_jobs: one a round that proposes
         "reach_validation": 1.0,
-        "seconds_per_run": min(_seconds(ws, cfg.model, per_run, "seconds_per_run"), cfg.rollout.timeout_s),
+        "seconds_per_run": min(
+            _seconds(latency(cfg.model), per_run, "seconds_per_run"), cfg.rollout.timeout_s
+        ),
         "seconds_per_optimizer_call": _seconds(
-            ws, optimizer_model_config(cfg), 1.0, "seconds_per_optimizer_call"
+            latency(optimizer_model_config(cfg)), 1.0, "seconds_per_optimizer_call"
         ),
     }
 
 
-def _seconds(ws: Workspace, model: ModelConfig, calls: float, prior: str) -> float:
+def _scripted_latency(ws: Workspace) -> Callable[[ModelConfig], float | None]:
+    """A model's script's ``latency_s`` (None when it is not a scripted model, or its script does
+    not read: the run says what is wrong with it), each script read once."""
+    read: dict[str, float | None] = {}
+
+    def latency(model: ModelConfig) -> float | None:
+        if model.provider != "scripted" or not model.script:
+            return None
+        if model.script not in read:
+            try:
+                read[model.script] = ScriptedModel.from_yaml(ws.root / model.script).script.latency_s
+            except UserError:
+                read[model.script] = None
+        return read[model.script]
+
+    return latency
+
+
+def _seconds(latency: float | None, calls: float, prior: str) -> float:
     """The prior seconds of a run (``calls`` model calls) or an optimizer call: a scripted model
     answers after its script's ``latency_s``, not a hosted model's time (the demo's projection said
     half an hour for a run of seconds)."""
-    if model.provider != "scripted" or not model.script:
-        return PRIORS[prior]
-    try:
-        latency = ScriptedModel.from_yaml(ws.root / model.script).script.latency_s
-    except UserError:  # the run says what is wrong with the script
-        return PRIORS[prior]
-    return SCRIPTED_SECONDS + calls * latency
+    return PRIORS[prior] if latency is None else SCRIPTED_SECONDS + calls * latency
 
 
 def _prior_reruns(cfg: Config, n_val: int, n_held: int) -> tuple[float, float]:
