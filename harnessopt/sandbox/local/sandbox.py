@@ -122,7 +122,8 @@ class LocalSandbox(Sandbox):
                     started=started,
                     term_grace_s=TERM_GRACE_S,
                 )
-            if self.isolation == "bwrap":  # a namespace that left the session, orphaned at its start
+            if self.isolation == "bwrap" and (done.returncode is None or done.returncode < 0):
+                # killed (deadline, close): a namespace that left the session, orphaned at its start
                 kill_marked({str(root)})
             return self._output(done, out_dir)
 
