@@ -491,15 +491,13 @@ def cmd_decide(a: argparse.Namespace) -> int:
     ws = Workspace.open(a.ws)
     ws.require_main()
     approve = a.command == "approve"
-    from harnessopt.ledger.round0 import state
+    from harnessopt.ledger.round0 import run_command, state
 
     if ws.cfg.mode == "skill" and state(ws.repo) is None:
         raise UserError(
             f"{a.ws} is in skill mode, which has no round-0 proposal to decide on (harness and joint "
-            f"mode start with one); `harnessopt run {shlex.quote(str(a.ws))}` goes straight to the next round"
+            f"mode start with one); `{run_command(ws.repo, a.ws, ws.cfg)}` goes straight to the next round"
         )
-    from harnessopt.ledger.round0 import run_command
-
     run = run_command(ws.repo, a.ws, ws.cfg)  # with -c mode=M when the proposal was made in another mode
     with workspace_lock(ws.root, a.command, say):
         st = record_decision(ws.repo, approve, "" if approve else a.reason, run=run)

@@ -164,10 +164,16 @@ def test_docker_requested_but_unreachable(ws: Path) -> None:
 
 
 def test_skill_mode_has_no_proposal_to_decide_on(ws: Path) -> None:
+    # with the local sandbox the run it names needs --unsafe-host-optimizer (the plain one is refused)
+    text = (ws / "harnessopt.yaml").read_text().replace("sandbox: auto", "sandbox: local")
+    (ws / "harnessopt.yaml").write_text(text)
+    git(ws, "commit", "-qam", "local sandbox")
     before = snapshot(ws)
     for command in (("approve",), ("reject", "--reason", "no")):
         assert_user_error(
-            cli(*command, ws), "skill mode, which has no round-0 proposal", "straight to the next round"
+            cli(*command, ws),
+            "skill mode, which has no round-0 proposal",
+            f"`harnessopt run {ws} --unsafe-host-optimizer` goes straight to the next round",
         )
     assert snapshot(ws) == before
 
