@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -622,6 +623,18 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     return key, value
+
+
+def yaml_value(value: Any) -> str:
+    """``value`` as ``-c key=VALUE`` reads it back (``parse_assignment``): a string as itself
+    where YAML reads it so, else as JSON, which YAML reads (``[1, 2]``, ``{"*": [1, 2]}``, ``"3"``)."""
+    if isinstance(value, str) and value.strip() == value and "\n" not in value:
+        try:
+            if value and yaml.safe_load(value) == value:
+                return value
+        except yaml.YAMLError:
+            pass
+    return json.dumps(value)
 
 
 def _first_line(e: Exception) -> str:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 STATE_DIR = ".harnessopt"
+# the steps a command's way out writes: a run's end, a rollback, a measuring command's record
+FINISHED = ("recorded", "rollback", "run_end", "audit", "ablate", "replay")
 
 
 class Journal:
@@ -64,3 +66,16 @@ class Journal:
     def last(self) -> dict[str, Any] | None:
         entries = self.entries()
         return entries[-1] if entries else None
+
+
+def stopped_step(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The journal's last step (a round's spend line aside, which its way out writes) when it is
+    not one a command's way out writes: where the last run stopped mid-round (Ctrl-C, a kill, a
+    crash)."""
+    last = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
+    return last if last is not None and last["phase"] not in FINISHED else None
+
+
+def last_run_start(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The last run's ``run_start`` line (its settings and ``-c`` overrides), if any."""
+    return next((e for e in reversed(entries) if e.get("phase") == "run_start"), None)

@@ -31,7 +31,7 @@ import git
 from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
-from harnessopt.ledger.journal import Journal
+from harnessopt.ledger.journal import Journal, last_run_start, stopped_step
 from harnessopt.ledger.manifest import spend_of
 
 if TYPE_CHECKING:
@@ -109,13 +109,27 @@ def plan_to_implement(repo: git.Repo) -> str | None:
 
 
 def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
-    """``harnessopt run WS``: the command that goes on from here. With ``-c mode=M`` while a
-    round-0 proposal written in a mode M that harnessopt.yaml does not set (a run of ``-c
-    mode=joint``) is not yet implemented or rejected, or while such a run's diagnosis stopped
-    before writing its proposal (the run that finishes it needs the mode it ran in); with ``--unsafe-host-optimizer`` where
+    """``harnessopt run WS``: the command that goes on from here. After a run that stopped mid-round
+    (Ctrl-C, a kill, a crash), with that run's ``-c`` settings (its flags as ``-c``): the run that
+    resumes it reuses its cached proposals and runs only under the settings that made them (the
+    plain command, without ``-c search.candidates=3``, called the optimizer again). With ``-c
+    mode=M`` while a round-0 proposal written in a mode M that harnessopt.yaml does not set (a run
+    of ``-c mode=joint``) is not yet implemented or rejected, or while such a run's diagnosis
+    stopped before writing its proposal; with ``--unsafe-host-optimizer`` where
     ``rollout.sandbox: local`` would run the optimizer's tools on this host and nothing in the
     config accepts that (the run refuses without it)."""
+    from harnessopt.config import apply_overrides, parse_assignment
+
     run = f"harnessopt run {shlex.quote(str(root))}"
+    entries = Journal(root).entries()
+    start = last_run_start(entries) if stopped_step(entries) else None
+    again = start.get("overrides") if start else None
+    if isinstance(again, list) and again:
+        try:
+            cfg = apply_overrides(cfg, dict(parse_assignment(str(t)) for t in again))
+            run += "".join(f" -c {shlex.quote(str(t))}" for t in again)
+        except UserError:  # harnessopt.yaml changed since, so that they no longer apply
+            pass
     st = state(repo)
     if (
         st is not None
@@ -124,7 +138,7 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
         and (st.status in ("pending", "rejected") or plan_to_implement(repo) is not None)
     ):
         run += f" -c mode={st.mode}"
-    elif (mode := _stopped_diagnosis_mode(root)) and mode != cfg.mode:
+    elif (mode := _stopped_diagnosis_mode(entries)) and mode != cfg.mode:
         run += f" -c mode={mode}"
     o = cfg.optimizer
     if cfg.rollout.sandbox == "local" and o.backend != "manual" and not o.unsafe_host:
@@ -132,15 +146,14 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
     return run
 
 
-def _stopped_diagnosis_mode(root: Path) -> str | None:
-    """The mode of the last run when the journal's last step (spend lines aside) is a round-0
-    diagnosis step: it stopped before its proposal, in the mode its ``run_start`` line records
-    (``-c mode=M`` included)."""
-    entries = Journal(root).entries()
-    stopped = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
+def _stopped_diagnosis_mode(entries: list[dict[str, Any]]) -> str | None:
+    """The mode of the last run when the journal's last step is a round-0 diagnosis step: it
+    stopped before its proposal, in the mode its ``run_start`` line records (``-c mode=M``
+    included; a journal older than the recorded overrides has only this)."""
+    stopped = stopped_step(entries)
     if not (stopped and stopped["round"] == 0 and stopped["phase"].startswith("round0")):
         return None
-    start = next((e for e in reversed(entries) if e.get("phase") == "run_start"), None)
+    start = last_run_start(entries)
     settings = start.get("settings") if start else None
     return str(settings["mode"]) if isinstance(settings, dict) and settings.get("mode") else None
 

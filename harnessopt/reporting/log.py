@@ -16,6 +16,7 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
+from harnessopt.ledger.journal import last_run_start, stopped_step
 from harnessopt.ledger.lock import live_holder
 from harnessopt.ledger.manifest import ChecksRecord, spend_of
 from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
@@ -249,17 +250,7 @@ def status_lines(ws: Workspace) -> list[str]:
         )
     if busy is not None:  # a command is running now: say so, and no 'next'
         return [*lines, *_in_progress(ws, busy, last)]
-    # where it stopped: the last step, not the round's spend line, which its way out writes
-    stopped = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
-    # a run's end, a rollback, or a measuring command's record (written when it finished)
-    if stopped and stopped.get("phase") not in (
-        "recorded",
-        "rollback",
-        "run_end",
-        "audit",
-        "ablate",
-        "replay",
-    ):
+    if stopped := stopped_step(entries):  # where the last run stopped mid-round
         lines.append(
             f"last run stopped in round {stopped.get('round')}, its journal's last step '{stopped.get('phase')}' "
             "(nothing applied)"
@@ -358,25 +349,21 @@ def _not_a_round(ws: Workspace, head: str) -> str:
 def last_run_parts(ws: Workspace) -> dict[str, str]:
     """What the last run used (journal ``run_start``: sandbox, executor, target, optimizer); {}
     before any run recorded them."""
-    for e in reversed(ws.journal.entries()):
-        if e.get("phase") == "run_start":
-            used = e.get("used")
-            if not isinstance(used, dict):
-                return {}
-            order = ("sandbox", "executor", "target", "optimizer")  # the journal sorts its keys
-            keys = [k for k in order if k in used] + sorted(set(used) - set(order))
-            return {k: str(used[k]) for k in keys}
-    return {}
+    start = last_run_start(ws.journal.entries())
+    used = start.get("used") if start else None
+    if not isinstance(used, dict):
+        return {}
+    order = ("sandbox", "executor", "target", "optimizer")  # the journal sorts its keys
+    keys = [k for k in order if k in used] + sorted(set(used) - set(order))
+    return {k: str(used[k]) for k in keys}
 
 
 def last_run_settings(ws: Workspace) -> dict[str, Any]:
     """The settings the last run used (journal ``run_start``: mode, template, batch_size, epochs,
     ``-c`` included); {} before any run recorded them."""
-    for e in reversed(ws.journal.entries()):
-        if e.get("phase") == "run_start":
-            settings = e.get("settings")
-            return dict(settings) if isinstance(settings, dict) else {}
-    return {}
+    start = last_run_start(ws.journal.entries())
+    settings = start.get("settings") if start else None
+    return dict(settings) if isinstance(settings, dict) else {}
 
 
 def projected_vs_spent(ws: Workspace) -> list[str]:

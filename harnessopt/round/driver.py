@@ -74,7 +74,13 @@ def run(
         say("this run: " + ", ".join(f"{k} {v}" for k, v in used.items()))
         settings = run_settings(ws.cfg)  # with -c, not in harnessopt.yaml: the report's header reads them
         ws.journal.write(
-            start, "run_start", rounds=rounds, projected=projected.summary(), used=used, settings=settings
+            start,
+            "run_start",
+            rounds=rounds,
+            projected=projected.summary(),
+            used=used,
+            settings=settings,
+            overrides=list(ws.overrides),  # the command that resumes this run repeats them
         )
         for k in range(start, start + rounds if ready(ws, svc, say, decide) else start):
             interrupts.check()

@@ -15,7 +15,7 @@ from typing import Any
 import git
 import yaml
 
-from harnessopt.config import CONFIG_NAME, Config, apply_overrides, dump_config, load_config
+from harnessopt.config import CONFIG_NAME, Config, apply_overrides, dump_config, load_config, yaml_value
 from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
@@ -64,6 +64,9 @@ class Workspace:
     cfg: Config
     repo: git.Repo
     journal: Journal
+    # the command line's overrides as ``-c`` takes them (``key=value``, the value as YAML): a run
+    # records them, so that the command that resumes it can repeat them
+    overrides: tuple[str, ...] = ()
 
     @classmethod
     def open(cls, path: Path, overrides: Mapping[str, Any] | None = None) -> Workspace:
@@ -112,7 +115,8 @@ class Workspace:
                     f"{saved.template}): drop -c template, or init a new workspace with --template "
                     f"{cfg.template}"
                 )
-        return cls(root, cfg, repo, Journal(root))
+        again = tuple(f"{k}={yaml_value(v)}" for k, v in (overrides or {}).items())
+        return cls(root, cfg, repo, Journal(root), again)
 
     def require_main(self) -> None:
         """For a command that moves main (run, rollback, approve, reject): HEAD must be main. Main

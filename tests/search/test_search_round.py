@@ -4,6 +4,7 @@ candidates, one good on train and two not; only the good one is validated and co
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from harnessopt.commands.demo import DEMO_DATA
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.data import report_data
 from harnessopt.reporting.html import render_html
+from harnessopt.reporting.log import status_lines
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.workspace.core import Workspace
@@ -156,8 +158,10 @@ def _journal_has(ws: Path, phase: str) -> bool:
 
 
 def test_a_rerun_after_ctrl_c_pays_neither_the_proposals_nor_the_screening_again(tmp_path: Path) -> None:
-    ws = _ws(tmp_path)
-    cmd = [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1"]
+    """The interrupted run set its candidates with -c: the command status names after it repeats
+    that (the plain one, which QA pasted, ran one candidate and called the optimizer again)."""
+    ws = make_ws(tmp_path, model=_script(tmp_path))
+    cmd = [sys.executable, "-m", "harnessopt", "run", str(ws), "--rounds", "1", "-c", "search.candidates=3"]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
     )
@@ -171,6 +175,10 @@ def test_a_rerun_after_ctrl_c_pays_neither_the_proposals_nor_the_screening_again
     finally:
         proc.kill()
     assert proc.returncode == 130 and "Traceback" not in err
+    (line,) = [x for x in status_lines(Workspace.open(ws)) if x.startswith("next: ")]
+    resume = shlex.split(line.removeprefix("next: ").split("   |")[0])
+    assert resume == ["harnessopt", "run", str(ws), "-c", "search.candidates=3"]
+    cmd = [*cmd[:3], *resume[1:], "--rounds", "1"]
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     out = again.stdout + again.stderr
