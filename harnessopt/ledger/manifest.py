@@ -208,6 +208,13 @@ class CandidateRecord(_Tolerant):
     commit: str | None = None
     optimizer_tokens: int = 0
     """Input + output tokens the optimizer spent proposing it."""
+    verdict: str = ""
+    """A validated winner's ending ("rejected: ..."), each winner's: with ``search.winners`` > 1
+    the round's own fields hold only the last one validated."""
+    gate_alpha: float | None = None
+    """The share of the false-accept budget its gate decision spent (None: it reached no gate)."""
+    violations: list[str] = Field(default_factory=list)
+    """Its writes outside the whitelist, discarded (the round's ``violations`` hold every candidate's)."""
     checkpoint: float | None = None
     """An explore step's state's mean score on the chain's fixed train tasks (``search.checkpoints``),
     where a checkpoint ran it (None: not scored)."""
@@ -317,3 +324,11 @@ class RoundManifest(_Tolerant):
     @property
     def title(self) -> str:
         return self.summary.splitlines()[0] if self.summary else ""
+
+
+def gate_alphas(m: RoundManifest) -> list[float]:
+    """The false-accept budget each of a round's gate decisions spent: one per validated winner
+    the gate judged (``search.winners`` > 1 judges several in turn), else the round's one."""
+    if m.search is not None and any(c.gate_alpha is not None for c in m.search.candidates):
+        return [c.gate_alpha for c in m.search.candidates if c.gate_alpha is not None]
+    return [m.gate.alpha] if m.gate.alpha is not None else []

@@ -9,7 +9,7 @@ from harnessopt.gate import noise_floor as noisefloor
 from harnessopt.gate import stats
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.journal import STATE_DIR
-from harnessopt.ledger.manifest import ConfirmationRecord
+from harnessopt.ledger.manifest import ConfirmationRecord, gate_alphas
 from harnessopt.workspace.core import Workspace
 
 
@@ -44,7 +44,7 @@ def evidence_lines(ws: Workspace) -> list[str]:
 
 def run_level_line(past: list[ledger.Round], run_alpha: float | None, run_rounds: int) -> str:
     """How much false-accept budget the recorded gate decisions spent, and what that bounds."""
-    alphas = [r.manifest.gate.alpha for r in past if r.manifest.gate.alpha is not None]
+    alphas = [a for r in past for a in gate_alphas(r.manifest)]
     spent = sum(alphas)
     line = (
         f"gate decisions: {len(alphas)}, false-accept budget spent {spent:.3f}: P(a no-effect edit was "

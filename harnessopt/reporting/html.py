@@ -424,7 +424,7 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
                     f"{len(c['wins'])}/{len(c['losses'])}" if screened else "",
                     _num(c.get("checkpoint"), ".3f"),
                     "yes" if c["chosen"] else "no",
-                    _e(c["reason"]),
+                    _e(c["reason"] + (f"; {c['verdict']}" if c.get("verdict") else "")),
                     _e(c["title"]),
                     _e(f"{c['optimizer_tokens']:,}"),
                     f"<code>{_e(c['ref'])}</code>" if c["ref"] else "",

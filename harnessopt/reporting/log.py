@@ -154,6 +154,8 @@ def _candidate_lines(row: dict[str, Any]) -> str:
             line += f"{c['mean_delta']:+.3f} on train (won {len(c['wins'])}, lost {len(c['losses'])})"
             line += f", checkpoint {c['checkpoint']:.3f}: " if c.get("checkpoint") is not None else ": "
             line += c["reason"].rsplit(" (", 1)[0]
+        if c.get("verdict"):  # a winner validated before the one the round's fields hold
+            line += f"; {c['verdict']}"
         lines.append(line)
     return "".join(f"\n[dim]{visible(line)}[/dim]" for line in lines)
 
@@ -416,8 +418,13 @@ def _candidate_diff(ws: Workspace, r: ledger.Round, i: int) -> str:
         raise UserError(f"round {r.round} has no candidate {i}; its candidates: {known}")
     header = f"# round {r.round} candidate {c.name}: {'validated' if c.chosen else 'not validated'}"
     header += f" ({c.ref or 'no ref'}{' ' + c.commit[:10] if c.commit else ''})\n# {c.reason}\n"
+    if c.verdict:
+        header += f"# {c.verdict}\n"
     if c.focus:
         header += f"# aimed at: {c.focus}\n"
+    if c.violations:  # what it wrote outside the whitelist never reached its tree
+        header += f"# discarded {len(c.violations)} write(s) outside the whitelist (not in this diff):\n"
+        header += "".join(f"#   {path}\n" for path in c.violations)
     if not c.commit:  # ended at the checks without an edit: nothing was recorded
         return header + "# (no change to skill/ or harness/)\n"
     body = vcs.diff(ws.repo, r.manifest.parent or f"{c.commit}^", c.commit, EDITABLE_PATHS)

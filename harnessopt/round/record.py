@@ -142,7 +142,7 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
         train_passed=sum(r.passed for r in t.train),
         train_tasks=len(t.train),
         changed=t.copied.changed if t.copied else [],
-        violations=t.copied.violations if t.copied else [],
+        violations=_violations(t),
         optimizer=optimizer,
         tokens={
             role: RoleUsage(**u, cost_usd=_role_cost(svc, rc.k, role)) for role, u in usage.tokens.items()
@@ -168,6 +168,13 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
             rc.incumbent.root / "skill",
         ),
     )
+
+
+def _violations(t: Trail) -> list[str]:
+    """The round's discarded writes: every candidate's (each proposed in a view of its own)."""
+    if t.search is not None and t.search.several:
+        return sorted({v for p in t.search.proposed for v in p.copied.violations})
+    return t.copied.violations if t.copied else []
 
 
 def _role_cost(svc: Services, k: int, role: str) -> float:

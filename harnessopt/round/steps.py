@@ -107,6 +107,8 @@ def _steps(
     for winner in t.search.in_turn():  # the screened winner(s), best first: the first accepted wins
         t.proposal, t.snapshot, t.copied, t.candidate = winner.parts()
         verdict = evaluate(ws, search.alpha_share(svc, t.search), rc, t, say)  # 5-8
+        winner.verdict = verdict  # each winner's, in its candidate record: the round's is the last's
+        winner.gate_alpha = t.decision.details.get("alpha") if t.decision else None
         if verdict[0] != "rejected":
             break
     interrupts.check()

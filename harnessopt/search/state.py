@@ -37,6 +37,8 @@ class Proposed:
     ref: str | None = None
     commit: str | None = None
     checkpoint: float | None = None  # search.checkpoints: its state's score on the fixed train tasks
+    verdict: tuple[Status, str] | None = None  # a validated winner's ending
+    gate_alpha: float | None = None  # what its gate decision spent of the false-accept budget
 
     def parts(self) -> tuple[Proposal, ViewSnapshot | None, CopyBackResult, Candidate | None]:
         """What the round's later steps and its record take from it; the candidate as smoke and
@@ -159,6 +161,9 @@ class Search:
             ref=p.ref,
             commit=p.commit,
             checkpoint=None if p.checkpoint is None else round(p.checkpoint, 6),
+            verdict=f"{p.verdict[0]}: {p.verdict[1]}"[:500] if p.verdict else "",
+            gate_alpha=p.gate_alpha,
+            violations=p.copied.violations,
         )
 
 

@@ -17,9 +17,10 @@ import yaml
 
 from harnessopt.commands.demo import DEMO_DATA
 from harnessopt.ledger import store as ledger
+from harnessopt.ledger.manifest import gate_alphas
 from harnessopt.reporting.data import report_data
 from harnessopt.reporting.html import render_html
-from harnessopt.reporting.log import status_lines
+from harnessopt.reporting.log import round_diff, status_lines
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.workspace.core import Workspace
@@ -217,17 +218,21 @@ def _complementary_script(tmp_path: Path) -> Path:
         {"role": "target", "system": "MODE-[AB]", "reply": "no idea"},
     ]
 
-    def edit(when: str, line: str) -> list[dict[str, Any]]:
+    def edit(when: str, line: str, *more: dict[str, Any]) -> list[dict[str, Any]]:
         change = {"command": "str_replace", "path": "skill/SKILL.md", "old_str": OLD, "new_str": line}
+        uses = [{"name": "str_replace_based_edit_tool", "input": x} for x in (change, *more)]
         return [
-            {"role": "optimizer", "first_user": when, "turn": 1,
-             "tool_use": [{"name": "str_replace_based_edit_tool", "input": change}]},
+            {"role": "optimizer", "first_user": when, "turn": 1, "tool_use": uses},
             {"role": "optimizer", "first_user": when, "turn": 2, "reply": f"{line}\n\nwhy"},
         ]  # fmt: skip
 
     merge = r"# Round 2:(?=[\s\S]*Yours: \*\*merge\*\*)(?=[\s\S]*\+MODE-A)(?=[\s\S]*\+MODE-B)"
     rules = [
-        *edit(r"# Round 1:[\s\S]*candidate c1 of 3", "MODE-A"),
+        *edit(  # and a write outside skill mode's whitelist, which its copy-back discards
+            r"# Round 1:[\s\S]*candidate c1 of 3",
+            "MODE-A",
+            {"command": "create", "path": "harness/NOTES.txt", "file_text": "notes\n"},
+        ),
         *edit(r"# Round 1:[\s\S]*candidate c3 of 3", "MODE-B"),
         *edit(merge, "MODE-A MODE-B"),
     ]
@@ -247,6 +252,22 @@ def test_two_winners_split_alpha_and_a_later_round_merges_complementary_candidat
     assert s1.validated == ["c1", "c3"]  # neither gains on val (its wins are train-only): both tried
     assert first.status == "rejected"
     assert first.manifest.gate.confidence == pytest.approx(1 - (1 - ws.cfg.gate.confidence) / 2)
+    # Each winner's verdict and spend is in its record (the round's fields hold only c3's, the
+    # last validated), and the budget status counts both decisions: alpha/2 twice, not once (QA).
+    by_name = {c.name: c for c in s1.candidates}
+    alpha = 1 - ws.cfg.gate.confidence
+    for name in ("c1", "c3"):
+        assert by_name[name].verdict.startswith("rejected: ")
+        assert by_name[name].gate_alpha == pytest.approx(alpha / 2)
+    assert gate_alphas(first.manifest) == pytest.approx([alpha / 2, alpha / 2])
+    decisions = [*gate_alphas(first.manifest), *gate_alphas(second.manifest)]
+    said = f"gate decisions: {len(decisions)}, false-accept budget spent {sum(decisions):.3f}"
+    assert len(decisions) == 3 and said in "\n".join(status_lines(ws))
+    # c1's discarded write is on its record, in its diff and in the round's, though c3 spoke last
+    assert by_name["c1"].violations == ["harness/NOTES.txt"] and not by_name["c3"].violations
+    assert first.manifest.violations == ["harness/NOTES.txt"]
+    assert "#   harness/NOTES.txt" in round_diff(ws, 1, candidate=1)
+    assert by_name["c1"].verdict in round_diff(ws, 1, candidate=1)
     wins = {c.name: set(c.wins) for c in s1.candidates}
     assert wins["c1"] == {"australia", "canada"} and wins["c3"] == {"france", "germany"}
     # Round 2: the last candidate is asked to merge the archived pair, with both diffs in its brief.
