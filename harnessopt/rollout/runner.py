@@ -368,8 +368,11 @@ def outcomes(results: Sequence[TaskResult]) -> dict[str, list[Outcome]]:
 
 
 def _refused(result: TaskResult) -> bool:
-    """A run one of whose calls the gateway refused for the budget: no evidence, never kept."""
-    return any(x.error and "budget" in x.error for x in result.exchanges)
+    """A run one of whose calls the gateway refused for the budget (its 429 naming a budget
+    setting): no evidence, never kept. Not a policy refusal (a 400: ``max_tokens`` over
+    ``budget.target_max_output_tokens`` names a budget setting too), which is the harness's error
+    to see, not a spent budget."""
+    return any(x.error and x.error.startswith("429 ") and "budget" in x.error for x in result.exchanges)
 
 
 def _read_capped(path: Path, cap: int) -> str:

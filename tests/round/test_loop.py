@@ -404,3 +404,18 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
         assert git(ws, "rev-parse", "mine") == head and "HEAD moved to mine" in rows[0]["reason"]
     if change == "commit":
         assert "main moved to" in rows[0]["reason"] and git(ws, "status", "--porcelain") == ""
+
+
+def test_a_per_call_token_cap_under_the_harness_ask_is_named_not_called_a_spent_budget(
+    tmp_path: Path,
+) -> None:
+    """budget.target_max_output_tokens below the 1,024 the chat harness asks for: the gateway
+    refuses each call (400, naming that setting), and the round said "the model budget is spent"
+    with no budget set (QA): a refusal naming a budget setting was read as the budget's 429. The
+    harness's own error is the reason now, and a rerun with a larger cap runs."""
+    ws = make_ws(tmp_path, budget={"target_max_output_tokens": 500})
+    r = cli("run", ws, "--rounds", "1")
+    assert r.returncode == 3, r.stderr
+    assert "budget is spent" not in r.stdout + r.stderr
+    assert "max_tokens: 1024 is over the 500 a target call may ask for" in r.stderr
+    assert "raise budget.target_max_output_tokens" in r.stdout
