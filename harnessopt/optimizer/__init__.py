@@ -55,6 +55,7 @@ def make_optimizer(
     transcript_dir: Path | None = None,
     lease_factory: Callable[[int], GatewayLease] | None = None,
     shell_on_host: bool | None = None,
+    max_output_tokens: int | None = None,
 ) -> Optimizer:
     """Build the optimizer named by ``cfg.backend`` (a registry name or a dotted path).
 
@@ -64,7 +65,8 @@ def make_optimizer(
     socket; default: the client's token and URL). ``shell_factory(view)`` gives the optimizer's
     ``Shell`` (``sandbox.shell``); it defaults to the local shell on the host. Whether that
     shell runs on this host (``shell_on_host``; default: when no ``shell_factory`` is given)
-    decides ``check_placement``.
+    decides ``check_placement``. ``max_output_tokens``: what each call of the built-in optimizer
+    (``anthropic``) asks for at most (``anthropic_agent.output_ask``).
     """
     from harnessopt import registry
     from harnessopt.sandbox.local.sandbox import LocalShell
@@ -81,6 +83,12 @@ def make_optimizer(
         announce=announce,
         transcript_dir=transcript_dir,
         lease_factory=lease_factory or _lease_of_client(client_factory),
+        # the built-in's only: a factory of one's own (a dotted path) takes the documented ones
+        **(
+            {"max_output_tokens": max_output_tokens}
+            if max_output_tokens and cfg.backend == "anthropic"
+            else {}
+        ),
     )
     return optimizer
 
@@ -133,10 +141,12 @@ def anthropic_optimizer(
     client_factory: Callable[[int], anthropic.Anthropic],
     shell_factory: Callable[[Path], Shell],
     transcript_dir: Path | None = None,
+    max_output_tokens: int | None = None,
     **_: object,
 ) -> Optimizer:
-    """``anthropic``: the built-in Claude tool loop over the view. The SDK's import starts here, in
-    the background (``import_in_background``)."""
+    """``anthropic``: the built-in Claude tool loop over the view, each call asking
+    ``max_output_tokens`` (default 8,192). The SDK's import starts here, in the background
+    (``import_in_background``)."""
     from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
 
     import_in_background("anthropic")
@@ -147,6 +157,7 @@ def anthropic_optimizer(
         cfg,
         shell_factory,
         transcript_dir=transcript_dir,
+        **({} if max_output_tokens is None else {"max_output_tokens": max_output_tokens}),
     )
 
 

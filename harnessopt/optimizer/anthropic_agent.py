@@ -43,7 +43,7 @@ def first_call_too_dear(cfg: Config) -> str | None:
     before a run (and a dry run) spends anything."""
     if cfg.optimizer.backend != "anthropic":  # other optimizers choose their own max_tokens
         return None
-    out = min(MAX_OUTPUT_TOKENS, cfg.optimizer.max_tokens)
+    out = min(output_ask(cfg), cfg.optimizer.max_tokens)
     b, model = cfg.budget, cfg.optimizer.model
     body = {
         "model": model,
@@ -67,6 +67,13 @@ def first_call_too_dear(cfg: Config) -> str | None:
                 f"budget.{setting} (--{setting.replace('_', '-')})"
             )
     return None
+
+
+def output_ask(cfg: Config) -> int:
+    """The ``max_tokens`` each optimizer call asks for: 8,192, or less where
+    ``budget.optimizer_max_output_tokens`` allows less (the gateway refuses a call asking more, so
+    a lower cap failed every round at its first optimizer call)."""
+    return min(MAX_OUTPUT_TOKENS, cfg.budget.optimizer_max_output_tokens)
 
 
 class _Transcript:
@@ -104,8 +111,10 @@ class AnthropicOptimizer:
         shell_factory: Callable[[Path], Shell],
         *,
         transcript_dir: Path | None = None,
+        max_output_tokens: int = MAX_OUTPUT_TOKENS,
     ):
         self.client = client
+        self.max_output_tokens = max_output_tokens
         self.model = model
         self.cfg = cfg
         self.shell_factory = shell_factory
@@ -235,7 +244,7 @@ class _Loop:
         # clock again each time (three times wall_s with the SDK's default of 2).
         return self.client.with_options(max_retries=0).messages.create(
             model=self.opt.model,
-            max_tokens=max(1, min(MAX_OUTPUT_TOKENS, remaining_tokens)),
+            max_tokens=max(1, min(self.opt.max_output_tokens, remaining_tokens)),
             system=SYSTEM_PROMPT,
             tools=[BASH_TOOL, EDITOR_TOOL],  # type: ignore[list-item]
             messages=messages,  # type: ignore[arg-type]

@@ -419,3 +419,14 @@ def test_a_per_call_token_cap_under_the_harness_ask_is_named_not_called_a_spent_
     assert "budget is spent" not in r.stdout + r.stderr
     assert "max_tokens: 1024 is over the 500 a target call may ask for" in r.stderr
     assert "raise budget.target_max_output_tokens" in r.stdout
+
+
+def test_the_built_in_optimizer_asks_no_more_than_the_optimizer_cap_allows(tmp_path: Path) -> None:
+    """budget.optimizer_max_output_tokens under the 8,192 the built-in optimizer asked for each
+    call: the gateway refused its first call, after the round's rollouts were paid (QA). Its calls
+    ask for the cap now, and the round runs."""
+    ws = make_ws(tmp_path, budget={"optimizer_max_output_tokens": 1000})
+    r = cli("run", ws, "--rounds", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = ledger.find(Workspace.open(ws).repo, 1).manifest
+    assert m.status == "accepted" and m.optimizer is not None and m.optimizer.stopped_by == "done"
