@@ -627,6 +627,11 @@ def cmd_sandbox(a: argparse.Namespace) -> int:
     from harnessopt.sandbox.image import build as image
 
     if a.action == "build":
+        from harnessopt.config import image_ref_problem
+
+        for flag, ref in (("--base", a.base), ("--tag", a.tag)):
+            if ref is not None and (problem := image_ref_problem(ref)):
+                raise UserError(f"{flag} {problem}")
         tag = a.tag or image.variant_tag(a.with_)
         if a.with_:
             from harnessopt.sandbox.image.variants import build_image_with

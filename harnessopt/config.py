@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -65,6 +66,55 @@ def _known_template(name: str) -> str:
 TemplateName = Annotated[str, AfterValidator(_known_template)]
 
 
+def _http_url(url: str) -> str:
+    """An upstream endpoint: an http(s) URL with a host and a port that parses ("" is unset). A
+    port of 99999 or a cut IPv6 host passed the config and the dry run, then was a traceback."""
+    if url and (problem := url_problem(url)):
+        raise ValueError(f"{url!r} {problem}")
+    return url
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a model endpoint, or None."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (parsed on access: out of range or not a number raises)
+    except ValueError as e:
+        return f"is not a valid URL ({e}); e.g. http://localhost:8000/v1"
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        return "is not an http(s) URL with a host; e.g. http://localhost:8000/v1"
+    return None
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+# Docker's reference grammar: [registry[:port]/]path[/path...][:tag][@sha256:digest], or an image id
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF = re.compile(
+    rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*(?::\w[\w.-]{{0,127}})?"
+    r"(?:@sha256:[a-f0-9]{64})?|(?:sha256:)?[a-f0-9]{12,64}"
+)
+
+
+def image_ref_problem(ref: str) -> str | None:
+    """What makes ``ref`` no Docker image reference (the engine answered "invalid reference
+    format" with a traceback), or None."""
+    if _IMAGE_REF.fullmatch(ref):
+        return None
+    return f"{ref!r} is not a Docker image reference: lowercase name[:tag], e.g. harnessopt-sandbox:latest"
+
+
+def _image_ref(ref: str) -> str:
+    if problem := image_ref_problem(ref):
+        raise ValueError(problem)
+    return ref
+
+
+ImageRef = Annotated[str, AfterValidator(_image_ref)]
+
+
 def _yaml_off(value: Any) -> Any:
     """YAML reads an unquoted ``off`` (and ``no``, ``false``) as false: for a check's setting, the
     word the docs give."""
@@ -83,7 +133,7 @@ class ModelConfig(_Strict):
     """Where model calls go: anthropic (Messages API), openai (any Chat Completions endpoint), scripted."""
     target: str = Field("claude-sonnet-4-6", min_length=1)
     """Model the harness runs (exported as HARNESSOPT_TARGET_MODEL)."""
-    base_url: str | None = None
+    base_url: HttpUrl | None = None
     """Upstream endpoint, e.g. http://localhost:8000/v1 (default: ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the official API)."""
     api_key_env: EnvName | None = None
     """Environment variable holding the upstream key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY)."""
@@ -114,7 +164,7 @@ class RolloutConfig(_Strict):
     """Size cap of the writable /out of a task."""
     output_cap_kb: int = Field(256, ge=1)
     """Bytes of stdout/stderr kept per task."""
-    image: str = "harnessopt-sandbox:latest"
+    image: ImageRef = "harnessopt-sandbox:latest"
     """Docker image the task containers run."""
     scorer_timeout_s: float = Field(60.0, gt=0, le=MAX_SECONDS)
     """Time the host-side scorer may take per task; past it the task scores 0 (scorer error)."""
@@ -135,7 +185,7 @@ class OptimizerConfig(_Strict):
     """Model of the built-in optimizer."""
     provider: ModelName | None = None
     """Upstream of the optimizer's calls; default: the target's (model.provider, base_url, api_key_env)."""
-    base_url: str | None = None
+    base_url: HttpUrl | None = None
     """Optimizer upstream endpoint; default: model.base_url when the provider is the target's."""
     api_key_env: EnvName | None = None
     """Environment variable holding the optimizer upstream's key; default as base_url."""

@@ -41,6 +41,11 @@ def _unchanged(ws: Path, before: dict[str, bytes]) -> None:
         ("rollout:\n  sandbox: vm\n", "known: auto, docker, local"),
         # a misspelt template ran as none: the image variant, the model's tools, the priors
         ("template: tool_agent\n", "known templates: chat, chat-sdk, claude-code, codex"),
+        # each was a traceback (a port, an IPv6 host, an image name) after the dry run passed it (QA)
+        ("model:\n  base_url: http://127.0.0.1:99999\n", "is not a valid URL (Port out of range"),
+        ("model:\n  base_url: 'https://127.0.0.1:abc/'\n", "is not a valid URL"),
+        ("optimizer:\n  base_url: 'http://[::1'\n", "optimizer.base_url: 'http://[::1' is not a valid URL"),
+        ("rollout:\n  image: bad!tag\n", "rollout.image: 'bad!tag' is not a Docker image reference"),
     ],
 )
 def test_a_bad_config_is_one_line(ws: Path, yaml_text: str, needle: str) -> None:
@@ -491,4 +496,22 @@ def test_a_dry_run_refuses_a_scorer_that_does_not_compile(ws: Path) -> None:
         out = cli("run", ws, *RUN, "--rounds", "1", *dry, env=ENV)
         assert_user_error(out, "scorer.py failed to import: SyntaxError", "fix scorer.py")
         assert "start it with" not in out.stdout
+    _unchanged(ws, before)
+
+
+@pytest.mark.parametrize("flag", ["--tag", "--base"])
+def test_sandbox_build_refuses_a_name_docker_would_refuse(flag: str) -> None:
+    """--tag 'bad tag!' was docker's traceback (invalid tag) after the build context was sent."""
+    assert_user_error(
+        cli("sandbox", "build", flag, "bad tag!"), f"{flag} 'bad tag!' is not a Docker image reference"
+    )
+
+
+def test_an_endpoint_from_the_environment_that_is_no_url_is_one_line(ws: Path) -> None:
+    """ANTHROPIC_BASE_URL is no setting the config checks: a port 'abc' was httpx's traceback."""
+    before = snapshot(ws)  # the default model (anthropic, no base_url) reads the environment's
+    env = {**ENV, "ANTHROPIC_BASE_URL": "http://127.0.0.1:abc"}
+    assert_user_error(
+        cli("run", ws, *RUN, "--rounds", "1", env=env), "ANTHROPIC_BASE_URL='http://127.0.0.1:abc'"
+    )
     _unchanged(ws, before)

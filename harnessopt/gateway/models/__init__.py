@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from harnessopt import registry
-from harnessopt.config import Config, ModelConfig
+from harnessopt.config import Config, ModelConfig, url_problem
 from harnessopt.errors import UserError
 from harnessopt.gateway.models.anthropic_api import DEFAULT_BASE_URL as ANTHROPIC_URL
 from harnessopt.gateway.models.anthropic_api import AnthropicModel
@@ -67,6 +67,8 @@ def make_model(
         key_name = key_env(provider, api_key_env)
         key = environ.get(key_name)
         url = base_url or environ.get(DEFAULT_URL_ENV[provider]) or None
+        if url and not base_url and (problem := url_problem(url)):  # the config checked its own
+            raise UserError(f"{DEFAULT_URL_ENV[provider]}={url!r} {problem}; fix or unset it")
         if provider == "openai":
             return OpenAIModel(key, url, key_name=key_name, wire_api=wire_api)
         if not key and api_key_env:
@@ -167,8 +169,6 @@ def optimizer_model_for(cfg: Config, root: Path, target: Model) -> Model:
 def probe(url: str, setting: str) -> None:
     """UserError unless ``url``'s host accepts a TCP connection (nothing is sent)."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{setting} {url!r} is not an http(s) URL; fix it in harnessopt.yaml")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         with socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S):
