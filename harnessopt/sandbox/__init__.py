@@ -70,6 +70,11 @@ def _docker(cfg: RolloutConfig, client: Any, stale: str, announce: Callable[[str
         )
     if stale:  # stale image: usable, but say so
         announce(stale)
+    from harnessopt.sandbox.image.build import cleanup_containers
+
+    # a run killed outright (SIGKILL) removed none of its containers: they stopped by themselves
+    if removed := cleanup_containers(client=client, named_owners_only=True):
+        announce(f"sandbox: removed {removed} container(s) left by runs that were killed")
     return DockerSandbox(cfg, client)
 
 

@@ -197,15 +197,18 @@ def owner_alive(labels: dict[str, str]) -> bool:
     return True
 
 
-def cleanup_containers(label: str = LABEL) -> int:
+def cleanup_containers(label: str = LABEL, *, client: Any = None, named_owners_only: bool = False) -> int:
     """Force-remove the containers carrying ``label`` whose run is no longer alive (leftovers of a
-    killed run); containers of live runs on this host, or of other hosts, are spared. The count."""
-    client = docker_client(local_instead=False)
+    killed run); containers of live runs on this host, or of other hosts, are spared. The count.
+    ``named_owners_only``: only those that name their run's host and pid (what a run sweeps at its
+    start; ``sandbox cleanup`` also removes ones that name no owner)."""
+    client = client or docker_client(local_instead=False)
     removed = 0
     # ignore_removed: a container another run removes between the listing and its inspect is skipped,
     # not a NotFound that ends the whole clean-up
     for c in client.containers.list(all=True, filters={"label": label}, ignore_removed=True):
-        if owner_alive(dict(c.labels or {})):
+        labels = dict(c.labels or {})
+        if owner_alive(labels) or (named_owners_only and f"{LABEL}.pid" not in labels):
             continue
         try:
             c.remove(force=True)

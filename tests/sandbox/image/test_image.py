@@ -79,3 +79,31 @@ def test_build_tags_an_image_that_runs_the_sdk(docker_client: Any) -> None:
 def test_build_with_a_missing_base_is_one_line(docker_client: Any) -> None:
     r = cli("sandbox", "build", "--base", "no-such-base:never", "--tag", "harnessopt-sandbox:never")
     assert r.returncode == 2 and "make_base_image.sh" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_docker_run_removes_the_containers_a_killed_run_left(docker_client: Any) -> None:
+    """A run killed with SIGKILL removes none of its containers (they stop by themselves): the
+    next run on the engine removed none either, and said nothing (QA). It removes those whose run
+    (named by host and pid) is gone, and spares any that name no run."""
+    from harnessopt.config import RolloutConfig
+    from harnessopt.sandbox import docker_sandbox
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    labels = {LABEL: "1", f"{LABEL}.run": "test-killed", f"{LABEL}.pid": str(dead.pid)}
+    killed = docker_client.containers.create(
+        "harnessopt-sandbox:latest", ["sleep", "600"], labels={**labels, f"{LABEL}.host": socket.gethostname()}
+    )
+    unnamed = docker_client.containers.create(
+        "harnessopt-sandbox:latest", ["sleep", "600"], labels={LABEL: "1", f"{LABEL}.run": "test-unnamed"}
+    )
+    said: list[str] = []
+    try:
+        docker_sandbox(RolloutConfig(sandbox="docker"), announce=said.append).close()
+        assert docker_client.containers.list(all=True, filters={"id": killed.id}) == []
+        assert docker_client.containers.list(all=True, filters={"id": unnamed.id}) != []
+        assert any("container(s) left by runs that were killed" in line for line in said), said
+    finally:
+        unnamed.remove(force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            killed.remove(force=True)
