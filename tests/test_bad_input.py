@@ -424,6 +424,28 @@ def test_a_budget_that_cannot_hold_one_optimizer_call_is_refused_before_anything
     _unchanged(ws, before)
 
 
+def test_a_budget_that_cannot_hold_one_call_of_a_cli_agent_is_refused_before_anything_runs(
+    tmp_path: Path, ws: Path
+) -> None:
+    """Codex names no max_tokens (the gateway reserves the role's 32,000) and Claude Code asks
+    32,000: at --max-cost 0.1 a codex optimizer's round paid its rollouts, then failed with Codex's
+    own "Quota exceeded. Check your plan and billing details" (QA); a claude-code target's round
+    failed at its first task. Both are refused up front, as the built-in optimizer's is."""
+    haiku = ("-c", "optimizer.model=claude-haiku-4-5", "-c", "model.target=claude-haiku-4-5")
+    before = snapshot(ws)
+    for dry in (("--dry-run",), ()):
+        out = cli("run", ws, *RUN, "--optimizer", "codex", "--max-cost", "0.1", *haiku, *dry, env=ENV)
+        assert_user_error(out, "budget.max_cost=0.1 cannot hold one call of the optimizer (codex)")
+    _unchanged(ws, before)
+    skill, tasks = write_example(tmp_path / "cc")
+    cc = tmp_path / "cc-ws"
+    assert cli("init", cc, "--skill", skill, "--tasks", tasks, "--template", "claude-code").returncode == 0
+    before = snapshot(cc)
+    out = cli("run", cc, *RUN, "--max-cost", "0.1", *haiku, "--dry-run", env=ENV)
+    assert_user_error(out, "budget.max_cost=0.1 cannot hold one call of the target (claude-code)")
+    _unchanged(cc, before)
+
+
 def test_the_template_is_not_changed_from_the_command_line(ws: Path) -> None:
     """-c template=codex on a chat workspace ran the chat harness priced and cache-keyed as codex
     (QA): the template is init's, its files are harness/."""

@@ -34,38 +34,59 @@ SYSTEM_PROMPT = (
 MAX_OUTPUT_TOKENS = 8192  # per model call; the round's budget is cfg.max_tokens
 
 
+# What a Claude Code CLI call asks for by default (its max output tokens); a Codex call names none,
+# and the gateway reserves the role's whole cap for it.
+CLI_AGENT_OUTPUT = {"claude-code": 32_000, "codex": None}
+
+
 def first_call_too_dear(cfg: Config) -> str | None:
-    """Why the run's budget cannot hold one call of the built-in optimizer (``anthropic``), or None.
+    """Why the run's budget cannot hold one call of its optimizer or of a CLI-agent target, or None.
     The gateway reserves a call's ``max_tokens`` plus a bound on its input before forwarding it
     (``gateway.policy.reserve``), and refuses the call when that does not fit: a budget below it
-    would pay for the first round's rollouts and then fail that round at its first optimizer call.
-    Priced here on the smallest first call (its system prompt and tools, an empty brief); asked
-    before a run (and a dry run) spends anything."""
-    if cfg.optimizer.backend != "anthropic":  # other optimizers choose their own max_tokens
-        return None
-    out = min(output_ask(cfg), cfg.optimizer.max_tokens)
-    b, model = cfg.budget, cfg.optimizer.model
-    body = {
-        "model": model,
-        "max_tokens": out,
-        "system": SYSTEM_PROMPT,
-        "tools": [BASH_TOOL, EDITOR_TOOL],
-        "messages": [{"role": "user", "content": ""}],
-    }
-    inp, need_usd = reserve(body, json.dumps(body, separators=(",", ":")).encode(), out, cfg.price_table)
-    for setting, limit, need in (
-        ("max_tokens", b.max_tokens, float(out + inp)),
-        ("max_cost", b.max_cost, need_usd),
-    ):
-        if limit is not None and need > limit:
-            shown = f"${need:.4f}" if setting == "max_cost" else f"{need:,.0f} tokens"
-            return (
-                f"budget.{setting}={limit:g} cannot hold one call of the optimizer: the gateway reserves "
-                f"its max_tokens ({out:,}) and its input (at least {inp:,} tokens: its instructions and "
-                f"tools) before it forwards it, {shown} or more"
-                f"{f' at the price of {model}' if setting == 'max_cost' else ''}; raise "
-                f"budget.{setting} (--{setting.replace('_', '-')})"
+    would pay for the first round's rollouts and then fail that round at its first optimizer call
+    (a claude-code target: at its first task). Priced on the smallest first call: the built-in
+    optimizer's system prompt and tools with an empty brief; a CLI agent's (``claude-code``,
+    ``codex``) at what it asks for with no input at all (its own prompt only adds). Asked before a
+    run (and a dry run) spends anything; a ``command`` optimizer asks what it asks: not priced."""
+    b = cfg.budget
+    calls: list[tuple[str, str, int, dict[str, Any]]] = []  # (whose, model, max_tokens, body)
+    if cfg.optimizer.backend == "anthropic":
+        out = min(output_ask(cfg), cfg.optimizer.max_tokens)
+        system = {"system": SYSTEM_PROMPT, "tools": [BASH_TOOL, EDITOR_TOOL]}
+        calls.append(("the optimizer", cfg.optimizer.model, out, system))
+    elif cfg.optimizer.backend in CLI_AGENT_OUTPUT:
+        asks = CLI_AGENT_OUTPUT[cfg.optimizer.backend] or b.optimizer_max_output_tokens
+        calls.append(
+            (
+                f"the optimizer ({cfg.optimizer.backend})",
+                cfg.optimizer.model,
+                min(asks, b.optimizer_max_output_tokens),
+                {},
             )
+        )
+    if cfg.template in CLI_AGENT_OUTPUT:
+        asks = CLI_AGENT_OUTPUT[cfg.template] or b.target_max_output_tokens
+        calls.append(
+            (f"the target ({cfg.template})", cfg.model.target, min(asks, b.target_max_output_tokens), {})
+        )
+    for whose, model, out, extra in calls:
+        body = {"model": model, "max_tokens": out, **extra, "messages": [{"role": "user", "content": ""}]}
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        inp, need_usd = reserve(body, raw, out, cfg.price_table)
+        for setting, limit, need in (
+            ("max_tokens", b.max_tokens, float(out + inp)),
+            ("max_cost", b.max_cost, need_usd),
+        ):
+            if limit is not None and need > limit:
+                shown = f"${need:.4f}" if setting == "max_cost" else f"{need:,.0f} tokens"
+                what = "its instructions and tools" if extra else "an empty prompt"
+                return (
+                    f"budget.{setting}={limit:g} cannot hold one call of {whose}: the gateway reserves "
+                    f"its max_tokens ({out:,}) and its input (at least {inp:,} tokens: {what}) before "
+                    f"it forwards it, {shown} or more"
+                    f"{f' at the price of {model}' if setting == 'max_cost' else ''}; raise "
+                    f"budget.{setting} (--{setting.replace('_', '-')})"
+                )
     return None
 
 

@@ -99,7 +99,11 @@ def check(
         svc.store.save_candidate(rc.k, rc.parent, proposal, dataclasses.asdict(copied), cand_root, name)
     ws.journal.write(rc.k, "check", changed=copied.changed, violations=copied.violations, **_named(name))
     if proposal.stopped_by == "error":
-        return copied, None, ("failed", f"optimizer error: {proposal.summary.splitlines()[0][:300]}")
+        said = proposal.summary.splitlines()[0][:300] if proposal.summary else "(nothing said)"
+        refused = svc.gateway.exhausted()
+        if refused and refused not in said:  # a CLI agent tells the budget's 429 in its own words
+            return copied, None, ("failed", f"optimizer stopped: {refused} (it said: {said})")
+        return copied, None, ("failed", f"optimizer error: {said}")
     if not copied.changed:
         why = "no whitelisted edit" + (f" ({len(copied.violations)} discarded)" if copied.violations else "")
         return copied, None, ("noop", why)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from harnessopt.commands.demo import demo_config
 from harnessopt.errors import UserError
 from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import store as ledger
@@ -430,3 +431,33 @@ def test_the_built_in_optimizer_asks_no_more_than_the_optimizer_cap_allows(tmp_p
     assert r.returncode == 0, r.stdout + r.stderr
     m = ledger.find(Workspace.open(ws).repo, 1).manifest
     assert m.status == "accepted" and m.optimizer is not None and m.optimizer.stopped_by == "done"
+
+
+QUOTA_AGENT = """
+import json, os, sys, urllib.error, urllib.request
+body = json.dumps({"model": sys.argv[1], "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]})
+req = urllib.request.Request(
+    os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", body.encode(), method="POST",
+    headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01",
+             "content-type": "application/json"},
+)
+try:
+    urllib.request.urlopen(req, timeout=30)
+except urllib.error.HTTPError:
+    print("Quota exceeded. Check your plan and billing details.")
+    sys.exit(1)
+"""
+
+
+def test_an_agent_that_tells_the_budgets_refusal_in_its_own_words_is_not_believed(tmp_path: Path) -> None:
+    """Codex reports the gateway's budget 429 as "Quota exceeded. Check your plan and billing
+    details": that was the round's recorded reason, sending the user to their provider's billing
+    (QA). The round names the budget that refused, and what the agent said."""
+    model = demo_config("local").optimizer.model
+    agent = {"backend": "command", "command": [sys.executable, "-c", QUOTA_AGENT, model], "unsafe_host": True}
+    ws = make_ws(tmp_path, optimizer=agent)
+    r = cli("run", ws, "--rounds", "1", "--max-calls", "8")
+    assert r.returncode == 3, r.stdout + r.stderr
+    reason = ledger.find(Workspace.open(ws).repo, 1).manifest.reason
+    assert reason.startswith("optimizer stopped: harnessopt budget spent: 8 of 8 model calls"), reason
+    assert "(it said: agent exited with code 1: Quota exceeded" in reason

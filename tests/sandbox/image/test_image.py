@@ -92,7 +92,9 @@ def test_a_docker_run_removes_the_containers_a_killed_run_left(docker_client: An
     dead.wait()
     labels = {LABEL: "1", f"{LABEL}.run": "test-killed", f"{LABEL}.pid": str(dead.pid)}
     killed = docker_client.containers.create(
-        "harnessopt-sandbox:latest", ["sleep", "600"], labels={**labels, f"{LABEL}.host": socket.gethostname()}
+        "harnessopt-sandbox:latest",
+        ["sleep", "600"],
+        labels={**labels, f"{LABEL}.host": socket.gethostname()},
     )
     unnamed = docker_client.containers.create(
         "harnessopt-sandbox:latest", ["sleep", "600"], labels={LABEL: "1", f"{LABEL}.run": "test-unnamed"}
