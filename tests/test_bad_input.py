@@ -537,3 +537,26 @@ def test_an_endpoint_from_the_environment_that_is_no_url_is_one_line(ws: Path) -
         cli("run", ws, *RUN, "--rounds", "1", env=env), "ANTHROPIC_BASE_URL='http://127.0.0.1:abc'"
     )
     _unchanged(ws, before)
+
+
+@pytest.mark.parametrize(
+    ("provider", "said"),
+    [
+        ("openai", "or use another optimizer.provider"),
+        ("anthropic", "or use the scripted model (optimizer.provider: scripted)"),
+    ],
+)
+def test_an_optimizer_provider_without_its_key_names_the_optimizers_setting(
+    tmp_path: Path, provider: str, said: str
+) -> None:
+    """The target is scripted; the optimizer's upstream lacks its key: the line named
+    model.provider, the target's setting, which was already scripted (QA)."""
+    from tests.support.workspace import make_ws
+
+    ws = make_ws(tmp_path)
+    before = snapshot(ws)
+    env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
+    r = cli("run", ws, "--rounds", "1", "-c", f"optimizer.provider={provider}", env=env)
+    assert_user_error(r, said)
+    assert "model.provider" not in r.stderr.replace("optimizer.provider", "")
+    _unchanged(ws, before)

@@ -10,6 +10,7 @@ configured ``base_url`` does not answer (one-line ``UserError`` s).
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -116,7 +117,13 @@ def model_for(
     ``needs_tools`` (the tool-agent template), seem to read ``tools`` (llama.cpp's default chat
     format drops them), else ``warn`` hears what to configure.
     """
-    model: Model = registry.build("model", cfg.provider, cfg, root=root)
+    try:
+        model: Model = registry.build("model", cfg.provider, cfg, root=root)
+    except UserError as e:  # the built-ins name the target's settings: say the optimizer's
+        if setting == "model":
+            raise
+        settings = "|".join(ModelConfig.model_fields)
+        raise UserError(re.sub(rf"\bmodel\.({settings})\b", rf"{setting}.\1", str(e))) from None
     if isinstance(model, AnthropicModel | OpenAIModel) and model.base_url not in (ANTHROPIC_URL, OPENAI_URL):
         probe(model.base_url, f"{setting}.base_url")
         if isinstance(model, OpenAIModel):  # a local server: is the model one it serves?
