@@ -131,6 +131,8 @@ def preflight(root: Path, cfg: Config) -> None:
         and auto_is_local(cfg.rollout)  # the engine asked, as the run asks it
     ):
         check_placement(cfg.optimizer, on_host=True, announce=lambda _m: None)
+    if cfg.rollout.sandbox == "docker" and (why_not := auto_is_local(cfg.rollout)):
+        raise UserError(why_not)  # no engine, a missing image, one with no runner in it
     from harnessopt.optimizer.command import check_command, executable_of
 
     check_command(cfg.optimizer.backend, cfg.optimizer.command)

@@ -53,8 +53,9 @@ def auto_sandbox(cfg: RolloutConfig, *, announce: Callable[[str], None]) -> Sand
 
 
 def auto_is_local(cfg: RolloutConfig) -> str | None:
-    """Why ``auto`` would fall back to the local sandbox (the engine or the image is missing), or
-    None when it would use Docker: what a dry run asks, since the optimizer then runs on this host."""
+    """Why ``auto`` would fall back to the local sandbox (the engine or the image is missing, or the
+    image has no runner), or None when it would use Docker: what a dry run asks, since the optimizer
+    then runs on this host; and why ``docker`` would refuse to start."""
     client, why_not = _docker_with_image(cfg.image)
     return why_not if client is None else None
 
@@ -93,6 +94,15 @@ def _docker_with_image(image: str) -> tuple[Any | None, str]:
         return (
             None,
             f"sandbox image {image} is missing: run `{build_command(image)}` (or use --sandbox local)",
+        )
+    if status == "foreign":
+        from harnessopt.sandbox.image.variants import build_command
+
+        return (
+            None,
+            f"image {image} is not a harnessopt sandbox image (no runner in it: every task would "
+            f"fail); set rollout.image to one `{build_command('harnessopt-sandbox:latest')} --base "
+            f"{image}` builds on it, or use --sandbox local",
         )
     if status == "stale":
         from harnessopt.sandbox.image.build import stale_cause

@@ -90,12 +90,18 @@ def build_task_image(client: Any, base: str | None, tag: str | None, announce: C
     src = sandbox_source_dir()
     if not (src / "Dockerfile").is_file():
         raise UserError(f"{src}/Dockerfile is missing: build the image from a harnessopt source checkout")
+    asked = base
     if base is None:
         base = OFFLINE_BASE if _image_exists(client, OFFLINE_BASE) else FALLBACK_BASE
     if not _image_exists(client, base):
         raise UserError(
             f"base image {base} is not present and cannot be pulled here: "
-            f"run `sandbox/make_base_image.sh {OFFLINE_BASE}` (offline, debootstrap) first"
+            + (
+                f"pass --base an image `docker images` lists, or make a Debian one with "
+                f"`sandbox/make_base_image.sh {base}` (offline, debootstrap)"
+                if asked
+                else f"run `sandbox/make_base_image.sh {OFFLINE_BASE}` (offline, debootstrap) first"
+            )
         )
     with tempfile.TemporaryDirectory(prefix="ho-build-") as tmp:
         ctx = Path(tmp)
@@ -127,7 +133,8 @@ def variant_tag(with_: Sequence[str]) -> str:
 
 
 def image_status(client: Any, tag: str) -> str:
-    """'missing', 'stale' (built from another runner.py) or 'ok'."""
+    """'missing', 'foreign' (no harnessopt runner in it: not built by ``sandbox build``), 'stale'
+    (built from another runner.py) or 'ok'."""
     import docker
 
     try:
@@ -135,6 +142,8 @@ def image_status(client: Any, tag: str) -> str:
     except docker.errors.ImageNotFound:
         return "missing"
     labels = image.labels or {}
+    if RUNNER_LABEL not in labels:
+        return "foreign"  # every task would fail: python3: can't open file '/opt/ho/runner.py'
     if labels.get(SDKS_LABEL, "anthropic") != ",".join(installed_sdks()):
         return "stale"  # the host's SDKs changed (e.g. openai installed): the image has others
     return "ok" if labels.get(RUNNER_LABEL) == runner_digest() else "stale"
@@ -143,15 +152,18 @@ def image_status(client: Any, tag: str) -> str:
 def stale_cause(client: Any, tag: str) -> str:
     """Why ``image_status`` calls ``tag`` stale, and what (if anything) to do, in one line; "" when
     it is not. Only what differs is named: the runner, an SDK the image lacks, or SDK versions."""
+    from harnessopt.sandbox.image.variants import build_command
+
     labels = client.images.get(tag).labels or {}
+    build = build_command(tag)  # the command that rebuilds this tag, not the default one
     if labels.get(RUNNER_LABEL) != runner_digest():
-        return f"sandbox image {tag} was built from another runner.py: run `harnessopt sandbox build`"
+        return f"sandbox image {tag} was built from another runner.py: run `{build}`"
     image = dict(x.partition("==")[::2] for x in labels.get(SDKS_LABEL, "anthropic").split(",") if x)
     host = dict(x.partition("==")[::2] for x in installed_sdks())
     if lacks := sorted(set(host) - set(image)):
         return (
             f"sandbox image {tag} lacks the {', '.join(lacks)} SDK installed on this host (harnesses "
-            "that import it fail inside): run `harnessopt sandbox build`"
+            f"that import it fail inside): run `{build}`"
         )
     if extra := sorted(set(image) - set(host)):
         return (
@@ -162,7 +174,7 @@ def stale_cause(client: Any, tag: str) -> str:
     differ = [f"{n} {image[n] or '?'} (this host: {host[n]})" for n in sorted(host) if image[n] != host[n]]
     if differ:
         return (
-            f"sandbox image {tag} has {', '.join(differ)}; it works, and `harnessopt sandbox build` makes "
+            f"sandbox image {tag} has {', '.join(differ)}; it works, and `{build}` makes "
             "it run the version tested here"
         )
     return ""

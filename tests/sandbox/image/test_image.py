@@ -109,3 +109,11 @@ def test_a_docker_run_removes_the_containers_a_killed_run_left(docker_client: An
         unnamed.remove(force=True)
         with contextlib.suppress(docker.errors.NotFound):
             killed.remove(force=True)
+
+
+def test_a_missing_base_names_the_base_asked_for() -> None:
+    """`sandbox build --base X` with no image X: the line said to make harnessopt-base:bookworm (QA)."""
+    from tests.support.cli_errors import assert_user_error
+
+    r = cli("sandbox", "build", "--base", "harnessopt-test-absent:zz", "--tag", "harnessopt-test-absent:out")
+    assert_user_error(r, "base image harnessopt-test-absent:zz is not present", "pass --base an image")

@@ -6,13 +6,20 @@ import io
 import os
 import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harnessopt.config import RolloutConfig
 from harnessopt.sandbox import auto_sandbox
-from harnessopt.sandbox.image.build import RUNNER_LABEL, SDKS_LABEL, installed_sdks, runner_digest
+from harnessopt.sandbox.image.build import (
+    OFFLINE_BASE,
+    RUNNER_LABEL,
+    SDKS_LABEL,
+    installed_sdks,
+    runner_digest,
+)
 
 BASE = "harnessopt-sandbox:latest"
 
@@ -65,4 +72,27 @@ def test_an_image_lacking_a_host_sdk_says_which(relabel: Any) -> None:
 
 def test_another_runner_is_named(relabel: Any) -> None:
     tag = relabel(**{RUNNER_LABEL: "0" * 16, SDKS_LABEL: ",".join(installed_sdks())})
-    assert "built from another runner.py: run `harnessopt sandbox build`" in _warning(tag)
+    # the command that rebuilds this tag: plain `sandbox build` rebuilt :latest, not it (QA)
+    assert f"built from another runner.py: run `harnessopt sandbox build --tag {tag}`" in _warning(tag)
+
+
+def test_an_image_with_no_runner_is_refused_before_any_task(tmp_path: Path) -> None:
+    """rollout.image set to an image no `sandbox build` made (the Debian base): the run warned
+    "stale", then recorded a failed round of "can't open file '/opt/ho/runner.py'" (QA). The run
+    and its dry run refuse it in one line; auto falls back to the local sandbox, saying why."""
+    from tests.support.cli import cli
+    from tests.support.cli_errors import assert_user_error
+    from tests.support.workspace import make_ws
+
+    ws = make_ws(tmp_path)
+    for dry in (("--dry-run",), ()):
+        r = cli(
+            "run", ws, "--rounds", "1", "--sandbox", "docker", "-c", f"rollout.image={OFFLINE_BASE}", *dry
+        )
+        assert_user_error(r, f"image {OFFLINE_BASE} is not a harnessopt sandbox image (no runner in it")
+    said: list[str] = []
+    sandbox = auto_sandbox(RolloutConfig(image=OFFLINE_BASE), announce=said.append)
+    try:
+        assert sandbox.name == "local" and "not a harnessopt sandbox image" in "\n".join(said)
+    finally:
+        sandbox.close()
