@@ -609,6 +609,10 @@ def _plain(err: Any) -> str:
     """One error of pydantic's as the settings' own words: what was expected and what was given."""
     if err["type"] in _PLAIN:
         return f"{_PLAIN[err['type']]}, got {err.get('input')!r}"
+    if err["type"] == "string_too_short" and err.get("input") == "":
+        return "must not be empty"
+    if err["type"] in ("too_short", "too_long") and err["loc"][:1] == ("prices",):
+        return f"a price is [input, output] USD per million tokens, e.g. [3, 15], got {err.get('input')!r}"
     msg = str(err["msg"]).removeprefix("Value error, ")
     if msg.startswith("Input should be "):  # "Input should be greater than 0", "... 'a' or 'b'"
         return "must be " + msg.removeprefix("Input should be ") + f", got {err.get('input')!r}"

@@ -28,3 +28,21 @@ def test_a_free_form_maps_key_may_hold_dots() -> None:
     assert apply_overrides(Config(), {"flags.v1.5": 1}).flags["v1.5"] == "1"
     with pytest.raises(UserError, match="unknown setting 'gate.nope.x'"):
         apply_overrides(Config(), {"gate.nope.x": 1})
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("model.target=", "model.target: must not be empty;"),
+        (
+            'prices={"*": [1]}',
+            "prices.*: a price is [input, output] USD per million tokens, e.g. [3, 15], got [1];",
+        ),
+    ],
+)
+def test_a_setting_of_the_wrong_shape_is_said_in_the_settings_words(setting: str, said: str) -> None:
+    """pydantic's own words ("String should have at least 1 character", "List should have at least
+    2 items after validation, not 1") named no fix (QA)."""
+    with pytest.raises(UserError) as e:
+        apply_overrides(Config(), dict([parse_assignment(setting)]))
+    assert said in str(e.value)
