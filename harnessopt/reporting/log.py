@@ -7,11 +7,13 @@ import time
 from typing import Any
 
 import git
+import yaml
 from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harnessopt.config import CONFIG_NAME, Config, parse_config
 from harnessopt.errors import UserError
 from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import round0 as proposals
@@ -261,14 +263,25 @@ def status_lines(ws: Workspace) -> list[str]:
     if dirty:
         lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
     lines += proposals.standing_lines(ws.repo, ws.root)
-    run = proposals.run_command(ws.repo, ws.root, ws.cfg)
+    where = ws.off_main()
+    run = proposals.run_command(ws.repo, ws.root, _main_config(ws) if where else ws.cfg)
     q = shlex.quote(str(ws.root))
-    if where := ws.off_main():  # the run refuses off main
+    if where:  # the run refuses off main
         run = f"{vcs.git_in(ws.root)} checkout main (HEAD is {where}), then {run}"
     elif dirty:  # and with uncommitted changes
         run = f"commit or stash the changes, then {run}"
     lines.append(f"next: {run}   |   harnessopt log {q}")
     return lines
+
+
+def _main_config(ws: Workspace) -> Config:
+    """harnessopt.yaml as main holds it (what the run after ``git checkout main`` reads), else the
+    one checked out when main's does not read."""
+    try:
+        raw = yaml.safe_load(ws.repo.git.show(f"refs/heads/main:{CONFIG_NAME}")) or {}
+        return parse_config(raw, f"main:{CONFIG_NAME}")
+    except (git.GitCommandError, yaml.YAMLError, UserError):
+        return ws.cfg
 
 
 def interrupted_spend(

@@ -66,3 +66,21 @@ def test_status_next_is_a_command_that_starts_as_printed(tmp_path: Path) -> None
     journal.write(0, "run_start", rounds=1, settings={"mode": "joint"})
     journal.write(0, "round0_rollout", parent="x", tasks=8)
     assert next_line() == f"harnessopt run {q} -c mode=joint"
+
+
+def test_status_off_main_names_the_run_mains_config_asks_for(tmp_path: Path) -> None:
+    """HEAD detached at round 0, whose harnessopt.yaml accepted the optimizer on this host while
+    main's no longer does: the run after the checkout reads main's, which needs
+    --unsafe-host-optimizer; status built the command from the checked-out one (QA)."""
+    import yaml
+
+    ws = make_ws(tmp_path)  # local sandbox, optimizer.unsafe_host: true
+    raw = yaml.safe_load((ws / "harnessopt.yaml").read_text())
+    raw["optimizer"]["unsafe_host"] = False
+    (ws / "harnessopt.yaml").write_text(yaml.safe_dump(raw))
+    git(ws, "commit", "-qam", "no longer on this host")
+    git(ws, "checkout", "-q", "ho/round-0")
+    (line,) = [x for x in status_lines(Workspace.open(ws)) if x.startswith("next: ")]
+    assert line.startswith(
+        f"next: git -C {ws} checkout main (HEAD is detached), then harnessopt run {ws} --unsafe-host-optimizer"
+    )
