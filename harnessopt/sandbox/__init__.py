@@ -106,6 +106,7 @@ def _docker_with_image(image: str) -> tuple[Any | None, str]:
         )
     if status == "stale":
         from harnessopt.sandbox.image.build import stale_cause
+        from harnessopt.sandbox.image.variants import build_command
 
-        return client, stale_cause(client, image)
+        return client, stale_cause(client, image, build_command(image))
     return client, ""

@@ -149,13 +149,11 @@ def image_status(client: Any, tag: str) -> str:
     return "ok" if labels.get(RUNNER_LABEL) == runner_digest() else "stale"
 
 
-def stale_cause(client: Any, tag: str) -> str:
+def stale_cause(client: Any, tag: str, build: str) -> str:
     """Why ``image_status`` calls ``tag`` stale, and what (if anything) to do, in one line; "" when
-    it is not. Only what differs is named: the runner, an SDK the image lacks, or SDK versions."""
-    from harnessopt.sandbox.image.variants import build_command
-
+    it is not. Only what differs is named: the runner, an SDK the image lacks, or SDK versions.
+    ``build``: the command that rebuilds this tag (``variants.build_command``), not the default one."""
     labels = client.images.get(tag).labels or {}
-    build = build_command(tag)  # the command that rebuilds this tag, not the default one
     if labels.get(RUNNER_LABEL) != runner_digest():
         return f"sandbox image {tag} was built from another runner.py: run `{build}`"
     image = dict(x.partition("==")[::2] for x in labels.get(SDKS_LABEL, "anthropic").split(",") if x)
