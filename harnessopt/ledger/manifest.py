@@ -332,3 +332,16 @@ def gate_alphas(m: RoundManifest) -> list[float]:
     if m.search is not None and any(c.gate_alpha is not None for c in m.search.candidates):
         return [c.gate_alpha for c in m.search.candidates if c.gate_alpha is not None]
     return [m.gate.alpha] if m.gate.alpha is not None else []
+
+
+def objective_gates(m: RoundManifest) -> dict[str, dict[str, Any]]:
+    """``objective: both``: each family's gate (task, trigger: its delta, dead_zone, n, accept),
+    from the decision's ``details.objectives``; {} for a round of one objective."""
+    parts = (m.gate.model_extra or {}).get("objectives")
+    return {str(k): v for k, v in parts.items() if isinstance(v, dict)} if isinstance(parts, dict) else {}
+
+
+def pooled_dead_zone(m: RoundManifest) -> float | None:
+    """The dead zone the round's Δ is read against: None for ``objective: both``, whose Δ pools
+    both families while each was gated against a zone of its own (shown per family)."""
+    return None if objective_gates(m) else m.dead_zone

@@ -13,6 +13,7 @@ from typing import Any
 from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.lock import live_holder
+from harnessopt.ledger.manifest import objective_gates, pooled_dead_zone
 from harnessopt.ledger.store import Round
 from harnessopt.reporting.adoption import adoption
 from harnessopt.reporting.log import (
@@ -42,6 +43,9 @@ def proposal_outcome(r: Round) -> str:
         return "improved"
     if r.status == "noop":
         return "no change"
+    if parts := objective_gates(m):  # either family lower beyond its own dead zone
+        lower = any(p.get("delta", 0) < -p.get("dead_zone", 0) for p in parts.values())
+        return "regressed" if lower else "no change"
     if m.delta is None or m.dead_zone is None:
         return "not measured"
     return "regressed" if m.delta < -m.dead_zone else "no change"
@@ -60,7 +64,7 @@ def round_row(r: Round, started_from: str = "") -> dict[str, Any]:
         "val_score": m.val_score,
         "incumbent_score": m.incumbent_score,
         "delta": m.delta,
-        "dead_zone": m.dead_zone,
+        "dead_zone": pooled_dead_zone(m),  # none for objective both: per family
         "fixed": m.fixed,
         "broken": m.broken,
         "train_pass_rate": m.train_passed / m.train_tasks

@@ -111,7 +111,8 @@ def plot_scores(plt: Any, data: dict[str, Any]) -> Any:
         return _empty(fig, ax, "no round reached the gate yet")
     ks = [r["round"] for r in rows]
     inc = [r["incumbent_score"] for r in rows]
-    zone = [min(1.0, r["incumbent_score"] + r["dead_zone"]) for r in rows]  # no score is above 1
+    # no score is above 1; objective both has a zone per family, none for the pooled score
+    zone = [min(1.0, r["incumbent_score"] + (r["dead_zone"] or 0.0)) for r in rows]
     ax.fill_between(ks, inc, zone, step="mid", alpha=0.25, color="#90a4ae", label="dead zone")
     # The incumbent hollow and below, the candidates large and on top: a rejected candidate that
     # scored the incumbent's score stays visible on its square.

@@ -20,7 +20,7 @@ from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.journal import last_run_start, stopped_step
 from harnessopt.ledger.lock import live_holder
-from harnessopt.ledger.manifest import ChecksRecord, spend_of
+from harnessopt.ledger.manifest import ChecksRecord, pooled_dead_zone, spend_of
 from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
 from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.round.stop import stop_path
@@ -42,7 +42,7 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
                 "started_from": rollback_of(ws, m.parent),
                 "incumbent_score": m.incumbent_score,
                 "delta": m.delta,
-                "dead_zone": m.dead_zone,
+                "dead_zone": pooled_dead_zone(m),  # none for objective both: per family
                 "n": m.n,
                 "fixed": m.fixed,
                 "broken": m.broken,

@@ -22,6 +22,7 @@ from typing import Any
 
 from harnessopt.errors import UserError
 from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.ledger.manifest import pooled_dead_zone
 from harnessopt.ledger.store import RoundManifest
 from harnessopt.reporting.log import round_diff
 from harnessopt.round.context import RoundResult
@@ -55,7 +56,7 @@ def round_metrics(m: RoundManifest) -> dict[str, float]:
         "val_score": m.val_score,
         "incumbent_score": m.incumbent_score,
         "delta": m.delta,
-        "dead_zone": m.dead_zone,
+        "dead_zone": pooled_dead_zone(m),
         "fixed": len(m.fixed) if m.n else None,
         "broken": len(m.broken) if m.n else None,
         "train_pass_rate": m.train_passed / m.train_tasks

@@ -24,6 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
+from harnessopt.ledger.manifest import objective_gates
 from harnessopt.ledger.store import RoundManifest
 from harnessopt.protocols import Task, TaskResult, Usage
 
@@ -345,7 +346,13 @@ def round_lines(m: RoundManifest) -> list[str]:
     """One summary line per round (status, val, Δ against the dead zone, fixed/broken, cost), and
     a line naming the writes outside the whitelist that were discarded, when there were any."""
     parts = [f"round {m.round} {m.status}"]
-    if m.val_score is not None and m.delta is not None and m.dead_zone is not None:
+    if m.val_score is not None and (gates := objective_gates(m)):  # each family against its own zone
+        each = ", ".join(
+            f"{k} Δ {g['delta']:+.3f} vs dead zone {g['dead_zone']:.3f}" for k, g in gates.items()
+        )
+        parts.append(f"val {m.val_score:.3f} ({each})")
+        parts.append(f"fixed {len(m.fixed)} / broken {len(m.broken)}")
+    elif m.val_score is not None and m.delta is not None and m.dead_zone is not None:
         parts.append(f"val {m.val_score:.3f} (Δ {m.delta:+.3f} vs dead zone {m.dead_zone:.3f})")
         parts.append(f"fixed {len(m.fixed)} / broken {len(m.broken)}")
     else:

@@ -44,8 +44,9 @@ def plot_triggering(plt: Any, data: dict[str, Any]) -> Any:
         ax.plot(
             ks,
             [float("nan") if v is None else v for v in inc],
-            "-",
+            "s-",  # a marker: a lone round (or one between unmeasured ones) draws no line
             color=color,
+            markerfacecolor="none",
             label=f"{metric} (incumbent)",
         )
         ax.scatter(

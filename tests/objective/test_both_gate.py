@@ -43,3 +43,27 @@ def test_a_triggering_gain_that_lowers_the_task_score_is_vetoed() -> None:
 def test_nothing_gained_is_rejected() -> None:
     d = both.decide(VAL, _runs({}), _runs({}), _policy(), None)
     assert not d.accept and "neither objective" in d.reason
+
+
+def test_the_round_is_shown_against_each_familys_own_dead_zone() -> None:
+    """The round line said "Δ +0.105 vs dead zone 0.454": the Δ pooled both families, the zone was
+    the trigger family's alone (QA). Each family is shown against its own zone, the pooled Δ
+    against none, and a family lower beyond its zone is a regression."""
+    from types import SimpleNamespace
+
+    from harnessopt.ledger.manifest import RoundManifest, pooled_dead_zone
+    from harnessopt.reporting.data import proposal_outcome
+    from harnessopt.reporting.progress import round_lines
+
+    inc = _runs({f"g{i}": 0.0 for i in range(0, 20, 2)})
+    cand = _runs({f"t{i}": 0.0 for i in range(12)})
+    d = both.decide(VAL, cand, inc, _policy(), None)
+    fields = {k: getattr(d, k) for k in ("delta", "dead_zone", "n", "fixed", "broken")}
+    m = RoundManifest(round=1, status="rejected", reason=d.reason, val_score=d.candidate_score,
+                      incumbent_score=d.incumbent_score, gate=d.details, **fields)  # fmt: skip
+    task, trigger = d.details["objectives"]["task"], d.details["objectives"]["trigger"]
+    line = round_lines(m)[0]
+    assert f"task Δ {task['delta']:+.3f} vs dead zone {task['dead_zone']:.3f}" in line
+    assert f"trigger Δ {trigger['delta']:+.3f} vs dead zone {trigger['dead_zone']:.3f}" in line
+    assert f"Δ {d.delta:+.3f} vs" not in line and pooled_dead_zone(m) is None
+    assert proposal_outcome(SimpleNamespace(status="rejected", manifest=m)) == "regressed"

@@ -80,3 +80,27 @@ def test_a_flags_values_read_as_counts_not_a_python_dict() -> None:
     html = _adoption({"rules": [], "flags": [flag, unread]})
     assert "1 (12 runs), 0 (3 runs)" in html and "none read" in html
     assert "{" not in html and "&#x27;" not in html
+
+
+def test_a_lone_round_of_triggering_draws_the_incumbents_point() -> None:
+    """The incumbent was a line with no marker: one measured round (or one between rounds that
+    measured nothing) drew nothing, so log's "precision 0.62->1.00" showed only the 1.00 (QA)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harnessopt.reporting.triggering import plot_triggering
+
+    side = {"precision": 0.62, "recall": 1.0}
+    data = {
+        "rounds": [
+            {"round": 1, "trigger": {"incumbent": side, "candidate": {"precision": 1.0, "recall": 1.0}}}
+        ]
+    }
+    fig = plot_triggering(plt, data)
+    drawn = [
+        (line.get_label(), line.get_marker(), list(line.get_ydata())) for line in fig.axes[0].get_lines()
+    ]
+    assert ("precision (incumbent)", "s", [0.62]) in drawn and ("recall (incumbent)", "s", [1.0]) in drawn
+    plt.close(fig)
