@@ -364,7 +364,7 @@ def cmd_init(a: argparse.Namespace) -> int:
         say(line)
     if a.split is None and ws.cfg.objective != "both" and noisefloor.detects_nothing(n_val, gate):
         # The default split gave val too few tasks (a file of 50 to about 100): name one that detects.
-        works = small_file_split(loaded)
+        works = small_file_split(loaded, a.seed)
         val = int(works.split(":")[1]) if works else 0
         if works and not noisefloor.detects_nothing(val, gate):
             say(

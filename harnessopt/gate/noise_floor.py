@@ -150,7 +150,7 @@ def planned_detectable(n_val: int, cfg: GateConfig) -> float:
 
 
 def detects_nothing(n_val: int, cfg: GateConfig) -> bool:
-    """Whether ``plan`` calls ``n_val`` val tasks too small to detect anything."""
+    """Whether ``plan`` calls ``n_val`` val tasks too small to detect a realistic gain."""
     return n_val < 2 or planned_detectable(n_val, cfg) >= 0.5
 
 
@@ -163,7 +163,7 @@ def plan(n_val: int, cfg: GateConfig) -> list[str]:
         reach = what_reaches(n_val, sd, cfg, cfg.epochs)
         enough = f"about {reach['tasks']} val tasks" if reach["tasks"] else "far more val tasks"
         return [
-            f"val has {n_val} task(s): too small to detect anything ({assumption}, the smallest gain "
+            f"val has {n_val} task(s): too small to detect a realistic gain ({assumption}, the smallest "
             f"it detects is {_pct(mde)}); {enough} would detect {_pct(cfg.target_effect)}: add tasks "
             "or give val a larger --split share"
         ]

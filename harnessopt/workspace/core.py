@@ -37,6 +37,7 @@ from harnessopt.workspace.tasks import (
     parse_ratio,
     read_split,
     small_file_split,
+    split_counts,
     write_splits,
 )
 from harnessopt.workspace.templates import (
@@ -284,8 +285,9 @@ def init_workspace(
     info = read_skill(Path(skill_dir), expect_name=folder, rules_off=rules_off)
     # read once: a pipe (``--tasks <(...)``) gives its lines to the first reader only
     loaded = list(tasks_file) if isinstance(tasks_file, list) else load_tasks(Path(tasks_file))
-    works = small_file_split(loaded)
+    works = small_file_split(loaded, seed)
     chose = ""  # said once the workspace is made: a refusal after it is the one line a user sees
+    asked = ratio is not None  # --split given
     if ratio is None:
         ratio = DEFAULT_SPLIT
         if not default_gives_val(loaded) and works:
@@ -296,6 +298,13 @@ def init_workspace(
             )
     tasks = assign_splits(loaded, parse_ratio(ratio), seed)
     check_splits(tasks, suggest=works, ratio_applies=any(t.split == UNASSIGNED for t in loaded))
+    if asked and not any(t.split == UNASSIGNED for t in loaded):  # silently ignored, else
+        chose = f'every task has its "split" in the file: --split {ratio} changed nothing'
+    elif chose:  # the counts the split names, unless keeping same-input tasks together moved some
+        todo = [i for i, t in enumerate(loaded) if t.split == UNASSIGNED]
+        made = tuple(sum(tasks[i].split == s for i in todo) for s in SPLITS)
+        if made != split_counts(len(todo), parse_ratio(ratio)):
+            chose += f"; tasks with one input stay together, so it made {made[0]}:{made[1]}:{made[2]}"
     if "objective" not in cfg.model_fields_set:  # trigger tasks only: objective trigger; some: both
         cfg = cfg.model_copy(update={"objective": default_objective(tasks)})
     if cfg.objective != "task" and not loads_skills(template):  # every trigger run would score 0, paid for

@@ -17,6 +17,7 @@ import hashlib
 import json
 import unicodedata
 import weakref
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -259,6 +260,8 @@ def parse_ratio(text: str) -> tuple[float, float, float]:
         raise UserError(f"--split {text!r}: each part must be a finite number >= 0")
     if sum(values) <= 0:
         raise UserError(f"--split {text!r}: at least one part must be positive")
+    if sum(values) == float("inf"):  # each finite, their sum not: shares would be nan
+        raise UserError(f"--split {text!r}: the parts are too large; give them as small numbers, e.g. 2:1:7")
     return values[0], values[1], values[2]
 
 
@@ -328,21 +331,25 @@ def default_gives_val(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS) -> bo
     return sum(t.split == "val" for t in tasks) + split_counts(n, parse_ratio(DEFAULT_SPLIT))[1] >= min_val
 
 
-def small_file_split(tasks: Sequence[Task], min_val: int = MIN_VAL_TASKS) -> str | None:
+def small_file_split(tasks: Sequence[Task], seed: int, min_val: int = MIN_VAL_TASKS) -> str | None:
     """A train:val:test split (as counts) of the tasks without a split that gives val at least
     ``min_val`` tasks, for files too small for ``DEFAULT_SPLIT``; None when no split can.
 
     Val takes a third of the tasks (at least what ``min_val`` still needs, so the smoke test has its
     tasks), train half of the rest (rounded up: the optimizer reads train), test what is left:
-    12 tasks give 4:5:3, 30 give 10:10:10.
+    12 tasks give 4:5:3, 30 give 10:10:10. Tasks with one input stay together (``assign_splits``,
+    at this ``seed``), which can leave val short of its count: val then asks for more until the
+    split made has what it needs (the hint named a split that failed as it had).
     """
     n = sum(t.split == UNASSIGNED for t in tasks)
     have_val = sum(t.split == "val" for t in tasks)
-    val = max(min_val - have_val, -(-n // 3))
-    if val >= n:  # no task left for train
-        return None
-    train = -(-(n - val) // 2)
-    return f"{train}:{val}:{n - val - train}"
+    for val in range(max(min_val - have_val, -(-n // 3)), n):  # n: no task left for train
+        train = -(-(n - val) // 2)
+        ratio = f"{train}:{val}:{n - val - train}"
+        made = Counter(t.split for t in assign_splits(tasks, parse_ratio(ratio), seed))
+        if made["val"] >= min_val and made["train"]:
+            return ratio
+    return None
 
 
 def check_splits(

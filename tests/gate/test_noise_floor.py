@@ -125,7 +125,7 @@ def test_what_reaches_the_target_more_tasks_or_more_epochs() -> None:
 
 def test_init_plan_says_plainly_when_val_is_too_small() -> None:
     tiny = noisefloor.plan(4, GateConfig())
-    assert len(tiny) == 1 and "val has 4 task(s): too small to detect anything" in tiny[0]
+    assert len(tiny) == 1 and "val has 4 task(s): too small to detect a realistic gain" in tiny[0]
     assert "val tasks would detect +0.050" in tiny[0]
     ok = noisefloor.plan(1000, GateConfig())
     assert ok[0].startswith("val has 1000 tasks: if 20% of tasks change outcome") and len(ok) == 1
@@ -155,3 +155,10 @@ def test_init_prints_what_its_val_set_can_detect(tmp_path) -> None:
     assert "val has 14 tasks: if 20% of tasks change outcome" in r.stdout
     assert "the gate detects a gain of +0.3" in r.stdout
     assert "val tasks (now 14) would reach it" in r.stdout and "next: harnessopt run" in r.stdout
+    # docs/gate.md quotes this output: it was +0.386 and 230 tasks two calibrations ago (QA)
+    from pathlib import Path
+
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "gate.md").read_text().split())
+    gain = r.stdout.split("the gate detects a gain of ")[1].split()[0]
+    tasks = r.stdout.split("(now 14) would reach it")[0].rsplit("about ", 1)[1]
+    assert f'"the gate detects a gain of {gain} ... about {tasks}(now 14) would reach it"' in docs
