@@ -73,11 +73,7 @@ def _commit_identity(root: Path, say: Callable[[str], None]) -> None:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):  # not a repository: nothing commits
         return
     if vcs.ensure_identity(repo):
-        name, email = vcs.IDENTITY
-        say(
-            f"note: git has no author identity here; {root} commits as {name} <{email}> from now on "
-            "(git config user.name / user.email in it to change that)"
-        )
+        say(vcs.identity_note(root))
 
 
 def check_held(root: Path) -> None:

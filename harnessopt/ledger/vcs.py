@@ -41,10 +41,20 @@ def open_repo(ws: Path) -> git.Repo:
 IDENTITY = ("harnessopt", "harnessopt@localhost")  # a workspace's own, where git has none
 
 
-def init_repo(ws: Path) -> git.Repo:
+def init_repo(ws: Path) -> tuple[git.Repo, bool]:
+    """A new repository on ``main``, and whether it was given its own commit identity (git had
+    none here: a workspace made where git has no identity must still commit)."""
     repo = git.Repo.init(ws, initial_branch="main")
-    ensure_identity(repo)  # a workspace made where git has no identity must still commit
-    return repo
+    return repo, ensure_identity(repo)
+
+
+def identity_note(root: Path) -> str:
+    """What a command says when it gave the workspace its own commit identity."""
+    name, email = IDENTITY
+    return (
+        f"note: git has no author identity here; {root} commits as {name} <{email}> from now on "
+        "(git config user.name / user.email in it to change that)"
+    )
 
 
 def ensure_identity(repo: git.Repo) -> bool:

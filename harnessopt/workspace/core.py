@@ -340,7 +340,7 @@ def init_workspace(
         ) from None
     try:
         _populate(staging, Path(skill_dir), template, tasks, cfg, extra_files or {})
-        _first_commit(staging, info.name, len(tasks))
+        own_identity = _first_commit(staging, info.name, len(tasks))
         if ws.exists():
             ws.rmdir()
         os.rename(staging, ws)
@@ -350,6 +350,8 @@ def init_workspace(
     counts = {s: sum(t.split == s for t in tasks) for s in ("train", "val", "test")}
     if chose:
         announce(chose)
+    if own_identity:
+        announce(vcs.identity_note(ws))
     announce(
         f"workspace {ws}: skill '{info.name}', template {template}, "
         f"{counts['train']} train / {counts['val']} val / {counts['test']} test tasks; tagged ho/round-0"
@@ -397,11 +399,13 @@ def _config_header() -> str:
     )
 
 
-def _first_commit(root: Path, skill_name: str, n_tasks: int) -> None:
-    repo = vcs.init_repo(root)
+def _first_commit(root: Path, skill_name: str, n_tasks: int) -> bool:
+    """Round 0's commit and tag; True when the workspace was given its own commit identity."""
+    repo, own_identity = vcs.init_repo(root)
     repo.git.add("-A")
     # the skill and harness as copied, as a round's commit would hold them: a skill's own
     # .gitignore must not leave a file out of round 0 that the incumbent's runs read
     vcs.stage_as_recorded(repo, EDITABLE_PATHS)
     repo.git.commit("-q", "-m", ledger.initial_message(skill_name, n_tasks))
     ledger.tag_initial(repo)
+    return own_identity

@@ -19,7 +19,7 @@ def _repo(tmp_path: Path):
     ws = tmp_path / "ws"
     (ws / "skill").mkdir(parents=True)
     (ws / "skill" / "SKILL.md").write_text("---\nname: x\ndescription: y\n---\nbody\n")
-    repo = vcs.init_repo(ws)
+    repo, _ = vcs.init_repo(ws)
     repo.git.add("-A")
     repo.git.commit("-q", "-m", ledger.initial_message("x", 3))
     ledger.tag_initial(repo)

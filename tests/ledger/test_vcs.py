@@ -16,7 +16,7 @@ def _repo(tmp_path: Path):
     (ws / "skill").mkdir(parents=True)
     (ws / "skill" / "SKILL.md").write_text("v0\n")
     (ws / "skill" / "notes.md").write_text("notes\n")
-    repo = vcs.init_repo(ws)
+    repo, _ = vcs.init_repo(ws)
     repo.git.add("-A")
     repo.git.commit("-q", "-m", ledger.initial_message("x", 1))
     return ws, repo
@@ -152,3 +152,12 @@ def test_init_gives_a_workspace_an_identity_only_where_git_finds_none(
     else:
         assert local.returncode == 1 and local.stdout == ""
         assert author == "Ada <ada@example.org>"
+    # init says so when it gives the workspace its own (it said nothing, as the docs say it does)
+    from harnessopt.workspace.core import init_workspace
+    from tests.support.cli import write_example
+
+    said: list[str] = []
+    skill, tasks = write_example(tmp_path / "example")
+    init_workspace(tmp_path / "made", skill, tasks, announce=said.append)
+    noted = [line for line in said if line.startswith("note: git has no author identity here")]
+    assert len(noted) == (found == "none"), said

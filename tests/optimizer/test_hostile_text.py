@@ -42,7 +42,7 @@ def test_git_metadata_from_the_view_is_never_copied_back(tmp_path: Path) -> None
     assert any(v.startswith("skill/nested/.git/") for v in result.violations)
     assert not (cand / "skill" / "nested" / ".git").exists()
     # and the record holds exactly the evaluated candidate
-    repo = vcs.init_repo(tmp_path / "ws")
+    repo, _ = vcs.init_repo(tmp_path / "ws")
     (tmp_path / "ws" / "x").write_text("x")
     repo.git.add("-A")
     repo.git.commit("-qm", "init")
