@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harnessopt.config import TriggerConfig
 from harnessopt.errors import UserError
 from harnessopt.protocols import Exchange, Task
 from harnessopt.util.text import FrontMatterError, read_front_matter
@@ -187,9 +188,14 @@ def round_tasks(
         if not for_objective(mine, kind):
             what = 'trigger tasks (answer {"trigger": true|false})' if kind == "trigger" else "task tasks"
             raise UserError(
-                f"objective: {objective}, but the {split} split holds no {what}; add some to the task "
-                'file or set another objective (docs/workspace.md, "Objectives")'
+                f"objective: {objective}, but the {split} split holds no {what}; add some to "
+                f'tasks/{split}.jsonl and commit, or set another objective (docs/workspace.md, "Objectives")'
             )
     if objective == "task":
         return mine
+    if distractors != TriggerConfig().distractors and not (ws_root / distractors).is_dir():
+        raise UserError(  # a misspelt folder measured triggering with no competing skill, silently
+            f"trigger.distractors: {ws_root / distractors} is not a folder; fix the setting or "
+            "create it (one Agent Skills directory per distractor)"
+        )
     return with_catalogue(mine, read_distractors(ws_root / distractors))

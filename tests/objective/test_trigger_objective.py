@@ -244,3 +244,13 @@ def test_init_of_objective_both_says_what_each_kinds_gate_detects(tmp_path: Path
     assert (
         noise_floor.plan(6, half)[0] in out.stdout and noise_floor.plan(14, GateConfig())[0] not in out.stdout
     )
+
+
+def test_a_distractors_folder_set_but_missing_is_refused(tmp_path: Path) -> None:
+    """-c trigger.distractors=nope (a typo) measured triggering with no competing skill, silently
+    (QA); the default folder may be missing (none are installed)."""
+    tasks = [_task("a", True), _task("b", False)]
+    with pytest.raises(UserError, match="trigger.distractors: .*nope is not a folder"):
+        trigger.round_tasks(tmp_path, "trigger", "nope", tasks, "val")
+    got = trigger.round_tasks(tmp_path, "trigger", "distractors", tasks, "val")
+    assert got[0].metadata["trigger"]["distractors"] == []
