@@ -88,7 +88,24 @@ def load_tasks(path: Path, *, empty_ok: bool = False) -> list[Task]:
         tasks.append(task)
     if not tasks and not empty_ok:
         raise UserError(f"{path} holds no tasks; add one JSON object per line")
+    _one_trigger_shape(tasks, path, first_line)
     return tasks
+
+
+def _one_trigger_shape(tasks: Sequence[Task], path: Path, line_of: dict[str, int]) -> None:
+    """In a file of trigger tasks (answer exactly ``{"trigger": true|false}``), an answer holding
+    a true or false ``trigger`` beside other keys is a typo, not a task objective's answer: it made
+    the task a task-objective one, silently (QA). A file of no trigger task may hold any answer."""
+    if not any(isinstance(t.answer, dict) and set(t.answer) == {"trigger"} for t in tasks):
+        return
+    for t in tasks:
+        a = t.answer
+        if isinstance(a, dict) and isinstance(a.get("trigger"), bool) and set(a) != {"trigger"}:
+            others = ", ".join(sorted(repr(k) for k in set(a) - {"trigger"}))
+            raise UserError(
+                f"{path}:{line_of[t.id]}: task {t.id!r}: a trigger task's answer is exactly "
+                f'{{"trigger": true}} or {{"trigger": false}}; remove {others}'
+            )
 
 
 def _fail(message: str) -> NoReturn:

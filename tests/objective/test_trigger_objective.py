@@ -183,6 +183,23 @@ def test_a_mistyped_trigger_answer_is_refused_not_read_as_another_objective(tmp_
     assert not (tmp_path / "ws").exists()
 
 
+def test_a_trigger_answer_with_another_key_is_refused_in_a_file_of_trigger_tasks(tmp_path: Path) -> None:
+    """{"trigger": true, "x": 1} among trigger tasks became a task-objective task, silently: the
+    file turned objective both, or init refused val's mix with no word of the line (QA). A file
+    with no trigger task keeps such an answer (a task's structured answer may name a trigger)."""
+    from harnessopt.workspace.core import init_workspace
+
+    rows = [{"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i % 2 == 0}} for i in range(24)]
+    rows[3]["answer"] = {"trigger": True, "x": 1}
+    skill, tasks = _trigger_file(tmp_path, rows)
+    with pytest.raises(UserError, match=r"mixed.jsonl:4: task 'y3': .*exactly .*; remove 'x'"):
+        init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
+    assert not (tmp_path / "ws").exists()
+    rows = [{"id": f"t{i}", "input": f"Say {i}", "answer": {"trigger": True, "x": i}} for i in range(12)]
+    skill, tasks = _trigger_file(tmp_path / "plain", rows)
+    init_workspace(tmp_path / "plain-ws", skill, tasks, announce=lambda _m: None)
+
+
 def test_objective_both_needs_val_tasks_of_each_kind(tmp_path: Path) -> None:
     from harnessopt.workspace.core import init_workspace
 
