@@ -160,6 +160,11 @@ def read_skill(skill_dir: Path, expect_name: str | None = None, rules_off: Colle
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise UserError(not_utf8(path, e)) from None
+    if text.startswith("\ufeff"):  # the reference validator refuses it: "must start with ---"
+        raise UserError(
+            f"{path} starts with a byte-order mark, and SKILL.md must start with its front matter "
+            "(---); save it as UTF-8 without one"
+        )
     meta, body = _read_front_matter(text, str(path))
     known = ("name", "description", *OPTIONAL_KEYS)
     checked = {k: v for k, v in meta.items() if k in known} if "unknown-keys" in rules_off else meta

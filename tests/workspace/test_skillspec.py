@@ -43,10 +43,14 @@ def test_valid_skill(tmp_path: Path) -> None:
     assert skill_body(tmp_path / "skill") == info.body
 
 
-def test_minimal_skill_with_bom_and_crlf(tmp_path: Path) -> None:
-    text = "\ufeff---\r\nname: a\r\ndescription: d\r\n---\r\nBody\r\n"
-    info = read_skill(make_skill(tmp_path, text))
+def test_minimal_skill_with_crlf_and_no_bom(tmp_path: Path) -> None:
+    text = "---\r\nname: a\r\ndescription: d\r\n---\r\nBody\r\n"
+    info = read_skill(make_skill(tmp_path / "crlf", text))
     assert (info.name, info.description, info.body) == ("a", "d", "Body")
+    # a byte-order mark first: the reference validator refuses it ("must start with ---"); init
+    # accepted it and committed it (QA)
+    with pytest.raises(UserError, match="starts with a byte-order mark"):
+        read_skill(make_skill(tmp_path / "bom", "\ufeff" + text))
 
 
 def test_expect_name_matches_folder(tmp_path: Path) -> None:

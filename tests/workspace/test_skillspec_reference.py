@@ -44,14 +44,16 @@ CORPUS = {
     "no-front-matter": ("bare", "# hi\n"),
     "unclosed-front-matter": ("open", "---\nname: open\ndescription: d\n"),
     "compatibility-501-chars": ("compat", fm(name="compat", description="d", compatibility="c" * 501)),
+    "byte-order-mark": ("bom", "\ufeff" + fm(name="bom", description="d")),  # it wants "---" first
     # harnessopt is stricter here, on purpose (docs/workspace.md, "The skill"):
     "unicode-name": ("café", fm(name="café", description="d")),  # a-z only: ids, paths, shells
     "unquoted-number-in-metadata": (  # YAML reads 1.0 as a number; the spec wants strings
         "meta",
         "---\nname: meta\ndescription: d\nmetadata:\n  version: 1.0\n---\nB\n",
     ),
+    "empty-compatibility": ("compat", '---\nname: compat\ndescription: d\ncompatibility: ""\n---\nB\n'),
 }
-STRICTER = {"unicode-name", "unquoted-number-in-metadata"}
+STRICTER = {"unicode-name", "unquoted-number-in-metadata", "empty-compatibility"}
 
 
 def _skill(tmp_path: Path, label: str) -> Path:

@@ -578,9 +578,9 @@ def test_openai_chat_template_does_not_repeat_a_stream_cut_short(tmp_path: Path)
 
 @pytest.mark.parametrize("template", ["chat", "openai-chat"])
 def test_a_skill_md_with_a_bom_sends_its_body_not_its_front_matter(tmp_path: Path, template: str):
-    """init reads a SKILL.md that starts with a UTF-8 BOM (the spec's parser drops it); the
-    templates looked for "---" at the very start, so the system prompt was the whole file,
-    front matter included (QA)."""
+    """A SKILL.md that starts with a UTF-8 BOM (init and a round's check refuse one; a harness may
+    be handed a skill from elsewhere): the templates looked for "---" at the very start, so the
+    system prompt was the whole file, front matter included (QA)."""
     skill = make_skill(tmp_path)
     (skill / "SKILL.md").write_bytes(b"\xef\xbb\xbf" + (skill / "SKILL.md").read_bytes())
     script = {"rules": [{"system": "^# Geography\\nAnswer with the city name only\\.$", "reply": "Paris"}]}
