@@ -17,11 +17,12 @@ from harnessopt.ledger.manifest import objective_gates, pooled_dead_zone
 from harnessopt.ledger.store import Round
 from harnessopt.reporting.adoption import adoption
 from harnessopt.reporting.log import (
+    incumbent_line,
     interrupted_spend,
     last_run_parts,
     last_run_settings,
     projected_vs_spent,
-    review_notes,
+    reason_line,
     rollback_of,
     round_diff,
 )
@@ -54,7 +55,6 @@ def proposal_outcome(r: Round) -> str:
 def round_row(r: Round, started_from: str = "") -> dict[str, Any]:
     """The report's row of round ``r``; ``started_from``: a rollback main went through before it."""
     m = r.manifest
-    reason = "; ".join([m.reason, *review_notes(m.checks)])  # with what a check flags for review
     train = [m.phases[p] for p in ("rollout",) if p in m.phases]
     val = [m.phases[p] for p in ("smoke", "validation", "reruns") if p in m.phases]
     return {
@@ -76,7 +76,15 @@ def round_row(r: Round, started_from: str = "") -> dict[str, Any]:
         "role_cost_usd": {role: u.cost_usd for role, u in m.tokens.items()},
         "violations": m.violations,
         "summary": m.title,
-        "reason": f"started from {started_from}; {reason}" if started_from else reason,
+        "reason": reason_line(  # what log says of it, word for word
+            {
+                "reason": m.reason,
+                "confirmation": m.confirmation.model_dump(mode="json") if m.confirmation else None,
+                "started_from": started_from,
+                "trigger": trigger_row(m.trigger),
+                "checks": m.checks.model_dump(mode="json"),
+            }
+        ),
         "wall_s": m.wall_s,
         "trigger": trigger_row(m.trigger),
         "candidates": [c.model_dump() for c in m.search.candidates] if m.search else [],
@@ -140,6 +148,7 @@ def report_data(ws: Workspace) -> dict[str, Any]:
     used, settings = last_run_parts(ws), last_run_settings(ws)
     return {
         "workspace": str(ws.root),
+        "incumbent": incumbent_line(ws),  # main's commit: a round's, or a rollback's
         "config": {  # what the last run used (a --target, --optimizer or -c is not in harnessopt.yaml)
             "mode": settings.get("mode", ws.cfg.mode),
             "template": settings.get("template", ws.cfg.template),

@@ -315,6 +315,7 @@ def render_html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         f'<p class="muted">mode {_e(cfg["mode"])}, template {_e(cfg["template"])}, target {_e(cfg["target"])}, '
         f"optimizer {_e(cfg['optimizer'])}, batch {_e(cfg['batch_size'])}, epochs {_e(cfg['epochs'])}</p>",
     ]
+    parts.append(f"<p>{_e(data['incumbent'])}</p>")  # main may be on a rollback, not the last round
     parts += [f"<p>{_e(line)}</p>" for line in data["spend"]]
     parts += ["<h2>Rounds</h2>", _rounds_table(data["rounds"])]
     parts += _candidates(data["rounds"])

@@ -99,7 +99,7 @@ def print_log(ws: Workspace, console: Console) -> None:
             train,
             _cost(r),
             f"[red]{len(r['violations'])}[/red]" if r["violations"] else "0",
-            f"{visible(r['summary'])}\n[dim]{visible(_with_confirmation(r))}[/dim]" + _candidate_lines(r),
+            f"{visible(r['summary'])}\n[dim]{visible(reason_line(r))}[/dim]" + _candidate_lines(r),
         )
     if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
         console = Console(width=LOG_WIDTH, highlight=False, emoji=False, file=console.file)
@@ -130,7 +130,9 @@ def review_notes(checks: ChecksRecord | dict[str, Any]) -> list[str]:
     return [str(c["note"]) for c in data.values() if isinstance(c, dict) and c.get("note")]
 
 
-def _with_confirmation(row: dict[str, Any]) -> str:
+def reason_line(row: dict[str, Any]) -> str:
+    """A round's reason as log and the report show it: with its confirmation, the rollback it
+    started from, its triggering, a leakage warning and what a check flags for review."""
     note = confirmation_note(row.get("confirmation"))
     reason = f"{row['reason']}; {note}" if note else str(row["reason"])
     if row.get("started_from"):  # main was rolled back before this round
@@ -200,26 +202,12 @@ def status_lines(ws: Workspace) -> list[str]:
     counts: dict[str, int] = {}
     for r in rounds:
         counts[r.status] = counts.get(r.status, 0) + 1
-    head = vcs.head_sha(ws.repo)
-    # the incumbent is main's commit, which a run starts from, wherever HEAD was checked out
-    main = (
-        ws.repo.git.rev_parse("--verify", "-q", "refs/heads/main")
-        if vcs.ref_exists(ws.repo, "refs/heads/main")
-        else head
-    )
     best = ledger.best(ws.repo)
-    at = next((r for r in records if r.commit == main), None)
     lines = [
         f"workspace: {ws.root} (mode {ws.cfg.mode}, template {ws.cfg.template}, "
         f"model {ws.cfg.model.provider}:{ws.cfg.model.target})",
         f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
-        f"incumbent: {main[:10]}"
-        + (f" = round {at.round}" if at else _not_a_round(ws, main))
-        + (
-            f" (main; HEAD is at {head[:10]}: a run starts only with main checked out)"
-            if head != main
-            else ""
-        ),
+        incumbent_line(ws, records),
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
         f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
     ]
@@ -352,6 +340,29 @@ def rollback_of(ws: Workspace, commit: str | None) -> str:
     if data.get("status") == "rollback" and isinstance(data.get("to_round"), int):
         return f"a rollback to round {data['to_round']}"
     return ""
+
+
+def incumbent_line(ws: Workspace, records: list[ledger.Round] | None = None) -> str:
+    """``incumbent: <main's commit> = round K`` (or what main's commit is when it is no round's:
+    a rollback, the round-0 proposal, a manual commit); the incumbent is main's commit, which a run
+    starts from, wherever HEAD was checked out."""
+    records = ledger.rounds(ws.repo) if records is None else records
+    head = vcs.head_sha(ws.repo)
+    main = (
+        ws.repo.git.rev_parse("--verify", "-q", "refs/heads/main")
+        if vcs.ref_exists(ws.repo, "refs/heads/main")
+        else head
+    )
+    at = next((r for r in records if r.commit == main), None)
+    return (
+        f"incumbent: {main[:10]}"
+        + (f" = round {at.round}" if at else _not_a_round(ws, main))
+        + (
+            f" (main; HEAD is at {head[:10]}: a run starts only with main checked out)"
+            if head != main
+            else ""
+        )
+    )
 
 
 def _not_a_round(ws: Workspace, head: str) -> str:

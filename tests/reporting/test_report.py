@@ -17,6 +17,7 @@ from rich.console import Console
 from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.reporting.data import report_data
+from harnessopt.reporting.html import render_html
 from harnessopt.reporting.log import print_log
 from harnessopt.workspace.core import Workspace
 from tests.support.browser import Page, chromium
@@ -119,6 +120,23 @@ def test_report_data_of_the_demo(demo: Path) -> None:
         flag["name"] == "stream" and flag["used"] == flag["trajectories"] > 0 and flag["values"] == {"0": 24}
     )
     assert "+Reply with only the city name" in data["diffs"][1]
+    # the rounds table says what log says (its confirmation was dropped), and where main is (QA)
+    assert "confirmed: " in data["rounds"][0]["reason"]
+    assert data["incumbent"].startswith("incumbent: ") and data["incumbent"].endswith("= round 3")
+
+
+def test_the_report_says_main_is_on_a_rollback(demo: Path, tmp_path: Path) -> None:
+    """After `rollback 1` with no round since, status said "(a rollback to round 1)"; the report
+    said nothing, and a reader took round 3's skill to be live (QA)."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    shutil.copytree(demo, ws, symlinks=True)
+    r = cli("rollback", ws, "1")
+    assert r.returncode == 0, r.stderr
+    said = report_data(Workspace.open(ws))["incumbent"]
+    assert "rollback to round 1" in said, said
+    assert said in render_html(report_data(Workspace.open(ws)), {})
 
 
 def test_report_without_matplotlib_says_what_to_install(demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
