@@ -116,7 +116,7 @@ def build_parser() -> _Parser:
     init = sub.add_parser("init", help="create a workspace from a skill directory and a task file")
     init.add_argument("ws", type=Path)
     init.add_argument("--skill", type=Path, required=True, help="skill directory (with SKILL.md)")
-    init.add_argument("--tasks", type=Path, required=True, help="tasks as JSONL")
+    init.add_argument("--tasks", type=Path, required=True, help="tasks as JSONL (- reads standard input)")
     init.add_argument(
         "--template",
         default="chat",

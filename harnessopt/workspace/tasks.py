@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 import unicodedata
 import weakref
 from collections import Counter
@@ -61,7 +62,10 @@ def load_tasks(path: Path, *, empty_ok: bool = False) -> list[Task]:
     if Path(path).is_dir():
         raise UserError(f"task file {path} is a directory; pass the JSONL file itself")
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark some editors write: dropped
+        if str(path) == "-":  # --tasks -: standard input, as the shell's <(...) and /dev/stdin give
+            text = sys.stdin.buffer.read().decode("utf-8-sig")
+        else:
+            text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark some editors write: dropped
     except FileNotFoundError:
         raise UserError(f"task file {path} does not exist; pass an existing JSONL file") from None
     except UnicodeDecodeError as e:

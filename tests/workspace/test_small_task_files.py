@@ -138,6 +138,13 @@ def test_tasks_from_a_pipe_are_read_once(tmp_path: Path) -> None:
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "holds no tasks" not in out.stderr, out.stderr
     assert "--split" in out.stdout and "next: harnessopt run" in out.stdout
+    # --tasks - reads standard input ("task file - does not exist", QA)
+    piped = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "init", tmp_path / "ws2", "--skill", skill, "--tasks", "-"],
+        input=tasks.read_text(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert (tmp_path / "ws2" / "tasks" / "val.jsonl").read_text() == (ws / "tasks" / "val.jsonl").read_text()
 
 
 @pytest.mark.parametrize("seed", ["5", "2"])
