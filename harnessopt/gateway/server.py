@@ -70,6 +70,9 @@ _BAD_TOKEN = "invalid or expired harnessopt gateway token"
 # or on the run's own socket (only its own connections can have filled it).
 SHARED_REFUSED = "harnessopt gateway refused a connection on a listener other runs share"
 OWN_REFUSED = "harnessopt gateway refused a connection on this run's own socket"
+UNANSWERED_IN_A_ROW = (
+    5  # upstream calls with no answer in a row (each after the retries): the endpoint is down
+)
 
 
 @dataclass
@@ -137,6 +140,9 @@ class Gateway:
         self._largest: dict[str, Usage] = {}  # by role: the most any one call reserved, per measure
         self._last_refusal: str | None = None
         self.refusals = 0  # calls refused for the budget: runs that made them say nothing about a candidate
+        # upstream calls failed in a row for want of an answer (connection refused, a timeout, 5xx,
+        # a rate limit past the retries), and the last one's error: reset by any answered call
+        self._unanswered: dict[str, tuple[int, str]] = {}
         self.notes: list[str] = []
 
     @classmethod
@@ -279,6 +285,27 @@ class Gateway:
 
     key_refused: str | None = None
     """Set when an upstream answered 401: the run stops at once (``round.driver.run``)."""
+
+    def upstream_down(self) -> str | None:
+        """Why a role's upstream counts as down: its last ``UNANSWERED_IN_A_ROW`` calls got no answer
+        (each after the gateway's own retries), none answered since; or None. Runs made meanwhile
+        scored 0 for an outage, not for what they ran: no evidence about a candidate."""
+        with self._lock:
+            for role, (n, last) in sorted(self._unanswered.items()):
+                if n >= UNANSWERED_IN_A_ROW:
+                    return (
+                        f"the {role} model's endpoint stopped answering: its last {n} calls got no answer "
+                        f"({last[:200]}); start it again, then run again (the round's runs are no evidence)"
+                    )
+        return None
+
+    def _answered(self, role: str, error: str | None) -> None:
+        """Count an upstream call: answered (``error`` None) or not."""
+        with self._lock:
+            if error is None:
+                self._unanswered.pop(role, None)
+            else:
+                self._unanswered[role] = (self._unanswered.get(role, (0, ""))[0] + 1, error)
 
     def exhausted(self) -> str | None:
         """Why the budget refuses further calls (the message callers get), or None.
@@ -436,6 +463,8 @@ class Gateway:
             response = model.create(call.body, lease.role, forward=forward)
         except ModelError as e:
             self._record(lease, call, None, f"{e.status} {e.error_type}: {e.message}", started, t0, hold)
+            if e.status >= 500 or e.status == 429:  # no answer: down, overloaded, out of time
+                self._answered(lease.role, f"{e.status} {e.error_type}: {e.message}")
             if e.status == 401:  # upstream refused the real key: no later call can succeed
                 self.key_refused = (
                     f"the API key was refused by the {lease.role}'s upstream ({e.message[:200]})"
@@ -443,7 +472,9 @@ class Gateway:
             raise
         except Exception as e:
             self._record(lease, call, None, f"{type(e).__name__}: {e}", started, t0, hold)
+            self._answered(lease.role, f"{type(e).__name__}: {e}")
             raise
+        self._answered(lease.role, None)
         self._record(lease, call, response, None, started, t0, hold)
         return response
 

@@ -45,6 +45,11 @@ class Candidate:
     flags: tuple[tuple[str, str], ...] = ()  # flag values over harnessopt.yaml's (harnessopt ablate)
 
 
+class UpstreamDown(HarnessoptError):
+    """The model's endpoint stopped answering mid-round (``Gateway.upstream_down``): the round's
+    runs are no evidence, it fails and the run stops (``round.driver``)."""
+
+
 class GatewayRefused(HarnessoptError):
     """A task's runs kept losing connections to the gateway: the round fails, nothing is scored 0."""
 
@@ -130,6 +135,8 @@ class Runner:
                     self.progress(cand.label, len(results), len(jobs))
                 for o in list(self.observers):
                     o.finished(cand.label, results[-1], len(results), len(jobs))
+                if down := self.gateway.upstream_down():  # the rest would wait out the retries too
+                    raise UpstreamDown(down)
         # Runs whose calls were refused are no evidence (a run made ahead was refused before this
         # batch began: its exchanges say so).
         if self.gateway.refusals > refused_before or any(_refused(r) for r in results):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harnessopt.commands.demo import demo_config
 from harnessopt.errors import UserError
@@ -461,3 +462,39 @@ def test_an_agent_that_tells_the_budgets_refusal_in_its_own_words_is_not_believe
     reason = ledger.find(Workspace.open(ws).repo, 1).manifest.reason
     assert reason.startswith("optimizer stopped: harnessopt budget spent: 8 of 8 model calls"), reason
     assert "(it said: agent exited with code 1: Quota exceeded" in reason
+
+
+def test_a_model_endpoint_that_stops_answering_mid_round_fails_the_round(tmp_path: Path) -> None:
+    """The target's server died after the train rollout: every later run scored 0 on an API error,
+    and the round printed a gate verdict ("rejected: +0.000 inside dead zone") and exited 0 (QA,
+    a llama.cpp server killed mid-round). The round fails, saying the endpoint stopped answering,
+    main stays, and the run stops with a failure's exit code."""
+    from harnessopt.commands.demo import DEMO_DATA
+    from harnessopt.gateway.models import ScriptedModel
+    from harnessopt.protocols import ModelError
+    from tests.support.fake_anthropic import FakeAnthropicServer
+
+    script = ScriptedModel.from_yaml(DEMO_DATA / "model.yaml")
+    served = []
+
+    def upstream(request: dict[str, Any]) -> dict[str, Any]:
+        served.append(1)
+        if len(served) > 8:  # the round's train rollout answered; then the server is gone
+            raise ModelError(503, "api_error", "upstream connect error")
+        return script.create(request["body"], "target")
+
+    with FakeAnthropicServer(upstream) as fake:
+        ws = make_ws(tmp_path)
+        cfg = yaml.safe_load((ws / "harnessopt.yaml").read_text())
+        cfg["optimizer"]["provider"] = "scripted"  # its script is the target's: model.script
+        cfg["model"] |= {"provider": "anthropic", "base_url": fake.base_url}
+        (ws / "harnessopt.yaml").write_text(yaml.safe_dump(cfg))
+        git(ws, "commit", "-qam", "the target behind a real endpoint")
+        main = git(ws, "rev-parse", "main")
+        r = cli("run", ws, "--rounds", "2", env={"ANTHROPIC_API_KEY": "x"}, timeout=600)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "the target model's endpoint stopped answering" in r.stderr
+    m = ledger.find(Workspace.open(ws).repo, 1).manifest
+    assert m.status == "failed" and "stopped answering" in m.reason and m.delta is None
+    assert git(ws, "rev-parse", "main") == main
+    assert [r.round for r in ledger.past_rounds(Workspace.open(ws).repo)] == [1]  # the run stopped
