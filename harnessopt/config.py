@@ -643,12 +643,11 @@ def dump_config(cfg: Config) -> str:
 def apply_overrides(cfg: Config, overrides: Mapping[str, Any]) -> Config:
     """Command-line values win over the YAML: keys are dotted paths like 'rollout.concurrency'.
 
-    ``None`` values (a flag that was not given) are skipped. An unknown key is a UserError.
+    ``None`` sets the key to null (``-c search.explore=null``: it was skipped, silently, as if no
+    flag was given; the caller passes only the flags that were given). An unknown key is a UserError.
     """
     data = cfg.model_dump()
     for dotted, value in overrides.items():
-        if value is None:
-            continue
         node = data
         *parents, leaf = dotted.split(".")
         if parents and parents[0] in ("flags", "prices"):  # free-form maps: a key may hold dots (gpt-4.1)

@@ -46,3 +46,13 @@ def test_a_setting_of_the_wrong_shape_is_said_in_the_settings_words(setting: str
     with pytest.raises(UserError) as e:
         apply_overrides(Config(), dict([parse_assignment(setting)]))
     assert said in str(e.value)
+
+
+def test_null_on_the_command_line_sets_the_key_to_null() -> None:
+    """-c search.explore=null was dropped as "a flag that was not given" (the workspace's 0 stayed,
+    and the dry run printed the command back as if it had worked) (QA)."""
+    zero = apply_overrides(Config(), {"search.explore": 0})
+    assert zero.search.explore == 0
+    assert apply_overrides(zero, dict([parse_assignment("search.explore=null")])).search.explore is None
+    with pytest.raises(UserError, match="gate.confidence: expected a number, got None"):
+        apply_overrides(Config(), dict([parse_assignment("gate.confidence=null")]))
