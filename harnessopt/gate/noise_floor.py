@@ -118,7 +118,8 @@ def blind(first: Outcomes, second: Outcomes, ids: list[str]) -> str:
     what = "failed" if score <= 0 else "passed" if score >= 1 else f"scored {score:g}"
     runs = sum(len(first[t]) + len(second[t]) for t in ids)  # both arms: 2 a task, or the whole bank
     return (
-        f"all {runs} runs of the {len(ids)} val tasks {what}: the scores cannot show run-to-run "
+        f"all {runs} runs of the {len(ids)} val tasks compared in the A/A test {what}: the scores cannot "
+        "show run-to-run "
         "noise (the answers may still have changed), so a flip rate of 0 and a paired SD of 0 say nothing"
         + (
             "; check the model answers at all (a model that fails every task gives the gate no signal), "
