@@ -276,6 +276,7 @@ SAFE_BETAS = (
     "thinking-token-count-",
     "compact-",
     "oauth-",
+    "mid-conversation-system-",  # system-role messages in `messages` (Claude Code on newer models)
 )
 
 

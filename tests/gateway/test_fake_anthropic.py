@@ -57,6 +57,11 @@ def test_a_beta_field_without_its_beta_header_is_refused_naming_the_field() -> N
             _post(fake.base_url, "k", memory_tool, "claude-code-20250219")
         assert _post(fake.base_url, "k", BODY, BETA)["content"][0]["text"] == "hello"
         assert fake.requests[-1]["query"] == "beta=true"
+        # a system-role message (Claude Code on newer models) needs its beta as much
+        system = {**BODY, "messages": [*BODY["messages"], {"role": "system", "content": "note"}]}
+        with pytest.raises(anthropic.BadRequestError, match="messages.1.role"):
+            _post(fake.base_url, "k", system, BETA)
+        assert _post(fake.base_url, "k", system, f"{BETA},mid-conversation-system-2026-04-07")
 
 
 def test_the_gateway_forwards_the_beta_header_and_query_upstream(tmp_path) -> None:

@@ -39,9 +39,11 @@ URL_IN_DOCUMENT = {
 FILE_DOCUMENT = {"type": "document", "source": {"type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}}
 FILE_UPLOAD = {"type": "container_upload", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}
 FILES_BETA = "files-api-2025-04-14"
-CLAUDE_CODE_BETAS = (
+CLAUDE_CODE_BETAS = (  # what Claude Code 2.1 sends; on newer models (claude-opus-4-8) system-role
+    # messages too, with their beta: dropped, the real API would refuse those messages (QA)
     "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
-    "fine-grained-tool-streaming-2025-05-14,prompt-caching-scope-2026-01-05,effort-2025-11-24"
+    "fine-grained-tool-streaming-2025-05-14,prompt-caching-scope-2026-01-05,effort-2025-11-24,"
+    "mid-conversation-system-2026-04-07"
 )
 
 

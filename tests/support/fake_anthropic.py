@@ -37,6 +37,8 @@ BETA_FIELDS: dict[str, tuple[str, ...]] = {
     "container": ("code-execution-", "skills-"),
     "output_format": ("structured-outputs-",),
 }
+# A system-role message among `messages` (Claude Code sends them on newer models, with this beta).
+SYSTEM_MESSAGE_BETA = ("mid-conversation-system-",)
 BETA_TOOL_TYPES: dict[str, tuple[str, ...]] = {
     "memory_": ("context-management-",),
     "code_execution_": ("code-execution-",),
@@ -57,6 +59,10 @@ def check_betas(body: dict[str, Any], headers: dict[str, str]) -> None:
     def missing(prefixes: tuple[str, ...]) -> bool:
         return not any(b.startswith(p) for b in betas for p in prefixes)
 
+    messages = body.get("messages")
+    for i, m in enumerate(messages if isinstance(messages, list) else []):
+        if isinstance(m, dict) and m.get("role") == "system" and missing(SYSTEM_MESSAGE_BETA):
+            raise _extra_input(f"messages.{i}.role: 'system'", SYSTEM_MESSAGE_BETA)
     for name, prefixes in BETA_FIELDS.items():
         if name in body and missing(prefixes):
             raise _extra_input(name, prefixes)
