@@ -55,7 +55,7 @@ def make_optimizer(
     transcript_dir: Path | None = None,
     lease_factory: Callable[[int], GatewayLease] | None = None,
     shell_on_host: bool | None = None,
-    max_output_tokens: int | None = None,
+    output_cap: int | None = None,
 ) -> Optimizer:
     """Build the optimizer named by ``cfg.backend`` (a registry name or a dotted path).
 
@@ -65,8 +65,9 @@ def make_optimizer(
     socket; default: the client's token and URL). ``shell_factory(view)`` gives the optimizer's
     ``Shell`` (``sandbox.shell``); it defaults to the local shell on the host. Whether that
     shell runs on this host (``shell_on_host``; default: when no ``shell_factory`` is given)
-    decides ``check_placement``. ``max_output_tokens``: what each call of the built-in optimizer
-    (``anthropic``) asks for at most (``anthropic_agent.output_ask``).
+    decides ``check_placement``. ``output_cap``: the most one optimizer call may ask for
+    (``budget.optimizer_max_output_tokens``), for the backends that choose their calls' size
+    (``anthropic``, ``claude-code``).
     """
     from harnessopt import registry
     from harnessopt.sandbox.local.sandbox import LocalShell
@@ -84,11 +85,7 @@ def make_optimizer(
         transcript_dir=transcript_dir,
         lease_factory=lease_factory or _lease_of_client(client_factory),
         # the built-in's only: a factory of one's own (a dotted path) takes the documented ones
-        **(
-            {"max_output_tokens": max_output_tokens}
-            if max_output_tokens and cfg.backend == "anthropic"
-            else {}
-        ),
+        **({"output_cap": output_cap} if output_cap and cfg.backend in ("anthropic", "claude-code") else {}),
     )
     return optimizer
 
@@ -141,13 +138,13 @@ def anthropic_optimizer(
     client_factory: Callable[[int], anthropic.Anthropic],
     shell_factory: Callable[[Path], Shell],
     transcript_dir: Path | None = None,
-    max_output_tokens: int | None = None,
+    output_cap: int | None = None,
     **_: object,
 ) -> Optimizer:
-    """``anthropic``: the built-in Claude tool loop over the view, each call asking
-    ``max_output_tokens`` (default 8,192). The SDK's import starts here, in the background
+    """``anthropic``: the built-in Claude tool loop over the view, each call asking 8,192 output
+    tokens or the role's ``output_cap`` if lower. The SDK's import starts here, in the background
     (``import_in_background``)."""
-    from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer
+    from harnessopt.optimizer.anthropic_agent import MAX_OUTPUT_TOKENS, AnthropicOptimizer
 
     import_in_background("anthropic")
 
@@ -157,7 +154,7 @@ def anthropic_optimizer(
         cfg,
         shell_factory,
         transcript_dir=transcript_dir,
-        **({} if max_output_tokens is None else {"max_output_tokens": max_output_tokens}),
+        max_output_tokens=min(MAX_OUTPUT_TOKENS, output_cap or MAX_OUTPUT_TOKENS),
     )
 
 
@@ -187,13 +184,19 @@ def claude_code_optimizer(
     lease_factory: Callable[[int], GatewayLease],
     shell_factory: Callable[[Path], Shell],
     transcript_dir: Path | None = None,
+    output_cap: int | None = None,
     **_: object,
 ) -> Optimizer:
-    """``claude-code``: the ``command`` backend running Claude Code headless, able to edit the view."""
+    """``claude-code``: the ``command`` backend running Claude Code headless, able to edit the view,
+    its calls asking at most ``output_cap`` output tokens (the role's cap)."""
     from harnessopt.optimizer import claude_code
 
     optimizer: Optimizer = claude_code.make(
-        cfg, lease_factory=lease_factory, shell_factory=shell_factory, transcript_dir=transcript_dir
+        cfg,
+        lease_factory=lease_factory,
+        shell_factory=shell_factory,
+        transcript_dir=transcript_dir,
+        output_cap=output_cap,
     )
     return optimizer
 

@@ -34,9 +34,10 @@ SYSTEM_PROMPT = (
 MAX_OUTPUT_TOKENS = 8192  # per model call; the round's budget is cfg.max_tokens
 
 
-# What a Claude Code CLI call asks for by default (its max output tokens); a Codex call names none,
+# What a CLI agent's call asks for: Claude Code is told the role's cap (CLAUDE_CODE_MAX_OUTPUT_TOKENS:
+# the claude-code preset and template set it) and asks it on newer models; a Codex call names none,
 # and the gateway reserves the role's whole cap for it.
-CLI_AGENT_OUTPUT = {"claude-code": 32_000, "codex": None}
+CLI_AGENT_OUTPUT: dict[str, int | None] = {"claude-code": None, "codex": None}
 
 
 def first_call_too_dear(cfg: Config) -> str | None:

@@ -51,11 +51,13 @@ def claude_code_argv(model: str) -> list[str]:
     ]
 
 
-def claude_code_env(cfg: OptimizerConfig) -> dict[str, str]:
-    """Every model the CLI may pick is ``cfg.model``; no updater, telemetry or other side traffic."""
+def claude_code_env(cfg: OptimizerConfig, output_cap: int | None = None) -> dict[str, str]:
+    """Every model the CLI may pick is ``cfg.model``; no updater, telemetry or other side traffic;
+    its calls ask at most ``output_cap`` output tokens (the gateway refuses a call asking more:
+    on claude-opus-4-8 the CLI asks 64,000, over the default cap of 32,000)."""
     model = cfg.model
     bash_ms = str(int(cfg.bash_timeout_s * 1000))
-    return {
+    return ({"CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(output_cap)} if output_cap else {}) | {
         "ANTHROPIC_MODEL": model,
         "ANTHROPIC_SMALL_FAST_MODEL": model,
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
@@ -77,6 +79,7 @@ def make(
     lease_factory: Callable[[int], GatewayLease],
     shell_factory: Callable[[Path], Shell],
     transcript_dir: Path | None,
+    output_cap: int | None = None,
 ) -> Any:
     """The ``command`` optimizer running Claude Code; ``optimizer.command`` must be unset."""
     from harnessopt.optimizer.command import preset
@@ -88,7 +91,7 @@ def make(
         cfg.wall_s,
         lease_factory=lease_factory,
         shell_factory=shell_factory,
-        env=claude_code_env(cfg),
+        env=claude_code_env(cfg, output_cap),
         transcript_dir=transcript_dir,
         report=proposal,
         missing_hint=IMAGE_HINT,

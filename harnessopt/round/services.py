@@ -21,7 +21,6 @@ from harnessopt.gateway.server import Gateway
 from harnessopt.ledger.journal import STATE_DIR, Journal
 from harnessopt.ledger.live_spend import Keeper
 from harnessopt.optimizer import make_optimizer
-from harnessopt.optimizer.anthropic_agent import output_ask
 from harnessopt.protocols import Announce, GatePolicy, Optimizer, Proposal, Sandbox
 from harnessopt.rollout.executors import PooledExecutor
 from harnessopt.rollout.run_cache import RoundStore, proposal_settings, rollout_settings
@@ -242,7 +241,7 @@ def open_services(
                 transcript_dir=state_dir / "optimizer",
                 lease_factory=lambda k: gateway.lease("optimizer", k, None),
                 shell_on_host=not sandbox.shell_isolated,  # then it needs unsafe_host
-                max_output_tokens=output_ask(cfg),  # what budget.optimizer_max_output_tokens allows
+                output_cap=cfg.budget.optimizer_max_output_tokens,  # what one optimizer call may ask
             )
             if with_optimizer
             else None

@@ -80,10 +80,16 @@ def test_a_noise_floor_of_all_equal_scores_says_it_measured_nothing() -> None:
     nf = noisefloor.measure(_runs([0] * 30), _runs([0] * 30), GateConfig())
     text = " ".join(noisefloor.lines(nf))
     assert nf["blind"] and text.startswith("noise floor measured nothing")
-    assert "all 60 runs of the 30 val tasks compared in the A/A test failed:" in text and "0% of tasks flipped" not in text
+    assert (
+        "all 60 runs of the 30 val tasks compared in the A/A test failed:" in text
+        and "0% of tasks flipped" not in text
+    )
     assert "model answers at all" in text
     passing = noisefloor.lines(noisefloor.measure(_runs([1] * 30), _runs([1] * 30), GateConfig()))
-    assert "all 60 runs of the 30 val tasks compared in the A/A test passed:" in passing[0] and "model answers" not in passing[0]
+    assert (
+        "all 60 runs of the 30 val tasks compared in the A/A test passed:" in passing[0]
+        and "model answers" not in passing[0]
+    )
     mixed = noisefloor.measure(_runs([1] * 15 + [0] * 15), _runs([1] * 15 + [0] * 15), GateConfig())
     assert not mixed["blind"]  # tasks differ: a flip rate of 0 is then a measurement
 

@@ -225,3 +225,21 @@ def test_history_lists_rounds_with_numbers() -> None:
     assert "## Round 1: accepted" in text and "delta +0.125, dead zone 0.080" in text
     assert "reason: inside the zone" in text and "Terse answers" in text
     assert "[...]" in text and len(text) < 3000
+
+
+def test_the_optimizers_that_size_their_calls_are_told_the_roles_cap() -> None:
+    """budget.optimizer_max_output_tokens: the built-in asked 8,192 and Claude Code 64,000 (on
+    claude-opus-4-8) whatever the cap, and the gateway refused every call over it (QA)."""
+    on_host = {"unsafe_host": True}
+    built_in = make_optimizer(OptimizerConfig(**on_host), client_factory=_client, output_cap=1000)
+    assert isinstance(built_in, AnthropicOptimizer) and built_in.max_output_tokens == 1000
+    assert (
+        make_optimizer(
+            OptimizerConfig(**on_host), client_factory=_client, output_cap=64_000
+        ).max_output_tokens
+        == 8192
+    )  # type: ignore[attr-defined]
+    cc = make_optimizer(
+        OptimizerConfig(backend="claude-code", **on_host), client_factory=_client, output_cap=20_000
+    )
+    assert isinstance(cc, CommandOptimizer) and cc.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "20000"

@@ -295,6 +295,31 @@ def test_claude_code_template_with_a_stand_in_cli(tmp_path: Path):
     assert any(e["event"] == "skill_not_loaded" and "never called" in e["why"] for e in events)
 
 
+def test_claude_code_template_says_the_clis_api_error_and_caps_its_output(tmp_path: Path):
+    """The CLI ends an API error (the gateway's 400: max_tokens 64,000 over the 32,000 cap, as
+    claude-opus-4-8 asks) with an error result and exit 1: the harness said only "claude exited
+    with 1", the cause was in the trajectory alone. It says the error now, and tells the CLI the
+    cap (CLAUDE_CODE_MAX_OUTPUT_TOKENS), so that such a call is not made (QA)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "claude"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\nsys.stdin.read()\n"
+        "cap = os.environ.get('CLAUDE_CODE_MAX_OUTPUT_TOKENS')\n"
+        "print(json.dumps({'type': 'result', 'is_error': True, 'result': f'API Error: 400 max_tokens: "
+        "64000 is over the 32000 (told {cap})'}))\nsys.exit(1)\n"
+    )
+    fake.chmod(0o755)
+    proc = run_template(
+        "claude-code", tmp_path, {"id": "t", "input": "q"}, {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    )
+    assert proc.returncode == 1
+    assert (
+        "claude reported an error: API Error: 400 max_tokens: 64000 is over the 32000 (told 32000)"
+        in proc.stderr
+    )
+
+
 @pytest.mark.parametrize("writes_file", [True, False])
 def test_command_template(tmp_path: Path, writes_file: bool):
     skill = make_skill(tmp_path)

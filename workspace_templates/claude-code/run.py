@@ -35,6 +35,7 @@ from pathlib import Path
 
 TOOLS = "Bash,Read,Edit,Write,Glob,Grep,Skill"
 TEXT_CAP = 4000  # characters of a tool result or text kept per event
+MAX_OUTPUT_TOKENS = 32_000  # budget.target_max_output_tokens by default: what one call of the CLI may ask
 
 
 def skill_name(skill_dir: Path) -> str:
@@ -173,6 +174,9 @@ def claude_env(home: str) -> dict:
             env[name] = model
     for name in ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY"):
         env[name] = "1"
+    # the gateway refuses a call asking more than budget.target_max_output_tokens (32,000 unless
+    # raised; raise this with it): on claude-opus-4-8 the CLI would ask 64,000
+    env.setdefault("CLAUDE_CODE_MAX_OUTPUT_TOKENS", str(MAX_OUTPUT_TOKENS))
     return env
 
 
@@ -232,14 +236,14 @@ def main() -> int:
     transcript.check_skill()
     traj.log("claude_exit", returncode=returncode)
     result = transcript.result
-    if returncode != 0 or not result:
-        print(f"claude-code harness: claude exited with {returncode}", file=sys.stderr)
-        return 1
-    if result.get("is_error"):
+    if result and result.get("is_error"):  # an API error (a refused call) says why here, not in the exit code
         print(
             f"claude-code harness: claude reported an error: {str(result.get('result', ''))[:300]}",
             file=sys.stderr,
         )
+        return 1
+    if returncode != 0 or not result:
+        print(f"claude-code harness: claude exited with {returncode}", file=sys.stderr)
         return 1
     (args.out / "answer.txt").write_text(str(result.get("result", "")).strip())
     return 0

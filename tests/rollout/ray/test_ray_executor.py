@@ -334,11 +334,27 @@ def test_docker_on_the_nodes_reaches_the_head_gateway_through_the_relay(
         ]
         assert not left, left
         tmp = Path(ray.get(ray.remote(tempfile.gettempdir).remote()))  # the workers' temp folder
-        cands = [p for pattern in ("", "*/", "*/*/") for p in tmp.glob(f"{pattern}ho-cand-{digest}-*")]
+        cands = _named_within(tmp, f"ho-cand-{digest}-", depth=2)
         assert not cands, cands
         assert not (tmp / f"ho-ray-{ex.run_id}").exists()
     finally:
         _remove_ray_workers_containers(docker_client)
+
+
+def _named_within(root: Path, prefix: str, depth: int) -> list[Path]:
+    """Entries under ``root`` (``depth`` folders down) whose name starts with ``prefix``. Not a
+    glob: other runs sharing /tmp remove their folders meanwhile, and a glob then raises."""
+    found: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:  # removed since it was listed
+        return found
+    for e in entries:
+        if e.name.startswith(prefix):
+            found.append(Path(e.path))
+        elif depth > 0 and e.is_dir(follow_symlinks=False):
+            found += _named_within(Path(e.path), prefix, depth - 1)
+    return found
 
 
 def _remove_ray_workers_containers(client: Any) -> None:
