@@ -97,9 +97,16 @@ def check_placement(cfg: OptimizerConfig, *, on_host: bool, announce: Callable[[
     if not on_host or cfg.backend == "manual":
         return
     if not cfg.unsafe_host:
+        # a CLI agent runs in the image variant that holds it (the plain image has no such CLI)
+        docker = (
+            f"--sandbox docker -c rollout.image=harnessopt-sandbox:{cfg.backend} (after `harnessopt "
+            f"sandbox build --with {cfg.backend}`)"
+            if cfg.backend in ("claude-code", "codex")
+            else "--sandbox docker (after `harnessopt sandbox build`)"
+        )
         raise UserError(
             f"the {cfg.backend} optimizer would run its tools on this host (no Docker sandbox), where they "
-            f"can reach {HOST_EXPOSURE}: use --sandbox docker (after `harnessopt sandbox build`), or pass "
+            f"can reach {HOST_EXPOSURE}: use {docker}, or pass "
             "--unsafe-host-optimizer (optimizer.unsafe_host: true) to accept that"
         )
     announce(

@@ -179,6 +179,14 @@ def test_an_optimizer_on_this_host_needs_the_unsafe_flag_and_says_what_it_expose
         assert len(said) == 1 and said[0].startswith("WARNING")
         for exposed in ("API key", "workspace", "tasks/", "gold answers", "network"):
             assert exposed in said[0], exposed
+    # a CLI agent's way into Docker is its image variant: the plain image holds no such CLI (QA)
+    for backend in ("claude-code", "codex"):
+        with pytest.raises(UserError) as refused:
+            make_optimizer(OptimizerConfig(backend=backend), client_factory=_client)
+        assert (
+            f"--sandbox docker -c rollout.image=harnessopt-sandbox:{backend} (after `harnessopt sandbox "
+            f"build --with {backend}`)" in str(refused.value)
+        )
     # In a container (the Docker sandbox's shell), nothing to accept and nothing to warn about.
     said = []
     make_optimizer(OptimizerConfig(), client_factory=_client, announce=said.append, shell_on_host=False)
