@@ -24,9 +24,10 @@ from harnessopt.config import OptimizerConfig
 from harnessopt.protocols import AgentResult, GatewayLease, Proposal, Shell
 
 TOOLS = ("Bash", "Read", "Edit", "Write", "Glob", "Grep")
-IMAGE_HINT = (
+MISSING_HINT = (  # in the Docker sandbox; on this host (--sandbox local)
     "build the image with `harnessopt sandbox build --with claude-code` and set "
-    "rollout.image: harnessopt-sandbox:claude-code (or install the CLI: npm install -g @anthropic-ai/claude-code)"
+    "rollout.image: harnessopt-sandbox:claude-code",
+    "install the CLI on this host: npm install -g @anthropic-ai/claude-code",
 )
 
 
@@ -94,7 +95,7 @@ def make(
         env=claude_code_env(cfg, output_cap),
         transcript_dir=transcript_dir,
         report=proposal,
-        missing_hint=IMAGE_HINT,
+        missing_hint=MISSING_HINT,
     )
 
 

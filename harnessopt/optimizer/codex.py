@@ -22,9 +22,9 @@ from typing import Any
 from harnessopt.config import OptimizerConfig
 from harnessopt.protocols import AgentResult, GatewayLease, Proposal, Shell
 
-IMAGE_HINT = (
-    "build the image with `harnessopt sandbox build --with codex` and set "
-    "rollout.image: harnessopt-sandbox:codex (or install the CLI: npm install -g @openai/codex)"
+MISSING_HINT = (  # in the Docker sandbox; on this host (--sandbox local)
+    "build the image with `harnessopt sandbox build --with codex` and set rollout.image: harnessopt-sandbox:codex",
+    "install the CLI on this host: npm install -g @openai/codex",
 )
 # Codex flags shared with the codex template: no hosted tools, no sub-agents, no goals.
 CODEX_FLAGS = ["--disable", "multi_agent", "--disable", "goals", "-c", 'web_search="disabled"']
@@ -71,7 +71,7 @@ def make(
         shell_factory=shell_factory,
         transcript_dir=transcript_dir,
         report=proposal,
-        missing_hint=IMAGE_HINT,
+        missing_hint=MISSING_HINT,
         executable=PRESETS["codex"],
     )
 

@@ -72,7 +72,7 @@ class CommandOptimizer:
         transcript_dir: Path | None = None,
         report: Report | None = None,
         name: str = "command",
-        missing_hint: str = "install it or fix the setting",
+        missing_hint: str | tuple[str, str] = "install it or fix the setting",
         executable: str | None = None,
     ):
         check_command("command", argv)
@@ -124,12 +124,14 @@ class CommandOptimizer:
             err.write_text(result.stderr + (f"\n[{result.note}]\n" if result.note else ""), encoding="utf-8")
         return path
 
-    def _probe(self, missing_hint: str) -> None:
-        """UserError unless ``argv[0]`` is an executable in the shell the agent will run in."""
+    def _probe(self, missing_hint: str | tuple[str, str]) -> None:
+        """UserError unless ``argv[0]`` is an executable in the shell the agent will run in;
+        ``missing_hint``: what to do, or (in a container, on this host) where they differ."""
         private = Path(tempfile.mkdtemp(prefix="ho-probe-"))  # 0700: a DockerShell insists on it
         try:
             (private / "view").mkdir()
             shell = self.shell_factory(private / "view")
+            in_container = shell.view_root != str(private / "view")  # a container sees it elsewhere
             try:
                 found = shell.run(f"command -v -- {shlex.quote(self.executable)}", PROBE_TIMEOUT_S)
             finally:
@@ -138,6 +140,8 @@ class CommandOptimizer:
         finally:
             shutil.rmtree(private, ignore_errors=True)
         if found.exit_code != 0:
+            if isinstance(missing_hint, tuple):  # the image lacks it, or this host does
+                missing_hint = missing_hint[0] if in_container else missing_hint[1]
             private_tmp = Path(self.executable).is_relative_to("/tmp") and Path(self.executable).is_file()
             where = " (/tmp is the sandbox's own there: put the agent elsewhere)" if private_tmp else ""
             raise UserError(

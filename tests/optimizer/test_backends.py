@@ -68,6 +68,11 @@ def test_command_agent_must_exist() -> None:
         CommandOptimizer(["no-such-agent-xyz", "-p"], 10)
     with pytest.raises(UserError, match="empty"):
         CommandOptimizer([], 10)
+    # a preset's hint says what to do where the agent runs: on this host, install it (it said to
+    # build an image, which --sandbox local does not use) (QA)
+    hint = ("build the image", "install the CLI on this host")
+    with pytest.raises(UserError, match="; install the CLI on this host$"):
+        CommandOptimizer(["no-such-agent-xyz", "-p"], 10, missing_hint=hint)
 
 
 @pytest.mark.skipif(not isolation.available("bwrap"), reason="bubblewrap cannot run here")
