@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,10 +239,23 @@ def record_accepted(
             if vcs.head_sha(repo) != sha:  # no round's tag on a commit main never held
                 repo.git.tag("-d", tag)
                 raise MainMoved(m.round, "main moved") from e
-            raise
+            # main holds the round, the checkout failed: never a failed round, the next run finishes it
+            raise CheckoutUnfinished(m.round, repo.working_dir, e) from e
         if new_best:
             vcs.tag(repo, BEST_TAG, sha, move=True)
     return sha
+
+
+class CheckoutUnfinished(HarnessoptError):
+    """An accepted round is on main, but git could not check it out (the journal's ``applying``
+    line stands: ``recover`` finishes it). Not a failed round: nothing about it is to be undone."""
+
+    def __init__(self, k: int, root: object, e: Exception):
+        super().__init__(
+            f"round {k} was accepted and main holds it, but git could not check it out "
+            f"({str(e).strip().splitlines()[-1][:200]}); run `harnessopt run {shlex.quote(str(root))}` to "
+            "finish it (do not commit the files git status shows: that would undo the round)"
+        )
 
 
 class MainMoved(HarnessoptError):
@@ -309,8 +323,9 @@ def rollback_message(k: int, to_commit: str) -> str:
 
 
 def recover(repo: git.Repo, journal: Journal, say: Announce) -> None:
-    """Before a run: finish our own interrupted apply, or refuse a workspace with a user's edits."""
-    last = journal.last() or {}
+    """Before a run: finish our own interrupted apply, or refuse a workspace with a user's edits.
+    The apply's step is the journal's last but for the spend lines the round's way out wrote."""
+    last: dict[str, Any] = next((e for e in reversed(journal.entries()) if e.get("phase") != "spend"), {})
     head = vcs.head_sha(repo)
     if last.get("phase") == "applying" and last.get("commit") != head and last.get("parent") == head:
         if dirty := vcs.dirty_paths(repo):  # the checkout would reset them away

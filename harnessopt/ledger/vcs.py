@@ -11,6 +11,7 @@ import hashlib
 import os
 import shlex
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -209,9 +210,24 @@ def main_unmovable(repo: git.Repo, parent: str) -> str | None:
 
 
 def advance_main(repo: git.Repo, new: str, expected_old: str) -> None:
-    """Move main to ``new`` atomically (only if it still is ``expected_old``), then check it out."""
-    repo.git.update_ref("refs/heads/main", new, expected_old)
-    repo.git.reset("--hard", new)
+    """Move main to ``new`` atomically (only if it still is ``expected_old``), then check it out.
+    The two git processes run in a session of their own: a Ctrl-C at the terminal goes to its
+    whole process group, and killed between them git left main moved and the tree not checked
+    out. A checkout that finds the index locked (a person's git, an IDE's ``git status``) is
+    tried again for a few seconds."""
+    _own_session(repo, "update-ref", "refs/heads/main", new, expected_old)
+    for wait in (0.2, 0.5, 1.0, 2.0, 0.0):
+        try:
+            _own_session(repo, "reset", "--hard", new)
+            return
+        except git.GitCommandError as e:
+            if not wait or "index.lock" not in str(e):
+                raise
+            time.sleep(wait)
+
+
+def _own_session(repo: git.Repo, *args: str) -> None:
+    repo.git.execute(["git", *args], start_new_session=True)
 
 
 def set_ref(repo: git.Repo, ref: str, sha: str) -> None:

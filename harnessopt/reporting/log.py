@@ -242,21 +242,32 @@ def status_lines(ws: Workspace) -> list[str]:
         )
     if busy is not None:  # a command is running now: say so, and no 'next'
         return [*lines, *_in_progress(ws, busy, last)]
+    applying = False  # an accepted round main holds whose checkout did not finish: run finishes it
     if stopped := stopped_step(entries):  # where the last run stopped mid-round
+        applying = stopped.get("phase") == "applying" and stopped.get("commit") in (
+            vcs.head_sha(ws.repo),
+            stopped.get("parent"),
+        )
         lines.append(
-            f"last run stopped in round {stopped.get('round')}, its journal's last step '{stopped.get('phase')}' "
-            "(nothing applied)"
+            f"last run stopped applying round {stopped.get('round')}, accepted: the next run finishes it "
+            "(do not commit or stash what git status shows: that would undo the round)"
+            if applying
+            else f"last run stopped in round {stopped.get('round')}, its journal's last step "
+            f"'{stopped.get('phase')}' (nothing applied)"
         )
     dirty = vcs.dirty_paths(ws.repo)
     if dirty:
-        lines.append(f"uncommitted changes: {len(dirty)} path(s) (commit or stash before 'run')")
+        lines.append(
+            f"uncommitted changes: {len(dirty)} path(s)"
+            + (" (the unfinished checkout's)" if applying else " (commit or stash before 'run')")
+        )
     lines += proposals.standing_lines(ws.repo, ws.root)
     where = ws.off_main()
     run = proposals.run_command(ws.repo, ws.root, _main_config(ws) if where else ws.cfg)
     q = shlex.quote(str(ws.root))
     if where:  # the run refuses off main
         run = f"{vcs.git_in(ws.root)} checkout main (HEAD is {where}), then {run}"
-    elif dirty:  # and with uncommitted changes
+    elif dirty and not applying:  # and with uncommitted changes (an apply's are the run's to finish)
         run = f"commit or stash the changes, then {run}"
     lines.append(f"next: {run}   |   harnessopt log {q}")
     return lines

@@ -23,6 +23,7 @@ from pathlib import Path
 from harnessopt.errors import HarnessoptError, UserError
 from harnessopt.gate.confirmation import split_val
 from harnessopt.ledger import vcs
+from harnessopt.ledger.store import CheckoutUnfinished
 from harnessopt.protocols import Announce, Task, TaskResult
 from harnessopt.rollout.phase_stats import RoundRuns
 from harnessopt.rollout.runner import Candidate
@@ -59,7 +60,7 @@ def run_round(ws: Workspace, svc: Services, k: int, say: Announce) -> RoundResul
     try:
         with _view_dir(k) as view:
             return _steps(ws, svc, rc, trail, view, say)
-    except (UserError, KeyboardInterrupt):
+    except (UserError, KeyboardInterrupt, CheckoutUnfinished):  # main holds the round: not failed
         raise
     except stop.StopRequested as why:  # the STOP file or the run's deadline, at a phase boundary
         return record(ws, svc, rc, trail, ("failed", str(why)), say)

@@ -149,3 +149,52 @@ def test_a_rerun_after_the_memorised_answer_check_pays_for_none_of_its_runs_agai
     second = [json.loads(x) for x in _journal(ws) if json.loads(x).get("phase") == "memorised"][-1]
     assert second["summary"] == first["summary"]  # the same variants, the same verdict
     assert ledger.past_rounds(Workspace.open(ws).repo)[-1].status == "accepted"
+
+
+HOLD_INDEX_LOCK = """#!/bin/bash
+# when main moves, another git (an IDE's `git status`) holds the index for SECONDS
+input=$(cat)
+if [ "$1" = committed ] && echo "$input" | grep -q " refs/heads/main$"; then
+  touch "$PWD/.git/index.lock"; (sleep SECONDS; rm -f "$PWD/.git/index.lock") >/dev/null 2>&1 &
+fi
+"""
+
+
+@pytest.mark.parametrize("seconds", [2, 8])
+def test_a_checkout_that_finds_the_index_locked_never_leaves_a_round_half_applied(
+    tmp_path: Path, seconds: int
+) -> None:
+    """Main moved to an accepted round and the checkout found .git/index.lock held by another git:
+    the round was recorded failed with main holding it, the tree stale, and status said to commit,
+    which undid the round (QA). A lock held briefly is waited out; one held longer ends the run
+    saying how to finish it, status says the same, and the next run does."""
+    ws = make_ws(tmp_path)
+    hook = ws / ".git" / "hooks" / "reference-transaction"
+    hook.write_text(HOLD_INDEX_LOCK.replace("SECONDS", str(seconds)))
+    hook.chmod(0o755)
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), *RUN],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+    )  # fmt: skip
+    hook.unlink()
+    time.sleep(seconds)  # the other git let go
+    repo = Workspace.open(ws).repo
+    assert not any(x.status == "failed" for x in ledger.past_rounds(repo))
+    assert git(ws, "rev-parse", "HEAD") == git(ws, "rev-parse", "ho/round-1^{commit}")
+    if seconds == 2:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert git(ws, "status", "--porcelain") == ""
+        return
+    assert r.returncode == 1 and "round 1 was accepted and main holds it" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    status = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "status", str(ws)], capture_output=True, text=True
+    ).stdout
+    assert "last run stopped applying round 1, accepted: the next run finishes it" in status
+    assert "commit or stash the changes" not in status
+    again = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(ws), *RUN],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+    )  # fmt: skip
+    assert "round 1 had been accepted when the last run stopped; its checkout is now complete" in again.stdout
+    assert git(ws, "status", "--porcelain") == ""

@@ -269,23 +269,29 @@ def test_codex_template_without_cli(tmp_path: Path):
     assert proc.returncode == 3 and "'codex' CLI is not on PATH" in proc.stderr
 
 
-def test_claude_code_template_with_a_stand_in_cli(tmp_path: Path):
-    # A stand-in 'claude' that checks the skill was installed where Claude Code looks for it,
-    # reads the prompt on stdin and speaks stream-json (the real CLI: tests/test_claude_code.py).
+def _with_stand_in_claude(tmp_path: Path, task_input: str, program: str) -> subprocess.CompletedProcess:
+    """The claude-code template run on one task with ``program`` (Python) as its 'claude' CLI."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "claude"
-    fake.write_text(
-        f"#!{sys.executable}\nimport json, pathlib, sys\n"
+    fake.write_text(f"#!{sys.executable}\n{program}")
+    fake.chmod(0o755)
+    task = {"id": "t", "input": task_input}
+    return run_template("claude-code", tmp_path, task, {"PATH": f"{bin_dir}:/usr/bin:/bin"})
+
+
+def test_claude_code_template_with_a_stand_in_cli(tmp_path: Path):
+    # A stand-in 'claude' that checks the skill was installed where Claude Code looks for it,
+    # reads the prompt on stdin and speaks stream-json (the real CLI: tests/test_claude_code.py).
+    proc = _with_stand_in_claude(
+        tmp_path,
+        "Capital?",
+        "import json, pathlib, sys\n"
         "skill = pathlib.Path('.claude/skills/geo-facts/SKILL.md')\n"
         "prompt = sys.stdin.read()\n"
         "print(json.dumps({'type': 'system', 'subtype': 'init', 'skills': ['geo-facts']}))\n"
         "print(json.dumps({'type': 'result', 'is_error': False, 'result': ' Paris (' + prompt + ') '"
-        " if skill.is_file() else 'no skill'}))\n"
-    )
-    fake.chmod(0o755)
-    proc = run_template(
-        "claude-code", tmp_path, {"id": "t", "input": "Capital?"}, {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        " if skill.is_file() else 'no skill'}))\n",
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "answer.txt").read_text() == "Paris (Capital?)"
@@ -300,18 +306,13 @@ def test_claude_code_template_says_the_clis_api_error_and_caps_its_output(tmp_pa
     claude-opus-4-8 asks) with an error result and exit 1: the harness said only "claude exited
     with 1", the cause was in the trajectory alone. It says the error now, and tells the CLI the
     cap (CLAUDE_CODE_MAX_OUTPUT_TOKENS), so that such a call is not made (QA)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "claude"
-    fake.write_text(
-        f"#!{sys.executable}\nimport json, os, sys\nsys.stdin.read()\n"
+    proc = _with_stand_in_claude(
+        tmp_path,
+        "q",
+        "import json, os, sys\nsys.stdin.read()\n"
         "cap = os.environ.get('CLAUDE_CODE_MAX_OUTPUT_TOKENS')\n"
         "print(json.dumps({'type': 'result', 'is_error': True, 'result': f'API Error: 400 max_tokens: "
-        "64000 is over the 32000 (told {cap})'}))\nsys.exit(1)\n"
-    )
-    fake.chmod(0o755)
-    proc = run_template(
-        "claude-code", tmp_path, {"id": "t", "input": "q"}, {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        "64000 is over the 32000 (told {cap})'}))\nsys.exit(1)\n",
     )
     assert proc.returncode == 1
     assert (
