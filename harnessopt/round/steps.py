@@ -155,6 +155,11 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
 def start_round(ws: Workspace, svc: Services, k: int) -> RoundContext:
     if vcs.dirty_paths(ws.repo):
         raise UserError(f"{ws.root} changed during the run; commit or stash your edits, then run again")
+    if where := ws.off_main():  # its rounds would start from that branch and could never be applied
+        raise UserError(
+            f"{ws.root}: HEAD moved during the run ({where}); the run stops before round {k}: "
+            f"{vcs.git_in(ws.root)} checkout main, then run again"
+        )
     scratch = svc.scratch / f"round-{k}"
     # The rounds before this one (and an interrupted run of this one): git and the journal hold what
     # they found, so their task outputs and candidate copies go; only the last round's stay on disk,

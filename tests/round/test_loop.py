@@ -369,7 +369,9 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
     and where its candidate is, and the user's work is as they left it."""
     ws = make_ws(tmp_path)
     head = git(ws, "rev-parse", "HEAD")
-    proc = start_cli("run", ws, "--rounds", "1", "--sandbox", "local")
+    # on another branch, a second round would start from it and never be applied (QA): it stops
+    rounds = "2" if change == "branch" else "1"
+    proc = start_cli("run", ws, "--rounds", rounds, "--sandbox", "local")
     try:
         wait_for_phase(ws, proc, "check")  # the candidate is made; smoke, validation and the gate follow
         if change == "edit":
@@ -385,8 +387,10 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
-    assert proc.returncode == 3, (out, err)  # a run whose round failed
+    assert proc.returncode == (2 if change == "branch" else 3), (out, err)  # a run whose round failed
     assert "Traceback" not in err
+    if change == "branch":
+        assert "HEAD moved during the run (on mine); the run stops before round 2" in err
     rows = json.loads(subprocess.run(
         [sys.executable, "-m", "harnessopt", "log", str(ws), "--json"], capture_output=True, text=True, check=True
     ).stdout)  # fmt: skip
