@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import git
+import gitdb.exc
 from pydantic import BaseModel, ValidationError
 
 from harnessopt.errors import HarnessoptError, UserError
@@ -191,8 +192,23 @@ def find(repo: git.Repo, k: int) -> Round:
 
 
 def best(repo: git.Repo) -> Round:
-    """The round ``ho/best`` points at (round 0 until a round is accepted)."""
-    sha = repo.commit(BEST_TAG).hexsha
+    """The round ``ho/best`` points at (round 0 until a round is accepted). With the tag deleted
+    (by hand: status and audit were a traceback, and every accepted round after it failed), the
+    round it would point at: main's accepted round with the highest val score whose gain no
+    confirmation contradicted, else round 0; the next accepted round that beats it tags it again."""
+    try:
+        sha = repo.commit(BEST_TAG).hexsha
+    except (gitdb.exc.BadName, ValueError):
+        recorded = rounds(repo)
+        kept = [
+            r
+            for r in accepted_along(repo, vcs.head_sha(repo))
+            if r.manifest.val_score is not None
+            and (r.manifest.confirmation is None or r.manifest.confirmation.confirmed)
+        ]
+        if kept:
+            return max(kept, key=lambda r: (r.manifest.val_score or 0.0, r.round))
+        return next(r for r in recorded if r.round == 0)
     for r in rounds(repo):
         if r.commit == sha:
             return r

@@ -209,7 +209,13 @@ def status_lines(ws: Workspace) -> list[str]:
         f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
         incumbent_line(ws, records),
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
-        f"{_fmt(best.manifest.val_score) or 'not measured yet'}",
+        f"{_fmt(best.manifest.val_score) or 'not measured yet'}"
+        + (
+            ""
+            if vcs.ref_exists(ws.repo, f"refs/tags/{ledger.BEST_TAG}")
+            else f" (the {ledger.BEST_TAG} tag is missing: this is the ledger's best; "
+            f"{vcs.git_in(ws.root)} tag {ledger.BEST_TAG} {best.commit[:10]} restores it)"
+        ),
     ]
     if used := last_run_parts(ws):
         lines.append("last run used: " + ", ".join(f"{k} {v}" for k, v in used.items()))

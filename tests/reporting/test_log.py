@@ -84,3 +84,24 @@ def test_status_off_main_names_the_run_mains_config_asks_for(tmp_path: Path) -> 
     assert line.startswith(
         f"next: git -C {ws} checkout main (HEAD is detached), then harnessopt run {ws} --unsafe-host-optimizer"
     )
+
+
+def test_a_deleted_best_tag_is_the_ledgers_best_and_status_says_how_to_restore_it(tmp_path: Path) -> None:
+    """`git tag -d ho/best`: status and audit were a traceback (BadName), and every accepted round
+    after it failed, its is_new_best asking for the tag (QA). The ledger's best stands in for it,
+    status prints the command that restores it, and the next accepted round tags it again."""
+    from harnessopt.ledger import store as ledger
+    from harnessopt.round import driver
+
+    ws = make_ws(tmp_path)
+    [first] = driver.run(Workspace.open(ws), 1, lambda _m: None)
+    assert first.status == "accepted"
+    git(ws, "tag", "-d", "ho/best")
+    assert ledger.best(Workspace.open(ws).repo).round == 1
+    (line,) = [x for x in status_lines(Workspace.open(ws)) if x.startswith("best: ")]
+    assert (
+        line.startswith("best: round 1 (")
+        and f"git -C {ws} tag ho/best {first.commit[:10]} restores it" in line
+    )
+    [second] = driver.run(Workspace.open(ws), 1, lambda _m: None)
+    assert second.status != "failed", second.reason
