@@ -79,7 +79,13 @@ def print_log(ws: Workspace, console: Console) -> None:
     if not rows:
         if r0:
             console.print(r0, markup=False)
-        console.print(f"no rounds yet; start with: {proposals.run_command(ws.repo, ws.root, ws.cfg)}")
+        if busy := live_holder(ws.root):  # a run is going: the command to start one would be refused
+            console.print(
+                f"no rounds recorded yet; 'harnessopt {busy.get('command', 'run')}' (pid {busy.get('pid')}) is "
+                f"running: harnessopt status {shlex.quote(str(ws.root))} shows where it is"
+            )
+        else:
+            console.print(f"no rounds yet; start with: {proposals.run_command(ws.repo, ws.root, ws.cfg)}")
         return
     table = Table(
         title=f"harnessopt rounds in {ws.root}", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True

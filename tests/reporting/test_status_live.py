@@ -24,6 +24,9 @@ def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) ->
         assert "now: round 1, phase 'propose'" in out.stdout
         assert "last run stopped" not in out.stdout and "next: harnessopt run" not in out.stdout
         assert f"touch {ws / '.harnessopt' / 'STOP'}" in out.stdout
+        # log named the command to start a run, which the lock refuses (QA)
+        log = cli("log", ws).stdout
+        assert f"'harnessopt run' (pid {proc.pid}) is running" in log and "start with" not in log
         (ws / ".harnessopt" / "STOP").touch()
         proc.communicate(timeout=300)
     finally:
