@@ -63,16 +63,17 @@ class Journal:
                 torn += 1
         return out, torn
 
-    def last(self) -> dict[str, Any] | None:
-        entries = self.entries()
-        return entries[-1] if entries else None
+
+def last_step(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The journal's last step but for a round's spend lines (its way out writes them after it)."""
+    return next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
 
 
 def stopped_step(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The journal's last step (a round's spend line aside, which its way out writes) when it is
     not one a command's way out writes: where the last run stopped mid-round (Ctrl-C, a kill, a
     crash)."""
-    last = next((e for e in reversed(entries) if e.get("phase") != "spend"), None)
+    last = last_step(entries)
     return last if last is not None and last["phase"] not in FINISHED else None
 
 

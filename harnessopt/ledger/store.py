@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from harnessopt.errors import HarnessoptError, UserError
 from harnessopt.ledger import vcs
 from harnessopt.ledger.index import CommitIndex
-from harnessopt.ledger.journal import Journal
+from harnessopt.ledger.journal import Journal, last_step
 from harnessopt.ledger.manifest import MANIFEST_VERSION as MANIFEST_VERSION
 from harnessopt.ledger.manifest import CandidateRecord as CandidateRecord
 from harnessopt.ledger.manifest import OptimizerRecord as OptimizerRecord
@@ -341,7 +341,7 @@ def rollback_message(k: int, to_commit: str) -> str:
 def recover(repo: git.Repo, journal: Journal, say: Announce) -> None:
     """Before a run: finish our own interrupted apply, or refuse a workspace with a user's edits.
     The apply's step is the journal's last but for the spend lines the round's way out wrote."""
-    last: dict[str, Any] = next((e for e in reversed(journal.entries()) if e.get("phase") != "spend"), {})
+    last: dict[str, Any] = last_step(journal.entries()) or {}
     head = vcs.head_sha(repo)
     if last.get("phase") == "applying" and last.get("commit") != head and last.get("parent") == head:
         if dirty := vcs.dirty_paths(repo):  # the checkout would reset them away

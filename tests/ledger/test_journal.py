@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnessopt.ledger.journal import Journal
+from harnessopt.ledger.journal import Journal, last_step, stopped_step
 
 
 def test_torn_line_is_tolerated_reported_and_never_glued_to_the_next(tmp_path: Path) -> None:
@@ -15,8 +15,19 @@ def test_torn_line_is_tolerated_reported_and_never_glued_to_the_next(tmp_path: P
     j.write(1, "rollout", passed=3)
     entries, torn = j.read()
     assert [e["phase"] for e in entries] == ["start", "rollout"] and torn == 1
-    assert j.last() == entries[-1]
     assert Journal(tmp_path / "empty").read() == ([], 0)
+
+
+def test_the_last_step_reads_past_the_spend_lines_a_rounds_way_out_writes(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    assert last_step(j.entries()) is None and stopped_step(j.entries()) is None
+    j.write(1, "start", parent="abc")
+    j.write(1, "validating")
+    j.write(1, "spend", usd=0.1)
+    assert last_step(j.entries()) == stopped_step(j.entries()) == j.entries()[1]
+    j.write(1, "recorded", status="rejected")
+    j.write(1, "spend", usd=0.2)
+    assert last_step(j.entries()) == j.entries()[3] and stopped_step(j.entries()) is None
 
 
 def test_a_line_that_is_not_ours_is_skipped_not_a_traceback(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def test_a_rollback_restores_both_folders_in_one_commit(ws: Workspace) -> None:
     assert not (ws.root / "skill" / "notes.md").exists()
     assert ledger.manifest_data(git(ws.root, "log", "-1", "--format=%B"))["to_round"] == 0
     assert f"incumbent: {new[:10]} (a rollback to round 0)" in cli("status", ws.root).stdout
-    last = ws.journal.last()
+    last = ws.journal.entries()[-1]
     assert last is not None and (last["phase"], last["commit"]) == ("rollback", new)
     assert "already" in rollback(ws, 0)
     assert git(ws.root, "rev-parse", "main") == new
