@@ -122,7 +122,8 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
 
     run = f"harnessopt run {shlex.quote(str(root))}"
     entries = Journal(root).entries()
-    start = last_run_start(entries) if stopped_step(entries) else None
+    stopped = stopped_step(entries)
+    start = last_run_start(entries) if stopped else None
     again = start.get("overrides") if start else None
     if isinstance(again, list) and again:
         try:
@@ -138,7 +139,7 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
         and (st.status in ("pending", "rejected") or plan_to_implement(repo) is not None)
     ):
         run += f" -c mode={st.mode}"
-    elif (mode := _stopped_diagnosis_mode(entries)) and mode != cfg.mode:
+    elif (mode := _stopped_diagnosis_mode(entries, stopped)) and mode != cfg.mode:
         run += f" -c mode={mode}"
     o = cfg.optimizer
     if cfg.rollout.sandbox == "local" and o.backend != "manual" and not o.unsafe_host:
@@ -146,11 +147,11 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
     return run
 
 
-def _stopped_diagnosis_mode(entries: list[dict[str, Any]]) -> str | None:
-    """The mode of the last run when the journal's last step is a round-0 diagnosis step: it
-    stopped before its proposal, in the mode its ``run_start`` line records (``-c mode=M``
-    included; a journal older than the recorded overrides has only this)."""
-    stopped = stopped_step(entries)
+def _stopped_diagnosis_mode(entries: list[dict[str, Any]], stopped: dict[str, Any] | None) -> str | None:
+    """The mode of the last run when where it stopped (``stopped``, the journal's
+    ``stopped_step``) is a round-0 diagnosis step: it stopped before its proposal, in the mode its
+    ``run_start`` line records (``-c mode=M`` included; a journal older than the recorded
+    overrides has only this)."""
     if not (stopped and stopped["round"] == 0 and stopped["phase"].startswith("round0")):
         return None
     start = last_run_start(entries)
