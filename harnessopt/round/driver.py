@@ -148,8 +148,8 @@ def _budget_short(ws: Workspace, svc: Services) -> str | None:
 def _why_stop(svc: Services, result: RoundResult, failed_in_a_row: int, spent: str | None) -> str | None:
     """Why the run ends after this round: a spent budget, a refused key, an incumbent whose runs
     crash (every later round would too), or too many failed rounds in a row."""
-    if spent or svc.gateway.key_refused or svc.gateway.upstream_down():
-        return spent or svc.gateway.key_refused or svc.gateway.upstream_down()
+    if stop := spent or svc.gateway.key_refused or svc.gateway.upstream_down():
+        return stop
     if result.status != "failed":
         return None
     if BROKEN_PREFIX in result.reason or failed_in_a_row >= svc.cfg.budget.max_failed_rounds:
