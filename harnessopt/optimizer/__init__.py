@@ -151,7 +151,7 @@ def anthropic_optimizer(
     """``anthropic``: the built-in Claude tool loop over the view, each call asking 8,192 output
     tokens or the role's ``output_cap`` if lower. The SDK's import starts here, in the background
     (``import_in_background``)."""
-    from harnessopt.optimizer.anthropic_agent import MAX_OUTPUT_TOKENS, AnthropicOptimizer
+    from harnessopt.optimizer.anthropic_agent import AnthropicOptimizer, output_ask
 
     import_in_background("anthropic")
 
@@ -161,7 +161,7 @@ def anthropic_optimizer(
         cfg,
         shell_factory,
         transcript_dir=transcript_dir,
-        max_output_tokens=min(MAX_OUTPUT_TOKENS, output_cap or MAX_OUTPUT_TOKENS),
+        max_output_tokens=output_ask(output_cap),
     )
 
 

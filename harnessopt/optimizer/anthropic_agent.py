@@ -34,10 +34,10 @@ SYSTEM_PROMPT = (
 MAX_OUTPUT_TOKENS = 8192  # per model call; the round's budget is cfg.max_tokens
 
 
-# What a CLI agent's call asks for: Claude Code is told the role's cap (CLAUDE_CODE_MAX_OUTPUT_TOKENS:
-# the claude-code preset and template set it) and asks it on newer models; a Codex call names none,
-# and the gateway reserves the role's whole cap for it.
-CLI_AGENT_OUTPUT: dict[str, int | None] = {"claude-code": None, "codex": None}
+# The CLI agents, whose calls ask the role's whole cap: Claude Code is told it
+# (CLAUDE_CODE_MAX_OUTPUT_TOKENS: the claude-code preset and template set it) and asks it on newer
+# models; a Codex call names none, and the gateway reserves the role's whole cap for it.
+CLI_AGENTS = ("claude-code", "codex")
 
 
 def first_call_too_dear(cfg: Config) -> str | None:
@@ -52,24 +52,14 @@ def first_call_too_dear(cfg: Config) -> str | None:
     b = cfg.budget
     calls: list[tuple[str, str, int, dict[str, Any]]] = []  # (whose, model, max_tokens, body)
     if cfg.optimizer.backend == "anthropic":
-        out = min(output_ask(cfg), cfg.optimizer.max_tokens)
+        out = min(output_ask(b.optimizer_max_output_tokens), cfg.optimizer.max_tokens)
         system = {"system": SYSTEM_PROMPT, "tools": [BASH_TOOL, EDITOR_TOOL]}
         calls.append(("the optimizer", cfg.optimizer.model, out, system))
-    elif cfg.optimizer.backend in CLI_AGENT_OUTPUT:
-        asks = CLI_AGENT_OUTPUT[cfg.optimizer.backend] or b.optimizer_max_output_tokens
-        calls.append(
-            (
-                f"the optimizer ({cfg.optimizer.backend})",
-                cfg.optimizer.model,
-                min(asks, b.optimizer_max_output_tokens),
-                {},
-            )
-        )
-    if cfg.template in CLI_AGENT_OUTPUT:
-        asks = CLI_AGENT_OUTPUT[cfg.template] or b.target_max_output_tokens
-        calls.append(
-            (f"the target ({cfg.template})", cfg.model.target, min(asks, b.target_max_output_tokens), {})
-        )
+    elif cfg.optimizer.backend in CLI_AGENTS:
+        whose = f"the optimizer ({cfg.optimizer.backend})"
+        calls.append((whose, cfg.optimizer.model, b.optimizer_max_output_tokens, {}))
+    if cfg.template in CLI_AGENTS:
+        calls.append((f"the target ({cfg.template})", cfg.model.target, b.target_max_output_tokens, {}))
     for whose, model, out, extra in calls:
         body = {"model": model, "max_tokens": out, **extra, "messages": [{"role": "user", "content": ""}]}
         raw = json.dumps(body, separators=(",", ":")).encode()
@@ -91,11 +81,11 @@ def first_call_too_dear(cfg: Config) -> str | None:
     return None
 
 
-def output_ask(cfg: Config) -> int:
-    """The ``max_tokens`` each optimizer call asks for: 8,192, or less where
-    ``budget.optimizer_max_output_tokens`` allows less (the gateway refuses a call asking more, so
-    a lower cap failed every round at its first optimizer call)."""
-    return min(MAX_OUTPUT_TOKENS, cfg.budget.optimizer_max_output_tokens)
+def output_ask(cap: int | None) -> int:
+    """The ``max_tokens`` each built-in optimizer call asks for: 8,192, or less where the role's
+    cap (``budget.optimizer_max_output_tokens``) allows less (the gateway refuses a call asking
+    more, so a lower cap failed every round at its first optimizer call)."""
+    return min(MAX_OUTPUT_TOKENS, cap or MAX_OUTPUT_TOKENS)
 
 
 class _Transcript:
