@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -109,9 +110,27 @@ def test_a_main_that_left_harnessopt_history(ws: Path, how: str) -> None:
     _unchanged(ws, before)
 
 
-def test_a_deleted_round_0_tag(ws: Path) -> None:
+def test_a_deleted_round_0_tag_names_the_command_that_restores_it(ws: Path) -> None:
+    """Every command said "not a harnessopt workspace (no ho/round-0 tag)" with no way out (QA):
+    the commit init made is found by its subject, and the line names the git tag that restores it."""
+    initial = git(ws, "rev-parse", "ho/round-0")
+    git(ws, "commit", "-q", "--allow-empty", "-m", "a commit of my own")
     git(ws, "tag", "-d", "ho/round-0")
-    assert_user_error(cli("status", ws), "no ho/round-0 tag")
+    before = snapshot(ws)
+    for command in (("status",), ("log",), ("run", *RUN)):
+        assert_user_error(
+            cli(*command, ws, env=ENV), "has lost its ho/round-0 tag", f"tag ho/round-0 {initial[:12]}"
+        )
+    _unchanged(ws, before)
+    restore = cli("status", ws).stderr.split("restore it with ", 1)[1].strip()
+    subprocess.run(shlex.split(restore), check=True, capture_output=True)
+    assert git(ws, "rev-parse", "ho/round-0") == initial and cli("status", ws).returncode == 0
+
+
+def test_a_repository_with_a_config_but_no_harnessopt_history_is_not_a_workspace(ws: Path) -> None:
+    git(ws, "tag", "-d", "ho/round-0", "ho/best")
+    git(ws, "commit", "-q", "--amend", "-m", "my own message")  # no ref holds the commit init made
+    assert_user_error(cli("status", ws), "is not a harnessopt workspace (no ho/round-0 tag)")
 
 
 def test_a_full_disk(tmp_path: Path) -> None:

@@ -312,6 +312,9 @@ def is_new_best(repo: git.Repo, m: RoundManifest) -> bool:
     return score is None or (m.val_score or 0.0) > score
 
 
+INITIAL_SUBJECT = "harnessopt round 0: initial workspace"
+
+
 def initial_message(skill_name: str, n_tasks: int) -> str:
     data = {
         "version": MANIFEST_VERSION,
@@ -320,7 +323,7 @@ def initial_message(skill_name: str, n_tasks: int) -> str:
         "skill": skill_name,
         "tasks": n_tasks,
     }
-    return message("harnessopt round 0: initial workspace", "", data)
+    return message(INITIAL_SUBJECT, "", data)
 
 
 def tag_initial(repo: git.Repo) -> None:

@@ -94,6 +94,11 @@ class Workspace:
             repo = vcs.open_repo(root)
             repo.git.rev_parse("ho/round-0")
         except (git.InvalidGitRepositoryError, git.GitCommandError):
+            if initial := _initial_commit(root):  # the tag was deleted: name the command that restores it
+                raise UserError(
+                    f"{path} has lost its ho/round-0 tag (every command reads the workspace from it); "
+                    f"restore it with {vcs.git_in(path)} tag ho/round-0 {initial[:12]}"
+                ) from None
             raise UserError(f"{path} is not a harnessopt workspace (no ho/round-0 tag)") from None
         try:
             head = vcs.head_sha(repo)
@@ -233,6 +238,18 @@ def _uncopyable(skill_dir: Path) -> str | None:
                     f"{path} is {kind}, not a file: init copies files only; remove it from the skill folder"
                 )
     return None
+
+
+def _initial_commit(root: Path) -> str | None:
+    """The commit init made (its subject is ``initial_message``'s), on any branch, or None."""
+    try:
+        out = vcs.open_repo(root).git.log(
+            "--all", "--format=%H %s", "--fixed-strings", f"--grep={ledger.INITIAL_SUBJECT}"
+        )
+    except (git.InvalidGitRepositoryError, git.GitCommandError):
+        return None
+    shas = [line.split()[0] for line in out.splitlines() if line.partition(" ")[2] == ledger.INITIAL_SUBJECT]
+    return shas[-1] if len(shas) == 1 else None
 
 
 def _has_tag(root: Path, tag: str) -> bool:
