@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import cli, git, write_example
-from tests.support.cli_errors import assert_user_error, snapshot
+from tests.support.cli_errors import assert_unchanged, assert_user_error, snapshot
 
 RUN = ("--sandbox", "local", "--unsafe-host-optimizer")
 ENV = {"ANTHROPIC_API_KEY": "x"}
@@ -24,13 +24,6 @@ def ws(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     assert cli("init", ws, "--skill", skill, "--tasks", tasks).returncode == 0
     return ws
-
-
-def _unchanged(ws: Path, before: dict[str, bytes]) -> None:
-    after = snapshot(ws)
-    assert {k: v for k, v in after.items() if ".harnessopt" not in k} == {
-        k: v for k, v in before.items() if ".harnessopt" not in k
-    }
 
 
 @pytest.mark.parametrize(
@@ -54,7 +47,7 @@ def test_a_bad_config_is_one_line(ws: Path, yaml_text: str, needle: str) -> None
     git(ws, "commit", "-qam", "my config")
     before = snapshot(ws)
     assert_user_error(cli("run", ws, *RUN, env=ENV), needle)
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_a_skill_without_front_matter(tmp_path: Path) -> None:
@@ -75,7 +68,7 @@ def test_a_harness_without_run_py(tmp_path: Path) -> None:
     for command in (("run", *RUN), ("run", *RUN, "--dry-run"), ("ablate", "stream"), ("audit",)):
         r = cli(*command[:1], ws, *command[1:], env=ENV)
         assert_user_error(r, "harness/run.py is missing")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
     restore = r.stderr.split("restore it (")[1].split(", and commit")[0]  # the fix the line names works
     assert restore.startswith("git -C '")
     subprocess.run(restore, shell=True, check=True, cwd=tmp_path)
@@ -107,7 +100,7 @@ def test_a_main_that_left_harnessopt_history(ws: Path, how: str) -> None:
     before = snapshot(ws)
     for command in (("run", *RUN), ("status",), ("log",)):
         assert_user_error(cli(*command, ws, env=ENV), "does not descend from ho/round-0")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_a_deleted_round_0_tag_names_the_command_that_restores_it(ws: Path) -> None:
@@ -121,7 +114,7 @@ def test_a_deleted_round_0_tag_names_the_command_that_restores_it(ws: Path) -> N
         assert_user_error(
             cli(*command, ws, env=ENV), "has lost its ho/round-0 tag", f"tag ho/round-0 {initial[:12]}"
         )
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
     restore = cli("status", ws).stderr.split("restore it with ", 1)[1].strip()
     subprocess.run(shlex.split(restore), check=True, capture_output=True)
     assert git(ws, "rev-parse", "ho/round-0") == initial and cli("status", ws).returncode == 0
@@ -156,7 +149,7 @@ def test_a_config_that_is_not_utf8(ws: Path) -> None:
     before = snapshot(ws)
     for command in (("status",), ("run", "--dry-run"), ("run", *RUN)):
         assert_user_error(cli(*command, ws, env=ENV), "harnessopt.yaml is not UTF-8 text", "re-save")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_a_stored_split_that_is_not_utf8(ws: Path) -> None:
@@ -165,7 +158,7 @@ def test_a_stored_split_that_is_not_utf8(ws: Path) -> None:
     git(ws, "commit", "-qam", "a stray byte")
     before = snapshot(ws)
     assert_user_error(cli("run", ws, "--dry-run", env=ENV), "val.jsonl is not UTF-8 text")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_state_files_that_are_not_utf8_are_measured_afresh(ws: Path) -> None:
@@ -212,7 +205,7 @@ def test_a_main_that_init_would_refuse_is_refused_before_the_run_spends(
     before, refs = snapshot(ws), git(ws, "for-each-ref")
     for command in (("run", "--dry-run"), ("run", *RUN)):
         assert_user_error(cli(*command, ws, env=ENV), needle)
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
     assert git(ws, "for-each-ref") == refs
 
 
@@ -222,7 +215,7 @@ def test_counts_past_any_plan_are_refused(ws: Path) -> None:
     assert_user_error(cli("audit", ws, "--epochs", "99999999999"), "--epochs", "at most 100")
     before = snapshot(ws)
     assert_user_error(cli("run", ws, "--dry-run", "-c", "gate.epochs=100000"), "gate.epochs")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 @pytest.mark.parametrize(
@@ -241,7 +234,7 @@ def test_a_time_limit_past_any_clock_is_refused(ws: Path, setting: str, needle: 
     assert_user_error(
         cli("run", ws, *RUN, "--rounds", "1", "-c", setting, env=ENV), setting.split("=")[0], needle
     )
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_a_file_where_a_folder_belongs(tmp_path: Path, ws: Path) -> None:
@@ -268,7 +261,7 @@ def test_a_workspace_inside_a_workspace(tmp_path: Path, ws: Path) -> None:
             cli("init", inner, "--skill", skill, "--tasks", tasks), f"inside the workspace {ws}"
         )
         assert not inner.exists()
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
     assert git(ws, "for-each-ref") == refs and git(ws, "status", "--porcelain") == ""
 
 
@@ -302,7 +295,7 @@ def test_a_head_off_main(ws: Path, where: str) -> None:
     before, refs = snapshot(ws), git(ws, "for-each-ref")
     for command in (("rollback", "0"), ("run", *RUN), ("approve",)):
         assert_user_error(cli(command[0], ws, *command[1:], env=ENV), "not on main", "checkout main")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
     assert git(ws, "for-each-ref") == refs
     for command in (("status",), ("log",), ("run", "--dry-run")):
         r = cli(command[0], ws, *command[1:], env=ENV)
@@ -316,7 +309,7 @@ def test_an_empty_model_name(ws: Path) -> None:
     before = snapshot(ws)
     assert_user_error(cli("replay", ws, "--target", "", env=ENV), "model.target")
     assert_user_error(cli("run", ws, "--dry-run", "--target", "", env=ENV), "model.target")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_a_config_key_given_twice(ws: Path) -> None:
@@ -327,7 +320,7 @@ def test_a_config_key_given_twice(ws: Path) -> None:
     git(ws, "commit", "-qam", "twice")
     before = snapshot(ws)
     assert_user_error(cli("status", ws), "harnessopt.yaml: rollout is given twice", "keep one")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
     (ws / "harnessopt.yaml").write_text(
         text.replace("\n  concurrency: ", "\n  concurrency: 1\n  concurrency: ", 1)
     )
@@ -344,7 +337,7 @@ def test_true_or_false_where_a_number_belongs(ws: Path, setting: str) -> None:
     git(ws, "commit", "-qam", "a bool")
     before = snapshot(ws)
     assert_user_error(cli("status", ws), "expected a number, got true")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 @pytest.mark.parametrize("how", ["the same id", "the same input"])
@@ -360,7 +353,7 @@ def test_a_train_task_copied_into_val_after_init(ws: Path, how: str) -> None:
     needle = "ids must be unique" if how == "the same id" else "a task in two splits leaks answers"
     assert_user_error(cli("run", ws, *RUN, "--dry-run", env=ENV), "train.jsonl:1", needle)
     assert_user_error(cli("run", ws, *RUN, "--rounds", "1", env=ENV), needle)
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_a_val_line_without_its_split(ws: Path) -> None:
@@ -424,7 +417,7 @@ def test_a_dry_run_refuses_what_the_run_it_prints_would(
     dry = cli("run", ws, "--rounds", "1", *setting, "--dry-run", env=ENV)
     assert_user_error(dry, needle)
     assert_user_error(cli("run", ws, "--rounds", "1", *setting, env=ENV), needle)
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 @pytest.mark.parametrize(("limit", "value"), [("--max-tokens", "9000"), ("--max-cost", "0.05")])
@@ -440,7 +433,7 @@ def test_a_budget_that_cannot_hold_one_optimizer_call_is_refused_before_anything
         assert_user_error(
             out, f"budget.{limit[2:].replace('-', '_')}={value} cannot hold one call of the optimizer"
         )
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_a_budget_that_cannot_hold_one_call_of_a_cli_agent_is_refused_before_anything_runs(
@@ -455,14 +448,14 @@ def test_a_budget_that_cannot_hold_one_call_of_a_cli_agent_is_refused_before_any
     for dry in (("--dry-run",), ()):
         out = cli("run", ws, *RUN, "--optimizer", "codex", "--max-cost", "0.1", *haiku, *dry, env=ENV)
         assert_user_error(out, "budget.max_cost=0.1 cannot hold one call of the optimizer (codex)")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
     skill, tasks = write_example(tmp_path / "cc")
     cc = tmp_path / "cc-ws"
     assert cli("init", cc, "--skill", skill, "--tasks", tasks, "--template", "claude-code").returncode == 0
     before = snapshot(cc)
     out = cli("run", cc, *RUN, "--max-cost", "0.1", *haiku, "--dry-run", env=ENV)
     assert_user_error(out, "budget.max_cost=0.1 cannot hold one call of the target (claude-code)")
-    _unchanged(cc, before)
+    assert_unchanged(cc, before)
 
 
 def test_the_template_is_not_changed_from_the_command_line(ws: Path) -> None:
@@ -472,7 +465,7 @@ def test_the_template_is_not_changed_from_the_command_line(ws: Path) -> None:
     for dry in (("--dry-run",), ()):
         out = cli("run", ws, *RUN, "--rounds", "1", "-c", "template=codex", *dry, env=ENV)
         assert_user_error(out, "template is set by init")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 def test_a_dry_run_refuses_an_empty_optimizer_command_as_the_run_does(ws: Path) -> None:
@@ -483,7 +476,7 @@ def test_a_dry_run_refuses_an_empty_optimizer_command_as_the_run_does(ws: Path) 
         out = cli("run", ws, *RUN, "--rounds", "1", "--optimizer", "command", *dry, env=ENV)
         assert_user_error(out, "optimizer.command is empty")
         assert "start it with" not in out.stdout
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 @pytest.mark.parametrize(
@@ -507,7 +500,7 @@ def test_a_dry_run_refuses_a_command_optimizer_the_run_would_refuse(
         out = cli("run", ws, *RUN, "--rounds", "1", *setting, *dry, env=ENV)
         assert_user_error(out, message)
         assert "start it with" not in out.stdout
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 @pytest.mark.parametrize(
@@ -537,7 +530,7 @@ def test_a_dry_run_refuses_a_scorer_that_does_not_compile(ws: Path) -> None:
         out = cli("run", ws, *RUN, "--rounds", "1", *dry, env=ENV)
         assert_user_error(out, "scorer.py failed to import: SyntaxError", "fix scorer.py")
         assert "start it with" not in out.stdout
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 @pytest.mark.parametrize("flag", ["--tag", "--base"])
@@ -555,7 +548,7 @@ def test_an_endpoint_from_the_environment_that_is_no_url_is_one_line(ws: Path) -
     assert_user_error(
         cli("run", ws, *RUN, "--rounds", "1", env=env), "ANTHROPIC_BASE_URL='http://127.0.0.1:abc'"
     )
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)
 
 
 @pytest.mark.parametrize(
@@ -578,4 +571,4 @@ def test_an_optimizer_provider_without_its_key_names_the_optimizers_setting(
     r = cli("run", ws, "--rounds", "1", "-c", f"optimizer.provider={provider}", env=env)
     assert_user_error(r, said)
     assert "model.provider" not in r.stderr.replace("optimizer.provider", "")
-    _unchanged(ws, before)
+    assert_unchanged(ws, before)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import cli, git, write_example
-from tests.support.cli_errors import assert_user_error, snapshot
+from tests.support.cli_errors import assert_unchanged, assert_user_error, snapshot
 from tests.support.interrupts import handlers_restored
 
 
@@ -122,10 +122,7 @@ def test_no_api_key(ws: Path) -> None:
     r = cli("run", ws, "--sandbox", "local")
     assert_user_error(r, "ANTHROPIC_API_KEY")
     assert "projection" not in r.stdout and "chains" not in r.stdout  # the refusal is the run's one line
-    after = snapshot(ws)
-    assert {k: v for k, v in after.items() if ".harnessopt" not in k} == {
-        k: v for k, v in before.items() if ".harnessopt" not in k
-    }
+    assert_unchanged(ws, before)
 
 
 def test_rounds_zero(ws: Path) -> None:
