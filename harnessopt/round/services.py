@@ -123,13 +123,14 @@ def preflight(root: Path, cfg: Config) -> None:
     from harnessopt.optimizer import check_placement
     from harnessopt.sandbox import auto_is_local
 
-    if cfg.rollout.sandbox == "local" or (
+    local = cfg.rollout.sandbox == "local" or (
         cfg.rollout.sandbox == "auto"
-        and optimizer
-        and not cfg.optimizer.unsafe_host
-        and auto_is_local(cfg.rollout)  # the engine asked, as the run asks it
-    ):
+        and ((optimizer and not cfg.optimizer.unsafe_host) or bool(_template_clis(cfg.template)))
+        and bool(auto_is_local(cfg.rollout))  # the engine asked, as the run asks it
+    )
+    if local:
         check_placement(cfg.optimizer, on_host=True, announce=lambda _m: None)
+        check_template_clis(cfg.template)
     if cfg.rollout.sandbox == "docker" and (why_not := auto_is_local(cfg.rollout)):
         raise UserError(why_not)  # no engine, a missing image, one with no runner in it
     from harnessopt.optimizer.command import check_command, executable_of
@@ -141,6 +142,29 @@ def preflight(root: Path, cfg: Config) -> None:
             f"optimizer {cfg.optimizer.backend}: {agent!r} is not an executable on this host's PATH, "
             "where --sandbox local runs the agent; install it or fix the setting"
         )
+
+
+def check_template_clis(template: str) -> None:
+    """Under the local sandbox a template's harness runs its CLI agent (claude-code, codex) from
+    this host's PATH: without it every task would fail, on the harness's line that names the
+    Docker image. A UserError with the install command instead."""
+    for variant, (cli, hint) in _template_clis(template).items():
+        if shutil.which(cli) is None:
+            raise UserError(
+                f"template {template} runs the {cli!r} CLI, which is not on this host's PATH, where "
+                f"the local sandbox runs the tasks; {hint}, or run in Docker with the image `harnessopt "
+                f"sandbox build --with {variant}` makes"
+            )
+
+
+def _template_clis(template: str) -> dict[str, tuple[str, str]]:
+    """The CLI agents a template's harness runs (its ``image_with`` variants): variant -> (its
+    executable, how to install it on this host)."""
+    from harnessopt.optimizer import claude_code, codex
+    from harnessopt.workspace.templates import template_meta
+
+    clis = {"claude-code": ("claude", claude_code.MISSING_HINT[1]), "codex": ("codex", codex.MISSING_HINT[1])}
+    return {v: clis[v] for v in template_meta(template).get("image_with") or () if v in clis}
 
 
 def unset_keys(cfg: Config) -> list[str]:
@@ -182,6 +206,8 @@ def open_services(
         pooled: list[PooledExecutor] = []
         stack.callback(_join, pooled)
         sandbox = make_sandbox(cfg.rollout, announce=say)
+        if sandbox.name == "local":  # auto may have fallen back to it
+            check_template_clis(cfg.template)
         if sandbox.description:  # a weak sandbox warned already
             say(f"sandbox: {sandbox.description}")
         stack.callback(sandbox.close)

@@ -71,3 +71,42 @@ def test_the_command_template_names_the_program_the_skill_lacks(tmp_path: Path) 
     git(ws, "commit", "-qm", "the program that answers")
     r = cli("run", ws, "--rounds", "1", "--sandbox", "local", "--unsafe-host-optimizer", "--dry-run")
     assert r.returncode == 0 and "start it with" in r.stdout, (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize(("template", "executable"), [("claude-code", "claude"), ("codex", "codex")])
+def test_an_agent_template_under_the_local_sandbox_needs_its_cli_on_this_host(
+    tmp_path: Path, template: str, executable: str
+) -> None:
+    """Under --sandbox local the harness runs the CLI from this host's PATH: without it every task
+    of round 1 failed on the harness's line, which named the Docker image to build (QA). The run
+    and its dry run refuse up front with the npm install, and nothing in the workspace changes."""
+    import os
+    import shutil
+    import sys
+
+    from tests.support.cli_errors import assert_unchanged, assert_user_error, snapshot
+
+    skill, tasks = write_example(tmp_path)
+    ws = tmp_path / "ws"
+    assert cli("init", ws, "--skill", skill, "--tasks", tasks, "--template", template).returncode == 0
+    bin_dir = tmp_path / "bin"  # this host's tools but for the CLI
+    bin_dir.mkdir()
+    for tool in ("git", "bwrap", "sh", "bash"):
+        if found := shutil.which(tool):
+            (bin_dir / tool).symlink_to(found)
+    env = {
+        "ANTHROPIC_API_KEY": "x",
+        "OPENAI_API_KEY": "x",
+        "PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}",
+    }
+    before = snapshot(ws)
+    run = ("run", ws, "--sandbox", "local", "--unsafe-host-optimizer", "--rounds", "1")
+    for dry in (("--dry-run",), ()):
+        out = cli(*run, *dry, env=env)
+        assert_user_error(
+            out, f"runs the '{executable}' CLI, which is not on this host's PATH", "npm install -g"
+        )
+    assert_unchanged(ws, before)
+    (bin_dir / executable).symlink_to(shutil.which(executable) or "/bin/true")  # with it, the dry run goes on
+    out = cli(*run, "--dry-run", env=env)
+    assert f"runs the '{executable}' CLI" not in out.stderr, out.stderr

@@ -191,7 +191,8 @@ def main() -> int:
     if claude is None:
         print(
             "claude-code harness: the 'claude' CLI is not on PATH; build the image with "
-            "`harnessopt sandbox build --with claude-code` and set rollout.image: harnessopt-sandbox:claude-code",
+            "`harnessopt sandbox build --with claude-code` and set rollout.image: harnessopt-sandbox:claude-code "
+            "(under --sandbox local: npm install -g @anthropic-ai/claude-code on this host)",
             file=sys.stderr,
         )
         return 3

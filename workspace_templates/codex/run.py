@@ -141,7 +141,8 @@ def main() -> int:
     if codex is None:
         print(
             "codex harness: the 'codex' CLI is not on PATH; build the image with `harnessopt sandbox build "
-            "--with codex` and set rollout.image: harnessopt-sandbox:codex",
+            "--with codex` and set rollout.image: harnessopt-sandbox:codex (under --sandbox local: "
+            "npm install -g @openai/codex on this host)",
             file=sys.stderr,
         )
         return 3
