@@ -13,7 +13,7 @@ from harnessopt.ledger import vcs
 from harnessopt.ledger.lock import check_held
 from harnessopt.ledger.store import OptimizerRecord, RoleUsage, RoundManifest, Status
 from harnessopt.objective.metrics import round_stats
-from harnessopt.protocols import Announce
+from harnessopt.protocols import Announce, Proposal
 from harnessopt.reporting.projection import run_models
 from harnessopt.rollout.runner import outcomes
 from harnessopt.rollout.val_cache import ValCache
@@ -112,19 +112,28 @@ def cache_accepted(ws: Workspace, svc: Services, sha: str, t: Trail) -> None:
     cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox), t.new_bank or outcomes(t.cand_val))
 
 
+def optimizer_record(p: Proposal, skipped: list[str], counted: dict[str, int] | None) -> OptimizerRecord:
+    """What the optimizer spent: the tokens its agent reports, or, where it reports none (a Codex
+    turn that failed sends no usage), the ones the gateway counted for the role in the round."""
+    tokens_in, tokens_out = p.input_tokens, p.output_tokens
+    if not (tokens_in or tokens_out) and counted:
+        tokens_in, tokens_out = int(counted.get("input", 0)), int(counted.get("output", 0))
+    return OptimizerRecord(
+        turns=p.turns,
+        stopped_by=p.stopped_by,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        transcript=str(p.transcript_path) if p.transcript_path else None,
+        view_skipped=skipped,
+    )
+
+
 def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: str) -> RoundManifest:
     d, p, snap = t.decision, t.proposal, t.snapshot
     usage = svc.usage_of_round(rc.k)
     optimizer = None
     if p is not None:
-        optimizer = OptimizerRecord(
-            turns=p.turns,
-            stopped_by=p.stopped_by,
-            input_tokens=p.input_tokens,
-            output_tokens=p.output_tokens,
-            transcript=str(p.transcript_path) if p.transcript_path else None,
-            view_skipped=snap.skipped if snap else [],
-        )
+        optimizer = optimizer_record(p, snap.skipped if snap else [], usage.tokens.get("optimizer"))
     return RoundManifest(
         round=rc.k,
         status=status,
