@@ -101,6 +101,11 @@ class Projection:
     # the run's budget plan (search.budget, the task objective): can a round commit after this spend?
     plans: BudgetPlan | None = None
 
+    @property
+    def measured(self) -> bool:
+        """Do its rates come from rounds this workspace measured (not the config's priors)?"""
+        return self.basis != PRIOR_BASIS
+
     def total(self) -> RoundCost:
         out = RoundCost()
         for r in ([self.round0] if self.round0 else []) + self.rounds:
@@ -157,12 +162,20 @@ class Projection:
                 continue
             if self.plans is None:
                 return f"; budget.{over[0]} would stop it in this run's round {k}"
-            if not self.plans.fits(before):  # a first round always starts: the gateway stops it
-                return (
-                    f"; budget.{over[0]} would stop it in this run's round 1: it pays for no round that could commit"
-                    if k == 1
-                    else f"; budget.{over[0]} would end it before this run's round {k}: what is left pays for no round "
-                    "that could commit"
+            if not self.plans.fits(before):
+                if k > 1:
+                    return (
+                        f"; budget.{over[0]} would end it before this run's round {k}: what is left pays for "
+                        "no round that could commit"
+                    )
+                if self.measured:  # round.driver does not start it
+                    return (
+                        f"; budget.{over[0]} pays for no round that could commit at these rates: the run "
+                        "would start none"
+                    )
+                return (  # a first round on priors starts (they may be several-fold off): the gateway stops it
+                    f"; by this rough guess budget.{over[0]} would stop it in this run's round 1 (it pays "
+                    "for no round that could commit); the round starts, and its measured rates decide"
                 )
             does = [
                 *(["its chain ends where its validation still fits"] if self.explore else []),

@@ -91,7 +91,10 @@ def run(
             if results and watch.out_of_time():  # (a first round always starts)
                 say(f"not starting round {k}: {stop.OUT_OF_TIME}")
                 break
-            if results and (short := svc.gateway.cannot_hold() or _budget_short(ws, svc)):
+            # a first round starts on the priors' rough guess, not at rates measured rounds give
+            if (results or projected.measured) and (
+                short := svc.gateway.cannot_hold() or _budget_short(ws, svc)
+            ):
                 say(f"not starting round {k}: {short}")
                 break
             result = run_round(ws, svc, k, say)

@@ -170,9 +170,10 @@ def test_the_line_says_in_which_round_the_budget_would_end_the_run_and_what_that
         ample = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={limit: 10**9})})
         assert project(ws, 2, ample).budget_note() == ""
     tight = ws.cfg.model_copy(update={"budget": ws.cfg.budget.model_copy(update={"max_calls": 1})})
-    assert project(ws, 2, tight).budget_note() == (
-        "; budget.max_calls would stop it in this run's round 1: it pays for no round that could commit"
-    )  # a first round always starts (round.driver): the gateway stops it
+    assert project(ws, 2, tight).budget_note() == (  # on priors a first round starts: the gateway stops it
+        "; by this rough guess budget.max_calls would stop it in this run's round 1 (it pays for no round "
+        "that could commit); the round starts, and its measured rates decide"
+    )
     chained = ws.cfg.model_copy(update={"search": ws.cfg.search.model_copy(update={"explore": 3})})
     one, two = project(ws, 2, chained).rounds
     for share, says in (

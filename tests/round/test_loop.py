@@ -198,6 +198,26 @@ def test_budget_spent_mid_round_is_a_failed_round_and_stops_the_run(tmp_path: Pa
     assert git(ws, "rev-parse", "HEAD") == head and git(ws, "status", "--porcelain") == ""
 
 
+def test_a_first_round_the_measured_rates_say_cannot_commit_is_not_started(tmp_path: Path) -> None:
+    """On priors a first round starts (they may be several-fold off) and the gateway stops it (the
+    test above). With rounds measured, a run whose budget the projection says pays for no round
+    that could commit started one anyway and failed it after paying for its rollouts (QA): now it
+    says so and starts none; nothing is spent, main does not move."""
+    ws = make_ws(tmp_path)
+    assert cli("run", ws, "--rounds", "1").returncode == 0  # a measured round
+    head = git(ws, "rev-parse", "HEAD")
+    r = cli("run", ws, "--rounds", "2", "--max-calls", "3")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr)
+    assert (
+        "budget.max_calls pays for no round that could commit at these rates: the run would start none"
+        in (r.stdout)
+    )
+    assert re.search(r"^not starting round 2: the budget left \(about ", r.stdout, re.M), r.stdout[-2000:]
+    assert "round 2: rollout" not in r.stdout
+    records = ledger.rounds(Workspace.open(ws).repo)
+    assert [x.round for x in records] == [0, 1] and git(ws, "rev-parse", "HEAD") == head
+
+
 def test_a_round_whose_calls_the_budget_left_would_refuse_is_not_started(tmp_path: Path) -> None:
     """Round 1 spends 11k of 25k tokens; the plan (measured rounds of about 7k) has room for round 2,
     but the gateway reserves an optimizer call's max_tokens plus its input, about 16k here: round 2's
