@@ -82,10 +82,13 @@ def print_log(ws: Workspace, console: Console) -> None:
         if busy := live_holder(ws.root):  # a run is going: the command to start one would be refused
             console.print(
                 f"no rounds recorded yet; 'harnessopt {busy.get('command', 'run')}' (pid {busy.get('pid')}) is "
-                f"running: harnessopt status {shlex.quote(str(ws.root))} shows where it is"
+                f"running: harnessopt status {shlex.quote(str(ws.root))} shows where it is",
+                markup=False,
             )
-        else:
-            console.print(f"no rounds yet; start with: {proposals.run_command(ws.repo, ws.root, ws.cfg)}")
+        else:  # the command as it is pasted: its paths and settings may hold brackets
+            console.print(
+                f"no rounds yet; start with: {proposals.run_command(ws.repo, ws.root, ws.cfg)}", markup=False
+            )
         return
     table = Table(
         title=f"harnessopt rounds in {ws.root}", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True

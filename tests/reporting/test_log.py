@@ -105,3 +105,18 @@ def test_a_deleted_best_tag_is_the_ledgers_best_and_status_says_how_to_restore_i
     )
     [second] = driver.run(Workspace.open(ws), 1, lambda _m: None)
     assert second.status != "failed", second.reason
+
+
+def test_log_prints_its_start_command_as_written_brackets_and_all(tmp_path: Path) -> None:
+    """log printed its "start with" line through rich markup: a path with ``[old]`` in it lost it
+    (a command for a folder that does not exist), and an interrupted run's ``-c`` holding ``[/]``
+    was a traceback (QA)."""
+    ws = make_ws(tmp_path / "exp[old]")
+    out = cli("log", ws)
+    assert out.returncode == 0 and f"start with: harnessopt run '{ws}'" in out.stdout, out
+    journal = Workspace.open(ws).journal
+    journal.write(1, "run_start", rounds=1, settings={}, overrides=["model.target=demo[/]x"])
+    journal.write(1, "rollout", parent="x", tasks=8)  # stopped mid-round: the resume repeats its -c
+    out = cli("log", ws)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert f"start with: harnessopt run '{ws}' -c 'model.target=demo[/]x'" in out.stdout, out.stdout
