@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -509,6 +510,15 @@ class Config(_Strict):
         if self.search.explore is not None:
             return self.search.explore
         return DEFAULT_EXPLORE if self.search.candidates == 1 and self.objective == "task" else 0
+
+    @field_validator("whitelist", "read_only")
+    @classmethod
+    def _valid_globs(cls, globs: list[str] | None) -> list[str] | None:
+        from harnessopt.util.globs import glob_problem
+
+        if globs and (problem := glob_problem(globs)):  # else found at copy-back, after the round's spend
+            raise ValueError(f"{problem}; see docs/optimizer.md for the glob syntax")
+        return globs
 
     @model_validator(mode="after")
     def _trigger_in_skill_mode(self) -> Config:

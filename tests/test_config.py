@@ -56,3 +56,17 @@ def test_null_on_the_command_line_sets_the_key_to_null() -> None:
     assert apply_overrides(zero, dict([parse_assignment("search.explore=null")])).search.explore is None
     with pytest.raises(UserError, match="gate.confidence: expected a number, got None"):
         apply_overrides(Config(), dict([parse_assignment("gate.confidence=null")]))
+
+
+@pytest.mark.parametrize("key", ["whitelist", "read_only"])
+def test_an_invalid_glob_is_refused_when_the_settings_are_read(key: str) -> None:
+    """An invalid whitelist glob was found at copy-back: after the round's rollouts and optimizer
+    turns were paid for, and never in a round whose optimizer changed nothing (QA)."""
+    with pytest.raises(UserError, match=rf"{key}: 'skill/\[z-a\]' is not a valid glob \(bad character range"):
+        apply_overrides(Config(), {key: ["skill/**", "skill/[z-a]"]})
+    with pytest.raises(UserError, match=rf"{key}: 'a\\\\' is not a valid glob"):
+        parse_config({key: ["a\\"]}, "harnessopt.yaml")
+    assert getattr(apply_overrides(Config(), {key: ["skill/[a-z]*.md", "!x"]}), key) == [
+        "skill/[a-z]*.md",
+        "!x",
+    ]

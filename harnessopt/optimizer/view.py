@@ -19,7 +19,6 @@ import shutil
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import IO, TypeVar
 
@@ -27,6 +26,7 @@ import pathspec
 
 from harnessopt.config import ALWAYS_READ_ONLY
 from harnessopt.errors import UserError
+from harnessopt.util.globs import spec as globs_spec
 from harnessopt.util.text import FrontMatterError, parse_front_matter
 
 # Directories of the workspace the optimizer reads. Everything else stays hidden.
@@ -76,28 +76,10 @@ class CopyBackResult:
 # --------------------------------------------------------------------------- globs
 
 
-def _anchored(pattern: str) -> str | None:
-    """A whitelist glob as a gitignore line anchored at the workspace root (None when empty).
-
-    Unlike ``.gitignore``, a pattern without a slash does not match at any depth: ``SKILL.md``
-    means the top-level file and ``skill`` the top-level directory, so a short pattern never
-    widens the boundary (write ``**/SKILL.md`` for any depth). Empty and ``.`` segments are
-    dropped (``./skill//**`` = ``skill/**``); a trailing ``/`` still means "directories only".
-    """
-    negate = pattern.startswith("!")
-    body = pattern[1:] if negate else pattern
-    parts = [p for p in body.split("/") if p not in ("", ".")]
-    if not parts:
-        return None
-    return ("!" if negate else "") + "/" + "/".join(parts) + ("/" if body.endswith("/") else "")
-
-
-@lru_cache(maxsize=64)
 def _whitelist_spec(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
-    lines = [a for a in map(_anchored, globs) if a is not None]
     try:
-        return pathspec.GitIgnoreSpec.from_lines(lines)
-    except Exception as e:  # pathspec raises its own error, re.error or ValueError
+        return globs_spec(globs)
+    except Exception as e:  # config validation refuses these: a Config built around it may not
         raise UserError(
             f"whitelist pattern list {list(globs)!r} has an invalid glob ({e}); "
             "fix 'whitelist' in harnessopt.yaml (see docs/optimizer.md)"
