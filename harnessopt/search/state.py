@@ -161,10 +161,16 @@ class Search:
             ref=p.ref,
             commit=p.commit,
             checkpoint=None if p.checkpoint is None else round(p.checkpoint, 6),
-            verdict=f"{p.verdict[0]}: {p.verdict[1]}"[:500] if p.verdict else "",
+            verdict=verdict_text(*p.verdict)[:500] if p.verdict else "",
             gate_alpha=p.gate_alpha,
             violations=p.copied.violations,
         )
+
+
+def verdict_text(status: str, reason: str) -> str:
+    """A validated candidate's verdict as one line: its status, unless the gate's reason starts
+    with it already (``accepted: +0.500 > dead zone ...``: it read "accepted: accepted: ...")."""
+    return reason if reason.startswith(f"{status}:") else f"{status}: {reason}"
 
 
 def _outcome(p: Proposed) -> Literal["screened", "noop", "failed", "rejected"]:

@@ -258,6 +258,7 @@ def test_two_winners_split_alpha_and_a_later_round_merges_complementary_candidat
     alpha = 1 - ws.cfg.gate.confidence
     for name in ("c1", "c3"):
         assert by_name[name].verdict.startswith("rejected: ")
+        assert not by_name[name].verdict.startswith("rejected: rejected:")  # it said it twice (QA)
         assert by_name[name].gate_alpha == pytest.approx(alpha / 2)
     assert gate_alphas(first.manifest) == pytest.approx([alpha / 2, alpha / 2])
     decisions = [*gate_alphas(first.manifest), *gate_alphas(second.manifest)]

@@ -55,3 +55,12 @@ def test_a_winner_of_a_round_that_ended_before_validation_is_not_recorded_as_val
     assert all(
         visible(c.reason) == c.reason and c.reason.startswith("not validated") for c in record.candidates
     )
+
+
+def test_a_verdict_says_its_status_once() -> None:
+    from harnessopt.search.state import verdict_text
+
+    assert verdict_text("accepted", "accepted: +0.500 > dead zone 0.256 (n=14)") == (
+        "accepted: +0.500 > dead zone 0.256 (n=14)"
+    )
+    assert verdict_text("failed", "smoke test crashed") == "failed: smoke test crashed"
