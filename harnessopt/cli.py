@@ -407,7 +407,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if dear := first_call_too_dear(ws.cfg):  # the first round would fail at its first optimizer call
         raise UserError(dear)
     if a.dry_run:  # no lock, no model call, nothing written
-        from harnessopt.ledger.vcs import git_in
+        from harnessopt.reporting.log import before_run
         from harnessopt.reporting.projection import project
         from harnessopt.round.services import preflight, unset_keys
 
@@ -417,9 +417,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             say(line)
         # the run as asked for: without --dry-run, or the prefix of it argparse took for it (--dry)
         again = shlex.join(w for w in a.argv if not (w.startswith("--d") and "--dry-run".startswith(w)))
-        first = ""  # the run commits on main: from anywhere else it would be refused
-        if where := ws.off_main():
-            first = f"{git_in(ws.root)} checkout main (HEAD is {where}), then "
+        first = before_run(ws)  # off main, or with uncommitted changes, the run would be refused
         if keys := unset_keys(ws.cfg):  # a projection needs no key; the run it names does
             first += f"set {' and '.join(keys)} in the environment, then "
         say(f"dry run: nothing was run; start it with: {first}harnessopt {again}")

@@ -305,6 +305,20 @@ def test_a_head_off_main(ws: Path, where: str) -> None:
     assert f"start it with: git -C {ws} checkout main (HEAD is {said}), then harnessopt run" in r.stdout
 
 
+def test_a_dry_run_with_uncommitted_changes_says_to_commit_them_first(ws: Path) -> None:
+    """The dry run said "start it with: harnessopt run WS", which then refused: "has uncommitted
+    changes; commit or stash them" (QA). It says what comes first, as status does."""
+    skill = ws / "skill" / "SKILL.md"
+    skill.write_text(skill.read_text() + "\nmine\n")
+    r = cli("run", ws, *RUN, "--dry-run", env=ENV)
+    assert r.returncode == 0, r.stderr
+    assert "start it with: commit or stash the changes, then harnessopt run" in r.stdout, r.stdout
+    assert_user_error(cli("run", ws, *RUN, env=ENV), "has uncommitted changes")
+    git(ws, "commit", "-qam", "my edit")
+    r = cli("run", ws, *RUN, "--dry-run", env=ENV)
+    assert f"start it with: harnessopt run {ws}" in r.stdout, r.stdout
+
+
 def test_an_empty_model_name(ws: Path) -> None:
     before = snapshot(ws)
     assert_user_error(cli("replay", ws, "--target", "", env=ENV), "model.target")

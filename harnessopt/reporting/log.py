@@ -257,12 +257,8 @@ def status_lines(ws: Workspace) -> list[str]:
         )
     if busy is not None:  # a command is running now: say so, and no 'next'
         return [*lines, *_in_progress(ws, busy, last)]
-    applying = False  # an accepted round main holds whose checkout did not finish: run finishes it
+    applying = stopped_applying(ws, entries)
     if stopped := stopped_step(entries):  # where the last run stopped mid-round
-        applying = stopped.get("phase") == "applying" and stopped.get("commit") in (
-            vcs.head_sha(ws.repo),
-            stopped.get("parent"),
-        )
         lines.append(
             f"last run stopped applying round {stopped.get('round')}, accepted: the next run finishes it "
             "(do not commit or stash what git status shows: that would undo the round)"
@@ -280,12 +276,28 @@ def status_lines(ws: Workspace) -> list[str]:
     where = ws.off_main()
     run = proposals.run_command(ws.repo, ws.root, _main_config(ws) if where else ws.cfg)
     q = shlex.quote(str(ws.root))
-    if where:  # the run refuses off main
-        run = f"{vcs.git_in(ws.root)} checkout main (HEAD is {where}), then {run}"
-    elif dirty and not applying:  # and with uncommitted changes (an apply's are the run's to finish)
-        run = f"commit or stash the changes, then {run}"
-    lines.append(f"next: {run}   |   harnessopt log {q}")
+    lines.append(f"next: {before_run(ws, entries)}{run}   |   harnessopt log {q}")
     return lines
+
+
+def stopped_applying(ws: Workspace, entries: list[dict[str, Any]]) -> bool:
+    """Did the last run stop applying an accepted round that main holds, its checkout unfinished?
+    Then the next run finishes it, and what git status shows is that checkout's."""
+    stopped = stopped_step(entries)
+    if stopped is None or stopped.get("phase") != "applying":
+        return False
+    return stopped.get("commit") in (vcs.head_sha(ws.repo), stopped.get("parent"))
+
+
+def before_run(ws: Workspace, entries: list[dict[str, Any]] | None = None) -> str:
+    """What to do before ``harnessopt run`` would start (``"... then "``), or "": HEAD off main, or
+    uncommitted changes (the run refuses both; an unfinished apply's are the run's to finish)."""
+    if where := ws.off_main():
+        return f"{vcs.git_in(ws.root)} checkout main (HEAD is {where}), then "
+    entries = ws.journal.entries() if entries is None else entries
+    if vcs.dirty_paths(ws.repo) and not stopped_applying(ws, entries):
+        return "commit or stash the changes, then "
+    return ""
 
 
 def _main_config(ws: Workspace) -> Config:
