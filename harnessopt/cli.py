@@ -19,18 +19,17 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from harnessopt import __version__
 from harnessopt.errors import HarnessoptError, UserError
 from harnessopt.ledger.lock import workspace_lock
 from harnessopt.limits import MAX_ROUNDS, MAX_RUNS_A_TASK
 from harnessopt.util import hardening, interrupts, tmpdirs
+from harnessopt.util.console import CliConsole
 
 EXIT_ROUND_FAILED = 3  # a run whose rounds failed (infrastructure, budget): not bad input (2)
 
-console = Console(highlight=False, soft_wrap=True, emoji=False)  # ":b:" in a path or summary is text
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+console = CliConsole(highlight=False, soft_wrap=True, emoji=False)  # ":b:" in a path or summary is text
+err_console = CliConsole(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def say(msg: str) -> None:

@@ -172,3 +172,28 @@ def test_a_refused_api_key_stops_the_run_at_once(tmp_path: Path) -> None:
     assert "the API key was refused" in r.stdout and "Traceback" not in r.stderr
     assert [x.round for x in ledger.past_rounds(Workspace.open(ws).repo)] == [1]
     assert calls <= 8  # the train batch's calls at most: no optimizer, no validation, no retries
+
+
+def test_a_reader_that_goes_away_is_not_a_failure(tmp_path: Path) -> None:
+    """``harnessopt init ... | head -1`` exited 1 with no word (rich's own broken-pipe exit) after
+    the workspace was made; ``log | head`` likewise (QA). The command's work stands: exit 0."""
+    import os
+    import sys
+
+    skill, tasks = write_example(tmp_path)
+    for args in (("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks), ("log", tmp_path / "ws")):
+        read, write = os.pipe()
+        os.close(read)  # the reader has gone before the first line
+        try:
+            r = subprocess.run(
+                [sys.executable, "-m", "harnessopt", *map(str, args)],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=120,
+            )
+        finally:
+            os.close(write)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args[0], r.returncode, r.stderr)
+    assert git(tmp_path / "ws", "rev-parse", "ho/round-0")  # init's work stands

@@ -24,6 +24,7 @@ from harnessopt.ledger.manifest import ChecksRecord, pooled_dead_zone, spend_of
 from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
 from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.round.stop import stop_path
+from harnessopt.util.console import CliConsole
 from harnessopt.util.text import visible as _visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -111,7 +112,7 @@ def print_log(ws: Workspace, console: Console) -> None:
             f"{visible(r['summary'])}\n[dim]{visible(reason_line(r))}[/dim]" + _candidate_lines(r),
         )
     if not console.is_terminal and console.width < LOG_WIDTH:  # a pipe would squeeze it to 80 columns
-        console = Console(width=LOG_WIDTH, highlight=False, emoji=False, file=console.file)
+        console = CliConsole(width=LOG_WIDTH, highlight=False, emoji=False, file=console.file)
     console.print(table)
     if r0:
         console.print(r0, markup=False)
