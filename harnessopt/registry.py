@@ -61,6 +61,11 @@ PARTS: dict[str, dict[str, str]] = {
 }
 
 
+# What a part of each kind is called in messages: a "model" part is a provider (model.provider),
+# whose models are named by model.target
+NOUN = {"model": "model provider"}
+
+
 def known(kind: Kind) -> list[str]:
     return list(PARTS[kind])
 
@@ -74,7 +79,7 @@ def check(kind: Kind, name: str) -> str:
     """``name`` if it is a known part or a well-formed dotted path, else ValueError (for config)."""
     if name in PARTS[kind] or is_dotted(name):
         return name
-    raise ValueError(f"unknown {kind} {name!r}; {_available(kind)}")
+    raise ValueError(f"unknown {NOUN.get(kind, kind)} {name!r}; {_available(kind)}")
 
 
 def resolve(kind: Kind, name: str) -> Callable[..., Any]:
@@ -82,7 +87,7 @@ def resolve(kind: Kind, name: str) -> Callable[..., Any]:
     target = PARTS[kind].get(name)
     if target is None:
         if not is_dotted(name):
-            raise UserError(f"unknown {kind} {name!r}; {_available(kind)}")
+            raise UserError(f"unknown {NOUN.get(kind, kind)} {name!r}; {_available(kind)}")
         target = name
     module_name, _, attr = target.partition(":")
     try:

@@ -173,3 +173,9 @@ def test_the_model_providers_have_one_list_the_registry(monkeypatch: pytest.Monk
     monkeypatch.setitem(registry.PARTS, "model", {**registry.PARTS["model"], "mine": "pkg.mod:Mine"})
     with pytest.raises(UserError, match="known providers: anthropic, openai, scripted, mine$"):
         make_model("gemini")
+    # a setting that names one is said as a provider (it said "unknown model 'foo'": the model is
+    # model.target, QA)
+    with pytest.raises(
+        ValidationError, match="model.provider\n.*unknown model provider 'foo'; known: anthropic"
+    ):
+        Config.model_validate({"model": {"provider": "foo"}})
