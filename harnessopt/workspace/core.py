@@ -33,6 +33,7 @@ from harnessopt.workspace.tasks import (
     assign_splits,
     check_splits,
     default_gives_val,
+    first_split,
     load_tasks,
     parse_ratio,
     read_split,
@@ -240,6 +241,12 @@ def _uncopyable(skill_dir: Path) -> str | None:
     return None
 
 
+def _each_kind_enough(val: list[Task]) -> bool:
+    """Does val hold enough tasks of each kind (trigger tasks, the others) for each gate's smoke test?"""
+    trigger = sum(is_trigger_task(t) for t in val)
+    return min(trigger, len(val) - trigger) >= MIN_VAL_TASKS
+
+
 def _initial_commit(root: Path) -> str | None:
     """The commit init made (its subject is ``initial_message``'s), on any branch, or None."""
     try:
@@ -334,10 +341,15 @@ def init_workspace(
         val = [t for t in tasks if t.split == "val"]
         n_trigger = sum(is_trigger_task(t) for t in val)
         if min(n_trigger, len(val) - n_trigger) < MIN_VAL_TASKS:
+            fix = (
+                f"init with --split {each} (train:val:test), which gives each kind {MIN_VAL_TASKS} or more, "
+                if (each := first_split(loaded, seed, _each_kind_enough, MIN_VAL_TASKS))
+                else ""
+            )
             raise UserError(
                 f"objective both: val holds {len(val) - n_trigger} task(s) of the task objective and {n_trigger} "
                 f"trigger task(s); each objective's gate needs at least {MIN_VAL_TASKS} val tasks for its smoke "
-                "test: add tasks of the kind that is short, or give each kind a workspace of its own"
+                f"test: {fix}add tasks of the kind that is short, or give each kind a workspace of its own"
             )
     cfg = cfg.model_copy(update={"template": template})
     needs = template_image(template)  # the image the template runs in, unless the config names one

@@ -18,8 +18,7 @@ import json
 import sys
 import unicodedata
 import weakref
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -362,13 +361,21 @@ def small_file_split(tasks: Sequence[Task], seed: int, min_val: int = MIN_VAL_TA
     at this ``seed``), which can leave val short of its count: val then asks for more until the
     split made has what it needs (the hint named a split that failed as it had).
     """
+    return first_split(tasks, seed, lambda val: len(val) >= min_val, min_val)
+
+
+def first_split(
+    tasks: Sequence[Task], seed: int, enough: Callable[[list[Task]], bool], min_val: int
+) -> str | None:
+    """The first train:val:test split, val growing from a third of the unassigned tasks, whose val
+    (as ``assign_splits`` makes it at ``seed``) is ``enough`` and whose train is not empty."""
     n = sum(t.split == UNASSIGNED for t in tasks)
     have_val = sum(t.split == "val" for t in tasks)
     for val in range(max(min_val - have_val, -(-n // 3)), n):  # n: no task left for train
         train = -(-(n - val) // 2)
         ratio = f"{train}:{val}:{n - val - train}"
-        made = Counter(t.split for t in assign_splits(tasks, parse_ratio(ratio), seed))
-        if made["val"] >= min_val and made["train"]:
+        made = assign_splits(tasks, parse_ratio(ratio), seed)
+        if enough([t for t in made if t.split == "val"]) and any(t.split == "train" for t in made):
             return ratio
     return None
 

@@ -3,6 +3,7 @@ copy-back, and precision/recall."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -215,6 +216,28 @@ def test_objective_both_needs_val_tasks_of_each_kind(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="val holds 1 task.* of the task objective and 6 trigger task"):
         init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
     assert not (tmp_path / "ws").exists()
+
+
+def test_objective_both_short_of_one_kind_names_a_split_that_gives_each_kind_enough(tmp_path: Path) -> None:
+    """A file of 30 trigger tasks and 32 others with no splits: the default split left val 2 tasks
+    of one kind and init said to add tasks, though a --split made from the same file works (QA)."""
+    import re
+
+    from harnessopt.workspace.core import init_workspace
+
+    rows = [{"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i % 2 == 0}} for i in range(30)]
+    rows += [{"id": f"t{i}", "input": f"Echo {i}", "answer": str(i)} for i in range(32)]
+    skill, tasks = _trigger_file(tmp_path, rows)
+    with pytest.raises(UserError, match="each objective's gate needs") as e:
+        init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
+    said = re.search(
+        r"init with --split (\d+:\d+:\d+) \(train:val:test\), which gives each kind 5", str(e.value)
+    )
+    assert said, str(e.value)
+    init_workspace(tmp_path / "ws", skill, tasks, ratio=said[1], announce=lambda _m: None)  # it does
+    val = [json.loads(line) for line in (tmp_path / "ws" / "tasks" / "val.jsonl").read_text().splitlines()]
+    trigger = sum(isinstance(t["answer"], dict) for t in val)
+    assert min(trigger, len(val) - trigger) >= 5
 
 
 @pytest.mark.parametrize("template", ["openai-chat", "command", "codex"])
