@@ -118,7 +118,7 @@ def build_commit(repo: git.Repo, parent: str, overlay: Path, paths: Sequence[str
         repo.git.read_tree(parent)
         existing = [p for p in paths if repo.git.ls_files("--", p)]
         if existing:
-            repo.git.rm("-r", "--cached", "-q", "--ignore-unmatch", "--", *existing)
+            repo.git.rm("-r", "--cached", "-f", "-q", "--ignore-unmatch", "--", *existing)
         present = [p for p in paths if (overlay / p).exists()]
         if present:
             # -f: an in-tree .gitignore must not make the commit differ from what was evaluated.
@@ -144,7 +144,7 @@ def commit_paths_from(
     working tree nor the real index nor any branch is touched."""
     with _private_index(repo) as env, repo.git.custom_environment(**env):
         repo.git.read_tree(parent)
-        repo.git.rm("-r", "--cached", "-q", "--ignore-unmatch", "--", *paths)
+        repo.git.rm("-r", "--cached", "-f", "-q", "--ignore-unmatch", "--", *paths)
         present = [p for p in paths if repo.git.ls_tree(source, "--", p)]
         if present:
             repo.git.restore("--staged", f"--source={source}", "--", *present)

@@ -378,7 +378,7 @@ def test_a_swap_refused_in_the_last_moment_leaves_no_round_tag(tmp_path: Path, m
     assert git(ws_path, "log", "-1", "--format=%s") == "the user's commit"
 
 
-@pytest.mark.parametrize("change", ["edit", "branch", "commit"])
+@pytest.mark.parametrize("change", ["edit", "branch", "commit", "skill commit"])
 def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
     tmp_path: Path, change: str
 ) -> None:
@@ -386,7 +386,9 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
     out a branch of their own, or commits on main. The checkout that applies an accept would wipe
     the edit (git reset --hard), reset their branch to the round's commit, or fail with a raw git
     error after tagging a round main never held: the round is recorded failed instead, saying why
-    and where its candidate is, and the user's work is as they left it."""
+    and where its candidate is, and the user's work is as they left it. (A commit that changed the
+    skill made the round's own commit fail on git rm's check against HEAD: a traceback, and the
+    accepted candidate was lost (QA).)"""
     ws = make_ws(tmp_path)
     head = git(ws, "rev-parse", "HEAD")
     # on another branch, a second round would start from it and never be applied (QA): it stops
@@ -399,6 +401,10 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
                 f.write("\nMY EDIT, not committed yet\n")
         elif change == "branch":
             git(ws, "checkout", "-q", "-b", "mine")
+        elif change == "skill commit":
+            skill = ws / "skill" / "SKILL.md"
+            skill.write_text(skill.read_text() + "\nmine\n")
+            git(ws, "commit", "-qam", "my edit of the skill during the run")
         else:
             (ws / "NOTES.md").write_text("my notes\n")
             git(ws, "add", "NOTES.md")
@@ -421,14 +427,14 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
     assert git(ws, "rev-parse", "refs/harnessopt/failed/round-1")
     assert git(ws, "tag", "--list", "ho/round-1") == ""  # no tag on a commit main never held
     assert git(ws, "rev-parse", "HEAD") == mine and git(ws, "rev-parse", "main") == (
-        mine if change == "commit" else head
+        mine if change.endswith("commit") else head
     )
     if change == "edit":
         assert "MY EDIT, not committed yet" in (ws / "skill" / "SKILL.md").read_text()
         assert "had uncommitted edits" in rows[0]["reason"]
     if change == "branch":
         assert git(ws, "rev-parse", "mine") == head and "HEAD moved to mine" in rows[0]["reason"]
-    if change == "commit":
+    if change.endswith("commit"):
         assert "main moved to" in rows[0]["reason"] and git(ws, "status", "--porcelain") == ""
 
 
