@@ -16,6 +16,7 @@ from rich.console import Console
 
 from harnessopt.config import Config, GateConfig, ModelConfig, OptimizerConfig, RolloutConfig, SearchConfig
 from harnessopt.errors import HarnessoptError
+from harnessopt.ledger.lock import workspace_lock
 from harnessopt.reporting.log import print_log
 from harnessopt.reporting.progress import progress_for
 from harnessopt.round import driver
@@ -71,7 +72,8 @@ def run_demo(target: Path, *, sandbox: str, say: Callable[[str], None], console:
     # The demo holds no key: its optimizer may run on the host. Not written to harnessopt.yaml,
     # so a later `harnessopt run` on this workspace asks for the flag itself.
     ws = Workspace.open(target, {"optimizer.unsafe_host": True})
-    with progress_for(console) as progress:  # bars on a terminal, lines elsewhere
+    # its rounds hold the workspace's lock, as a run's do: a rollback or an audit meanwhile is refused
+    with workspace_lock(ws.root, "demo", say), progress_for(console) as progress:  # bars on a terminal
         results = driver.run(ws, DEMO_ROUNDS, progress.say, progress=progress)
     print_log(ws, console)
     statuses = [r.status for r in results]

@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harnessopt.sandbox.image.build import owner_alive
-from tests.support.cli import cli, git
+from tests.support.cli import cli, git, start_cli, wait_for_phase
+from tests.support.cli_errors import assert_user_error
 
 
-def _check_demo(tmp_path: Path, sandbox: str) -> Path:
+def _check_demo(tmp_path: Path, sandbox: str, during: Callable[[Path], None] | None = None) -> Path:
+    """The demo, checked; ``during(target)`` runs while its round 1 is at its checks."""
     target = tmp_path / "demo"
-    r = cli("demo", target, "--sandbox", sandbox, timeout=900)
+    proc = start_cli("demo", target, "--sandbox", sandbox)
+    try:
+        if during is not None:
+            wait_for_phase(target, proc, "check", timeout=600)
+            during(target)
+        out, err = proc.communicate(timeout=900)
+    finally:
+        proc.kill()
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "SCRIPTED" in r.stdout and "no real model is called" in r.stdout
     notes = [line for line in r.stdout.splitlines() if "SCRIPTED" in line]
@@ -47,8 +59,18 @@ def _check_demo(tmp_path: Path, sandbox: str) -> Path:
     return target
 
 
+def _refused_while_it_runs(target: Path) -> None:
+    """The demo's rounds hold the workspace's lock as a run's do: a rollback during one committed,
+    and the demo's round then died on a git error with no record (QA)."""
+    head = git(target, "rev-parse", "HEAD")
+    for command in (("rollback", target, "0"), ("audit", target)):
+        r = cli(*command)
+        assert_user_error(r, "in use by 'harnessopt demo'")
+    assert git(target, "rev-parse", "HEAD") == head
+
+
 def test_demo_local(tmp_path: Path) -> None:
-    target = _check_demo(tmp_path, "local")
+    target = _check_demo(tmp_path, "local", during=_refused_while_it_runs)
     again = cli("demo", target, "--sandbox", "local")
     assert again.returncode == 2 and "not empty" in again.stderr
     assert again.stdout == ""  # the refusal is the demo's one line
