@@ -120,6 +120,44 @@ def test_a_deleted_round_0_tag_names_the_command_that_restores_it(ws: Path) -> N
     assert git(ws, "rev-parse", "ho/round-0") == initial and cli("status", ws).returncode == 0
 
 
+def test_a_moved_or_deleted_round_tag_is_named_with_the_git_tag_that_mends_it(tmp_path: Path) -> None:
+    """A round tag moved by hand made ``diff K`` a traceback and ``rollback K`` restore another
+    commit as round K; a deleted one made round K vanish, and the next run recorded a second
+    round K (QA). Every command names the tag and the git command that mends it; an interrupted
+    run's unfinished apply (whose tag the next run writes) is not one of these."""
+    from tests.support.workspace import make_ws
+
+    ws = make_ws(tmp_path)  # the demo's scripted model: its round 1 is accepted
+    assert cli("run", ws, *RUN, "--rounds", "1", env=ENV).returncode == 0
+    accepted = git(ws, "rev-parse", "ho/round-1")
+    git(ws, "tag", "-f", "ho/round-1", "ho/round-0")
+    before = snapshot(ws)
+    for command in (("diff", "1"), ("rollback", "1"), ("status",), ("run", *RUN)):
+        assert_user_error(
+            cli(command[0], ws, *command[1:], env=ENV),
+            "the tag ho/round-1 points at",
+            f"tag -f ho/round-1 {accepted[:12]}",
+        )
+    assert_unchanged(ws, before)
+    git(ws, "tag", "-d", "ho/round-1")
+    before = snapshot(ws)
+    for command in (("log",), ("run", *RUN)):
+        assert_user_error(
+            cli(command[0], ws, *command[1:], env=ENV),
+            "round 1's tag ho/round-1 is missing",
+            f"tag ho/round-1 {accepted[:12]}",
+        )
+    assert_unchanged(ws, before)
+    restore = cli("status", ws).stderr.split("restore it with ", 1)[1].strip()
+    subprocess.run(shlex.split(restore), check=True, capture_output=True)
+    assert cli("diff", ws, "1").returncode == 0 and git(ws, "rev-parse", "ho/round-1") == accepted
+    journal = ws / ".harnessopt" / "journal.jsonl"  # a run killed after main moved, before the tag
+    with journal.open("a") as f:
+        f.write(json.dumps({"round": 1, "phase": "applying", "commit": accepted, "parent": "x"}) + "\n")
+    git(ws, "tag", "-d", "ho/round-1")
+    assert cli("status", ws).returncode == 0
+
+
 def test_a_repository_with_a_config_but_no_harnessopt_history_is_not_a_workspace(ws: Path) -> None:
     git(ws, "tag", "-d", "ho/round-0", "ho/best")
     git(ws, "commit", "-q", "--amend", "-m", "my own message")  # no ref holds the commit init made

@@ -173,6 +173,57 @@ def _refs_under(repo: git.Repo, prefix: str) -> list[str]:
     return [line for line in out.splitlines() if line]
 
 
+_ACCEPTED_SUBJECT = re.compile(r"harnessopt round (\d+): accepted")
+
+
+def tag_problem(repo: git.Repo, main: str, finishing: str | None = None) -> str | None:
+    """What is wrong with the round tags, with the ``git tag`` that mends it, or None. A tag
+    ``ho/round-K`` (K >= 1) must point at round K's accepted commit: moved by hand, ``diff K``
+    was a traceback and ``rollback K`` restored another commit as round K; and each accepted
+    commit on ``main`` needs its tag: deleted, round K vanished from every listing and the next
+    run recorded a second round K. ``finishing``: the accepted commit an interrupted run was
+    applying (its tag is the next run's ``recover`` to write)."""
+    out = repo.git.log(
+        "--format=%H %s", "--extended-regexp", "--grep=^harnessopt round [0-9]+: accepted", main
+    )
+    accepted: dict[int, list[str]] = {}
+    for line in out.splitlines():
+        sha, _, subject = line.partition(" ")
+        if m := _ACCEPTED_SUBJECT.match(subject):
+            accepted.setdefault(int(m.group(1)), []).append(sha)
+    tags: dict[int, str] = {}
+    listing = repo.git.for_each_ref("--format=%(refname) %(objectname) %(*objectname)", "refs/tags/ho/")
+    for line in listing.splitlines():
+        ref, sha, *peeled = line.split(" ")
+        if (m := _ROUND_RE.search(ref)) and ref.startswith("refs/tags/ho/round-") and int(m.group(1)) > 0:
+            tags[int(m.group(1))] = peeled[0] if peeled and peeled[0] else sha
+    where = vcs.git_in(str(repo.working_dir))
+    for k, sha in sorted(tags.items()):
+        if sha in accepted.get(k, []) or _subject(repo, sha).startswith(f"harnessopt round {k}: accepted"):
+            continue
+        right = accepted.get(k, [])
+        mend = (
+            f"put it back with {where} tag -f {ROUND_TAG.format(k=k)} {right[0][:12]}"
+            if len(right) == 1
+            else f"delete it with {where} tag -d {ROUND_TAG.format(k=k)}"
+        )
+        return (
+            f"the tag {ROUND_TAG.format(k=k)} points at {sha[:10]}, which is not round {k}'s accepted "
+            f"commit (moved by hand?); {mend}"
+        )
+    for k, shas in sorted(accepted.items()):
+        if k not in tags and shas[0] != finishing:
+            return (
+                f"round {k}'s tag {ROUND_TAG.format(k=k)} is missing (its accepted commit {shas[0][:10]} is on "
+                f"main); restore it with {where} tag {ROUND_TAG.format(k=k)} {shas[0][:12]}"
+            )
+    return None
+
+
+def _subject(repo: git.Repo, sha: str) -> str:
+    return str(repo.git.log("-1", "--format=%s", sha))
+
+
 def past_rounds(repo: git.Repo) -> list[Round]:
     """Rounds 1.. (round 0 is the initial state, not a round)."""
     return [r for r in rounds(repo) if r.round > 0]

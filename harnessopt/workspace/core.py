@@ -19,7 +19,7 @@ from harnessopt.config import CONFIG_NAME, Config, apply_overrides, dump_config,
 from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
-from harnessopt.ledger.journal import STATE_DIR, Journal
+from harnessopt.ledger.journal import STATE_DIR, Journal, last_step
 from harnessopt.objective.trigger import default_objective, is_trigger_task, round_tasks
 from harnessopt.protocols import Task
 from harnessopt.workspace import flags
@@ -113,6 +113,12 @@ class Workspace:
                 "moved to a foreign commit); put main back on a harnessopt commit, e.g. "
                 f"{vcs.git_in(path)} reset --hard ho/best"
             )
+        main = "refs/heads/main" if vcs.ref_exists(repo, "refs/heads/main") else head
+        finishing = last_step(Journal(root).entries()) or {}
+        if problem := ledger.tag_problem(
+            repo, main, str(finishing.get("commit")) if finishing.get("phase") == "applying" else None
+        ):
+            raise UserError(f"{path}: {problem}")
         cfg = saved = load_config(root)
         if overrides:
             cfg = apply_overrides(cfg, overrides)
