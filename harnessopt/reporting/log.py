@@ -287,7 +287,7 @@ def stopped_applying(ws: Workspace, entries: list[dict[str, Any]]) -> bool:
     stopped = stopped_step(entries)
     if stopped is None or stopped.get("phase") != "applying":
         return False
-    return stopped.get("commit") in (vcs.head_sha(ws.repo), stopped.get("parent"))
+    return vcs.head_sha(ws.repo) in (stopped.get("commit"), stopped.get("parent"))
 
 
 def before_run(ws: Workspace, entries: list[dict[str, Any]] | None = None) -> str:

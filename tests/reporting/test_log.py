@@ -120,3 +120,15 @@ def test_log_prints_its_start_command_as_written_brackets_and_all(tmp_path: Path
     out = cli("log", ws)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert f"start with: harnessopt run '{ws}' -c 'model.target=demo[/]x'" in out.stdout, out.stdout
+
+
+def test_status_after_a_kill_before_main_moved_says_the_next_run_finishes_the_round(tmp_path: Path) -> None:
+    """A run SIGKILLed in its apply before main moved: status said "its journal's last step
+    'applying' (nothing applied)", though the next run applies the accepted round (QA): it compared
+    the round's commit, not HEAD, with the parent."""
+    ws = make_ws(tmp_path)
+    head = git(ws, "rev-parse", "HEAD")
+    commit = git(ws, "commit-tree", "HEAD^{tree}", "-p", head, "-m", "harnessopt round 1: accepted: x")
+    Workspace.open(ws).journal.write(1, "applying", commit=commit, parent=head, new_best=True)
+    lines = status_lines(Workspace.open(ws))
+    assert "last run stopped applying round 1, accepted: the next run finishes it" in "\n".join(lines), lines
