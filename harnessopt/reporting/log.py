@@ -86,6 +86,15 @@ def print_log(ws: Workspace, console: Console) -> None:
                 f"running: harnessopt status {shlex.quote(str(ws.root))} shows where it is",
                 markup=False,
             )
+        elif (
+            st := proposals.state(ws.repo)
+        ) is not None and st.status == "pending":  # a person decides first
+            q = shlex.quote(str(ws.root))
+            console.print(
+                f"no rounds yet; round 0's proposal ({proposals.PROPOSAL_PATH}) waits for your decision: "
+                f"harnessopt approve {q}   |   harnessopt reject {q} --reason '...'",
+                markup=False,
+            )
         else:  # the command as it is pasted: its paths and settings may hold brackets
             console.print(
                 f"no rounds yet; start with: {proposals.run_command(ws.repo, ws.root, ws.cfg)}", markup=False

@@ -171,6 +171,8 @@ def test_round0_proposal_then_approve_then_the_plan_is_implemented_through_the_g
     assert st is not None and st.status == "pending"
     text = (ws / "proposals" / "round-0.md").read_text()
     assert text == st.text and PLAN_MARK in text
+    said = ho("log", ws).stdout  # it said "start with: harnessopt run", which runs no round (QA)
+    assert "round 0's proposal (proposals/round-0.md) waits for your decision: harnessopt approve" in said
     n_train = len(Workspace.open(ws).tasks("train"))
     assert f"- wrong answer: {n_train} (" in text and "australia" in text  # counted, with task ids
     assert "does not cover" not in text  # the five aspects and the decisions are there
