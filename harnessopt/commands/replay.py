@@ -1,6 +1,7 @@
 """``harnessopt replay WS --target MODEL``: do the accepted rounds still help on another model?
 
-The check to run after a model upgrade. Every accepted round on main's history, oldest first, is
+The check to run after a model upgrade. Every accepted round whose edit main holds (after a
+rollback, not the rounds it undid), oldest first, is
 validated again for the target model: the round's commit against its parent on the val tasks the
 gate sees, judged by the run's gate as in a round (``audit.paired_decision``: flips rerun, the same
 dead zone). Each state is measured once (round k's commit is round k+1's parent) and its val
@@ -35,7 +36,7 @@ def run_replay(
 ) -> dict[str, Any]:
     """Re-validate main's accepted rounds, in order, for ``ws.cfg.model.target`` (module docstring)."""
     head = vcs.head_sha(ws.repo)
-    rounds = sorted(ledger.accepted_along(ws.repo, head), key=lambda r: r.round)
+    rounds = ledger.live_accepted(ws.repo, head)  # after a rollback, not the rounds it undid
     if not rounds:
         raise UserError("no accepted round on main yet: nothing to replay; run rounds until one is accepted")
     target = ws.cfg.model.target

@@ -19,7 +19,7 @@ def rollback(ws: Workspace, k: int) -> str:
     if r.status not in ("accepted", "initial"):
         accepted = [str(x.round) for x in ledger.rounds(ws.repo) if x.status in ("accepted", "initial")]
         raise UserError(
-            f"round {k} was {r.status}; it never was on main. Roll back to an accepted round: {', '.join(accepted)}"
+            f"round {k} is {r.status}: it was never on main; roll back to an accepted round: {', '.join(accepted)}"
         )
     if vcs.dirty_paths(ws.repo):
         raise UserError(f"{ws.root} has uncommitted changes; commit or stash them before a rollback")

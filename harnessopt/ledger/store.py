@@ -429,6 +429,27 @@ def accepted_along(repo: git.Repo, tip: str) -> Iterator[Round]:
             yield r
 
 
+def live_accepted(repo: git.Repo, tip: str) -> list[Round]:
+    """The accepted rounds whose edits ``tip`` holds, oldest first: its first-parent history, where
+    a rollback to round K goes on from round K's commit (the rounds it undid are not live, though
+    they stay in the history ``accepted_along`` reads)."""
+    accepted = {r.commit: r for r in past_rounds(repo) if r.status == "accepted"}
+    live: list[Round] = []
+    sha: str | None = tip
+    seen: set[str] = set()
+    while sha is not None and sha not in seen:
+        seen.add(sha)
+        if sha in accepted:
+            live.append(accepted[sha])
+        commit = repo.commit(sha)
+        data = manifest_data(str(commit.message))
+        if data.get("status") == "rollback" and isinstance(data.get("to_commit"), str):
+            sha = data["to_commit"]  # what it restored: the rounds after it are undone
+        else:
+            sha = commit.parents[0].hexsha if commit.parents else None
+    return sorted(live, key=lambda r: r.round)
+
+
 AUDIT_REF = "refs/harnessopt/audit/{base}-{best}"  # docs/workspace.md, "Git": the audit of a pair
 # where the versions from the package's layout change (2026-12-01) until the fix of 2026-12-06 wrote
 # audits: read as recorded audits, so a pair audited there is not audited again

@@ -74,8 +74,12 @@ def test_a_round_after_a_rollback_says_where_it_started(tmp_path: Path) -> None:
     ws = Workspace.open(make_ws(tmp_path))
     [first] = driver.run(ws, 1, lambda _m: None)
     assert first.status == "accepted"
+    assert [r.round for r in ledger.live_accepted(ws.repo, git(ws.root, "rev-parse", "main"))] == [1]
     rollback(ws, 0)
     back = git(ws.root, "rev-parse", "main")
+    # round 1 stays in main's history, but its edit is undone: replay no longer re-validates it (QA)
+    assert [r.round for r in ledger.accepted_along(ws.repo, back)] == [1]
+    assert ledger.live_accepted(ws.repo, back) == []
     driver.run(Workspace.open(ws.root), 1, lambda _m: None)
     import json
 
