@@ -82,11 +82,19 @@ def _negative_split_joined(words: list[str]) -> list[str]:
     return out
 
 
+def _whole(text: str) -> int:
+    """A whole number as written in ASCII digits: ``int`` also reads "３" (a full-width 3) and
+    "1_0", which ``diff``, ``rollback`` and the counts took as 3 and 10."""
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(text)
+
+
+_whole.__name__ = "whole number"  # argparse names the type in its message
+
+
 def _positive(text: str, most: int | None = None) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     if most is not None and value > most:
@@ -126,7 +134,7 @@ def build_parser() -> _Parser:
         help="train:val:test ratio for tasks without a split (default 2:1:7, or for a file too small "
         "to give val 5 tasks one that does, e.g. 4:5:3 for 12 tasks)",
     )
-    init.add_argument("--seed", type=int, default=0, help="seed of the split assignment")
+    init.add_argument("--seed", type=_whole, default=0, help="seed of the split assignment")
     init.add_argument(
         "--skill-rule-off",
         dest="skill_rules_off",
@@ -187,10 +195,10 @@ def build_parser() -> _Parser:
     log.add_argument("--json", action="store_true")
     diff = sub.add_parser("diff", help="a round's change as a git diff")
     diff.add_argument("ws", type=Path)
-    diff.add_argument("round", type=int)
+    diff.add_argument("round", type=_whole)
     diff.add_argument(
         "--candidate",
-        type=int,
+        type=_whole,
         metavar="I",
         help="candidate cI of a round with several (search.candidates), or step sI of an explore round "
         "(search.explore), from its own ref",
@@ -204,7 +212,7 @@ def build_parser() -> _Parser:
     rj.add_argument("--reason", required=True, help="why: the next diagnosis reads it")
     rb = sub.add_parser("rollback", help="restore skill/ and harness/ as of a round, in a new commit")
     rb.add_argument("ws", type=Path)
-    rb.add_argument("round", type=int)
+    rb.add_argument("round", type=_whole)
     st = sub.add_parser("status", help="where the run stands")
     st.add_argument("ws", type=Path)
     rep = sub.add_parser("report", help="an HTML report with plots (needs harnessopt[report])")

@@ -154,6 +154,19 @@ def test_unknown_round_for_diff_and_rollback(ws: Path) -> None:
     assert_user_error(cli("rollback", ws, "7"), "round 7")
 
 
+@pytest.mark.parametrize("written", ["\uff10", "0_0", "0.0", " "])
+def test_a_round_number_is_ascii_digits(ws: Path, written: str) -> None:
+    """``int`` reads a full-width "０" and "0_0" as 0: ``rollback WS ０`` rolled back (QA)."""
+    head = git(ws, "rev-parse", "HEAD")
+    for command in (
+        ("diff", ws, written),
+        ("rollback", ws, written),
+        ("diff", ws, "1", "--candidate", written),
+    ):
+        assert_user_error(cli(*command), "expected a whole number")
+    assert git(ws, "rev-parse", "HEAD") == head
+
+
 def test_docker_requested_but_unreachable(ws: Path) -> None:
     env = {"ANTHROPIC_API_KEY": "x", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
     r = cli("run", ws, "--sandbox", "docker", env=env)
