@@ -93,6 +93,16 @@ def _whole(text: str) -> int:
 _whole.__name__ = "whole number"  # argparse names the type in its message
 
 
+def _path(text: str) -> Path:
+    """A path as given; an empty one is refused (``Path("")`` is ".", which messages then named)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
+
+
+_path.__name__ = "path"
+
+
 def _positive(text: str, most: int | None = None) -> int:
     value = _whole(text)
     if value < 1:
@@ -121,9 +131,9 @@ def build_parser() -> _Parser:
     p.commands = sub.choices
 
     init = sub.add_parser("init", help="create a workspace from a skill directory and a task file")
-    init.add_argument("ws", type=Path)
-    init.add_argument("--skill", type=Path, required=True, help="skill directory (with SKILL.md)")
-    init.add_argument("--tasks", type=Path, required=True, help="tasks as JSONL (- reads standard input)")
+    init.add_argument("ws", type=_path)
+    init.add_argument("--skill", type=_path, required=True, help="skill directory (with SKILL.md)")
+    init.add_argument("--tasks", type=_path, required=True, help="tasks as JSONL (- reads standard input)")
     init.add_argument(
         "--template",
         default="chat",
@@ -146,7 +156,7 @@ def build_parser() -> _Parser:
     )
 
     run = sub.add_parser("run", help="run optimization rounds")
-    run.add_argument("ws", type=Path)
+    run.add_argument("ws", type=_path)
     run.add_argument(
         "--rounds", type=_at_most(MAX_ROUNDS), default=1, help="rounds to run (default: %(default)s)"
     )
@@ -191,10 +201,10 @@ def build_parser() -> _Parser:
     _show_config_defaults(run, RUN_FLAGS)
 
     log = sub.add_parser("log", help="one row per round")
-    log.add_argument("ws", type=Path)
+    log.add_argument("ws", type=_path)
     log.add_argument("--json", action="store_true")
     diff = sub.add_parser("diff", help="a round's change as a git diff")
-    diff.add_argument("ws", type=Path)
+    diff.add_argument("ws", type=_path)
     diff.add_argument("round", type=_whole)
     diff.add_argument(
         "--candidate",
@@ -204,19 +214,19 @@ def build_parser() -> _Parser:
         "(search.explore), from its own ref",
     )
     ap = sub.add_parser("approve", help="approve the round-0 proposal (harness and joint mode)")
-    ap.add_argument("ws", type=Path)
+    ap.add_argument("ws", type=_path)
     rj = sub.add_parser(
         "reject", help="reject the round-0 proposal, saying why (the next run diagnoses again)"
     )
-    rj.add_argument("ws", type=Path)
+    rj.add_argument("ws", type=_path)
     rj.add_argument("--reason", required=True, help="why: the next diagnosis reads it")
     rb = sub.add_parser("rollback", help="restore skill/ and harness/ as of a round, in a new commit")
-    rb.add_argument("ws", type=Path)
+    rb.add_argument("ws", type=_path)
     rb.add_argument("round", type=_whole)
     st = sub.add_parser("status", help="where the run stands")
-    st.add_argument("ws", type=Path)
+    st.add_argument("ws", type=_path)
     rep = sub.add_parser("report", help="an HTML report with plots (needs harnessopt[report])")
-    rep.add_argument("ws", type=Path)
+    rep.add_argument("ws", type=_path)
     rep.add_argument(
         "--out",
         help="directory for report.html and its plots (default WS/.harnessopt/report), or the page's own "
@@ -224,7 +234,7 @@ def build_parser() -> _Parser:
     )
 
     audit = sub.add_parser("audit", help="held-out gain of ho/best over ho/round-0 on the test split")
-    audit.add_argument("ws", type=Path)
+    audit.add_argument("ws", type=_path)
     audit.add_argument("--epochs", type=_at_most(MAX_RUNS_A_TASK), default=1)
     audit.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
     audit.add_argument(
@@ -237,12 +247,12 @@ def build_parser() -> _Parser:
     _show_config_defaults(audit, ROLLOUT_FLAGS)
 
     abl = sub.add_parser("ablate", help="a harness feature flag on vs off on val, judged by the gate")
-    abl.add_argument("ws", type=Path)
+    abl.add_argument("ws", type=_path)
     abl.add_argument("flag", help="a flag registered in harness/flags.yaml (or set in harnessopt.yaml)")
     abl.add_argument("--on", help="HO_FLAG_<FLAG> when on (default 1, for a flag whose default is 1 or 0)")
     abl.add_argument("--off", help="HO_FLAG_<FLAG> when off (default 0, for a flag whose default is 1 or 0)")
     rp = sub.add_parser("replay", help="re-validate the accepted rounds for another target model")
-    rp.add_argument("ws", type=Path)
+    rp.add_argument("ws", type=_path)
     rp.add_argument("--target", required=True, help="the model to replay on (model.target)")
     for measure in (abl, rp):
         measure.add_argument("--sandbox", help="auto, docker, local (or package.module:Factory)")
@@ -255,7 +265,7 @@ def build_parser() -> _Parser:
         _show_config_defaults(measure, ROLLOUT_FLAGS)
 
     demo = sub.add_parser("demo", help="the whole loop offline on a bundled example (scripted model)")
-    demo.add_argument("dir", type=Path, nargs="?", default=Path("harnessopt-demo"))
+    demo.add_argument("dir", type=_path, nargs="?", default=Path("harnessopt-demo"))
     demo.add_argument("--sandbox", choices=["auto", "docker", "local"], default="auto")
 
     sb = sub.add_parser("sandbox", help="build the sandbox image or remove leftover containers")
@@ -667,6 +677,11 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _one_line(message: str) -> str:
+    """An error as one line: a line break it quotes (a path holding one) is shown as ``\\n``."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     hardening.make_non_dumpable()  # other processes of this uid cannot read our environ (the key) or memory
     interrupts.install()
@@ -675,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tmpdirs.claimed():  # every temporary folder inside one, which a killed run's next run removes
             return COMMANDS[args.command](args)
     except UserError as e:
-        err_console.print(f"harnessopt: {e}", markup=False)
+        err_console.print(f"harnessopt: {_one_line(str(e))}", markup=False)
         return 2
     except KeyboardInterrupt:
         err_console.print(
@@ -690,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return 128 + e.signum
     except HarnessoptError as e:
-        err_console.print(f"harnessopt: {e}", markup=False)
+        err_console.print(f"harnessopt: {_one_line(str(e))}", markup=False)
         return 1
     except BrokenPipeError:  # before OSError, of which it is one: a reader such as `head` went away
         return 0

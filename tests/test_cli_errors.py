@@ -346,3 +346,11 @@ def test_files_this_user_may_not_touch(tmp_path: Path, example) -> None:
     assert_user_error(r, "permission denied", "SKILL.md", "give this user access")
     assert not (tmp_path / "w").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".w.init-")]
+
+
+def test_an_empty_path_and_a_path_with_a_line_break_are_one_line(tmp_path: Path) -> None:
+    """``status ""`` named the path "." and a path holding a line break split the error in two (QA)."""
+    for command in (("status", ""), ("log", ""), ("init", "", "--skill", "s", "--tasks", "t")):
+        assert_user_error(cli(*command), "expected a path, got an empty string")
+    broken = tmp_path / "a\nb"
+    assert_user_error(cli("status", broken), f"{tmp_path}/a\\nb does not exist")
