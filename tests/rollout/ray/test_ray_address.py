@@ -29,6 +29,9 @@ def test_a_wrong_ray_address_fails_before_the_run_in_one_line(tmp_path: Path) ->
     address = f"127.0.0.1:{_closed_port()}"
     line = _refused(ws, address, 120, "a Ray address nobody listens on", env={"RAY_ADDRESS": address})
     assert f"the Ray cluster at {address} does not answer" in line and "RAY_ADDRESS" in line
+    # the dry run said "start it with" for it (QA)
+    line = _refused(ws, address, 120, "a dry run", "--dry-run", "-c", f"ray.address={address}")
+    assert f"the Ray cluster at {address} does not answer" in line
 
 
 def _refused(ws: Path, address: str, timeout: float, what: str, *args: str, env: dict | None = None) -> str:
