@@ -49,10 +49,14 @@ def incumbent_outcomes(
     if cached is not None and not short:
         return cached, None
     aa = cached is None and floors.get(environment_key(parts)) is None
-    twice = ", twice (an A/A test: the noise floor)" if aa and banked < 2 * epochs else ""
     have = {t.id: len((cached or {}).get(t.id, ())) for t in short}
+    lacking = banked - min(have.values())
+    twice = ""
+    if aa and banked < 2 * epochs:  # the A/A test's second arm: `epochs` more runs a task
+        arm = "twice" if lacking == epochs else f"then x {epochs} again"
+        twice = f", {arm} (an A/A test: the noise floor)"
     say(
-        f"round {rc.k}: measuring the incumbent on {len(short)} val tasks x {banked - min(have.values())} "
+        f"round {rc.k}: measuring the incumbent on {len(short)} val tasks x {lacking} "
         f"epoch(s){twice}" + (f" ({epochs} for the first look, the rest banked)" if banked > epochs else "")
     )
     got = {t: list(runs) for t, runs in (cached or {}).items()}

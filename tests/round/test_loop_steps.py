@@ -511,3 +511,18 @@ def test_the_banked_confirmation_starts_the_winners_bank_and_the_next_validation
         assert svc.runner.rounds[-1] == 2
     assert all(len(r) == 4 for r in bank.values()) and all(bank[t][:runs] == fresh[t] for t in fresh)
     assert evaluate.confirm_banked(ws, svc, rc, CAND, None, inc, said.append) == (None, {})
+
+
+def test_the_incumbent_line_says_the_runs_the_a_a_test_makes(tmp_path: Path) -> None:
+    """With a bank smaller than two first looks (the demo's incumbent_epochs 1, gate.epochs 2) the
+    line said "x 1 epoch(s), twice" while the A/A test's second arm ran 2 more a task: 42 runs on
+    14 val tasks, not 28 (QA). It says what runs."""
+    from harnessopt.round import driver
+
+    ws = Workspace.open(make_ws(tmp_path, gate={"epochs": 2}))
+    said: list[str] = []
+    [result] = driver.run(ws, 1, said.append)
+    n = len(ws.tasks("val"))
+    line = f"round 1: measuring the incumbent on {n} val tasks x 1 epoch(s), then x 2 again (an A/A test"
+    assert any(x.startswith(line) for x in said), [x for x in said if "measuring the incumbent" in x]
+    assert result.manifest.phases["incumbent"].runs >= n * (1 + 2)
