@@ -122,6 +122,10 @@ def main() -> None:
             walls = [r[0] for r in rows]
             calls = [len(r[1]) for r in rows]
             tokens = [t for r in rows for t in r[1]]
+            if not tokens:  # the CLI made no call through the gateway: say why instead of a ValueError
+                raise SystemExit(
+                    f"{template}: no call reached the gateway; exit codes {[r[3] for r in rows]}"
+                )
             print(
                 f"{template}: wall per task median {statistics.median(walls):.2f} s, max {max(walls):.2f} s; "
                 f"calls per task {calls}; input tokens per call ~{min(tokens):,}-{max(tokens):,}; "

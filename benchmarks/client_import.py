@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "workspace_templates"
@@ -96,6 +97,11 @@ def startup(n: int) -> None:
     """harnessopt run --dry-run / log on a fresh demo workspace, and run with the SDK imported first."""
     sys.path.insert(0, str(ROOT))
     from harnessopt.commands.demo import DEMO_DATA, demo_config
+
+    def _local_config() -> Any:  # its optimizer may run on this host: the dry run refuses one without that
+        cfg = demo_config("local")
+        return cfg.model_copy(update={"optimizer": cfg.optimizer.model_copy(update={"unsafe_host": True})})
+
     from harnessopt.workspace.core import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="ho-bench-startup-"))
@@ -105,7 +111,7 @@ def startup(n: int) -> None:
             ws,
             DEMO_DATA / "skill",
             DEMO_DATA / "tasks.jsonl",
-            config=demo_config("local"),
+            config=_local_config(),
             extra_files={"scripted_model.yaml": DEMO_DATA / "model.yaml"},
             announce=lambda _m: None,
         )

@@ -31,10 +31,12 @@ STEP = {  # the journal entry -> what ran since the previous entry (harnessopt/r
     "validate": "validation",
     "gate": "the gate (its reruns)",
     "confirm": "the accepted round's confirmation",
+    "memorised": "the memorised-answer check (the fixed tasks' variants)",
     "record": "the record's commit built",
     "applying": "git: main, tags and refs moved",
     "recorded": "git: the record closed",
     "spend": "usage written",
+    "run_end": "the run's end",
 }
 
 
