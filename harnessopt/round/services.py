@@ -133,7 +133,8 @@ def preflight(root: Path, cfg: Config) -> None:
         check_template_clis(cfg.template)
     if cfg.rollout.sandbox == "docker" and (why_not := auto_is_local(cfg.rollout)):
         raise UserError(why_not)  # no engine, a missing image, one with no runner in it
-    if cfg.rollout.executor == "ray":  # the run's first step; a dry run said "start it with" for a dead address
+    # the run's first step: a dry run said "start it with" for a cluster address that does not answer
+    if cfg.rollout.executor == "ray":
         from harnessopt.rollout.ray.executor import check_reachable
 
         check_reachable(cfg.ray.address or os.environ.get("RAY_ADDRESS") or None)
