@@ -19,7 +19,7 @@ Three experiments at val size m (50 by default):
   outcomes become the incumbent's, as in the loop): final quality, reported-gain inflation;
 * 20-round runs of no-effect edits only: P(any accepted), the run-level false accepts.
 
-    python benchmarks/gate_simulation.py            # the figures of docs/gate.md (~6-9 min, 2 cores)
+    python benchmarks/gate_simulation.py            # the figures of docs/gate.md (2-9 min on 2 cores, by the load: docs/gate.md quotes its printed wall time)
     python benchmarks/gate_simulation.py --quick    # a fast look at the same tables
 """
 

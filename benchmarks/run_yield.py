@@ -159,7 +159,7 @@ to judge a rule, or the gap, on worlds and proposal streams the printed tables n
 
     python benchmarks/run_yield.py            # the figures of docs/gate.md, "Yield" (about 30 minutes on 2 cores)
     python benchmarks/run_yield.py --quick    # a fast look
-    python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (about 6 minutes)
+    python benchmarks/run_yield.py --tried    # the rules tried against the GEPA gap (6-30 minutes on 2 cores, by the load)
     python benchmarks/run_yield.py --paired --runs 800   # the default against GEPA-style alone, paired
     python benchmarks/run_yield.py --paired --runs 2000 --first-seed 200000   # ... on other seeds
     python benchmarks/run_yield.py --paired --larger --runs 800   # ... past the full run's budgets
