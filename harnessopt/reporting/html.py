@@ -272,6 +272,7 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100p
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .5em 0; width: 100%; }
 td, th { padding: 2px 8px; border-bottom: 1px solid #eee; vertical-align: top; }
+td.t { overflow-wrap: anywhere; }
 td.n { white-space: nowrap; } td:last-child { min-width: 14em; } table { font-size: 13px; }
 th { text-align: left; background: #fafafa; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
 img { max-width: 100%; display: block; margin: .5em 0; } pre { background: #f6f8fa; padding: .8em; overflow-x: auto; }
@@ -288,15 +289,25 @@ def _num(x: Any, fmt: str = ".3f") -> str:
     return "" if x is None else format(x, fmt)
 
 
-def _table(head: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
-    numeric = numeric or set()
+def _table(
+    head: list[str], rows: list[list[str]], numeric: set[int] | None = None, prose: set[int] | None = None
+) -> str:
+    """``numeric`` columns align right; ``prose`` columns (summaries, reasons, titles: the
+    optimizer's or the model's text) break anywhere, so one long word cannot widen the table past
+    the page."""
+    numeric, prose = numeric or set(), prose or set()
+
+    def cell(i: int, c: str) -> str:
+        return (
+            f'<td class="n">{c}</td>'
+            if i in numeric
+            else f'<td class="t">{c}</td>'
+            if i in prose
+            else f"<td>{c}</td>"
+        )
+
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
-    body = "".join(
-        "<tr>"
-        + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r))
-        + "</tr>"
-        for r in rows
-    )
+    body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -391,7 +402,7 @@ def _rounds_table(rows: list[dict[str, Any]]) -> str:
                 f'{_e(r["summary"])}<br><span class="muted">{_e(r["reason"])}</span>',
             ]
         )
-    return _table(head, body, numeric={0, 2, 3, 4, 5, 7, 8})
+    return _table(head, body, numeric={0, 2, 3, 4, 5, 7, 8}, prose={len(head) - 2, len(head) - 1})
 
 
 def _candidates(rows: list[dict[str, Any]]) -> list[str]:
@@ -436,7 +447,7 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
         f"round {r['round']}: alpha split {r['alpha_split']} ways" for r in searched if r["alpha_split"] > 1
     ]
     note = f'<p class="muted">{_e("; ".join(split))}</p>' if split else ""
-    return ["<h2>Candidates</h2>", _table(head, body, numeric={0, 3, 5, 9}) + note]
+    return ["<h2>Candidates</h2>", _table(head, body, numeric={0, 3, 5, 9}, prose={7, 8, 10}) + note]
 
 
 def _taxonomy(data: dict[str, Any]) -> str:

@@ -222,3 +222,36 @@ def test_report_in_headless_chromium(demo: Path, tmp_path: Path) -> None:
     assert all(done and w > 100 and h > 100 for done, w, h in sizes.values()), sizes
     assert "harnessopt report" in title and rows == 3
     assert errors == []
+
+
+@pytest.mark.browser
+def test_a_long_summary_wraps_inside_the_page(demo: Path, tmp_path: Path) -> None:
+    """One 600-character word in a summary widened the rounds table past the page: every row's
+    reason was cut off at the right edge (QA). Prose cells break anywhere; the short cells (a
+    status, a count) do not break inside a word."""
+    if not chromium():
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(
+            "no chromium on PATH; run .ci/browser_setup.sh"
+        )
+    data = report_data(Workspace.open(demo))
+    data["rounds"][0]["summary"] = "<script>alert(1)</script> " + "x" * 600
+    page_file = tmp_path / "long.html"
+    page_file.write_text(render_html(data, {}), encoding="utf-8")
+    lines_of = (  # the line boxes a cell's text takes
+        "(r, c) => { const range = document.createRange();"
+        " range.selectNodeContents(document.querySelectorAll('table')[0].tBodies[0].rows[r].cells[c]);"
+        " return new Set([...range.getClientRects()].map(x => Math.round(x.top))).size; }"
+    )
+    page = Page()
+    try:
+        page.viewport(1200, 1400)  # the width a reader's window has (the QA's)
+        page.open(page_file.as_uri())
+        wide = page.evaluate("document.documentElement.scrollWidth > document.documentElement.clientWidth")
+        status_lines = page.evaluate(f"({lines_of})(0, 1)")
+        summary_lines = page.evaluate(f"({lines_of})(0, 10)")  # the last column: summary / reason
+        scripts = page.evaluate("document.scripts.length")
+    finally:
+        page.close()
+    assert wide is False and scripts == 0
+    assert status_lines == 1, status_lines  # "accepted" on one line, not a letter a line
+    assert summary_lines > 3, summary_lines  # the long word wrapped within the page

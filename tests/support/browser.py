@@ -141,7 +141,8 @@ class Page:
         got = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
         return got["result"].get("value")
 
-    def screenshot(self, path: Path, width: int = 1100, height: int = 1400) -> None:
+    def viewport(self, width: int = 1100, height: int = 1400) -> None:
+        """The window's size in CSS pixels (a desktop browser's, not the headless default of 780)."""
         self.call(
             "Emulation.setDeviceMetricsOverride",
             width=width,
@@ -149,6 +150,9 @@ class Page:
             deviceScaleFactor=1,
             mobile=False,
         )
+
+    def screenshot(self, path: Path, width: int = 1100, height: int = 1400) -> None:
+        self.viewport(width, height)
         data = self.call("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))
 
