@@ -153,6 +153,13 @@ class Projection:
         budget runs out in plans for what is left (``search.budget``), or, when what is left pays for
         no round that could commit (``search.budget.round_can_commit``), the run stops before it."""
         before = self.round0 or RoundCost()  # the diagnosis, when it comes first, spends from it too
+        if self.plans is not None and self.measured and self.budget and not self.plans.fits(before):
+            # round.driver asks this before a first round too when the rates are measured: it starts none
+            limits = " and ".join(f"budget.{name}" for name in self.budget)
+            pays = "pay" if len(self.budget) > 1 else "pays"
+            return (
+                f"; {limits} {pays} for no round that could commit at these rates: the run would start none"
+            )
         for k, r in enumerate(self.rounds, start=1):
             after = before.plus(r)
             used = after.used()
@@ -167,11 +174,6 @@ class Projection:
                     return (
                         f"; budget.{over[0]} would end it before this run's round {k}: what is left pays for "
                         "no round that could commit"
-                    )
-                if self.measured:  # round.driver does not start it
-                    return (
-                        f"; budget.{over[0]} pays for no round that could commit at these rates: the run "
-                        "would start none"
                     )
                 return (  # a first round on priors starts (they may be several-fold off): the gateway stops it
                     f"; by this rough guess budget.{over[0]} would stop it in this run's round 1 (it pays "

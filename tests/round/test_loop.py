@@ -216,6 +216,24 @@ def test_a_first_round_the_measured_rates_say_cannot_commit_is_not_started(tmp_p
     assert "round 2: rollout" not in r.stdout
     records = ledger.rounds(Workspace.open(ws).repo)
     assert [x.round for x in records] == [0, 1] and git(ws, "rev-parse", "HEAD") == head
+    # a budget the projected round fits but a round that could commit does not (its worst case:
+    # a whole validation): the projection said "would end it before round 2", the run started none
+    from harnessopt.reporting.projection import RoundCost, project
+
+    opened = Workspace.open(ws)
+    expected = project(opened, 2).rounds[0].calls
+
+    def at(calls: int) -> Any:
+        budget = opened.cfg.budget.model_copy(update={"max_calls": calls})
+        return project(opened, 2, opened.cfg.model_copy(update={"budget": budget}))
+
+    first_fit = next(c for c in range(1, 10 * int(expected)) if at(c).plans.fits(RoundCost()))
+    assert first_fit - 1 > expected, (first_fit, expected)  # the gap the QA fell into
+    note = at(first_fit - 1).budget_note()
+    assert (
+        note
+        == "; budget.max_calls pays for no round that could commit at these rates: the run would start none"
+    )
 
 
 def test_a_round_whose_calls_the_budget_left_would_refuse_is_not_started(tmp_path: Path) -> None:
