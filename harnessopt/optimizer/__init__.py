@@ -116,17 +116,20 @@ def check_placement(cfg: OptimizerConfig, *, on_host: bool, announce: Callable[[
 
 
 def import_in_background(module: str) -> threading.Thread:
-    """Import ``module`` on a daemon thread and return the thread. The anthropic SDK's import is 1-2 s
+    """Import ``module`` on a thread of its own and return the thread. The anthropic SDK's import is 1-2 s
     of CPU (docs/performance.md); a run needs it at the round's first optimizer call, after the
     train batch, so it loads while that batch runs instead of before the run starts. An import of
     the module meanwhile waits for this one (the import system's lock per module); one that fails
-    here is left to fail again, with its message, where the module is used."""
+    here is left to fail again, with its message, where the module is used. Not a daemon: a run
+    that ends within the import (one that starts no round) waits for it at exit; a daemon thread
+    is stopped there mid-import, inside the SDK's compiled modules, and the process aborted with
+    "FATAL: exception not rethrown" (exit 134)."""
 
     def load() -> None:
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
 
-    thread = threading.Thread(target=load, name=f"import-{module}", daemon=True)
+    thread = threading.Thread(target=load, name=f"import-{module}", daemon=False)
     thread.start()
     return thread
 
