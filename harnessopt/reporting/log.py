@@ -125,6 +125,8 @@ def print_log(ws: Workspace, console: Console) -> None:
     console.print(table)
     if r0:
         console.print(r0, markup=False)
+    if " = round " not in (now := incumbent_line(ws)):  # main is no round's commit: a rollback, say
+        console.print(now, markup=False)  # the table's last round is not what the next run starts from
 
 
 LOG_WIDTH = 100

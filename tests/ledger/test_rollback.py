@@ -77,6 +77,8 @@ def test_a_round_after_a_rollback_says_where_it_started(tmp_path: Path) -> None:
     assert [r.round for r in ledger.live_accepted(ws.repo, git(ws.root, "rev-parse", "main"))] == [1]
     rollback(ws, 0)
     back = git(ws.root, "rev-parse", "main")
+    # log's table ends at round 1, which looked live: it says where main is (QA)
+    assert f"incumbent: {back[:10]} (a rollback to round 0)" in cli("log", ws.root).stdout
     # round 1 stays in main's history, but its edit is undone: replay no longer re-validates it (QA)
     assert [r.round for r in ledger.accepted_along(ws.repo, back)] == [1]
     assert ledger.live_accepted(ws.repo, back) == []
