@@ -166,10 +166,13 @@ def _template_clis(template: str) -> dict[str, tuple[str, str]]:
     """The CLI agents a template's harness runs (its ``image_with`` variants): variant -> (its
     executable, how to install it on this host)."""
     from harnessopt.optimizer import claude_code, codex
+    from harnessopt.optimizer.command import PRESETS
     from harnessopt.workspace.templates import template_meta
 
-    clis = {"claude-code": ("claude", claude_code.MISSING_HINT[1]), "codex": ("codex", codex.MISSING_HINT[1])}
-    return {v: clis[v] for v in template_meta(template).get("image_with") or () if v in clis}
+    on_host = {"claude-code": claude_code.MISSING_HINT[1], "codex": codex.MISSING_HINT[1]}
+    return {
+        v: (PRESETS[v], on_host[v]) for v in template_meta(template).get("image_with") or () if v in on_host
+    }
 
 
 def unset_keys(cfg: Config) -> list[str]:
