@@ -191,12 +191,7 @@ def tag_problem(repo: git.Repo, main: str, finishing: str | None = None) -> str 
         sha, _, subject = line.partition(" ")
         if m := _ACCEPTED_SUBJECT.match(subject):
             accepted.setdefault(int(m.group(1)), []).append(sha)
-    tags: dict[int, str] = {}
-    listing = repo.git.for_each_ref("--format=%(refname) %(objectname) %(*objectname)", "refs/tags/ho/")
-    for line in listing.splitlines():
-        ref, sha, *peeled = line.split(" ")
-        if (m := _ROUND_RE.search(ref)) and ref.startswith("refs/tags/ho/round-") and int(m.group(1)) > 0:
-            tags[int(m.group(1))] = peeled[0] if peeled and peeled[0] else sha
+    tags = {k: sha for k, _, ref, sha in _round_refs(repo) if k > 0 and ref.startswith("refs/tags/ho/round-")}
     where = vcs.git_in(str(repo.working_dir))
     for k, sha in sorted(tags.items()):
         if sha in accepted.get(k, []) or _subject(repo, sha).startswith(f"harnessopt round {k}: accepted"):
@@ -253,7 +248,7 @@ def best(repo: git.Repo) -> Round:
         recorded = rounds(repo)
         kept = [
             r
-            for r in accepted_along(repo, vcs.head_sha(repo))
+            for r in accepted_along(repo, vcs.head_sha(repo), recorded)
             if r.manifest.val_score is not None
             and (r.manifest.confirmation is None or r.manifest.confirmation.confirmed)
         ]
@@ -422,10 +417,10 @@ def recover(repo: git.Repo, journal: Journal, say: Announce) -> None:
         )
 
 
-def accepted_along(repo: git.Repo, tip: str) -> Iterator[Round]:
-    """Accepted rounds (1..) in the history of ``tip``."""
-    for r in past_rounds(repo):
-        if r.status == "accepted" and vcs.is_ancestor(repo, r.commit, tip):
+def accepted_along(repo: git.Repo, tip: str, recorded: list[Round] | None = None) -> Iterator[Round]:
+    """Accepted rounds (1..) in the history of ``tip``; ``recorded``: `rounds`, if read already."""
+    for r in rounds(repo) if recorded is None else recorded:
+        if r.round > 0 and r.status == "accepted" and vcs.is_ancestor(repo, r.commit, tip):
             yield r
 
 
