@@ -20,6 +20,7 @@ from harnessopt.rollout.val_cache import ValCache
 from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.services import Services
 from harnessopt.search.explore import keep_head
+from harnessopt.search.state import verdict_text
 from harnessopt.util import interrupts
 from harnessopt.util.text import visible
 from harnessopt.workspace.core import RECORD_PATHS, Workspace
@@ -78,7 +79,7 @@ def _said(k: int, status: Status, reason: str, resumed: int, say: Announce) -> N
     """The round's outcome, as recorded."""
     if resumed:
         say(f"round {k}: reused {resumed} finished rollout(s) of an interrupted run")
-    say(f"round {k}: {reason}" if reason.startswith(status) else f"round {k}: {status}: {reason}")
+    say(f"round {k}: {verdict_text(status, reason)}")
 
 
 def _recorded(

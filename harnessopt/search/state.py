@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -168,9 +169,10 @@ class Search:
 
 
 def verdict_text(status: str, reason: str) -> str:
-    """A validated candidate's verdict as one line: its status, unless the gate's reason starts
-    with it already (``accepted: +0.500 > dead zone ...``: it read "accepted: accepted: ...")."""
-    return reason if reason.startswith(f"{status}:") else f"{status}: {reason}"
+    """A verdict as one line: its status, unless the reason starts with that word already
+    (``accepted: +0.500 > dead zone ...`` read "accepted: accepted: ..."; ``accepted on pass_rate
+    and tokens ...`` read "accepted: accepted on ...")."""
+    return reason if re.match(rf"{re.escape(status)}\b", reason) else f"{status}: {reason}"
 
 
 def _outcome(p: Proposed) -> Literal["screened", "noop", "failed", "rejected"]:
