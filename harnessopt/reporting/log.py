@@ -29,10 +29,13 @@ from harnessopt.util.text import visible as _visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
 
-def log_rows(ws: Workspace) -> list[dict[str, Any]]:
-    """One row per round (round 0, the initial state, is not a round)."""
+def log_rows(ws: Workspace, records: list[ledger.Round] | None = None) -> list[dict[str, Any]]:
+    """One row per round (round 0, the initial state, is not a round); ``records``: `ledger.rounds`,
+    if read already."""
     rows = []
-    for r in ledger.past_rounds(ws.repo):
+    for r in ledger.rounds(ws.repo) if records is None else records:
+        if r.round <= 0:
+            continue
         m = r.manifest
         rows.append(
             {
@@ -75,7 +78,8 @@ def log_rows(ws: Workspace) -> list[dict[str, Any]]:
 def print_log(ws: Workspace, console: Console) -> None:
     """The rounds as a table that fits 100 columns: scores, fixed/broken, the train pass rate,
     dollars, writes discarded outside the whitelist, and the summary with the gate's reason."""
-    rows = log_rows(ws)
+    records = ledger.rounds(ws.repo)
+    rows = log_rows(ws, records)
     r0 = proposals.spend_line(ws.repo)
     if not rows:
         if r0:
@@ -125,7 +129,7 @@ def print_log(ws: Workspace, console: Console) -> None:
     console.print(table)
     if r0:
         console.print(r0, markup=False)
-    if " = round " not in (now := incumbent_line(ws)):  # main is no round's commit: a rollback, say
+    if " = round " not in (now := incumbent_line(ws, records)):  # main is no round's commit: a rollback, say
         console.print(now, markup=False)  # the table's last round is not what the next run starts from
 
 
@@ -288,7 +292,7 @@ def status_lines(ws: Workspace) -> list[str]:
     where = ws.off_main()
     run = proposals.run_command(ws.repo, ws.root, _main_config(ws) if where else ws.cfg)
     q = shlex.quote(str(ws.root))
-    lines.append(f"next: {before_run(ws, entries)}{run}   |   harnessopt log {q}")
+    lines.append(f"next: {before_run(ws, (dirty, applying))}{run}   |   harnessopt log {q}")
     return lines
 
 
@@ -301,15 +305,18 @@ def stopped_applying(ws: Workspace, entries: list[dict[str, Any]]) -> bool:
     return vcs.head_sha(ws.repo) in (stopped.get("commit"), stopped.get("parent"))
 
 
-def before_run(ws: Workspace, entries: list[dict[str, Any]] | None = None) -> str:
+def before_run(ws: Workspace, known: tuple[list[str], bool] | None = None) -> str:
     """What to do before ``harnessopt run`` would start (``"... then "``), or "": HEAD off main, or
-    uncommitted changes (the run refuses both; an unfinished apply's are the run's to finish)."""
+    uncommitted changes (the run refuses both; an unfinished apply's are the run's to finish).
+    ``known``: the dirty paths and `stopped_applying`, when the caller has them already."""
     if where := ws.off_main():
         return f"{vcs.git_in(ws.root)} checkout main (HEAD is {where}), then "
-    entries = ws.journal.entries() if entries is None else entries
-    if vcs.dirty_paths(ws.repo) and not stopped_applying(ws, entries):
-        return "commit or stash the changes, then "
-    return ""
+    if known is not None:
+        dirty, applying = known
+    else:
+        dirty = vcs.dirty_paths(ws.repo)
+        applying = bool(dirty) and stopped_applying(ws, ws.journal.entries())
+    return "commit or stash the changes, then " if dirty and not applying else ""
 
 
 def _main_config(ws: Workspace) -> Config:
