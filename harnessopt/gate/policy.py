@@ -140,15 +140,22 @@ class PairedGate(GatePolicy):
         c, i = stats.task_means(candidate), stats.task_means(incumbent)
         done = [t for t in c if t in i]
         rest = [t for t in remaining if t in i and t not in c]
-        m = len(done) + len(rest)
-        if m < 2 or not rest:
+        if len(done) + len(rest) < 2 or not rest:
             return False
-        best = (sum(c[t] - i[t] for t in done) + sum(1.0 - i[t] for t in rest)) / m
+        best = (sum(c[t] - i[t] for t in done) + sum(1.0 - i[t] for t in rest)) / (len(done) + len(rest))
+        return best <= self.futility_bar(candidate, incumbent, remaining, can_rerun)
+
+    def futility_bar(
+        self, candidate: Outcomes, incumbent: Outcomes, remaining: Sequence[str], can_rerun: bool = True
+    ) -> float:
+        """The mean difference `futile` needs the best case to beat: 0 with two looks, else the
+        smallest dead zone of the whole validation (what a futility stop's decision shows)."""
         if can_rerun and self.second_look > 0:
-            return best <= 0.0
-        epochs = max((len(candidate[t]) for t in done), default=1)
-        zone = stats.dead_zone(m, 0.0, self.levels(False).looks[0], self.cfg.min_effect, step=1.0 / epochs)
-        return best <= zone
+            return 0.0
+        c, i = stats.task_means(candidate), stats.task_means(incumbent)
+        m = sum(1 for t in c if t in i) + sum(1 for t in remaining if t in i and t not in c)
+        epochs = max((len(candidate[t]) for t in c if t in i), default=1)
+        return stats.dead_zone(m, 0.0, self.levels(False).looks[0], self.cfg.min_effect, step=1.0 / epochs)
 
     def _promising(self, dec: GateDecision) -> bool:
         """Inside the zone, not over gate.max_broken, and the first-look t above ``look_from``."""
@@ -313,20 +320,27 @@ def _merge(first: Outcomes, more: Outcomes) -> Outcomes:
 
 
 def futile_decision(
-    candidate: Outcomes, incumbent: Outcomes, left: Sequence[str], epochs: int
+    candidate: Outcomes, incumbent: Outcomes, left: Sequence[str], epochs: int, bar: float | None = None
 ) -> GateDecision:
     """The rejection of a validation stopped for futility: the numbers of the tasks it ran, and the
-    rollouts the stop saved (``details.futility``)."""
+    rollouts the stop saved (``details.futility``). ``bar``: the mean difference the best case had
+    to beat (the gate's `futility_bar`), shown as the decision's dead zone; without one, the dead
+    zone of the whole validation at the default confidence."""
     p = _Paired.of(candidate, incumbent)
     details = _base_details(candidate, incumbent, p)
     n, saved = len(p.ids), len(left) * max(epochs, 1)
     details["futility"] = {"done": n, "left": len(left), "saved_rollouts": saved}
     delta = p.score(p.cand) - p.score(p.inc)
+    could_not = (
+        "beat the incumbent (two looks: no look could accept)"
+        if bar is not None and bar <= 0.0
+        else "clear the dead zone"
+    )
     reason = (
         f"rejected: stopped for futility after {n} val tasks ({_sign(delta)}): even all {len(left)} "
-        f"remaining in its favour could not clear the dead zone; {saved} rollouts saved"
+        f"remaining in its favour could not {could_not}; {saved} rollouts saved"
     )
-    zone = stats.dead_zone(n + len(left), 0.0)
+    zone = stats.dead_zone(n + len(left), 0.0) if bar is None else bar
     fixed, broken = stats.flips({t: candidate[t] for t in p.ids}, {t: incumbent[t] for t in p.ids})
     cand, inc = p.score(p.cand), p.score(p.inc)
     return GateDecision(False, reason, n, cand, inc, delta, zone, fixed, broken, details=details)

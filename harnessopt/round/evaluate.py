@@ -384,7 +384,14 @@ def gate(
     cand_out = outcomes(cand_val)
     left = [t.id for t in rc.val if t.id not in cand_out]  # validation stopped for futility
     if left and svc.gate.futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
-        d = futile_decision(cand_out, inc, left, svc.cfg.gate.epochs)
+        bar = getattr(svc.gate, "futility_bar", None)  # a policy of your own may have none
+        d = futile_decision(
+            cand_out,
+            inc,
+            left,
+            svc.cfg.gate.epochs,
+            bar(cand_out, inc, left, svc.cfg.gate.confirm_flips) if callable(bar) else None,
+        )
     elif (
         policy := _round_policy(ws, svc, both.SHARE if svc.cfg.objective == "both" else 1.0, one_look)
     ) is None:

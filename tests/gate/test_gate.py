@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from benchmarks.baselines import FixedDeadBand, MeanImproved, MinibatchImproved
 from harnessopt.config import GateConfig
 from harnessopt.errors import UserError
-from harnessopt.gate.policy import PairedGate, make_gate
+from harnessopt.gate.policy import PairedGate, futile_decision, make_gate
 from harnessopt.protocols import Outcome, Outcomes
 
 TWO_RUNS = GateConfig(second_look=2, first_look_share=0.2)  # the second look these tests were written for
@@ -404,3 +404,9 @@ def test_futility_stops_only_when_even_all_remaining_tasks_cannot_make_it_accept
     assert one.futile(ties, inc, ids[48:], can_rerun=False)  # best case 2/50 = 0.04
     assert not one.futile({t: ties[t] for t in ids[:47]}, inc, ids[47:], can_rerun=False)  # 3/50 = 0.06
     assert not gate.futile(ties, inc, ids[48:])  # two looks: 0.04 > 0 might still clear a second look
+    # the decision shows the bar the stop used: 0 with two looks, the smallest dead zone with one
+    assert gate.futility_bar(done, inc, ids[40:]) == 0.0
+    bar = one.futility_bar(ties, inc, ids[48:], can_rerun=False)
+    assert 0.04 < bar < 0.06
+    d = futile_decision(ties, inc, ids[48:], 1, bar)
+    assert d.dead_zone == bar and d.reason.endswith("could not clear the dead zone; 2 rollouts saved")

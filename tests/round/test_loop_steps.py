@@ -248,6 +248,8 @@ def test_validation_stops_for_futility_and_the_gate_says_what_it_saved(tmp_path:
     d = evaluate.gate(ws, svc, rc, CAND, results, inc)
     assert not d.accept and d.reason.startswith("rejected: stopped for futility after 5 val tasks")
     assert d.details["futility"] == {"done": 5, "left": 9, "saved_rollouts": 9}
+    # the bar the stop used, not the dead zone of all 14 tasks at the default confidence (0.3+)
+    assert d.dead_zone == 0.0 and "could not beat the incumbent (two looks" in d.reason
     assert [b[0] for b in svc.runner.batches] == ["candidate"]  # no rerun was spent on it
 
 
