@@ -64,3 +64,14 @@ def test_a_verdict_says_its_status_once() -> None:
         "accepted: +0.500 > dead zone 0.256 (n=14)"
     )
     assert verdict_text("failed", "smoke test crashed") == "failed: smoke test crashed"
+    # the objective 'both' writes "accepted on ...", the prompt's reject "rejected at the prompt"
+    assert verdict_text("accepted", "accepted on pass_rate and tokens, each objective at alpha/2") == (
+        "accepted on pass_rate and tokens, each objective at alpha/2"
+    )
+    assert verdict_text("rejected", "rejected at the prompt") == "rejected at the prompt"
+    # the status as a word only: a reason that merely begins with its letters still gets it
+    assert verdict_text("failed", "failedover sandbox") == "failed: failedover sandbox"
+    assert (
+        verdict_text("failed", "accepted by the gate, not applied")
+        == "failed: accepted by the gate, not applied"
+    )
