@@ -125,6 +125,17 @@ def test_no_api_key(ws: Path) -> None:
     assert_unchanged(ws, before)
 
 
+def test_a_refused_run_in_a_fresh_clone_leaves_no_state_folder(ws: Path, tmp_path: Path) -> None:
+    """A clone of a workspace has no .harnessopt/ (git-ignored): a run refused for a setting made
+    one, empty, as if it had started."""
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(ws), str(clone))
+    assert_user_error(cli("run", clone, "-c", "model.bogus=1"), "unknown setting 'model.bogus'")
+    assert_user_error(cli("run", clone, "--rounds", "0"), "--rounds")
+    assert not (clone / ".harnessopt").exists()
+    assert git(clone, "status", "--porcelain", "--ignored") == ""
+
+
 def test_rounds_zero(ws: Path) -> None:
     assert_user_error(cli("run", ws, "--rounds", "0"), "--rounds")
 

@@ -17,13 +17,14 @@ class Journal:
     """Append-only event log. Each line: {"t", "round", "phase", ...fields}."""
 
     def __init__(self, ws: Path):
+        # its folder is made by the first write: a command refused before it leaves no .harnessopt/
         self.path = ws / STATE_DIR / "journal.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, round_no: int, phase: str, **fields: Any) -> None:
         """Append one line and fsync it: a line the call returned for survives a crash or power loss."""
         entry = {"t": round(time.time(), 3), "round": round_no, "phase": phase, **fields}
         line = json.dumps(entry, sort_keys=True, default=str) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             if f.tell() and not self._ends_with_newline():
                 line = "\n" + line  # a torn last line stays torn; this one starts clean

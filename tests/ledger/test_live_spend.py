@@ -64,7 +64,7 @@ def test_a_killed_runs_file_becomes_its_rounds_spend_lines(tmp_path: Path) -> No
 
 
 def test_an_unreadable_file_is_no_spend(tmp_path: Path) -> None:
-    Journal(tmp_path)  # makes .harnessopt/
+    live_spend.path(tmp_path).parent.mkdir()  # a killed run's folder
     live_spend.path(tmp_path).write_text(
         '{"rounds": '
     )  # cut mid-write is not possible (a rename), but a hand edit is
@@ -76,7 +76,7 @@ def test_an_unreadable_file_is_no_spend(tmp_path: Path) -> None:
 def test_a_command_that_runs_no_round_leaves_a_killed_runs_file_for_run(tmp_path: Path) -> None:
     """audit, ablate, replay open the same services (and so a keeper) but run no round: the file a
     killed run left stays until a `run` moves it into the journal."""
-    Journal(tmp_path)
+    live_spend.path(tmp_path).parent.mkdir()
     live_spend.path(tmp_path).write_text(
         json.dumps({"pid": 1, "rounds": {"4": {"cost_usd": 0.5, "tokens": {}}}})
     )

@@ -115,6 +115,7 @@ def test_the_next_run_moves_what_a_killed_round_had_spent_into_the_journal(tmp_p
 
     ws = Workspace.open(make_ws(tmp_path))
     left = {"1": {"cost_usd": 0.42, "tokens": {"optimizer": {"calls": 3, "input": 900, "output": 90}}}}
+    live_spend.path(ws.root).parent.mkdir(exist_ok=True)
     live_spend.path(ws.root).write_text(json.dumps({"pid": 1, "rounds": left}))
     said: list[str] = []
     driver.run(ws, 1, said.append)
