@@ -8,13 +8,14 @@ An archived candidate offered once (``SearchRecord.merged``) is not offered agai
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import git
 
 from harnessopt.ledger import vcs
-from harnessopt.ledger.store import Round
+from harnessopt.ledger.store import CandidateRecord, Round
 from harnessopt.workspace.core import EDITABLE_PATHS
 
 DIFF_CAP = 4000  # characters of one archived candidate's diff in a brief
@@ -39,8 +40,9 @@ def archived(rounds: Sequence[Round], limit: int) -> list[Archived]:
     offered = {key for r in rounds if r.manifest.search for key in r.manifest.search.merged}
     out = []
     for r in rounds:
-        for c in r.manifest.search.candidates if r.manifest.search else []:
-            if not c.wins or not c.commit or (c.chosen and r.status == "accepted"):
+        candidates = r.manifest.search.candidates if r.manifest.search else []
+        for c in candidates:
+            if not c.wins or not c.commit or _in_main(r, c, candidates):
                 continue
             if c.name.startswith("s"):  # an explore step: its wins are over the step before it
                 continue
@@ -48,6 +50,17 @@ def archived(rounds: Sequence[Round], limit: int) -> list[Archived]:
             if entry.key not in offered:
                 out.append(entry)
     return out[-limit:] if limit > 0 else []
+
+
+def _in_main(r: Round, c: CandidateRecord, candidates: Sequence[CandidateRecord]) -> bool:
+    """Is ``c`` the candidate round ``r`` accepted? With ``search.winners`` > 1 a winner validated
+    before it and rejected, or one the round never reached, is not (each winner's verdict says);
+    a record without verdicts (older rounds) counts every winner of an accepted round as in."""
+    if r.status != "accepted" or not c.chosen:
+        return False
+    if any(o.chosen and o.verdict for o in candidates):
+        return re.match(r"accepted\b", c.verdict) is not None
+    return True
 
 
 def complementary(entries: Sequence[Archived]) -> list[Archived]:

@@ -9,8 +9,8 @@ def _round(k: int, status: Status, *cands: CandidateRecord, merged: tuple[str, .
     return Round(k, m.status, f"sha{k}", f"ref{k}", m, "")
 
 
-def _c(name: str, wins: list[str], chosen: bool = False) -> CandidateRecord:
-    return CandidateRecord(name=name, wins=wins, chosen=chosen, commit=f"commit-{name}")
+def _c(name: str, wins: list[str], chosen: bool = False, verdict: str = "") -> CandidateRecord:
+    return CandidateRecord(name=name, wins=wins, chosen=chosen, commit=f"commit-{name}", verdict=verdict)
 
 
 def test_the_archive_keeps_winners_not_on_main_and_not_offered_yet() -> None:
@@ -35,3 +35,24 @@ def test_explore_steps_are_never_archived() -> None:
     """Each step's wins are over the step before it, and a kept step is part of its chain's end."""
     rounds = [_round(1, "accepted", _c("s1", ["a"]), _c("s2", ["b"], chosen=True), _c("s3", ["c"]))]
     assert archived(rounds, 10) == []
+
+
+def test_a_winner_rejected_before_the_rounds_accepted_one_stays_in_the_archive() -> None:
+    """search.winners 2: c1 validated and rejected, then c2 accepted. Only c2 is on main; c1's
+    train wins (italy, which nothing else won) were left out of every later merge."""
+    rounds = [
+        _round(
+            1,
+            "accepted",
+            _c("c1", ["france", "italy"], chosen=True, verdict="rejected: +0.000 inside dead zone 0.287"),
+            _c("c2", ["spain"], chosen=True, verdict="accepted: +0.200 > dead zone 0.150"),
+            _c("c3", ["turkey"], chosen=True),  # a third winner the round never reached
+        ),
+        _round(2, "accepted", _c("c1", ["a"], chosen=True, verdict="accepted on pass_rate and tokens")),
+    ]
+    assert [e.key for e in archived(rounds, 10)] == ["round-1/c1", "round-1/c3"]
+    # a record without verdicts (an older round): every winner of an accepted round counts as in
+    assert (
+        archived([_round(1, "accepted", _c("c1", ["a"], chosen=True), _c("c2", ["b"], chosen=True))], 10)
+        == []
+    )
