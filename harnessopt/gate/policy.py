@@ -320,14 +320,24 @@ def _merge(first: Outcomes, more: Outcomes) -> Outcomes:
 
 
 def futile_decision(
-    candidate: Outcomes, incumbent: Outcomes, left: Sequence[str], epochs: int, bar: float | None = None
+    candidate: Outcomes,
+    incumbent: Outcomes,
+    left: Sequence[str],
+    epochs: int,
+    bar: float | None = None,
+    alpha: float | None = None,
 ) -> GateDecision:
     """The rejection of a validation stopped for futility: the numbers of the tasks it ran, and the
     rollouts the stop saved (``details.futility``). ``bar``: the mean difference the best case had
     to beat (the gate's `futility_bar`), shown as the decision's dead zone; without one, the dead
-    zone of the whole validation at the default confidence."""
+    zone of the whole validation at the default confidence. ``alpha``: the level the gate would
+    have tested at, spent (``details.alpha``): the stop is non-binding, so the candidate could be
+    accepted until it stopped, and a stop that spent nothing would let the next round test at the
+    level this one had (``gate.run_alpha``), more false accepts in a run than its budget says."""
     p = _Paired.of(candidate, incumbent)
     details = _base_details(candidate, incumbent, p)
+    if alpha is not None:
+        details["alpha"] = alpha
     n, saved = len(p.ids), len(left) * max(epochs, 1)
     details["futility"] = {"done": n, "left": len(left), "saved_rollouts": saved}
     delta = p.score(p.cand) - p.score(p.inc)

@@ -91,8 +91,9 @@ class GateRecord(Record):
     """The gate decision's details (``GateDecision.details``); a policy of one's own may add any key."""
 
     alpha: float | None = None
-    """The share of the false-accept budget this decision spent (absent when it spent none:
-    validation stopped for futility, or the run's budget was spent before the gate). The other
+    """The share of the false-accept budget this decision spent (absent when it spent none: the
+    run's budget was spent before the gate; a validation stopped for futility spends its level,
+    as it could accept until it stopped; earlier versions recorded none for it). The other
     keys are the policy's own (the paired gate's: ``epochs``, ``look``, ``t``, ``reruns``, ...)."""
 
 

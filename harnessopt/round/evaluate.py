@@ -383,7 +383,10 @@ def gate(
 
     cand_out = outcomes(cand_val)
     left = [t.id for t in rc.val if t.id not in cand_out]  # validation stopped for futility
-    if left and svc.gate.futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
+    policy = _round_policy(ws, svc, both.SHARE if svc.cfg.objective == "both" else 1.0, one_look)
+    if policy is None:
+        d = spent_decision(svc.cfg.gate)
+    elif left and svc.gate.futile(cand_out, inc, left, svc.cfg.gate.confirm_flips):
         bar = getattr(svc.gate, "futility_bar", None)  # a policy of your own may have none
         d = futile_decision(
             cand_out,
@@ -391,11 +394,8 @@ def gate(
             left,
             svc.cfg.gate.epochs,
             bar(cand_out, inc, left, svc.cfg.gate.confirm_flips) if callable(bar) else None,
+            alpha=_round_alpha(ws, svc, 1.0, one_look),  # it could accept until it stopped: spent
         )
-    elif (
-        policy := _round_policy(ws, svc, both.SHARE if svc.cfg.objective == "both" else 1.0, one_look)
-    ) is None:
-        d = spent_decision(svc.cfg.gate)
     elif svc.cfg.objective == "both":  # task score and triggering, each at alpha/2
         d = both.decide(rc.val, cand_out, inc, policy, confirm if svc.cfg.gate.confirm_flips else None)
     else:
@@ -418,14 +418,21 @@ def _round_policy(
     g = svc.cfg.gate
     if g.run_alpha is None and share == 1.0 and not one_look:
         return svc.gate
-    if one_look:
-        g = budget.one_look(g)
+    alpha = _round_alpha(ws, svc, share, one_look)
+    g = budget.one_look(g) if one_look else g
+    return make_gate(g.model_copy(update={"confidence": 1.0 - alpha})) if alpha > 0 else None
+
+
+def _round_alpha(ws: Workspace, svc: Services, share: float = 1.0, one_look: bool = False) -> float:
+    """The level `_round_policy`'s gate tests at: ``1 - gate.confidence``, with ``gate.run_alpha``
+    this decision's share of the run's budget (every earlier round that spent any counts, a
+    validation stopped for futility too), times ``share``."""
+    g = budget.one_look(svc.cfg.gate) if one_look else svc.cfg.gate
     decided = sum(r.manifest.gate.alpha is not None for r in ledger.past_rounds(ws.repo))
     alpha = 1.0 - g.confidence
     if g.run_alpha is not None:
         alpha = min(alpha, run_alpha_for(g.run_alpha, g.run_rounds, decided + 1))
-    alpha *= share
-    return make_gate(g.model_copy(update={"confidence": 1.0 - alpha})) if alpha > 0 else None
+    return alpha * share
 
 
 def confirm_accepted(

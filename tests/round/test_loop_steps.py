@@ -16,6 +16,7 @@ import pytest
 from harnessopt.gate.banked import BankedGate
 from harnessopt.gate.policy import PairedGate
 from harnessopt.ledger import store as ledger
+from harnessopt.ledger.manifest import gate_alphas
 from harnessopt.protocols import Outcome, Sandbox, Task, TaskResult
 from harnessopt.rollout.runner import Candidate
 from harnessopt.round import context, evaluate
@@ -364,6 +365,30 @@ def test_run_alpha_spends_the_runs_budget_over_run_rounds_decisions(tmp_path: Pa
     assert evaluate._round_policy(ws, svc) is None
     spent = evaluate.gate(ws, svc, rc, CAND, results, inc)
     assert not spent.accept and "gate.run_alpha 0.05 is spent" in spent.reason
+
+
+def test_a_validation_stopped_for_futility_spends_its_level_of_the_runs_budget(tmp_path: Path) -> None:
+    """The stop is non-binding: until it stopped, the candidate could be accepted. A stop that
+    spent nothing let the next round test at the same share of gate.run_alpha, so a run whose null
+    candidates often stop early could make more false accepts than its budget says."""
+    ws, svc, rc = _setup(tmp_path, lambda side, t, n: (0.0, False))
+    g = ws.cfg.gate.model_copy(update={"run_alpha": 0.05, "run_rounds": 2})
+    svc.cfg = ws.cfg.model_copy(update={"gate": g})
+    ids = sorted(t.id for t in rc.val)
+    inc = {t: [Outcome(score=1.0 if i < 10 else 0.0)] for i, t in enumerate(ids)}
+    smoked, _ = evaluate.smoke(ws, svc, rc, CAND, inc, lambda _m: None)
+    results = evaluate.validate(ws, svc, rc, CAND, smoked, inc, lambda _m: None)
+    d = evaluate.gate(ws, svc, rc, CAND, results, inc)
+    assert "stopped for futility" in d.reason and d.details["alpha"] == pytest.approx(0.025)
+    m = ledger.RoundManifest(round=1, status="rejected", gate=d.details)
+    ledger.record_other(ws.repo, ws.repo.head.commit.hexsha, ws.root, ["skill"], m)
+    assert gate_alphas(ledger.find(ws.repo, 1).manifest) == [pytest.approx(0.025)]  # status counts it
+    # the next decision is the run's second, at its share; a third would find the budget spent
+    policy = evaluate._round_policy(ws, svc)
+    assert isinstance(policy, PairedGate) and policy.cfg.confidence == pytest.approx(1 - 0.025)
+    m = ledger.RoundManifest(round=2, status="rejected", gate={"alpha": 0.025})
+    ledger.record_other(ws.repo, ws.repo.head.commit.hexsha, ws.root, ["skill"], m)
+    assert evaluate._round_policy(ws, svc) is None
 
 
 def test_banked_incumbent_runs_pay_for_the_aa_test_and_the_gates_reruns(tmp_path: Path) -> None:
