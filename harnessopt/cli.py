@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from harnessopt import __version__
-from harnessopt.errors import HarnessoptError, UserError
+from harnessopt.errors import HarnessoptError, RunCutShort, UserError
 from harnessopt.ledger.lock import workspace_lock
 from harnessopt.limits import MAX_ROUNDS, MAX_RUNS_A_TASK
 from harnessopt.util import hardening, interrupts, tmpdirs
 from harnessopt.util.console import CliConsole
 
 EXIT_ROUND_FAILED = 3  # a run whose rounds failed (infrastructure, budget): not bad input (2)
+EXIT_USER_ERROR = 2  # bad input, or a state the user must fix
 
 console = CliConsole(highlight=False, soft_wrap=True, emoji=False)  # ":b:" in a path or summary is text
 err_console = CliConsole(stderr=True, highlight=False, soft_wrap=True, emoji=False)
@@ -445,9 +446,18 @@ def cmd_run(a: argparse.Namespace) -> int:
         _mlflow(ws, a.mlflow) as on_round,
         progress_for(console) as progress,
     ):
-        results = driver.run(
-            ws, a.rounds, progress.say, progress=progress, on_round=on_round, decide=_round0_decider(a.yes)
-        )
+        cut: RunCutShort | None = None
+        try:
+            results = driver.run(
+                ws,
+                a.rounds,
+                progress.say,
+                progress=progress,
+                on_round=on_round,
+                decide=_round0_decider(a.yes),
+            )
+        except RunCutShort as e:  # rounds were recorded first: say what they did, then why it stopped
+            results, cut = e.results, e
     for r in results:
         say(f"round {r.round}: {r.status} ({r.commit[:10]}) {r.reason}")
     q = shlex.quote(str(a.ws))
@@ -457,8 +467,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     if failed:
         rounds = ", ".join(str(r.round) for r in failed)
         say_err(f"harnessopt: round(s) {rounds} failed: {failed[-1].reason.splitlines()[0][:300]}")
-        return EXIT_ROUND_FAILED
-    return 0
+    if cut is not None:
+        say_err(f"harnessopt: {_one_line(str(cut))}")
+    return EXIT_ROUND_FAILED if failed else EXIT_USER_ERROR if cut is not None else 0
 
 
 @contextmanager
@@ -691,7 +702,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return COMMANDS[args.command](args)
     except UserError as e:
         err_console.print(f"harnessopt: {_one_line(str(e))}", markup=False)
-        return 2
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         err_console.print(
             "harnessopt: interrupted; main is unchanged past the last recorded round", markup=False

@@ -1,8 +1,19 @@
 """Exceptions that the CLI turns into exit codes (one place: ``cli.main``)."""
 
+from typing import Any
+
 
 class UserError(Exception):
     """Bad input or a state the user must fix. Printed as one line; exit code 2; nothing changed."""
+
+
+class RunCutShort(UserError):
+    """A state the user must fix, found after the run recorded rounds (the workspace changed under
+    it, say): ``results`` are those rounds, which the run's summary still reports."""
+
+    def __init__(self, why: str, results: list[Any]):
+        super().__init__(why)
+        self.results = results
 
 
 class HarnessoptError(Exception):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from harnessopt.config import Config
-from harnessopt.errors import UserError
+from harnessopt.errors import RunCutShort, UserError
 from harnessopt.gate.confirmation import split_val
 from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.ledger import live_spend, vcs
@@ -17,7 +17,7 @@ from harnessopt.ledger import store as ledger
 from harnessopt.ledger.lock import check_held
 from harnessopt.protocols import Announce
 from harnessopt.reporting.progress import RunProgress, round_lines
-from harnessopt.reporting.projection import current_rates, project
+from harnessopt.reporting.projection import Projection, current_rates, project
 from harnessopt.rollout.runner import RunObserver
 from harnessopt.round import stop
 from harnessopt.round.context import RoundResult
@@ -83,21 +83,14 @@ def run(
             overrides=list(ws.overrides),  # the command that resumes this run repeats them
         )
         for k in range(start, start + rounds if ready(ws, svc, say, decide) else start):
-            interrupts.check()
-            check_held(ws.root)
-            if stop.requested(ws.root):
-                say(stop.honour(ws.root))
+            try:
+                result = _next_round(ws, svc, k, results, projected, watch, say)
+            except UserError as e:  # after recorded rounds: the summary still reports them
+                if not results or isinstance(e, RunCutShort):
+                    raise
+                raise RunCutShort(str(e), results) from e
+            if result is None:
                 break
-            if results and watch.out_of_time():  # (a first round always starts)
-                say(f"not starting round {k}: {stop.OUT_OF_TIME}")
-                break
-            # a first round starts on the priors' rough guess, not at rates measured rounds give
-            if (results or projected.measured) and (
-                short := svc.gateway.cannot_hold() or _budget_short(ws, svc)
-            ):
-                say(f"not starting round {k}: {short}")
-                break
-            result = run_round(ws, svc, k, say)
             results.append(result)
             svc.rates = current_rates(ws)  # the budget's plan prices what the rounds so far cost
             for line in round_lines(result.manifest):
@@ -123,6 +116,32 @@ def run(
                 break
         ws.journal.write(results[-1].round if results else start, "run_end")
     return results
+
+
+def _next_round(
+    ws: Workspace,
+    svc: Services,
+    k: int,
+    results: list[RoundResult],
+    projected: Projection,
+    watch: stop.StopWatch,
+    say: Announce,
+) -> RoundResult | None:
+    """Round ``k``, or None when the run ends before it: a STOP request, the time budget, or a
+    budget that pays for no round that could commit."""
+    interrupts.check()
+    check_held(ws.root)
+    if stop.requested(ws.root):
+        say(stop.honour(ws.root))
+        return None
+    if results and watch.out_of_time():  # (a first round always starts)
+        say(f"not starting round {k}: {stop.OUT_OF_TIME}")
+        return None
+    # a first round starts on the priors' rough guess, not at rates measured rounds give
+    if (results or projected.measured) and (short := svc.gateway.cannot_hold() or _budget_short(ws, svc)):
+        say(f"not starting round {k}: {short}")
+        return None
+    return run_round(ws, svc, k, say)
 
 
 def _budget_short(ws: Workspace, svc: Services) -> str | None:

@@ -409,8 +409,9 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
     accepted candidate was lost (QA).)"""
     ws = make_ws(tmp_path)
     head = git(ws, "rev-parse", "HEAD")
-    # on another branch, a second round would start from it and never be applied (QA): it stops
-    rounds = "2" if change == "branch" else "1"
+    # on another branch, a second round would start from it and never be applied (QA): it stops;
+    # with the edit still there, a second round is refused: the run still says what round 1 did
+    rounds = "2" if change in ("branch", "edit") else "1"
     proc = start_cli("run", ws, "--rounds", rounds, "--sandbox", "local")
     try:
         wait_for_phase(ws, proc, "check")  # the candidate is made; smoke, validation and the gate follow
@@ -431,10 +432,15 @@ def test_an_accept_is_not_applied_over_what_the_user_changed_during_the_round(
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
-    assert proc.returncode == (2 if change == "branch" else 3), (out, err)  # a run whose round failed
-    assert "Traceback" not in err
+    # a run whose round failed, also when a second round was then refused (it was 2, "bad input ...
+    # nothing changed", and the run's summary was never printed (QA))
+    assert proc.returncode == 3, (out, err)
+    assert "Traceback" not in err and "round 1: failed (" in out and "review: harnessopt log" in out
+    assert "harnessopt: round(s) 1 failed: accepted by the gate, not applied" in err
     if change == "branch":
         assert "HEAD moved during the run (on mine); the run stops before round 2" in err
+    if change == "edit":
+        assert "changed during the run; commit or stash your edits, then run again" in err
     rows = json.loads(subprocess.run(
         [sys.executable, "-m", "harnessopt", "log", str(ws), "--json"], capture_output=True, text=True, check=True
     ).stdout)  # fmt: skip
