@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from typing import Any
+from typing import Any, Literal
 
 import git
 import yaml
@@ -274,19 +274,30 @@ def status_lines(ws: Workspace) -> list[str]:
     if busy is not None:  # a command is running now: say so, and no 'next'
         return [*lines, *_in_progress(ws, busy, last)]
     applying = stopped_applying(ws, entries)
-    if stopped := stopped_step(entries):  # where the last run stopped mid-round
-        lines.append(
-            f"last run stopped applying round {stopped.get('round')}, accepted: the next run finishes it "
-            "(do not commit or stash what git status shows: that would undo the round)"
-            if applying
-            else f"last run stopped in round {stopped.get('round')}, its journal's last step "
-            f"'{stopped.get('phase')}' (nothing applied)"
-        )
     dirty = vcs.dirty_paths(ws.repo)
+    if stopped := stopped_step(entries):  # where the last run stopped mid-round
+        k = stopped.get("round")
+        if applying == "moved":
+            lines.append(
+                f"last run stopped applying round {k}, accepted: the next run finishes it "
+                "(do not commit or stash what git status shows: that would undo the round)"
+            )
+        elif applying == "pending":  # the kill came before main moved: what git status shows is not ours
+            lines.append(
+                f"last run stopped applying round {k}, accepted, before main moved: the next run finishes it"
+                + ("; git stash the edits made since first, and git stash pop them after" if dirty else "")
+            )
+        else:
+            lines.append(
+                f"last run stopped in round {k}, its journal's last step '{stopped.get('phase')}' (nothing applied)"
+            )
     if dirty:
         lines.append(
             f"uncommitted changes: {len(dirty)} path(s)"
-            + (" (the unfinished checkout's)" if applying else " (commit or stash before 'run')")
+            + {
+                "moved": " (the unfinished checkout's)",
+                "pending": " (yours: stash them before 'run', pop them after)",
+            }.get(applying or "", " (commit or stash before 'run')")
         )
     lines += proposals.standing_lines(ws.repo, ws.root)
     where = ws.off_main()
@@ -296,18 +307,22 @@ def status_lines(ws: Workspace) -> list[str]:
     return lines
 
 
-def stopped_applying(ws: Workspace, entries: list[dict[str, Any]]) -> bool:
-    """Did the last run stop applying an accepted round that main holds, its checkout unfinished?
-    Then the next run finishes it, and what git status shows is that checkout's."""
+def stopped_applying(ws: Workspace, entries: list[dict[str, Any]]) -> Literal["moved", "pending"] | None:
+    """Did the last run stop applying an accepted round? "moved": main holds it, its checkout
+    unfinished (what git status shows is that checkout's: the next run finishes it); "pending":
+    killed before main moved (the next run moves it, once edits made since are stashed:
+    ``ledger.recover``); None: no."""
     stopped = stopped_step(entries)
     if stopped is None or stopped.get("phase") != "applying":
-        return False
-    return vcs.head_sha(ws.repo) in (stopped.get("commit"), stopped.get("parent"))
+        return None
+    head = vcs.head_sha(ws.repo)
+    return "moved" if head == stopped.get("commit") else "pending" if head == stopped.get("parent") else None
 
 
-def before_run(ws: Workspace, known: tuple[list[str], bool] | None = None) -> str:
+def before_run(ws: Workspace, known: tuple[list[str], str | None] | None = None) -> str:
     """What to do before ``harnessopt run`` would start (``"... then "``), or "": HEAD off main, or
-    uncommitted changes (the run refuses both; an unfinished apply's are the run's to finish).
+    uncommitted changes (the run refuses both; an unfinished checkout's are the run's to finish;
+    with an apply killed before main moved, the edits are stashed and popped after).
     ``known``: the dirty paths and `stopped_applying`, when the caller has them already."""
     if where := ws.off_main():
         return f"{vcs.git_in(ws.root)} checkout main (HEAD is {where}), then "
@@ -315,8 +330,10 @@ def before_run(ws: Workspace, known: tuple[list[str], bool] | None = None) -> st
         dirty, applying = known
     else:
         dirty = vcs.dirty_paths(ws.repo)
-        applying = bool(dirty) and stopped_applying(ws, ws.journal.entries())
-    return "commit or stash the changes, then " if dirty and not applying else ""
+        applying = stopped_applying(ws, ws.journal.entries()) if dirty else None
+    if not dirty or applying == "moved":
+        return ""
+    return "git stash, then " if applying == "pending" else "commit or stash the changes, then "
 
 
 def _main_config(ws: Workspace) -> Config:

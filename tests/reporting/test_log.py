@@ -131,4 +131,15 @@ def test_status_after_a_kill_before_main_moved_says_the_next_run_finishes_the_ro
     commit = git(ws, "commit-tree", "HEAD^{tree}", "-p", head, "-m", "harnessopt round 1: accepted: x")
     Workspace.open(ws).journal.write(1, "applying", commit=commit, parent=head, new_best=True)
     lines = status_lines(Workspace.open(ws))
-    assert "last run stopped applying round 1, accepted: the next run finishes it" in "\n".join(lines), lines
+    said = "\n".join(lines)
+    assert "last run stopped applying round 1, accepted, before main moved: the next run finishes it" in said
+    assert "uncommitted" not in said and "stash" not in said
+    # an edit made since is the user's, not an unfinished checkout's: status said "do not commit or
+    # stash what git status shows", while the run refused until it was stashed (QA)
+    (ws / "skill" / "SKILL.md").write_text((ws / "skill" / "SKILL.md").read_text() + "\nmine\n")
+    said = "\n".join(status_lines(Workspace.open(ws)))
+    assert "git stash the edits made since first, and git stash pop them after" in said, said
+    assert "uncommitted changes: 1 path(s) (yours: stash them before 'run', pop them after)" in said
+    assert "next: git stash, then harnessopt run" in said and "do not commit or stash" not in said
+    refused = cli("run", ws, "--sandbox", "local")
+    assert refused.returncode == 2 and "git stash them, run again to finish the round" in refused.stderr
