@@ -24,6 +24,9 @@ class Journal:
         """Append one line and fsync it: a line the call returned for survives a crash or power loss."""
         entry = {"t": round(time.time(), 3), "round": round_no, "phase": phase, **fields}
         line = json.dumps(entry, sort_keys=True, default=str) + "\n"
+        from harnessopt.ledger.lock import check_held  # (it reads this module's STATE_DIR)
+
+        check_held(self.path.parent.parent)  # .harnessopt removed mid-run: write no new journal into it
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             if f.tell() and not self._ends_with_newline():

@@ -117,7 +117,6 @@ class Keeper:
         if not now:
             target.unlink(missing_ok=True)
         else:
-            target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{NAME}.{os.getpid()}")
             tmp.write_text(json.dumps({"pid": os.getpid(), "rounds": now}, sort_keys=True), encoding="utf-8")
             os.replace(tmp, target)

@@ -30,6 +30,7 @@ def _wait_for(cond, timeout: float = 10) -> None:
 
 def test_the_file_follows_the_rounds_in_progress(tmp_path: Path) -> None:
     meter, journal = Meter(), Journal(tmp_path)
+    live_spend.path(tmp_path).parent.mkdir()  # a run's lock made it
     keeper = live_spend.Keeper(tmp_path, meter, every_s=0.05)
     try:
         assert live_spend.left(tmp_path) == {}  # no round in progress: no file
@@ -49,6 +50,7 @@ def test_the_file_follows_the_rounds_in_progress(tmp_path: Path) -> None:
 
 def test_a_killed_runs_file_becomes_its_rounds_spend_lines(tmp_path: Path) -> None:
     meter, journal = Meter(), Journal(tmp_path)
+    live_spend.path(tmp_path).parent.mkdir()  # a run's lock made it
     keeper = live_spend.Keeper(tmp_path, meter, every_s=3600)
     keeper.begin(2)
     meter.spent[2] = 1.25

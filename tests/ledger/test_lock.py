@@ -86,15 +86,21 @@ def test_check_held_refuses_once_the_held_lock_file_is_removed_or_replaced(tmp_p
     check_held(tmp_path)  # released
 
 
-def test_a_run_whose_lock_file_went_records_nothing_more(tmp_path: Path) -> None:
+@pytest.mark.parametrize("removed", ["lock", "folder"])
+def test_a_run_whose_lock_file_went_records_nothing_more(tmp_path: Path, removed: str) -> None:
     """A second run could take the workspace with a lock of its own once the first's file is gone,
-    and the two would overwrite each other's round records: the first stops before its record."""
+    and the two would overwrite each other's round records: the first stops before its record.
+    With all of .harnessopt/ gone, it wrote a new journal there (an error line, a spend line),
+    which another command holding the workspace would have read as its own (QA)."""
     ws = make_ws(tmp_path, optimizer={"backend": "manual", "settle_s": 0.5, "wall_s": 60})
     head = git(ws, "rev-parse", "HEAD")
     run = start_cli("run", ws, "--rounds", "1", "--sandbox", "local")
     try:
         view = Path(wait_for_phase(ws, run, "propose", timeout=120)["view"])
-        (ws / ".harnessopt" / "lock").unlink()
+        if removed == "lock":
+            (ws / ".harnessopt" / "lock").unlink()
+        else:
+            (ws / ".harnessopt").rename(tmp_path / "gone")  # `rm -rf`, at once: the run still writes
         skill = view / "skill" / "SKILL.md"  # the person's edit: the round goes on to its record
         skill.write_text(skill.read_text().replace("Explain your answer", "Reply with only the city name"))
         (view / DONE_NAME).touch()  # gating starts now, not after the optimizer's wall clock
@@ -105,3 +111,5 @@ def test_a_run_whose_lock_file_went_records_nothing_more(tmp_path: Path) -> None
     assert "was removed during the run" in err and "Traceback" not in err
     assert git(ws, "rev-parse", "HEAD") == head
     assert git(ws, "for-each-ref", "refs/harnessopt/", "refs/tags/ho/round-1") == ""
+    if removed == "folder":
+        assert not (ws / ".harnessopt" / "journal.jsonl").exists()
