@@ -360,8 +360,9 @@ def _round(
     epochs, smoke = cfg.gate.epochs, min(cfg.gate.smoke, n_val)
     batch = min(cfg.rollout.batch_size, n_train)
     runs: float = batch + n_val * incumbent_epochs + _screening_runs(cfg, rates, n_train, batch)
-    runs += rates["reach_smoke"] * smoke + rates.get("probe_runs", 1.0 if smoke else 0.0)
-    runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val)
+    v = rates.get("validations", 1.0)  # search.winners > 1: a winner after a rejected one is validated too
+    runs += rates["reach_smoke"] * smoke * v + rates.get("probe_runs", 1.0 if smoke else 0.0)
+    runs += rates["reach_validation"] * (n_val * epochs - smoke + rates["reruns_per_val_task"] * n_val) * v
     runs += rates["reach_validation"] * rates.get("confirm_runs", 0.0)  # measured: among the reruns
     return _priced(cfg, rates, runs, proposals=cfg.explore_steps or cfg.search.candidates)
 
@@ -445,6 +446,7 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
         "reach_smoke": 1.0,
         "probe_runs": 1.0 if cfg.gate.smoke else 0.0,  # round.evaluate.probe_jobs: one a round that proposes
         "reach_validation": 1.0,
+        "validations": prior_validations(cfg),
         "seconds_per_run": min(
             _seconds(latency(cfg.model), per_run, "seconds_per_run"), cfg.rollout.timeout_s
         ),
@@ -452,6 +454,27 @@ def prior_rates(ws: Workspace, cfg: Config) -> dict[str, float]:
             latency(optimizer_model_config(cfg)), 1.0, "seconds_per_optimizer_call"
         ),
     }
+
+
+def prior_validations(cfg: Config) -> float:
+    """Winners a round that validates is expected to validate: the first, and with
+    ``search.winners`` > 1 each next one when every one before it was rejected (at the priors'
+    accept share)."""
+    w = min(cfg.search.winners, cfg.search.candidates) if not cfg.explore_steps else 1
+    return sum((1.0 - PRIORS["accept_share"]) ** i for i in range(max(w, 1)))
+
+
+def _validations(history: list[RoundManifest], cfg: Config) -> float:
+    """Winners validated per round that validated, as the rounds recorded them (each winner the
+    gate judged has a verdict on its candidate record); the prior where none had several."""
+    judged = [
+        sum(1 for c in m.search.candidates if c.chosen and c.verdict) if m.search else 0
+        for m in history
+        if "validation" in m.phases
+    ]
+    if cfg.search.winners > 1 and not any(n > 1 for n in judged):
+        return prior_validations(cfg)
+    return sum(max(n, 1) for n in judged) / len(judged) if judged else 1.0
 
 
 def _scripted_latency(ws: Workspace) -> Callable[[ModelConfig], float | None]:
@@ -555,6 +578,7 @@ def measured_rates(history: list[RoundManifest], cfg: Config) -> dict[str, float
         "reach_smoke": len(smoked) / len(history),
         "probe_runs": sum(m.phases["probe"].runs for m in history if "probe" in m.phases) / len(history),
         "reach_validation": len(validated) / len(history),
+        "validations": _validations(history, cfg),
         "seconds_per_run": max(wall - opt_wall, 0.0) * cfg.rollout.concurrency / target_runs,
         "seconds_per_optimizer_call": per_call,
     }

@@ -343,3 +343,46 @@ def test_rounds_measured_with_other_models_or_prices_do_not_price_a_run(tmp_path
             and "1 round(s) measured with other models or prices left out" in p.basis
         )
     assert project(ws, 1, apply_overrides(ws.cfg, priced)).total().cost_usd > 0  # the priors at the new price
+
+
+def test_several_winners_are_projected_with_the_validations_they_make(tmp_path: Path) -> None:
+    """search.winners 2 validates the second winner when the first is rejected: a round validated
+    twice (QA: 5 smoke and 9 validation runs with one winner, 10 and 18 with two), while the dry run
+    printed the same line for winners 1, 2 and 3. Priors: the next winner at the rejected share."""
+    ws = Workspace.open(make_ws(tmp_path))
+    search = ws.cfg.search
+
+    def second_round(**update: object) -> float:
+        cfg = ws.cfg.model_copy(update={"search": search.model_copy(update={"candidates": 3, **update})})
+        return project(ws, 2, cfg).rounds[1].target_runs
+
+    one, two, three = (second_round(winners=w) for w in (1, 2, 3))
+    n_val, epochs = len(ws.tasks("val")), ws.cfg.gate.epochs
+    assert two - one >= 0.7 * n_val * epochs  # the second winner's smoke and validation, 70% of rounds
+    assert three > two and second_round(winners=5) == pytest.approx(
+        three
+    )  # no more winners than 3 candidates
+    assert second_round(winners=2, candidates=1) == pytest.approx(second_round(winners=1, candidates=1))
+
+
+def test_measured_rounds_give_the_validations_a_round_made() -> None:
+    from harnessopt.config import Config
+    from harnessopt.ledger.store import RoundManifest
+    from harnessopt.reporting.projection import _validations
+
+    def round_(*verdicts: str) -> RoundManifest:
+        cands = [{"name": f"c{i}", "chosen": True, "verdict": v} for i, v in enumerate(verdicts, 1)]
+        return RoundManifest.model_validate(
+            {
+                "round": 1,
+                "status": "rejected",
+                "phases": {"validation": {"runs": 9}},
+                "search": {"candidates": cands},
+            }
+        )
+
+    cfg = Config.model_validate({"search": {"candidates": 3, "winners": 2}})
+    both, first = round_("rejected: a", "accepted: b"), round_("accepted: a", "")
+    assert _validations([both, first], cfg) == pytest.approx(1.5)  # 2 winners judged, then 1
+    assert _validations([first], cfg) == pytest.approx(1.7)  # none judged two yet: the prior, 1 + 0.7
+    assert _validations([first], Config()) == pytest.approx(1.0)
