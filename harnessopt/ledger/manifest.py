@@ -335,6 +335,14 @@ def gate_alphas(m: RoundManifest) -> list[float]:
     return [m.gate.alpha] if m.gate.alpha is not None else []
 
 
+def judged(verdict: str, gate_alpha: float | None) -> str:
+    """A validated candidate's verdict with the alpha its gate decision spent (``search.winners`` > 1
+    splits the round's): what ``log``, ``diff --candidate`` and the report show of it; "" if none."""
+    if not verdict:
+        return ""
+    return verdict + (f" (alpha {gate_alpha:.3g})" if gate_alpha is not None else "")
+
+
 def objective_gates(m: RoundManifest) -> dict[str, dict[str, Any]]:
     """``objective: both``: each family's gate (task, trigger: its delta, dead_zone, n, accept),
     from the decision's ``details.objectives``; {} for a round of one objective."""

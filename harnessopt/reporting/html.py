@@ -16,6 +16,7 @@ from typing import Any
 
 from harnessopt.errors import UserError
 from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.ledger.manifest import judged
 from harnessopt.reporting.data import CELLS, OUTCOMES, report_data
 from harnessopt.reporting.triggering import plot_triggering
 from harnessopt.workspace.core import Workspace
@@ -437,7 +438,10 @@ def _candidates(rows: list[dict[str, Any]]) -> list[str]:
                     f"{len(c['wins'])}/{len(c['losses'])}" if screened else "",
                     _num(c.get("checkpoint"), ".3f"),
                     "yes" if c["chosen"] else "no",
-                    _e(c["reason"] + (f"; {c['verdict']}" if c.get("verdict") else "")),
+                    _e(
+                        c["reason"]
+                        + (f"; {v}" if (v := judged(c.get("verdict", ""), c.get("gate_alpha"))) else "")
+                    ),
                     _e(c["title"]),
                     _e(f"{c['optimizer_tokens']:,}"),
                     f"<code>{_e(c['ref'])}</code>" if c["ref"] else "",

@@ -20,7 +20,7 @@ from harnessopt.ledger import round0 as proposals
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.journal import last_run_start, stopped_step
 from harnessopt.ledger.lock import live_holder
-from harnessopt.ledger.manifest import ChecksRecord, pooled_dead_zone, spend_of
+from harnessopt.ledger.manifest import ChecksRecord, judged, pooled_dead_zone, spend_of
 from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
 from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.round.stop import stop_path
@@ -183,8 +183,8 @@ def _candidate_lines(row: dict[str, Any]) -> str:
             line += f"{c['mean_delta']:+.3f} on train (won {len(c['wins'])}, lost {len(c['losses'])})"
             line += f", checkpoint {c['checkpoint']:.3f}: " if c.get("checkpoint") is not None else ": "
             line += c["reason"].rsplit(" (", 1)[0]
-        if c.get("verdict"):  # a winner validated before the one the round's fields hold
-            line += f"; {c['verdict']}"
+        if v := judged(c.get("verdict", ""), c.get("gate_alpha")):  # each validated winner's, with its alpha
+            line += f"; {v}"
         lines.append(line)
     return "".join(f"\n[dim]{visible(line)}[/dim]" for line in lines)
 
@@ -216,7 +216,14 @@ def round_diff(ws: Workspace, k: int, candidate: int | None = None) -> str:
         header += (
             f"# discarded {len(r.manifest.violations)} write(s) outside the whitelist (not in this diff):\n"
         )
-        header += "".join(f"#   {path}\n" for path in r.manifest.violations)
+        whose: dict[str, list[str]] = {}  # several candidates: the round's hold each one's
+        for c in r.manifest.search.candidates if r.manifest.search else []:
+            for path in c.violations:
+                whose.setdefault(path, []).append(c.name)
+        header += "".join(
+            f"#   {path}" + (f" (by {', '.join(whose[path])})" if path in whose else "") + "\n"
+            for path in r.manifest.violations
+        )
     body = vcs.diff(ws.repo, parent, r.commit, EDITABLE_PATHS)
     return header + (body if body.strip() else "# (no change to skill/ or harness/)\n")
 
@@ -517,7 +524,7 @@ def _candidate_diff(ws: Workspace, r: ledger.Round, i: int) -> str:
     header = f"# round {r.round} candidate {c.name}: {'validated' if c.chosen else 'not validated'}"
     header += f" ({c.ref or 'no ref'}{' ' + c.commit[:10] if c.commit else ''})\n# {c.reason}\n"
     if c.verdict:
-        header += f"# {c.verdict}\n"
+        header += f"# {judged(c.verdict, c.gate_alpha)}\n"
     if c.focus:
         header += f"# aimed at: {c.focus}\n"
     if c.violations:  # what it wrote outside the whitelist never reached its tree

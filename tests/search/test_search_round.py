@@ -24,7 +24,7 @@ from harnessopt.reporting.log import round_diff, status_lines
 from harnessopt.reporting.projection import project
 from harnessopt.round import driver
 from harnessopt.workspace.core import Workspace
-from tests.support.cli import git
+from tests.support.cli import cli, git
 from tests.support.workspace import make_ws, scripted_edits
 
 OLD = "Be friendly and helpful. Explain your answer so the user learns something."
@@ -268,7 +268,11 @@ def test_two_winners_split_alpha_and_a_later_round_merges_complementary_candidat
     assert by_name["c1"].violations == ["harness/NOTES.txt"] and not by_name["c3"].violations
     assert first.manifest.violations == ["harness/NOTES.txt"]
     assert "#   harness/NOTES.txt" in round_diff(ws, 1, candidate=1)
-    assert by_name["c1"].verdict in round_diff(ws, 1, candidate=1)
+    assert "#   harness/NOTES.txt (by c1)\n" in round_diff(ws, 1)  # the round's ref is c3's (QA)
+    # each winner's verdict with the alpha it spent, in its diff and in log (QA: no view showed it)
+    assert f"# {by_name['c1'].verdict} (alpha {alpha / 2:.3g})\n" in round_diff(ws, 1, candidate=1)
+    logged = cli("log", ws.root).stdout
+    assert logged.count(f"(alpha {alpha / 2:.3g})") >= 2, logged
     wins = {c.name: set(c.wins) for c in s1.candidates}
     assert wins["c1"] == {"australia", "canada"} and wins["c3"] == {"france", "germany"}
     # Round 2: the last candidate is asked to merge the archived pair, with both diffs in its brief.
