@@ -78,6 +78,9 @@ class FakeOpenAIServer:
             check_responses_request(call.body)
         elif call.path != CHAT_PATH:
             raise ModelError(404, "not_found_error", f"no such endpoint: {call.path}")
+        elif not isinstance(call.body, dict) or "model" not in call.body or not call.body.get("messages"):
+            # as the real API: refused before any model runs (the pre-run check's empty body)
+            raise ModelError(400, "invalid_request_error", "you must provide a model parameter and messages")
         return self._fn(request)
 
     def __enter__(self) -> FakeOpenAIServer:

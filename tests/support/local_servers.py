@@ -47,8 +47,12 @@ class LocalServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
                 outer.requests.append({"path": self.path, "body": body})
-                status, reply = outer.complete(body)
-                self._send(status, reply)
+                if self.path != "/v1/chat/completions":  # as the real servers: no other path
+                    self._send(404, {"detail": "Not Found"})
+                elif not body.get("messages"):  # refused before any model runs (vLLM 400, FastAPI 422)
+                    self._send(422, {"detail": [{"loc": ["body", "messages"], "msg": "Field required"}]})
+                else:
+                    self._send(*outer.complete(body))
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()

@@ -138,7 +138,8 @@ class OpenAIModel(SdkUpstream, Model):
     def check_model_name(self, name: str, setting: str) -> None:
         """UserError when the server lists its models (``GET /models``) and ``name`` is not one.
 
-        A server without the list (404, or an answer that is not one) is not judged.
+        A server without the list (404, or an answer that is not one) is not judged on the name;
+        then the path calls go to must exist (`check_path`).
         """
         import openai
 
@@ -146,6 +147,7 @@ class OpenAIModel(SdkUpstream, Model):
             listed = self._client.with_options(max_retries=0, timeout=PREFLIGHT_TIMEOUT_S).models.list()
             ids = [str(m.id) for m in listed.data]
         except (openai.OpenAIError, TypeError, ValueError, AttributeError):
+            self.check_path(setting.rsplit(".", 1)[0] + ".base_url")
             return
         if ids and name not in ids:
             shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
@@ -153,6 +155,27 @@ class OpenAIModel(SdkUpstream, Model):
                 f"{setting} {name!r} is not a model the server at {self.base_url} serves (it lists: {shown}); "
                 f"set {setting} to one of them"
             )
+
+    def check_path(self, setting: str) -> None:
+        """UserError when the path every call goes to (``/chat/completions``, or ``/responses``)
+        is not there: a ``base_url`` without its ``/v1``, or another service on the port, failed
+        every task of round 1 on "HTTP 404" and burnt the round (QA). An empty body costs nothing:
+        a real endpoint refuses it (400, 422) before any model runs; a missing one answers 404,
+        405 or 501. An answer that is no status (a timeout, a reset) is not judged."""
+        import openai
+
+        path = RESPONSES_PATH if self.wire_api == "responses" else CHAT_PATH
+        client = self._client.with_options(max_retries=0, timeout=PREFLIGHT_TIMEOUT_S)
+        try:
+            client.post(path, body={}, cast_to=openai.APIResponse[object])
+        except openai.APIStatusError as e:
+            if e.status_code in (404, 405, 501):
+                raise UserError(
+                    f"the server at {self.base_url} has no {path} (POST {self.base_url}{path} answered HTTP "
+                    f"{e.status_code}); {setting} should be the API's root, which often ends in /v1"
+                ) from None
+        except openai.OpenAIError:
+            return
 
     def check_tools(self, name: str, setting: str) -> str | None:
         """A warning when the server seems to ignore ``tools``: the same call with and without one.

@@ -9,6 +9,9 @@ template with what to configure.
 
 from __future__ import annotations
 
+import http.server
+import socketserver
+import threading
 from typing import Any
 
 import openai
@@ -91,6 +94,37 @@ def test_a_server_without_a_model_list_is_not_judged(monkeypatch, tmp_path) -> N
     monkeypatch.setenv("OPENAI_API_KEY", "none")
     with LocalServer("bare") as server:
         model_for(ModelConfig(provider="openai", target="whatever", base_url=server.base_url), tmp_path)
+        # its chat path was asked with an empty body, which a real endpoint refuses unrun
+        assert [r["body"] for r in server.requests if r["path"] == "/v1/chat/completions"] == [{}]
+
+
+@pytest.mark.parametrize("setting", ["model", "optimizer"])
+def test_a_base_url_whose_chat_path_is_missing_is_refused_before_the_run(
+    monkeypatch, tmp_path, setting
+) -> None:
+    """model.base_url without its /v1 (or another service on the port): every task of round 1
+    failed on "HTTP 404", a round burnt and exit 3 (QA). Now one line before anything runs."""
+    monkeypatch.setenv("OPENAI_API_KEY", "none")
+    with LocalServer("llama.cpp") as server:
+        root = server.base_url.removesuffix("/v1")
+        with pytest.raises(UserError) as err:
+            model_for(
+                ModelConfig(provider="openai", target="smollm2-135m", base_url=root),
+                tmp_path,
+                setting=setting,
+            )
+        assert str(err.value) == (
+            f"the server at {root} has no /chat/completions (POST {root}/chat/completions answered HTTP 404); "
+            f"{setting}.base_url should be the API's root, which often ends in /v1"
+        )
+    with socketserver.TCPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler) as web:
+        threading.Thread(target=web.serve_forever, args=(0.05,), daemon=True).start()
+        try:  # a web server on the port: GET /v1/models 404, POST 501
+            url = f"http://127.0.0.1:{web.server_address[1]}/v1"
+            with pytest.raises(UserError, match="answered HTTP 501"):
+                model_for(ModelConfig(provider="openai", target="x", base_url=url), tmp_path)
+        finally:
+            web.shutdown()
 
 
 def test_a_server_that_ignores_tools_is_warned_about_for_tool_users(monkeypatch, tmp_path) -> None:

@@ -237,7 +237,9 @@ def test_services_give_each_role_its_upstream_and_drop_the_named_key(
             )
     assert said.choices[0].message.content == "apple"
     assert target.requests[-1]["headers"]["authorization"] == "Bearer tok-local-1234567890"
-    assert len(target.requests) == 1 and len(optimizer.requests) == 1
+    # the pre-run check's empty POST (no /models here), then the one call
+    assert [r["body"] for r in target.requests][:1] == [{}] and len(target.requests) == 2
+    assert len(optimizer.requests) == 1
     headers = optimizer.requests[0]["headers"]
     assert "sk-ant-9876543210" in {
         headers.get("x-api-key"),
