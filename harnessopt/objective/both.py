@@ -5,19 +5,25 @@ The val tasks split into two families, task tasks and trigger tasks. Each family
 configured gate policy at level alpha/2 (``policy`` is built for that level), so by the union bound
 a candidate that improves neither is accepted with probability at most alpha, the round's whole
 budget. The candidate is accepted when at least one family's gate accepts and neither family lost
-significantly: a family whose mean paired difference is below minus its dead zone vetoes (a
-description edit must not lower the task score, a body edit must not lower triggering). A veto
-only rejects, so it spends nothing.
+significantly: a family whose mean paired difference is below minus its *veto zone* vetoes (a
+description edit must not lower the task score, a body edit must not lower triggering). The veto
+zone is a one-sided bound at ``VETO_CONFIDENCE`` on that family's paired differences, a test of
+harm of its own: the family's gate decision stops at its first look when it cannot accept, and
+that look's dead zone, at a small share of alpha/2, is too wide to see a real loss (a trigger
+family 0.400 lower on 10 tasks, every run of 4 broken, sat inside its 0.727 and the round was
+accepted). A veto only rejects, so it spends nothing of alpha, whatever its level.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harnessopt.gate import stats
 from harnessopt.objective.trigger import is_trigger_task
 from harnessopt.protocols import ConfirmFn, GateDecision, GatePolicy, Outcomes, Task
 
 SHARE = 0.5  # each family's share of the round's alpha
+VETO_CONFIDENCE = 0.95  # the one-sided level of the test of harm that vetoes (it only rejects)
 
 
 def decide(
@@ -35,11 +41,13 @@ def decide(
             sub_i = {k: v for k, v in inc.items() if k in ids}
             parts[name] = policy.decide(sub_c, sub_i, confirm)
     wins = [n for n, d in parts.items() if d.accept]
-    lost = [n for n, d in parts.items() if d.delta < -d.dead_zone]
+    veto = {n: veto_zone({k: v for k, v in cand.items() if k in families[n]}, inc) for n in parts}
+    lost = [n for n, d in parts.items() if d.delta < -veto[n]]
     accept = bool(wins) and not lost
     said = "; ".join(f"{n}: {d.reason}" for n, d in parts.items())
     if lost:
-        reason = f"rejected: {' and '.join(lost)} lower beyond the dead zone ({said})"
+        lower = ", ".join(f"{n} {parts[n].delta:+.3f} < -{veto[n]:.3f}" for n in lost)
+        reason = f"rejected: {' and '.join(lost)} significantly lower ({lower}, one-sided {VETO_CONFIDENCE:.0%}; {said})"
     elif wins:
         reason = f"accepted on {' and '.join(wins)}, each objective at alpha/2 ({said})"
     else:
@@ -70,6 +78,8 @@ def decide(
                     "reason": d.reason,
                     "delta": d.delta,
                     "dead_zone": d.dead_zone,
+                    "veto_zone": veto[name],
+                    "lost": name in lost,
                     "n": d.n,
                     "alpha": d.details.get("alpha"),
                 }
@@ -78,3 +88,14 @@ def decide(
             **({"look_levels": first.details.get("look_levels")} if first else {}),
         },
     )
+
+
+def veto_zone(cand: Outcomes, inc: Outcomes) -> float:
+    """How far below the incumbent a family's mean paired difference must be to veto: the
+    one-sided ``VETO_CONFIDENCE`` bound on its task differences (``stats.dead_zone``, no
+    ``min_effect``: a loss need not be a large one to count)."""
+    c, i = stats.task_means(cand), stats.task_means(inc)
+    diffs = [c[t] - i[t] for t in c if t in i]
+    epochs = max((len(v) for t, v in cand.items() if t in i), default=1)
+    sd = stats.sample_sd(diffs) if len(diffs) > 1 else 0.0
+    return stats.dead_zone(len(diffs), sd, VETO_CONFIDENCE, 0.0, step=1.0 / max(epochs, 1))

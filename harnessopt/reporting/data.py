@@ -44,8 +44,10 @@ def proposal_outcome(r: Round) -> str:
         return "improved"
     if r.status == "noop":
         return "no change"
-    if parts := objective_gates(m):  # either family lower beyond its own dead zone
-        lower = any(p.get("delta", 0) < -p.get("dead_zone", 0) for p in parts.values())
+    if parts := objective_gates(m):  # either family significantly lower (its veto; before it, its dead zone)
+        lower = any(
+            p["lost"] if "lost" in p else p.get("delta", 0) < -p.get("dead_zone", 0) for p in parts.values()
+        )
         return "regressed" if lower else "no change"
     if m.delta is None or m.dead_zone is None:
         return "not measured"

@@ -37,7 +37,27 @@ def test_a_triggering_gain_that_lowers_the_task_score_is_vetoed() -> None:
     inc = _runs({f"g{i}": 0.0 for i in range(0, 20, 2)})
     cand = _runs({f"t{i}": 0.0 for i in range(12)})  # a description edit that breaks the tasks
     d = both.decide(VAL, cand, inc, _policy(), None)
-    assert not d.accept and "task lower beyond the dead zone" in d.reason
+    assert not d.accept and "rejected: task significantly lower (task -0.600 < -" in d.reason
+
+
+def test_a_task_gain_that_lowers_triggering_is_vetoed_by_a_test_of_harm_of_its_own() -> None:
+    """QA: task +1.000 accepted, trigger -0.400 on 10 tasks (4 broken in every run, none fixed) sat
+    inside the trigger gate's first-look dead zone (0.727 at a small share of alpha/2), and the
+    round was accepted though docs say a body edit that lowers triggering is rejected."""
+    val = [Task(f"g{i}", f"q{i}", {"trigger": i < 5}, "val") for i in range(10)] + [
+        Task(f"t{i}", f"task {i}", "x", "val") for i in range(6)
+    ]
+    inc = {t.id: [Outcome(score=float(t.id.startswith("g")))] * 2 for t in val}  # tasks all failed
+    cand = {t.id: [Outcome(score=0.0 if t.id in ("g4", "g5", "g6", "g8") else 1.0)] * 2 for t in val}
+    banked = make_gate(GateConfig(confidence=1 - 0.05 * both.SHARE))  # the default gate, two looks
+    d = both.decide(val, cand, inc, banked, None)
+    trigger = d.details["objectives"]["trigger"]
+    assert d.details["objectives"]["task"]["accept"] and trigger["delta"] == -0.4
+    assert trigger["dead_zone"] > 0.4 > trigger["veto_zone"]  # the gate's zone could not see it
+    assert not d.accept and trigger["lost"] and "trigger significantly lower" in d.reason
+    # a loss of one task in ten is no evidence of harm: the gain stands
+    cand = {t.id: [Outcome(score=0.0 if t.id == "g4" else 1.0)] * 2 for t in val}
+    assert both.decide(val, cand, inc, banked, None).accept
 
 
 def test_nothing_gained_is_rejected() -> None:
