@@ -20,7 +20,7 @@ from harnessopt.errors import UserError
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger import vcs
 from harnessopt.ledger.journal import STATE_DIR, Journal, last_step
-from harnessopt.objective.trigger import default_objective, is_trigger_task, round_tasks
+from harnessopt.objective.trigger import default_objective, is_trigger_task, round_tasks, should_load
 from harnessopt.protocols import Task
 from harnessopt.workspace import flags
 from harnessopt.workspace.scoring import compile_scorer
@@ -253,6 +253,27 @@ def _each_kind_enough(val: list[Task]) -> bool:
     return min(trigger, len(val) - trigger) >= MIN_VAL_TASKS
 
 
+def _check_both_labels(tasks: list[Task], seed: int) -> None:
+    """Trigger tasks must hold queries that should load the skill and ones that should not, in the
+    file and in val: with only one kind, a description that loads for everything (or for nothing)
+    scores 1 on every one, and the gate would accept it (QA)."""
+    for where, group in (("the task file", tasks), ("val", [t for t in tasks if t.split == "val"])):
+        labels = [should_load(t) for t in group if is_trigger_task(t)]
+        if labels and len(set(labels)) == 1:
+            missing = "false (near misses that should not load it)" if labels[0] else "true"
+            fix = (
+                'add trigger tasks of the other kind, e.g. {"trigger": '
+                + ("false} for queries a neighbouring skill should answer" if labels[0] else "true}")
+                if where == "the task file"
+                else f'init with another --seed than {seed}, or give some of them a "split": "val"'
+            )
+            raise UserError(
+                f"{where} holds {len(labels)} trigger task(s), every one with trigger {str(labels[0]).lower()} "
+                f"and none with {missing}: a description that loads the skill "
+                f"{'for everything' if labels[0] else 'for nothing'} would score 1 on each; {fix}"
+            )
+
+
 def _initial_commit(root: Path) -> str | None:
     """The commit init made (its subject is ``initial_message``'s), on any branch, or None."""
     try:
@@ -343,6 +364,8 @@ def init_workspace(
             "offers the model no skill-loading tool, so whether the skill loaded cannot be measured; use "
             f"--template {' or '.join(loading_templates())}"
         )
+    if cfg.objective != "task":  # a description that loads for everything must not win
+        _check_both_labels(tasks, seed)
     if cfg.objective == "both":  # each objective has its own gate, on its own val tasks
         val = [t for t in tasks if t.split == "val"]
         n_trigger = sum(is_trigger_task(t) for t in val)

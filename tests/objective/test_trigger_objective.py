@@ -294,3 +294,33 @@ def test_a_distractors_folder_set_but_missing_is_refused(tmp_path: Path) -> None
         trigger.round_tasks(tmp_path, "trigger", "nope", tasks, "val")
     got = trigger.round_tasks(tmp_path, "trigger", "distractors", tasks, "val")
     assert got[0].metadata["trigger"]["distractors"] == []
+
+
+@pytest.mark.parametrize("kind", [True, False])
+def test_trigger_tasks_of_one_kind_only_are_refused(tmp_path: Path, kind: bool) -> None:
+    """Only queries that should load the skill (or only ones that should not): a description that
+    loads for everything (or nothing) scores 1 on each, and init accepted the file silently (QA)."""
+    from harnessopt.workspace.core import init_workspace
+
+    rows = [{"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": kind}} for i in range(24)]
+    skill, tasks = _trigger_file(tmp_path, rows)
+    with pytest.raises(UserError) as e:
+        init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
+    assert str(e.value).startswith(
+        f"the task file holds 24 trigger task(s), every one with trigger {str(kind).lower()}"
+    )
+    assert ("for everything" if kind else "for nothing") in str(e.value)
+    assert not (tmp_path / "ws").exists()
+    # both kinds in the file, but val drawn with one only: named with what to change
+    rows = [
+        {
+            "id": f"y{i}",
+            "input": f"Say {i}",
+            "answer": {"trigger": i < 6},
+            "split": "val" if i < 6 else "train",
+        }
+        for i in range(18)
+    ]
+    skill, tasks = _trigger_file(tmp_path / "v", rows)
+    with pytest.raises(UserError, match=r"^val holds 6 trigger task\(s\), every one with trigger true"):
+        init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
