@@ -103,6 +103,11 @@ def _one_trigger_shape(tasks: Sequence[Task], path: Path, line_of: dict[str, int
         return
     for t in tasks:
         a = t.answer
+        if a == {}:  # the label left out: it made the task a task-objective one, and init spoke of val (QA)
+            raise UserError(
+                f"{path}:{line_of[t.id]}: task {t.id!r}: the answer {{}} has no label; a trigger task's answer "
+                'is {"trigger": true} (the skill should load) or {"trigger": false}'
+            )
         if isinstance(a, dict) and isinstance(a.get("trigger"), bool) and set(a) != {"trigger"}:
             others = ", ".join(sorted(repr(k) for k in set(a) - {"trigger"}))
             raise UserError(

@@ -196,6 +196,11 @@ def test_a_trigger_answer_with_another_key_is_refused_in_a_file_of_trigger_tasks
     with pytest.raises(UserError, match=r"mixed.jsonl:4: task 'y3': .*exactly .*; remove 'x'"):
         init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
     assert not (tmp_path / "ws").exists()
+    rows = [{"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i % 2 == 0}} for i in range(24)]
+    rows[0]["answer"] = {}  # the label left out: init spoke of val's mix, not of the line (QA)
+    skill, tasks = _trigger_file(tmp_path / "empty", rows)
+    with pytest.raises(UserError, match=r"mixed.jsonl:1: task 'y0': the answer \{\} has no label"):
+        init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
     rows = [{"id": f"t{i}", "input": f"Say {i}", "answer": {"trigger": True, "x": i}} for i in range(12)]
     skill, tasks = _trigger_file(tmp_path / "plain", rows)
     init_workspace(tmp_path / "plain-ws", skill, tasks, announce=lambda _m: None)
