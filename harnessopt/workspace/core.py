@@ -174,12 +174,18 @@ class Workspace:
             raise UserError(missing)
         stored = [task for split in SPLITS for task in read_split(self.root / "tasks", split)]
         check_splits(stored, min_val=0)  # an id or an input in two splits leaks answers, as at init
-        n_val = sum(task.split == "val" for task in stored)
-        if n_val < MIN_VAL_TASKS:
-            raise UserError(
-                f"{self.root / 'tasks' / 'val.jsonl'} holds {n_val} val task(s); a run needs at least "
-                f"{MIN_VAL_TASKS} for the smoke test: restore the file with git, or init a new workspace"
-            )
+        val = [task for task in stored if task.split == "val"]
+        n_trigger = sum(is_trigger_task(t) for t in val)
+        kinds = {"task": ["task"], "trigger": ["trigger"]}.get(self.cfg.objective, ["task", "trigger"])
+        for kind in kinds:  # the val tasks the objective runs (objective.trigger.round_tasks), not lines
+            n_val = n_trigger if kind == "trigger" else len(val) - n_trigger
+            if n_val < MIN_VAL_TASKS:
+                raise UserError(
+                    f"{self.root / 'tasks' / 'val.jsonl'} holds {n_val} val "
+                    + ("task(s)" if kinds == ["task"] else f"{kind}-objective task(s)")
+                    + f"; a run needs at least {MIN_VAL_TASKS} for the smoke test: restore the file with git, "
+                    "or init a new workspace"
+                )
 
     def tasks(self, split: str) -> list[Task]:
         """The split's tasks of the run's objective (``objective.trigger.round_tasks``)."""

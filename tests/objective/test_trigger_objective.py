@@ -329,3 +329,29 @@ def test_trigger_tasks_of_one_kind_only_are_refused(tmp_path: Path, kind: bool) 
     skill, tasks = _trigger_file(tmp_path / "v", rows)
     with pytest.raises(UserError, match=r"^val holds 6 trigger task\(s\), every one with trigger true"):
         init_workspace(tmp_path / "ws", skill, tasks, announce=lambda _m: None)
+
+
+def test_a_run_counts_the_val_tasks_its_objective_runs_not_the_lines(tmp_path: Path) -> None:
+    """val.jsonl edited to 4 trigger tasks and 2 others: objective trigger ran a round on 4 val
+    tasks (the smoke test took them all, validation had none), paying its calls and alpha (QA)."""
+    from harnessopt.workspace.core import Workspace, init_workspace
+
+    rows = [{"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i % 2 == 0}} for i in range(24)]
+    skill, tasks = _trigger_file(tmp_path, rows)
+    ws = init_workspace(tmp_path / "ws", skill, tasks, ratio="8:8:8", announce=lambda _m: None)
+    val = ws / "tasks" / "val.jsonl"
+    kept = val.read_text().splitlines()[:4]
+    val.write_text(
+        "\n".join(
+            [
+                *kept,
+                *(
+                    json.dumps({"id": f"o{i}", "input": f"Echo {i}", "answer": str(i), "split": "val"})
+                    for i in range(2)
+                ),
+                "",
+            ]
+        )
+    )
+    with pytest.raises(UserError, match=r"holds 4 val trigger-objective task\(s\); a run needs at least 5"):
+        Workspace.open(ws).check_runnable()
