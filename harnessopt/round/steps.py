@@ -48,6 +48,7 @@ from harnessopt.round.services import Services
 from harnessopt.search import budget
 from harnessopt.search import steps as search
 from harnessopt.search.explore import Head, carried_head, drop_head, explore
+from harnessopt.search.state import verdict_text
 from harnessopt.util import interrupts
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -105,13 +106,22 @@ def _steps(
     if t.candidate is None or ending is not None:
         return record(ws, svc, rc, t, ending or ("failed", "no candidate"), say)
     verdict: Ending = ("failed", "no screened winner")  # outcome() found one: never left so
-    for winner in t.search.in_turn():  # the screened winner(s), best first: the first accepted wins
+    n = len(t.search.winners)
+    for i, winner in enumerate(
+        t.search.in_turn(), 1
+    ):  # the screened winner(s), best first: the first accepted wins
         t.proposal, t.snapshot, t.copied, t.candidate = winner.parts()
+        if n > 1:  # the smoke and validation lines that follow are this candidate's
+            say(
+                f"round {rc.k}: candidate {winner.name}, screened winner {i} of {n} (each tested at alpha/{n})"
+            )
         verdict = evaluate(ws, search.alpha_share(svc, t.search), rc, t, say)  # 5-8
         winner.verdict = verdict  # each winner's, in its candidate record: the round's is the last's
         winner.gate_alpha = t.decision.details.get("alpha") if t.decision else None
         if verdict[0] != "rejected":
             break
+        if i < n:  # the round's own line says only the last winner's
+            say(f"round {rc.k}: candidate {winner.name}: {verdict_text(*verdict)}")
     interrupts.check()
     if void := tamper.void_reason(sealed, ws.root, svc):  # a scorer or task changed: no evidence
         return record(ws, svc, rc, t, ("failed", void), say)

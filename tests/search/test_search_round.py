@@ -246,8 +246,22 @@ def test_two_winners_split_alpha_and_a_later_round_merges_complementary_candidat
     ws = Workspace.open(
         make_ws(tmp_path, model=_complementary_script(tmp_path), search={"candidates": 3, "winners": 2})
     )
-    first, second = driver.run(ws, 2, lambda _m: None)
+    said: list[str] = []
+    first, second = driver.run(ws, 2, said.append)
     s1 = first.manifest.search
+    # the run names the winner each smoke and validation is of, and the first one's verdict (QA)
+    turns = [
+        m
+        for m in said
+        if m.startswith(
+            ("round 1: candidate c1, ", "round 1: candidate c3, ", "round 1: candidate c1: rejected")
+        )
+    ]
+    assert turns[0] == "round 1: candidate c1, screened winner 1 of 2 (each tested at alpha/2)", said
+    assert turns[1].startswith("round 1: candidate c1: rejected: ") and turns[2].startswith(
+        "round 1: candidate c3, "
+    )
+    assert said.index(turns[0]) < next(i for i, m in enumerate(said) if "smoke test of the candidate" in m)
     assert s1 is not None and s1.winners == ["c1", "c3"] and s1.alpha_split == 2
     assert s1.validated == ["c1", "c3"]  # neither gains on val (its wins are train-only): both tried
     assert first.status == "rejected"
