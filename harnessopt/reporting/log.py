@@ -241,7 +241,7 @@ def status_lines(ws: Workspace) -> list[str]:
         f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
         incumbent_line(ws, records),
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "
-        f"{_fmt(best.manifest.val_score) or 'not measured yet'}"
+        f"{_best_score(ws, best, rounds)}"
         + (
             ""
             if vcs.ref_exists(ws.repo, f"refs/tags/{ledger.BEST_TAG}")
@@ -312,6 +312,33 @@ def status_lines(ws: Workspace) -> list[str]:
     q = shlex.quote(str(ws.root))
     lines.append(f"next: {before_run(ws, (dirty, applying))}{run}   |   harnessopt log {q}")
     return lines
+
+
+def _best_score(ws: Workspace, best: ledger.Round, rounds: list[ledger.Round]) -> str:
+    """ho/best's val score: its round's, else as the last round that started from the same skill/
+    and harness/ measured it as its incumbent (round 0 has none of its own, and a config commit
+    after init is the next round's parent: status said "not measured yet" beside rounds that had
+    measured it (QA))."""
+    if best.manifest.val_score is not None:
+        return _fmt(best.manifest.val_score)
+    agent = _agent_trees(ws, best.commit)
+    for r in reversed(rounds):
+        parent, score = r.manifest.parent, r.manifest.incumbent_score
+        if (
+            score is not None
+            and parent
+            and (parent == best.commit or (agent and _agent_trees(ws, parent) == agent))
+        ):
+            return f"{_fmt(score)} (measured as round {r.round}'s incumbent)"
+    return "not measured yet"
+
+
+def _agent_trees(ws: Workspace, commit: str) -> tuple[str, ...]:
+    """The tree ids of skill/ and harness/ at ``commit`` (what the agent is; config aside)."""
+    try:
+        return tuple(ws.repo.git.rev_parse(f"{commit}:{p}") for p in EDITABLE_PATHS)
+    except git.GitCommandError:
+        return ()
 
 
 def stopped_applying(ws: Workspace, entries: list[dict[str, Any]]) -> Literal["moved", "pending"] | None:

@@ -143,3 +143,31 @@ def test_status_after_a_kill_before_main_moved_says_the_next_run_finishes_the_ro
     assert "next: git stash, then harnessopt run" in said and "do not commit or stash" not in said
     refused = cli("run", ws, "--sandbox", "local")
     assert refused.returncode == 2 and "git stash them, run again to finish the round" in refused.stderr
+
+
+def test_status_gives_round_0s_val_score_as_a_later_round_measured_it(tmp_path: Path) -> None:
+    """ho/best is round 0, which has no val score of its own; a config commit after init made the
+    next round's parent another commit with the same skill and harness. status said "val score not
+    measured yet" while log and the report showed the incumbent's measured score (QA)."""
+    from harnessopt.ledger import store as ledger
+
+    ws = make_ws(tmp_path)
+    assert "val score not measured yet" in "\n".join(status_lines(Workspace.open(ws)))
+    cfg = ws / "harnessopt.yaml"
+    cfg.write_text(cfg.read_text() + "\n# my edit after init\n")
+    git(ws, "commit", "-qam", "my config")
+    w = Workspace.open(ws)
+    parent = git(ws, "rev-parse", "HEAD")
+    m = ledger.RoundManifest(round=1, status="rejected", parent=parent, incumbent_score=0.6)
+    ledger.record_other(w.repo, parent, w.root, ["skill"], m)
+    said = "\n".join(status_lines(Workspace.open(ws)))
+    assert "val score 0.600 (measured as round 1's incumbent)" in said, said
+    # a round whose incumbent had another skill is not round 0's score
+    skill = ws / "skill" / "SKILL.md"
+    skill.write_text(skill.read_text() + "\nmine\n")
+    git(ws, "commit", "-qam", "my skill edit")
+    other = git(ws, "rev-parse", "HEAD")
+    m = ledger.RoundManifest(round=2, status="rejected", parent=other, incumbent_score=0.9)
+    ledger.record_other(w.repo, other, w.root, ["skill"], m)
+    said = "\n".join(status_lines(Workspace.open(ws)))
+    assert "val score 0.600 (measured as round 1's incumbent)" in said, said
