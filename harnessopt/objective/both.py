@@ -30,10 +30,7 @@ def decide(
     val: Sequence[Task], cand: Outcomes, inc: Outcomes, policy: GatePolicy, confirm: ConfirmFn | None
 ) -> GateDecision:
     """Both families gated; one decision with each family's verdict in ``details.objectives``."""
-    families = {
-        "task": {t.id for t in val if not is_trigger_task(t)},
-        "trigger": {t.id for t in val if is_trigger_task(t)},
-    }
+    families = family_ids(val)
     parts: dict[str, GateDecision] = {}
     for name, ids in families.items():
         if ids & set(cand):
@@ -88,6 +85,27 @@ def decide(
             **({"look_levels": first.details.get("look_levels")} if first else {}),
         },
     )
+
+
+def family_ids(val: Sequence[Task]) -> dict[str, set[str]]:
+    """The val task ids of each family: task tasks, trigger tasks."""
+    return {
+        "task": {t.id for t in val if not is_trigger_task(t)},
+        "trigger": {t.id for t in val if is_trigger_task(t)},
+    }
+
+
+def lower_families(cand: Outcomes, inc: Outcomes, families: dict[str, set[str]]) -> dict[str, float]:
+    """Each family significantly lower in these runs (below minus its `veto_zone`), with its mean
+    paired difference: what vetoes a round, and what fails its confirmation."""
+    lower = {}
+    for name, ids in families.items():
+        c, i = {t: v for t, v in cand.items() if t in ids}, {t: v for t, v in inc.items() if t in ids}
+        cm, im = stats.task_means(c), stats.task_means(i)
+        diffs = [cm[t] - im[t] for t in cm if t in im]
+        if diffs and (delta := stats.mean(diffs)) < -veto_zone(c, i):
+            lower[name] = delta
+    return lower
 
 
 def veto_zone(cand: Outcomes, inc: Outcomes) -> float:

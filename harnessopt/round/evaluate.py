@@ -458,7 +458,7 @@ def confirm_accepted(
     )  # in free slots
     got = outcomes(svc.runner.run(cand, tasks, rc.k, epochs=epochs, phase="reruns"))
     base = outcomes(svc.runner.run(rc.incumbent, tasks, rc.k, epochs=epochs, phase="reruns"))
-    rec = confirmation_record(got, base, mode)
+    rec = confirmation_record(got, base, mode, _families(svc, tasks))
     say(f"round {rc.k}: {rec['summary']}")
     ws.journal.write(rc.k, "confirm", **rec)
     return rec
@@ -491,10 +491,15 @@ def confirm_banked(
     epochs = range(CONFIRM_EPOCH, CONFIRM_EPOCH + n)
     got = svc.runner.run(cand, rc.val, rc.k, epochs=epochs, phase="reruns")
     fresh = outcomes(rerun_crashed(svc, rc, rc.val, got, who=cand, phase="reruns"))
-    rec = confirmation_record(fresh, {t: bank[t] for t in fresh if t in bank}, "val")
+    rec = confirmation_record(fresh, {t: bank[t] for t in fresh if t in bank}, "val", _families(svc, rc.val))
     say(f"round {rc.k}: {rec['summary']}")
     ws.journal.write(rc.k, "confirm", **rec)
     return rec, fresh
+
+
+def _families(svc: Services, tasks: Sequence[Task]) -> dict[str, set[str]] | None:
+    """``objective: both``: each family's task ids, which its confirmation judges one by one."""
+    return both.family_ids(tasks) if svc.cfg.objective == "both" else None
 
 
 def final_ending(d: GateDecision, confirmation: dict[str, Any] | None, confirm_moves_main: bool) -> Ending:

@@ -87,3 +87,22 @@ def test_the_round_is_shown_against_each_familys_own_dead_zone() -> None:
     assert f"trigger Δ {trigger['delta']:+.3f} vs dead zone {trigger['dead_zone']:.3f}" in line
     assert f"Δ {d.delta:+.3f} vs" not in line and pooled_dead_zone(m) is None
     assert proposal_outcome(SimpleNamespace(status="rejected", manifest=m)) == "regressed"
+
+
+def test_the_confirmation_of_both_fails_when_a_family_is_lower_in_the_fresh_runs() -> None:
+    """The pooled fresh gain (+0.125 on 16 tasks) read as confirmed though triggering fell in the
+    same runs, and ho/best moved (QA): each family is judged as the veto judges it."""
+    from harnessopt.gate.confirmation import confirmation_record
+
+    val = [Task(f"g{i}", f"q{i}", {"trigger": i < 5}, "val") for i in range(10)] + [
+        Task(f"t{i}", f"task {i}", "x", "val") for i in range(6)
+    ]
+    inc = {t.id: [Outcome(score=float(t.id.startswith("g")))] * 3 for t in val}
+    cand = {t.id: [Outcome(score=0.0 if t.id in ("g4", "g5", "g6", "g8") else 1.0)] * 3 for t in val}
+    pooled = confirmation_record(cand, inc, "val")
+    assert pooled["gain"] > 0 and pooled["confirmed"]  # what it said before
+    rec = confirmation_record(cand, inc, "val", both.family_ids(val))
+    assert not rec["confirmed"] and rec["lower"] == {"trigger": -0.4}
+    assert "trigger significantly lower (-0.400); ho/best does not move" in rec["summary"]
+    fine = {t.id: [Outcome(score=1.0)] * 3 for t in val}
+    assert confirmation_record(fine, inc, "val", both.family_ids(val))["confirmed"]
