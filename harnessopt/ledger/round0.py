@@ -141,6 +141,12 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
         run += f" -c mode={st.mode}"
     elif (mode := _stopped_diagnosis_mode(entries, stopped)) and mode != cfg.mode:
         run += f" -c mode={mode}"
+    if start and stopped and isinstance(start.get("rounds"), int) and isinstance(stopped.get("round"), int):
+        left = (
+            int(start["round"]) + start["rounds"] - stopped["round"]
+        )  # the stopped round again, and the rest
+        if left > 1:  # the plain command runs one round of a run asked for more (QA)
+            run += f" --rounds {left}"
     o = cfg.optimizer
     if cfg.rollout.sandbox == "local" and o.backend != "manual" and not o.unsafe_host:
         run += " --unsafe-host-optimizer"

@@ -171,3 +171,16 @@ def test_status_gives_round_0s_val_score_as_a_later_round_measured_it(tmp_path: 
     ledger.record_other(w.repo, other, w.root, ["skill"], m)
     said = "\n".join(status_lines(Workspace.open(ws)))
     assert "val score 0.600 (measured as round 1's incumbent)" in said, said
+
+
+def test_the_command_that_resumes_a_stopped_run_asks_for_the_rounds_it_had_left(tmp_path: Path) -> None:
+    """A run of 3 rounds stopped in its second: the command status and log print ran one (QA)."""
+    from harnessopt.ledger import round0 as proposals
+
+    ws = make_ws(tmp_path)
+    w = Workspace.open(ws)
+    w.journal.write(1, "run_start", rounds=3, settings={}, overrides=[])
+    w.journal.write(2, "rollout", parent="x", tasks=8)  # stopped in round 2: it and round 3 are left
+    assert proposals.run_command(w.repo, w.root, w.cfg).startswith(f"harnessopt run {ws} --rounds 2")
+    w.journal.write(3, "rollout", parent="x", tasks=8)  # in its last round: the plain command
+    assert " --rounds" not in proposals.run_command(w.repo, w.root, w.cfg)
