@@ -94,6 +94,14 @@ def _whole(text: str) -> int:
 _whole.__name__ = "whole number"  # argparse names the type in its message
 
 
+def _candidate(text: str) -> int:
+    """``--candidate``: I, or the name log and the manifest give it (cI, or sI for a step)."""
+    return _whole(text[1:] if re.fullmatch(r"[cs][0-9]+", text) else text)
+
+
+_candidate.__name__ = "candidate number"
+
+
 def _path(text: str) -> Path:
     """A path as given; an empty one is refused (``Path("")`` is ".", which messages then named)."""
     if not text:
@@ -209,10 +217,10 @@ def build_parser() -> _Parser:
     diff.add_argument("round", type=_whole)
     diff.add_argument(
         "--candidate",
-        type=_whole,
+        type=_candidate,
         metavar="I",
         help="candidate cI of a round with several (search.candidates), or step sI of an explore round "
-        "(search.explore), from its own ref",
+        "(search.explore), from its own ref; I, cI or sI",
     )
     ap = sub.add_parser("approve", help="approve the round-0 proposal (harness and joint mode)")
     ap.add_argument("ws", type=_path)
