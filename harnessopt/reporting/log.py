@@ -237,7 +237,8 @@ def status_lines(ws: Workspace) -> list[str]:
     best = ledger.best(ws.repo)
     lines = [
         f"workspace: {ws.root} (mode {ws.cfg.mode}, template {ws.cfg.template}, "
-        f"model {ws.cfg.model.provider}:{ws.cfg.model.target})",
+        + (f"objective {ws.cfg.objective}, " if ws.cfg.objective != "task" else "")
+        + f"model {ws.cfg.model.provider}:{ws.cfg.model.target})",
         f"rounds: {len(rounds)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'})",
         incumbent_line(ws, records),
         f"best: round {best.round if best.round >= 0 else '?'} ({best.commit[:10]}), val score "

@@ -339,6 +339,11 @@ def test_a_run_counts_the_val_tasks_its_objective_runs_not_the_lines(tmp_path: P
     rows = [{"id": f"y{i}", "input": f"Say {i}", "answer": {"trigger": i % 2 == 0}} for i in range(24)]
     skill, tasks = _trigger_file(tmp_path, rows)
     ws = init_workspace(tmp_path / "ws", skill, tasks, ratio="8:8:8", announce=lambda _m: None)
+    from harnessopt.reporting.log import status_lines
+
+    assert (
+        "template chat, objective trigger, model " in status_lines(Workspace.open(ws))[0]
+    )  # it never said (QA)
     val = ws / "tasks" / "val.jsonl"
     kept = val.read_text().splitlines()[:4]
     val.write_text(
