@@ -138,6 +138,21 @@ def test_precision_and_recall_from_the_gold_answer_and_the_runs() -> None:
     assert metrics.side(tasks, {})["precision"] is None
 
 
+def test_the_rounds_precision_and_recall_compare_the_tasks_the_candidate_ran(tmp_path: Path) -> None:
+    """A candidate that ran only the smoke test's tasks (here the two negatives) was compared with
+    the incumbent on all of val: precision 1.00 -> 0.00 read as a collapse (QA)."""
+    tasks = [_task("y1", True), _task("y2", True), _task("n1", False), _task("n2", False)]
+    ok, bad = Outcome(score=1.0), Outcome(score=0.0)
+    inc = {"y1": [ok], "y2": [ok], "n1": [ok], "n2": [bad]}
+    cand = {"n1": [ok], "n2": [bad]}  # the smoke test's tasks: the same as the incumbent's there
+    skill = tmp_path / "skill"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text("---\nname: skill\ndescription: d\n---\nbody\n")
+    got = metrics.round_stats("trigger", tasks, [], cand, inc, skill, skill)
+    assert got is not None and got.candidate == got.incumbent  # on n1 and n2 both: fp 1, tn 1
+    assert (got.incumbent.fp, got.incumbent.tn, got.incumbent.tp) == (1, 1, 0)
+
+
 def test_the_val_cache_key_holds_the_objective_and_the_distractors(tmp_path: Path) -> None:
     from harnessopt.rollout.val_cache import key_parts
     from harnessopt.workspace.core import Workspace
