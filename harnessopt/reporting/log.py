@@ -401,9 +401,11 @@ def interrupted_spend(
             usd, calls, tokens = unrecorded.get(k, (0.0, 0, 0))
             more_calls, more_tokens, more_usd = spend_of(e)
             unrecorded[k] = (usd + more_usd, calls + more_calls, tokens + more_tokens)
+    # a killed run's count is its keeper's last (seconds stale): still so once a run folded it in
+    at_least = set(killed) | {int(e["round"]) for e in spends if e.get("killed")}
     lines = []
     for k, (usd, calls, tokens) in sorted(unrecorded.items()):
-        why = "; at least: the run was killed, and this is its last count" if k in killed else ""
+        why = "; at least: the run was killed, and this is its last count" if k in at_least else ""
         if k in recorded:  # run again since, and recorded by the last attempt
             what, where = (
                 f"attempt(s) of round {k}",

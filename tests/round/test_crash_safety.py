@@ -125,6 +125,13 @@ def test_the_next_run_moves_what_a_killed_round_had_spent_into_the_journal(tmp_p
     assert [(e["round"], e["phase"], e["cost_usd"]) for e in killed] == [(1, "spend", 0.42)]
     assert entries.index(killed[0]) < next(i for i, e in enumerate(entries) if e["phase"] == "run_start")
     assert not live_spend.path(ws.root).exists()
+    # once round 1 is recorded, status still says the killed attempt's count is a lower bound (QA)
+    from harnessopt.reporting.log import status_lines
+
+    line = next(
+        x for x in status_lines(Workspace.open(ws.root)) if x.startswith("interrupted attempt(s) of round 1")
+    )
+    assert "3 model call(s)" in line and "at least: the run was killed, and this is its last count" in line
 
 
 def test_a_rerun_after_the_memorised_answer_check_pays_for_none_of_its_runs_again(tmp_path: Path) -> None:
