@@ -25,6 +25,7 @@ from harnessopt.reporting.gate_evidence import confirmation_note, evidence_lines
 from harnessopt.reporting.triggering import trigger_note, trigger_row
 from harnessopt.round.stop import stop_path
 from harnessopt.util.console import CliConsole
+from harnessopt.util.text import duration
 from harnessopt.util.text import visible as _visible
 from harnessopt.workspace.core import EDITABLE_PATHS, Workspace
 
@@ -531,17 +532,32 @@ def projected_vs_spent(ws: Workspace) -> list[str]:
                 cost + more_cost,
                 diagnoses + 1,
             )
+    wall = sum(m.wall_s or 0.0 for m in spent)
     where = f"{len(spent)} round(s)" + (f" and {diagnoses} round-0 diagnosis(es)" if diagnoses else "")
     if not spent and not diagnoses:  # running, or stopped before any record: a percentage would say -100%
         off = " (no round of it recorded yet)"
-    else:
-        off = f" ({(calls - p['calls']) / p['calls']:+.0%} calls)" if p.get("calls") else ""
+    else:  # calls, tokens and time against the projection; fewer rounds than projected said so (QA)
+        shares = [
+            f"{(got - p[key]) / p[key]:+.0%} {label}"
+            for got, key, label in (
+                (calls, "calls", "calls"),
+                (tokens, "tokens", "tokens"),
+                (wall, "wall_s", "time"),
+            )
+            if p.get(key) and (key != "wall_s" or spent)
+        ]
+        if len(spent) < (asked := int(p.get("rounds") or 0)):
+            shares.append(f"{len(spent)} of the {asked} projected round(s) recorded")
+        off = f" ({', '.join(shares)})" if shares else ""
+    timed = f", ~{duration(p['wall_s'])}" if p.get("wall_s") else ""
     return [
         f"last run projected: {p.get('calls', 0)} calls, {p.get('tokens', 0)} tokens, "
-        f"${p.get('cost_usd', 0.0):.4f} for {p.get('rounds', 0)} round(s) (from {p.get('basis', '?')})",
+        f"${p.get('cost_usd', 0.0):.4f}{timed} for {p.get('rounds', 0)} round(s) (from {p.get('basis', '?')})",
         f"last run spent:     {calls} calls, {tokens} tokens"
         + (f" (estimated, chars/4, for {guessed} calls whose upstream sent no usage)" if guessed else "")
-        + f", ${cost:.4f} in {where}{off}",
+        + f", ${cost:.4f}"
+        + (f", {duration(wall)}" if spent else "")
+        + f" in {where}{off}",
     ]
 
 

@@ -27,6 +27,7 @@ from rich.console import Console
 from harnessopt.ledger.manifest import objective_gates
 from harnessopt.ledger.store import RoundManifest
 from harnessopt.protocols import Task, TaskResult, Usage
+from harnessopt.util.text import duration
 
 PLAIN_EVERY_S = 30.0
 POLL_S = 0.5
@@ -171,7 +172,7 @@ class RunProgress:
         count.printed = time.monotonic()
         eta = count.eta_s()
         parts = [f"{count.label}: {count.done}/{count.total} tasks", count.stats()]
-        parts += [x for x in (self.spent(), f"ETA {_duration(eta)}" if eta is not None else "") if x]
+        parts += [x for x in (self.spent(), f"ETA {duration(eta)}" if eta is not None else "") if x]
         self.say(", ".join(parts))
 
     def close(self) -> None:
@@ -375,10 +376,3 @@ def round_lines(m: RoundManifest) -> list[str]:
 
 def _k(n: float) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
-
-
-def _duration(s: float) -> str:
-    s = max(0.0, s)
-    if s >= 3600:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 60:.0f}min" if s >= 120 else f"{s:.0f}s"

@@ -35,6 +35,7 @@ from harnessopt.protocols import Usage
 from harnessopt.rollout.val_cache import ValCache, digest, environment_key, key_parts
 from harnessopt.search import budget, checkpoints
 from harnessopt.search.length import ChainLength, chain_length, chooses, with_chain
+from harnessopt.util.text import duration
 from harnessopt.workspace.core import Workspace
 
 HISTORY = 10
@@ -133,7 +134,7 @@ class Projection:
         return (
             f"projection for {n} round(s): ~{t.calls:,.0f} model calls ({t.target_calls:,.0f} target, "
             f"{t.optimizer_calls:,.0f} optimizer), ~{_tokens(t.tokens)} tokens, ~${t.cost_usd:,.2f}, "
-            f"~{_duration(t.wall_s)} (from {self.basis}){self.budget_note()}"
+            f"~{duration(t.wall_s)} (from {self.basis}){self.budget_note()}"
             + ("; round 0 (the diagnosis) first, the rounds only once it is approved" if self.round0 else "")
             + (
                 f"; each round chains {self.explore} proposals, an optimizer conversation each "
@@ -209,18 +210,12 @@ class Projection:
 def _row(label: str, r: RoundCost) -> str:
     return (
         f"{label:>5}  {r.target_runs:>9.0f}  {r.calls:>7.0f}  {_tokens(r.tokens):>8}  "
-        f"{'$' + format(r.cost_usd, ',.2f'):>8}  {_duration(r.wall_s):>8}"
+        f"{'$' + format(r.cost_usd, ',.2f'):>8}  {duration(r.wall_s):>8}"
     )
 
 
 def _tokens(n: float) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n:.0f}"
-
-
-def _duration(s: float) -> str:
-    if s >= 3600:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 60:.0f}min" if s >= 120 else f"{s:.0f}s"
 
 
 def run_models(cfg: Config) -> dict[str, dict[str, Any]]:

@@ -207,3 +207,11 @@ def redact(text: str, secret: str) -> str:
     start = r"(?<!\w)" if re.match(r"\w", words[0]) else ""
     end = r"(?!\w)" if re.search(r"\w$", words[-1]) else ""
     return re.sub(start + body + end, HIDDEN, text, flags=re.IGNORECASE)
+
+
+def duration(s: float) -> str:
+    """Seconds as a person reads a wait: ``45s``, ``12min``, ``1.5h``."""
+    s = max(0.0, s)
+    if s >= 3600:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 60:.0f}min" if s >= 120 else f"{s:.0f}s"

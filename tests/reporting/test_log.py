@@ -184,3 +184,25 @@ def test_the_command_that_resumes_a_stopped_run_asks_for_the_rounds_it_had_left(
     assert proposals.run_command(w.repo, w.root, w.cfg).startswith(f"harnessopt run {ws} --rounds 2")
     w.journal.write(3, "rollout", parent="x", tasks=8)  # in its last round: the plain command
     assert " --rounds" not in proposals.run_command(w.repo, w.root, w.cfg)
+
+
+def test_a_run_that_recorded_fewer_rounds_than_projected_says_so_beside_its_shares(tmp_path: Path) -> None:
+    """A budget stopped the run after 1 of 3 rounds: "(-87% calls)" read as a projection miss."""
+    from harnessopt.ledger import store as ledger
+    from harnessopt.ledger.store import RoleUsage
+    from harnessopt.reporting.log import projected_vs_spent
+
+    ws = make_ws(tmp_path)
+    w = Workspace.open(ws)
+    projected = {"rounds": 3, "calls": 300, "tokens": 30000, "cost_usd": 0.0, "wall_s": 600, "basis": "x"}
+    w.journal.write(1, "run_start", rounds=3, projected=projected, settings={}, overrides=[])
+    head = git(ws, "rev-parse", "HEAD")
+    usage = RoleUsage(calls=100, input=9000, output=1000)
+    m = ledger.RoundManifest(round=1, status="rejected", parent=head, tokens={"target": usage}, wall_s=200.0)
+    ledger.record_other(w.repo, head, w.root, ["skill"], m)
+    w.journal.write(1, "recorded", status="rejected")
+    proj, spent = projected_vs_spent(Workspace.open(ws))
+    assert proj.startswith("last run projected: 300 calls, 30000 tokens, $0.0000, ~10min for 3 round(s)")
+    assert spent.endswith(
+        "$0.0000, 3min in 1 round(s) (-67% calls, -67% tokens, -67% time, 1 of the 3 projected round(s) recorded)"
+    ), spent

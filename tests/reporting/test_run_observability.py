@@ -4,6 +4,7 @@ progress lines, and the run logged to a real local MLflow store read back throug
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,10 @@ def test_dry_run_projection_against_the_calls_made_and_mlflow(run_env) -> None:
     assert abs(projected["calls"] - made) <= 0.10 * made, (projected, made)
     status = cli("status", ws).stdout
     assert f"last run spent:     {made} calls" in status and "last run projected" in status
+    # beside the calls, the tokens and the time against the projection (QA: a first run's time on
+    # priors was 23-86x off, and status never said)
+    spent = next(x for x in status.splitlines() if x.startswith("last run spent:"))
+    assert re.search(r"\(([+-]\d+% (calls|tokens|time)(, )?){3}\)$", spent), spent
 
     _check_mlflow(ws, second.stdout)
 
