@@ -545,6 +545,11 @@ class Config(_Strict):
                 "search.winners > 1 splits each round's alpha and gate.run_alpha spreads the run's; "
                 "use one of them"
             )
+        if self.search.winners > self.search.candidates:
+            raise ValueError(  # (a silent no-op before: no round has more winners than candidates)
+                f"search.winners {self.search.winners} is more than search.candidates "
+                f"{self.search.candidates}: no round can validate more candidates than it proposes"
+            )
         return self
 
     def allowed_globs(self) -> list[str]:

@@ -152,6 +152,7 @@ def test_bad_config_value(ws: Path) -> None:
         ("rollout.batch_size=0", "rollout.batch_size: must be greater than or equal to 1, got 0"),
         ("rollout.warm_interpreter=maybe", "rollout.warm_interpreter: expected true or false, got 'maybe'"),
         ("search.explore=1.5", "search.explore: expected a whole number, got 1.5"),
+        ("search.winners=5", "search.winners 5 is more than search.candidates 1: no round can validate"),
     ],
 )
 def test_a_bad_setting_is_said_in_plain_words(ws: Path, setting: str, said: str) -> None:

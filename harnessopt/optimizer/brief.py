@@ -97,7 +97,7 @@ def render_focus(
     others = "; ".join(f"{lab} ({n})" for n, lab in taken) or "none"
     head = (
         f"## Your focus: candidate {name} of {total}\n\n"
-        f"This round {total} candidates are proposed independently, each in its own copy of these files;\n"
+        f"In this round {total} candidates are proposed independently, each in its own copy of these files;\n"
         "they are screened on the train tasks and only the best goes on to validation. Each is aimed at\n"
         "a different failure cluster of the train runs (failure classes as in `error_class` and the\n"
         f"feedback). Taken by the other candidates: {others}. Do not work on those.\n\n"

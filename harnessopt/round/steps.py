@@ -117,7 +117,10 @@ def _steps(
             )
         verdict = evaluate(ws, search.alpha_share(svc, t.search), rc, t, say)  # 5-8
         winner.verdict = verdict  # each winner's, in its candidate record: the round's is the last's
-        winner.gate_alpha = t.decision.details.get("alpha") if t.decision else None
+        alpha = t.decision.details.get("alpha") if t.decision else None
+        winner.gate_alpha = (
+            round(alpha, 12) if isinstance(alpha, float) else alpha
+        )  # 0.05, not 0.050000000000000044
         if verdict[0] != "rejected":
             break
         if i < n:  # the round's own line says only the last winner's
