@@ -438,6 +438,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         from harnessopt.round.services import preflight, unset_keys
 
         preflight(ws.root, ws.cfg)  # what the run would refuse at its start
+        if a.mlflow:  # a tracking server the run's --mlflow names must answer, as the run asks
+            from harnessopt.reporting.mlflow import check_server
+
+            check_server(a.mlflow)
 
         for line in project(ws, a.rounds).table():
             say(line)

@@ -14,6 +14,7 @@ its plain-file store) with artifacts in ``WS/.harnessopt/mlartifacts``; ``mlflow
 from __future__ import annotations
 
 import json
+import os
 import socket
 import tempfile
 from collections.abc import Callable
@@ -29,6 +30,9 @@ from harnessopt.round.context import RoundResult
 from harnessopt.workspace.core import Workspace
 
 EXPERIMENT = "harnessopt"
+# MLflow's own settings, unless the user set them: a call to a tracking server that went away
+# fails within about a minute, not after its default retries (7, backing off, minutes)
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 INSTALL_HINT = "--mlflow needs MLflow: pip install 'harnessopt[mlflow]' (or run without --mlflow)"
 
 
@@ -36,7 +40,20 @@ def default_uri(ws: Workspace) -> str:
     return f"sqlite:///{(ws.root / STATE_DIR / 'mlflow.db').resolve()}"
 
 
-def artifact_location(ws: Workspace) -> str:
+def artifact_location(ws: Workspace, uri: str | None = None) -> str | None:
+    """Where a new experiment keeps its artifacts: beside a SQLite store (the workspace's own, or
+    the file a URI names), the tracking server's choice for http(s), else the workspace's ignored
+    state folder. MLflow's default, ``./mlruns`` of the current directory, put them in the working
+    tree of a run started inside the workspace, and the next run refused its uncommitted changes (QA)."""
+    from urllib.parse import urlsplit
+
+    if uri is None or uri == default_uri(ws):
+        return (ws.root / STATE_DIR / "mlartifacts").resolve().as_uri()
+    scheme = urlsplit(uri).scheme
+    if scheme in ("http", "https"):
+        return None
+    if scheme == "sqlite" and (db := uri.removeprefix("sqlite:///")) and db != uri:
+        return (Path(db).resolve().parent / "mlartifacts").as_uri()
     return (ws.root / STATE_DIR / "mlartifacts").resolve().as_uri()
 
 
@@ -107,15 +124,16 @@ class MlflowRun:
 
     def __enter__(self) -> MlflowRun:
         check_server(self.uri)  # MLflow itself retries a refused connection for minutes, silently
+        for name, value in HTTP_LIMITS.items():  # and a call to a server gone mid-run, for as long
+            os.environ.setdefault(name, value)
         try:
             self.client = self._client_class(tracking_uri=self.uri)
             exp = self.client.get_experiment_by_name(EXPERIMENT)
-            local = self.uri == default_uri(self.ws)  # artifacts beside the store, not in the cwd
-            exp_id = (
+            exp_id = (  # artifacts beside the store, never in the current directory
                 exp.experiment_id
                 if exp
                 else self.client.create_experiment(
-                    EXPERIMENT, artifact_location=artifact_location(self.ws) if local else None
+                    EXPERIMENT, artifact_location=artifact_location(self.ws, self.uri)
                 )
             )
             run = self.client.create_run(
@@ -140,7 +158,11 @@ class MlflowRun:
         return self
 
     def log_round(self, result: RoundResult) -> None:
-        """Log a recorded round: its metrics at step = round number, its diff as an artifact."""
+        """Log a recorded round: its metrics at step = round number, its diff as an artifact. After a
+        failure, nothing more is sent: a tracking server gone mid-run held the run in MLflow's
+        retries for 17 minutes (QA)."""
+        if self._warned:
+            return
         try:
             from mlflow.entities import Metric
 
@@ -155,11 +177,14 @@ class MlflowRun:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         status = "FINISHED" if exc_type is None else "KILLED" if exc_type is KeyboardInterrupt else "FAILED"
+        if self._warned:  # the store failed once: the run ends without waiting on it again
+            return
         try:
+            self.ws.repo.git.clear_cache()  # Ctrl-C reached its git cat-file too: the report's reads need new ones
             self._log_report()
-        except Exception as e:
+            self.client.set_terminated(self.run_id, status)
+        except Exception as e:  # after a Ctrl-C too: the run's own exit line comes next
             self._warn(e)
-        self.client.set_terminated(self.run_id, status)
 
     def _log_report(self) -> None:
         with tempfile.TemporaryDirectory(prefix="ho-mlflow-") as tmp:

@@ -4,9 +4,13 @@ progress lines, and the run logged to a real local MLflow store read back throug
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,8 +18,10 @@ import yaml
 
 from harnessopt.config import OptimizerConfig
 from harnessopt.gateway.models.scripted import ScriptedModel
+from harnessopt.ledger.store import RoundManifest
 from tests.support.cli import REAL_KEY, cli, git, write_example
 from tests.support.fake_anthropic import FakeAnthropicServer
+from tests.support.workspace import make_ws
 
 SAY = r"Say the word: (?P<w>\w+)"
 # The optimizer's tools run on this host with the local sandbox: say so where that must be said.
@@ -153,3 +159,49 @@ def test_mlflow_plain_folder_store_says_what_to_use(run_env, tmp_path: Path) -> 
         assert r.returncode == 2 and "no longer writes a plain-folder store" in line, r.stderr
         assert "sqlite:///" in line and "Traceback" not in r.stderr and fake.requests == []
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "bare").exists()
+
+
+def test_mlflow_with_a_sqlite_uri_keeps_artifacts_out_of_the_working_tree(run_env, tmp_path: Path) -> None:
+    """A run started inside the workspace with --mlflow sqlite:///... wrote its artifacts to
+    ./mlruns there, and the next run refused its "uncommitted changes" (QA). The dry run also asks
+    the server a --mlflow URI names, as the run does."""
+    ws, env, _ = run_env
+    pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    dry = cli("run", ws, "--dry-run", "--sandbox", "local", *HOST, "--mlflow", "http://127.0.0.1:9", env=env)
+    assert dry.returncode == 2 and "MLflow at http://127.0.0.1:9 does not answer" in dry.stderr
+    store = tmp_path / "stores" / "explicit.db"
+    store.parent.mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", ".", "--sandbox", "local", *HOST, "--mlflow", f"sqlite:///{store}"],
+        cwd=ws, env={**os.environ, **env}, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert git(ws, "status", "--porcelain", "--untracked-files=all") == ""
+    assert any((store.parent / "mlartifacts").rglob("round-1.diff"))  # beside the store
+
+
+def test_mlflow_stops_calling_a_store_that_failed_once(tmp_path: Path) -> None:
+    """A tracking server gone mid-run: every later round and the run's end waited out MLflow's
+    retries again (17 minutes), then a traceback (QA). One warning, then nothing more is sent."""
+    from harnessopt.reporting.mlflow import MlflowRun
+    from harnessopt.workspace.core import Workspace
+
+    calls: list[str] = []
+
+    class Gone:
+        def __getattr__(self, name: str) -> Any:
+            def call(*_a: Any, **_k: Any) -> None:
+                calls.append(name)
+                raise ConnectionError("the server went away")
+
+            return call
+
+    said: list[str] = []
+    pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    run = MlflowRun(Workspace.open(make_ws(tmp_path)), "http://127.0.0.1:9", said.append)
+    run.client, run.run_id = Gone(), "r1"
+    result = SimpleNamespace(round=1, manifest=RoundManifest(round=1, status="rejected"))
+    run.log_round(result)  # type: ignore[arg-type]
+    run.log_round(result)  # type: ignore[arg-type]
+    run.__exit__(None, None, None)
+    assert calls == ["log_batch"] and len(said) == 1 and "the run goes on without it" in said[0]
