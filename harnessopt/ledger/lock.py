@@ -21,7 +21,7 @@ import git
 
 from harnessopt.errors import UserError
 from harnessopt.ledger import vcs
-from harnessopt.ledger.journal import STATE_DIR
+from harnessopt.ledger.journal import STATE_DIR, WRITE_GUARDS
 
 LOCK_NAME = "lock"
 _held: dict[Path, int] = {}  # the lock file of each workspace this process holds -> its descriptor
@@ -95,6 +95,9 @@ def check_held(root: Path) -> None:
             f"{path} was removed during the run, so another command may be using {root} now; "
             "stopping before writing anything more (the rounds recorded so far are in git)"
         )
+
+
+WRITE_GUARDS.append(check_held)  # the journal writes no line for a command whose lock file went
 
 
 def live_holder(root: Path) -> dict[str, object] | None:
