@@ -159,7 +159,8 @@ def _objective(objective: str) -> str:
     if objective == "task":
         return ""
     trigger = (
-        "Some train tasks are trigger tasks: a user query, run with the skill installed among other\n"
+        ("The train tasks are" if objective == "trigger" else "Some train tasks are")
+        + " trigger tasks: a user query, run with the skill installed among other\n"
         "skills, scored 1 when the agent loaded this skill exactly when it should (feedback `trigger\n"
         "missed` = it should have loaded; `false trigger` = a near-miss query that belongs elsewhere).\n"
         "The agent decides from the skill's `name` and `description` alone. Say when to use the skill\n"

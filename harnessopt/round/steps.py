@@ -107,9 +107,8 @@ def _steps(
         return record(ws, svc, rc, t, ending or ("failed", "no candidate"), say)
     verdict: Ending = ("failed", "no screened winner")  # outcome() found one: never left so
     n = len(t.search.winners)
-    for i, winner in enumerate(
-        t.search.in_turn(), 1
-    ):  # the screened winner(s), best first: the first accepted wins
+    # the screened winner(s), best first: the first accepted wins
+    for i, winner in enumerate(t.search.in_turn(), 1):
         t.proposal, t.snapshot, t.copied, t.candidate = winner.parts()
         if n > 1:  # the smoke and validation lines that follow are this candidate's
             say(
@@ -118,9 +117,8 @@ def _steps(
         verdict = evaluate(ws, search.alpha_share(svc, t.search), rc, t, say)  # 5-8
         winner.verdict = verdict  # each winner's, in its candidate record: the round's is the last's
         alpha = t.decision.details.get("alpha") if t.decision else None
-        winner.gate_alpha = (
-            round(alpha, 12) if isinstance(alpha, float) else alpha
-        )  # 0.05, not 0.050000000000000044
+        # 0.05, not 0.050000000000000044
+        winner.gate_alpha = round(alpha, 12) if isinstance(alpha, float) else alpha
         if verdict[0] != "rejected":
             break
         if i < n:  # the round's own line says only the last winner's

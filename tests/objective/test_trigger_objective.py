@@ -174,6 +174,11 @@ def test_the_brief_says_what_a_trigger_round_may_change() -> None:
     assert "## Objective: trigger" in brief and "ONLY the `description`" in brief
     assert "## Objective" not in render_brief(1, "skill", ["skill/**"], OptimizerConfig())
     assert "Both are gated" in render_brief(1, "skill", ["skill/**"], OptimizerConfig(), objective="both")
+    # objective trigger runs only trigger tasks: "Some train tasks are" read as if others were there (QA)
+    assert "The train tasks are trigger tasks" in brief and "Some train tasks" not in brief
+    assert "Some train tasks are trigger tasks" in render_brief(
+        1, "skill", ["skill/**"], OptimizerConfig(), objective="both"
+    )
 
 
 def _trigger_file(tmp_path: Path, rows: list[dict[str, object]]) -> tuple[Path, Path]:
