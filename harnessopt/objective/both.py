@@ -97,13 +97,13 @@ def family_ids(val: Sequence[Task]) -> dict[str, set[str]]:
 
 def lower_families(cand: Outcomes, inc: Outcomes, families: dict[str, set[str]]) -> dict[str, float]:
     """Each family significantly lower in these runs (below minus its `veto_zone`), with its mean
-    paired difference: what vetoes a round, and what fails its confirmation."""
+    paired difference: what fails a confirmation. (A round's veto compares the family gate's own
+    delta, which counts its flip reruns and second look, with the same zone.)"""
     lower = {}
     for name, ids in families.items():
         c, i = {t: v for t, v in cand.items() if t in ids}, {t: v for t, v in inc.items() if t in ids}
-        cm, im = stats.task_means(c), stats.task_means(i)
-        diffs = [cm[t] - im[t] for t in cm if t in im]
-        if diffs and (delta := stats.mean(diffs)) < -veto_zone(c, i):
+        diffs, zone = _harm(c, i)
+        if diffs and (delta := stats.mean(diffs)) < -zone:
             lower[name] = delta
     return lower
 
@@ -112,8 +112,13 @@ def veto_zone(cand: Outcomes, inc: Outcomes) -> float:
     """How far below the incumbent a family's mean paired difference must be to veto: the
     one-sided ``VETO_CONFIDENCE`` bound on its task differences (``stats.dead_zone``, no
     ``min_effect``: a loss need not be a large one to count)."""
+    return _harm(cand, inc)[1]
+
+
+def _harm(cand: Outcomes, inc: Outcomes) -> tuple[list[float], float]:
+    """The paired task differences of these runs and their `veto_zone`, computed once."""
     c, i = stats.task_means(cand), stats.task_means(inc)
     diffs = [c[t] - i[t] for t in c if t in i]
     epochs = max((len(v) for t, v in cand.items() if t in i), default=1)
     sd = stats.sample_sd(diffs) if len(diffs) > 1 else 0.0
-    return stats.dead_zone(len(diffs), sd, VETO_CONFIDENCE, 0.0, step=1.0 / max(epochs, 1))
+    return diffs, stats.dead_zone(len(diffs), sd, VETO_CONFIDENCE, 0.0, step=1.0 / max(epochs, 1))
