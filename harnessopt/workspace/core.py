@@ -421,6 +421,13 @@ def init_workspace(
         f"{counts['train']} train / {counts['val']} val / {counts['test']} test tasks; tagged ho/round-0"
         + (f"; objective: {cfg.objective}" if cfg.objective != "task" else "")
     )
+    speaks = template_meta(template).get("speaks")
+    if speaks and cfg.model.provider == "anthropic":  # the default upstream, not the API it speaks
+        announce(
+            f"template {template} speaks the {speaks} API; model.provider is anthropic ({cfg.model.target}), "
+            "which the gateway translates to: for an OpenAI-compatible endpoint set model.provider: openai, "
+            f"model.target and model.base_url in {ws / CONFIG_NAME} (docs/models.md)"
+        )
     if template_image(template):
         from harnessopt.sandbox.image.variants import build_command
 

@@ -29,7 +29,8 @@ def unknown_template(name: str) -> str | None:
 
 
 def template_meta(name: str) -> dict[str, Any]:
-    """The template's template.yaml: its description, ``image_with``, ``loads_skills``, ``memory_mb``."""
+    """The template's template.yaml: its description, ``image_with``, ``loads_skills``, ``memory_mb``,
+    ``speaks`` (the OpenAI API its harness calls, when it is not the Messages API)."""
     import yaml
 
     return yaml.safe_load((templates_dir() / name / "template.yaml").read_text(encoding="utf-8")) or {}

@@ -110,3 +110,23 @@ def test_an_agent_template_under_the_local_sandbox_needs_its_cli_on_this_host(
     (bin_dir / executable).symlink_to(shutil.which(executable) or "/bin/true")  # with it, the dry run goes on
     out = cli(*run, "--dry-run", env=env)
     assert f"runs the '{executable}' CLI" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("template", "api"),
+    [("openai-chat", "Chat Completions"), ("openai-chat-sdk", "Chat Completions"), ("codex", "Responses")],
+)
+def test_init_of_an_openai_template_says_how_to_point_the_provider_at_an_openai_endpoint(
+    tmp_path: Path, template: str, api: str
+) -> None:
+    """``init --template openai-chat`` kept model.provider anthropic and said nothing, so a user with a
+    local OpenAI-compatible server ran against the Messages API (QA). The provider stays the default
+    (the gateway translates every pairing); init now says so and what to set."""
+    skill, tasks = write_example(tmp_path)
+    out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks, "--template", template)
+    assert out.returncode == 0, out.stderr
+    assert f"template {template} speaks the {api} API; model.provider is anthropic" in out.stdout
+    assert "set model.provider: openai, model.target and model.base_url" in out.stdout
+    assert yaml.safe_load((tmp_path / "ws" / "harnessopt.yaml").read_text())["model"]["provider"] == "anthropic"
+    plain = cli("init", tmp_path / "chat", "--skill", skill, "--tasks", tasks)
+    assert "model.provider" not in plain.stdout
