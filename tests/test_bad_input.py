@@ -585,6 +585,18 @@ def test_a_dry_run_refuses_a_scorer_that_does_not_compile(ws: Path) -> None:
     assert_unchanged(ws, before)
 
 
+def test_a_scorer_with_the_wrong_signature_is_refused_before_any_rollout(ws: Path) -> None:
+    """score(task, answer) imported fine, so every answer of round 1 scored 0 with a TypeError and
+    the run exited 3 after its rollouts were paid for (QA). The run refuses it before any."""
+    (ws / "scorer.py").write_text("def score(task, answer):\n    return 1.0\n")
+    git(ws, "commit", "-qam", "a scorer without out_dir")
+    before = snapshot(ws)
+    out = cli("run", ws, *RUN, "--rounds", "1", env=ENV)
+    assert_user_error(out, "score(task, answer) cannot be called as score(task, answer, out_dir)")
+    assert not list((ws / "trajectories").glob("round-*"))
+    assert_unchanged(ws, before)
+
+
 @pytest.mark.parametrize("flag", ["--tag", "--base"])
 def test_sandbox_build_refuses_a_name_docker_would_refuse(flag: str) -> None:
     """--tag 'bad tag!' was docker's traceback (invalid tag) after the build context was sent."""

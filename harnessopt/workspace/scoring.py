@@ -10,6 +10,7 @@ scorer can never look like a win.
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import math
 import numbers
@@ -86,6 +87,15 @@ def load_scorer(path: Path) -> ScoreFn:
     fn = getattr(module, "score", None)
     if not callable(fn):
         raise UserError(f"scorer {path} has no score(task, answer, out_dir) function; define one")
+    try:  # a wrong signature fails here, before any rollout is paid for, not on every answer after
+        inspect.signature(fn).bind(None, None, None)
+    except TypeError:
+        raise UserError(
+            f"scorer {path}: score{inspect.signature(fn)} cannot be called as score(task, answer, out_dir); "
+            "give it those three parameters"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): its first call says
+        pass
     return fn
 
 

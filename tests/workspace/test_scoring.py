@@ -117,6 +117,12 @@ def test_load_scorer_errors(tmp_path: Path) -> None:
         load_scorer(scorer_file(tmp_path, "raise RuntimeError('boom')\n"))
     with pytest.raises(UserError, match="has no score"):
         load_scorer(scorer_file(tmp_path, "SCORE = 1\n"))
+    with pytest.raises(
+        UserError, match=r"score\(task, answer\) cannot be called as score\(task, answer, out_dir\)"
+    ):
+        load_scorer(scorer_file(tmp_path, "def score(task, answer):\n    return 1.0\n"))
+    for fine in ("def score(task, answer, out_dir=None, *, extra=1):", "def score(*args):"):
+        assert callable(load_scorer(scorer_file(tmp_path, f"{fine}\n    return 1.0\n")))
 
 
 def test_reload_picks_up_edits_and_writes_no_bytecode(tmp_path: Path) -> None:

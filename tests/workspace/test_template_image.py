@@ -127,6 +127,8 @@ def test_init_of_an_openai_template_says_how_to_point_the_provider_at_an_openai_
     assert out.returncode == 0, out.stderr
     assert f"template {template} speaks the {api} API; model.provider is anthropic" in out.stdout
     assert "set model.provider: openai, model.target and model.base_url" in out.stdout
-    assert yaml.safe_load((tmp_path / "ws" / "harnessopt.yaml").read_text())["model"]["provider"] == "anthropic"
+    assert (
+        yaml.safe_load((tmp_path / "ws" / "harnessopt.yaml").read_text())["model"]["provider"] == "anthropic"
+    )
     plain = cli("init", tmp_path / "chat", "--skill", skill, "--tasks", tasks)
     assert "model.provider" not in plain.stdout
