@@ -193,11 +193,20 @@ class Projection:
     def table(self) -> list[str]:
         """``run --dry-run``: one line per round, the total, and the rates used."""
         lines = [f"{'round':>5}  {'task runs':>9}  {'calls':>7}  {'tokens':>8}  {'dollars':>8}  {'wall':>8}"]
-        if self.round0:
-            lines.append(_row("0", self.round0))
-        for i, r in enumerate(self.rounds, start=1):
-            lines.append(_row(f"+{i}", r))
-        lines.append(_row("total", self.total()))
+        rows = ([("0", self.round0)] if self.round0 else []) + [
+            (f"+{i}", r) for i, r in enumerate(self.rounds, start=1)
+        ]
+        # each count rounded as a running total, so the rows add up to the total row (QA: 76 a round,
+        # three rounds, total 229)
+        cum = {"runs": 0.0, "calls": 0.0, "tokens": 0.0}
+        for label, r in rows:
+            shown = {}
+            for key, value in (("runs", r.target_runs), ("calls", r.calls), ("tokens", r.tokens)):
+                shown[key] = round(cum[key] + value) - round(cum[key])
+                cum[key] += value
+            lines.append(_row(label, shown["runs"], shown["calls"], shown["tokens"], r))
+        t = self.total()
+        lines.append(_row("total", t.target_runs, t.calls, t.tokens, t))
         lines.append(f"basis: {self.basis}")
         lines.append("rates: " + ", ".join(f"{k} {v:.3g}" for k, v in self.rates.items()))
         if self.chain is not None:
@@ -207,9 +216,9 @@ class Projection:
         return lines
 
 
-def _row(label: str, r: RoundCost) -> str:
+def _row(label: str, runs: float, calls: float, tokens: float, r: RoundCost) -> str:
     return (
-        f"{label:>5}  {r.target_runs:>9.0f}  {r.calls:>7.0f}  {_tokens(r.tokens):>8}  "
+        f"{label:>5}  {runs:>9.0f}  {calls:>7.0f}  {_tokens(tokens):>8}  "
         f"{'$' + format(r.cost_usd, ',.2f'):>8}  {duration(r.wall_s):>8}"
     )
 

@@ -386,3 +386,21 @@ def test_measured_rounds_give_the_validations_a_round_made() -> None:
     assert _validations([both, first], cfg) == pytest.approx(1.5)  # 2 winners judged, then 1
     assert _validations([first], cfg) == pytest.approx(1.7)  # none judged two yet: the prior, 1 + 0.7
     assert _validations([first], Config()) == pytest.approx(1.0)
+
+
+def test_the_table_rows_add_up_to_its_total(tmp_path: Path) -> None:
+    """Rows rounded one by one did not: 76 task runs a round for three rounds, total 229 (QA). Each
+    count is rounded as a running total, so the rows add up and each is within 1 of its value."""
+    from harnessopt.reporting.projection import Projection, RoundCost
+
+    rounds = [
+        RoundCost(target_runs=76.4, target_calls=80.3, optimizer_calls=3.6, tokens=500.4) for _ in range(3)
+    ]
+    p = Projection(rounds=rounds, basis="test", rates={})
+    body = [line.split() for line in p.table()[1:5]]
+    assert [row[0] for row in body] == ["+1", "+2", "+3", "total"]
+    runs, calls, tokens = ([int(row[i]) for row in body] for i in (1, 2, 3))
+    for column in (runs, calls, tokens):
+        assert sum(column[:3]) == column[3], column
+    assert runs[3] == 229 and calls[3] == 252 and tokens[3] == 1501
+    assert all(abs(r - 76.4) < 1 for r in runs[:3]) and all(abs(c - 83.9) < 1 for c in calls[:3])
