@@ -16,6 +16,7 @@ from harnessopt.ledger.lock import live_holder
 from harnessopt.ledger.manifest import objective_gates, pooled_dead_zone
 from harnessopt.ledger.store import Round
 from harnessopt.reporting.adoption import adoption
+from harnessopt.reporting.gate_evidence import evidence_lines
 from harnessopt.reporting.log import (
     incumbent_line,
     interrupted_spend,
@@ -176,6 +177,9 @@ def report_data(ws: Workspace) -> dict[str, Any]:
             ws, ws.journal.entries(), {r.round for r in rounds}, live_holder(ws.root) is None
         ),
         "round0_spend": proposals.spend(ws.repo),
+        # status's lines on the gate: best's confirmation, the noise floor and what val can detect,
+        # the false-accept budget spent (QA: the report said nothing of the noise floor)
+        "gate": evidence_lines(ws),
     }
 
 

@@ -329,6 +329,7 @@ def render_html(data: dict[str, Any], plots: dict[str, Path]) -> str:
     ]
     parts.append(f"<p>{_e(data['incumbent'])}</p>")  # main may be on a rollback, not the last round
     parts += [f"<p>{_e(line)}</p>" for line in data["spend"]]
+    parts += [f'<p class="gate">{_e(line)}</p>' for line in data.get("gate", [])]
     parts += ["<h2>Rounds</h2>", _rounds_table(data["rounds"])]
     parts += _candidates(data["rounds"])
     parts += [

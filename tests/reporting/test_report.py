@@ -4,6 +4,7 @@ data, the HTML report and its plots, and the page in a real headless Chromium.""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
@@ -123,6 +124,12 @@ def test_report_data_of_the_demo(demo: Path) -> None:
     # the rounds table says what log says (its confirmation was dropped), and where main is (QA)
     assert "confirmed: " in data["rounds"][0]["reason"]
     assert data["incumbent"].startswith("incumbent: ") and data["incumbent"].endswith("= round 3")
+    # status's lines on the gate, the noise floor among them (QA: the report never mentioned it);
+    # the demo's scripted target fails every val task in the A/A test, so it measured nothing
+    gate = data["gate"]
+    assert any(line.startswith("noise floor measured nothing: all 28 runs") for line in gate), gate
+    assert gate[-1].startswith("gate decisions: 3, false-accept budget spent")
+    assert all(f'<p class="gate">{html.escape(line)}</p>' in render_html(data, {}) for line in gate)
 
 
 def test_the_report_says_main_is_on_a_rollback(demo: Path, tmp_path: Path) -> None:
