@@ -421,6 +421,12 @@ def init_workspace(
         f"{counts['train']} train / {counts['val']} val / {counts['test']} test tasks; tagged ho/round-0"
         + (f"; objective: {cfg.objective}" if cfg.objective != "task" else "")
     )
+    if cfg.objective != "task" and not (ws / cfg.trigger.distractors).is_dir():  # QA: init never said
+        announce(
+            f"objective {cfg.objective}: trigger runs offer the skill alone; to measure whether it loads among "
+            f"your other skills, put them under {ws / cfg.trigger.distractors}/ (one skill folder each) and "
+            "commit them (trigger.distractors, docs/workspace.md)"
+        )
     speaks = template_meta(template).get("speaks")
     if speaks and cfg.model.provider == "anthropic":  # the default upstream, not the API it speaks
         announce(

@@ -305,6 +305,11 @@ def test_init_of_objective_both_says_what_each_kinds_gate_detects(tmp_path: Path
     out = cli("init", tmp_path / "ws", "--skill", skill, "--tasks", tasks, "--template", "chat")
     assert out.returncode == 0, out.stderr
     assert "the smaller (6 tasks) is what the lines below are about" in out.stdout
+    # init never mentioned distractors, so a user measured the skill alone without knowing (QA)
+    assert (
+        f"objective both: trigger runs offer the skill alone; to measure whether it loads among your other skills, put them under {tmp_path / 'ws' / 'distractors'}/"
+        in out.stdout
+    )
     half = GateConfig().model_copy(update={"confidence": 0.975})
     assert (
         noise_floor.plan(6, half)[0] in out.stdout and noise_floor.plan(14, GateConfig())[0] not in out.stdout
