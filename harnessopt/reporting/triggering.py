@@ -20,7 +20,11 @@ def trigger_note(t: dict[str, Any] | None) -> str:
     parts = [
         f"{k} {_f(inc.get(k))}->{_f(cand.get(k))}" for k in ("precision", "recall") if cand.get(k) is not None
     ]
-    if t.get("description_chars") is not None:
+    # a round whose candidate never ran (a no-op) has no description of its own: "41->41 chars" alone
+    # read as a measured round (QA)
+    if t.get("description_chars") is not None and (
+        parts or t["description_chars"] != t.get("incumbent_description_chars")
+    ):
         parts.append(f"description {t.get('incumbent_description_chars')}->{t['description_chars']} chars")
     for k in ("loaded", "not_loaded"):
         if t.get(f"runs_{k}"):
