@@ -104,3 +104,25 @@ def test_a_lone_round_of_triggering_draws_the_incumbents_point() -> None:
     ]
     assert ("precision (incumbent)", "s", [0.62]) in drawn and ("recall (incumbent)", "s", [1.0]) in drawn
     plt.close(fig)
+
+
+def test_triggering_markers_of_equal_values_do_not_hide_each_other() -> None:
+    """Precision and recall are often both 1.00: the markers drawn second hid the first, and the
+    legend sat on the points (QA). Each metric is drawn a little to its side of the round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harnessopt.reporting.triggering import plot_triggering
+
+    both = {"precision": 1.0, "recall": 1.0}
+    data = {"rounds": [{"round": k, "trigger": {"incumbent": both, "candidate": both}} for k in (1, 2)]}
+    fig = plot_triggering(plt, data)
+    ax = fig.axes[0]
+    xs = {line.get_label(): list(line.get_xdata()) for line in ax.get_lines()}
+    assert xs["recall (incumbent)"] != xs["precision (incumbent)"]
+    points = [tuple(map(tuple, c.get_offsets())) for c in ax.collections]
+    assert len(points) == 2 and points[0] != points[1]  # the candidates' markers, one set a metric
+    assert all(abs(x - k) < 0.2 for k, x in zip((1, 2), xs["recall (incumbent)"], strict=True))
+    plt.close(fig)
