@@ -429,15 +429,18 @@ def _in_progress(ws: Workspace, holder: dict[str, Any], last: dict[str, Any] | N
         f"in progress: 'harnessopt {holder.get('command', '?')}' (pid {holder.get('pid', '?')} on "
         f"{holder.get('host', '?')}, since {when})"
     ]
-    if last:
+    # the journal's last line, if this holder wrote it: audit, ablate and replay write none when
+    # they start, and the line of a command that had ended was shown as theirs (QA)
+    if last and isinstance(since, int | float) and float(last.get("t") or 0) >= float(since):
         ago = time.time() - float(last.get("t") or 0)
         lines.append(
             f"now: round {last.get('round')}, phase '{last.get('phase')}' ({ago:.0f} s ago, journal)"
         )
-    lines.append(
-        f"next: wait for it (harnessopt status {shlex.quote(str(ws.root))} again), or stop it cleanly: "
-        f"touch {shlex.quote(str(stop_path(ws.root)))}"
-    )
+    again = f"next: wait for it (harnessopt status {shlex.quote(str(ws.root))} again), or stop it"
+    if holder.get("command") == "run":  # the STOP file is read between a run's phases only
+        lines.append(f"{again} cleanly: touch {shlex.quote(str(stop_path(ws.root)))}")
+    else:  # a measuring command ends cleanly on Ctrl-C (exit 130), nothing half-written
+        lines.append(f"{again} with Ctrl-C in its terminal, or kill -INT {holder.get('pid', 'PID')}")
     return lines
 
 

@@ -44,3 +44,26 @@ def test_status_during_a_live_run_names_the_run_and_its_phase(tmp_path: Path) ->
     assert header["optimizer"] == "manual"
     assert header["target"].startswith("scripted:")  # the run's, as the optimizer is, not the yaml's alone
     assert (header["epochs"], header["batch_size"]) == (2, 3)  # and so are its settings (-c)
+
+
+def test_status_during_a_measuring_command_shows_no_stale_phase_and_no_stop_file(tmp_path: Path) -> None:
+    """While `audit` ran, status showed the phase of an `ablate` that had ended (audit writes no
+    journal line when it starts) and said to touch STOP, which audit never reads: it ran to its end
+    and the file was left for the next run (QA)."""
+    import time
+
+    from harnessopt.reporting.log import _in_progress
+    from harnessopt.workspace.core import Workspace
+
+    ws = Workspace.open(make_ws(tmp_path))
+    now = time.time()
+    ended = {"t": now - 10, "round": 0, "phase": "ablate"}
+    audit = {"command": "audit", "pid": 4242, "host": "here", "since": now - 3}
+    lines = _in_progress(ws, audit, ended)
+    assert not any(line.startswith("now:") for line in lines)
+    assert "STOP" not in lines[-1] and lines[-1].endswith("with Ctrl-C in its terminal, or kill -INT 4242")
+    run = {**audit, "command": "run", "since": now - 30}
+    lines = _in_progress(ws, run, ended)  # a run's own journal line, written after it started
+    assert "now: round 0, phase 'ablate'" in lines[1] and lines[-1].endswith(
+        str(ws.root / ".harnessopt" / "STOP")
+    )
