@@ -142,9 +142,9 @@ def run_command(repo: git.Repo, root: Path, cfg: Config) -> str:
     elif (mode := _stopped_diagnosis_mode(entries, stopped)) and mode != cfg.mode:
         run += f" -c mode={mode}"
     if start and stopped and isinstance(start.get("rounds"), int) and isinstance(stopped.get("round"), int):
-        left = (
-            int(start["round"]) + start["rounds"] - stopped["round"]
-        )  # the stopped round again, and the rest
+        # the stopped round again, and the rest; a diagnosis (round 0) stopped before the first of
+        # them, which --rounds does not count: all of them are left (QA: it said one more)
+        left = int(start["round"]) + start["rounds"] - max(stopped["round"], int(start["round"]))
         if left > 1:  # the plain command runs one round of a run asked for more (QA)
             run += f" --rounds {left}"
     o = cfg.optimizer

@@ -184,6 +184,10 @@ def test_the_command_that_resumes_a_stopped_run_asks_for_the_rounds_it_had_left(
     assert proposals.run_command(w.repo, w.root, w.cfg).startswith(f"harnessopt run {ws} --rounds 2")
     w.journal.write(3, "rollout", parent="x", tasks=8)  # in its last round: the plain command
     assert " --rounds" not in proposals.run_command(w.repo, w.root, w.cfg)
+    # a harness-mode run of 3 stopped in its round-0 diagnosis: all 3 are left, not 4 (QA)
+    w.journal.write(1, "run_start", rounds=3, settings={}, overrides=[])
+    w.journal.write(0, "round0_rollout", parent="x", tasks=8)
+    assert proposals.run_command(w.repo, w.root, w.cfg).startswith(f"harnessopt run {ws} --rounds 3")
 
 
 def test_a_run_that_recorded_fewer_rounds_than_projected_says_so_beside_its_shares(tmp_path: Path) -> None:
