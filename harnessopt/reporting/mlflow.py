@@ -14,6 +14,7 @@ its plain-file store) with artifacts in ``WS/.harnessopt/mlartifacts``; ``mlflow
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import tempfile
@@ -90,6 +91,31 @@ def round_metrics(m: RoundManifest) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if v is not None}
 
 
+def shown_uri(uri: str) -> str:
+    """The URI as printed: a password in it (``postgresql://user:secret@host/db``) as ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(uri)
+        if parts.password is None:
+            return uri
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    except ValueError:  # no URI to parse (a bad port): printed as given, MLflow refuses it anyway
+        return uri
+
+
+def _hide(text: str, uri: str) -> str:
+    """An error's text without the URI's password, if it quotes it."""
+    from urllib.parse import urlsplit
+
+    try:
+        secret = urlsplit(uri).password
+    except ValueError:
+        return text
+    return text.replace(secret, "***") if secret else text
+
+
 def check_server(uri: str, timeout_s: float = 5.0) -> None:
     """An http(s) tracking URI must accept a connection within ``timeout_s``: else one UserError."""
     from urllib.parse import urlsplit
@@ -103,7 +129,7 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
     except (OSError, ValueError) as e:
         why = getattr(e, "strerror", None) or str(e) or type(e).__name__
         raise UserError(
-            f"MLflow at {uri} does not answer ({why}); start the tracking server or fix --mlflow URI"
+            f"MLflow at {shown_uri(uri)} does not answer ({why}); start the tracking server or fix --mlflow URI"
         ) from None
 
 
@@ -120,6 +146,8 @@ class MlflowRun:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise UserError(INSTALL_HINT) from None
+        for name in ("mlflow", "alembic"):  # "Creating initial MLflow database tables..." and the
+            logging.getLogger(name).setLevel(logging.WARNING)  # like came between the run's lines (QA)
         self._client_class = MlflowClient
 
     def __enter__(self) -> MlflowRun:
@@ -142,19 +170,25 @@ class MlflowRun:
         except Exception as e:  # an unreachable server: say so before any model call is made
             if "MLFLOW_ALLOW_FILE_STORE" in str(e):
                 raise UserError(
-                    f"--mlflow {self.uri}: this MLflow no longer writes a plain-folder store (its "
+                    f"--mlflow {shown_uri(self.uri)}: this MLflow no longer writes a plain-folder store (its "
                     "file store is in maintenance mode); give sqlite:///PATH/mlflow.db, a server's "
                     "http://HOST:PORT, or no URI for the workspace's own store"
                 ) from None
+            if isinstance(e, ImportError):  # the store's database driver, which MLflow does not bring
+                raise UserError(
+                    f"--mlflow {shown_uri(self.uri)} needs a database driver MLflow does not install "
+                    f"({type(e).__name__}: {e}); pip install it, or give sqlite:///PATH/mlflow.db or no URI"
+                ) from None
             raise UserError(
-                f"MLflow at {self.uri} did not answer ({type(e).__name__}: {e}); fix --mlflow URI"
+                f"MLflow at {shown_uri(self.uri)} did not answer ({type(e).__name__}: {_hide(str(e), self.uri)}); "
+                "fix --mlflow URI"
             ) from e
         self.run_id = run.info.run_id
         from mlflow.entities import Param
 
         params = flat_params(self.ws.cfg.model_dump(mode="json"))
         self.client.log_batch(self.run_id, params=[Param(k, v[:6000]) for k, v in sorted(params.items())])
-        self.say(f"mlflow: run {self.run_id} in experiment '{EXPERIMENT}' at {self.uri}")
+        self.say(f"mlflow: run {self.run_id} in experiment '{EXPERIMENT}' at {shown_uri(self.uri)}")
         return self
 
     def log_round(self, result: RoundResult) -> None:
@@ -202,7 +236,9 @@ class MlflowRun:
 
     def _warn(self, e: Exception) -> None:
         if not self._warned:
-            self.say(f"mlflow: logging failed ({type(e).__name__}: {e}); the run goes on without it")
+            self.say(
+                f"mlflow: logging failed ({type(e).__name__}: {_hide(str(e), self.uri)}); the run goes on without it"
+            )
             self._warned = True
 
 

@@ -115,6 +115,7 @@ def _check_mlflow(ws: Path, out: str) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{(ws / '.harnessopt' / 'mlflow.db').resolve()}")
     (run,) = client.search_runs([client.get_experiment_by_name("harnessopt").experiment_id])
     assert f"mlflow: run {run.info.run_id}" in out and run.info.status == "FINISHED"
+    assert "INFO" not in out  # MLflow's "Creating initial MLflow database tables..." (QA)
     assert (
         run.data.params["rollout.batch_size"] == "4" and run.data.params["model.target"] == "claude-haiku-4-5"
     )
@@ -139,12 +140,30 @@ def test_mlflow_missing_server_is_one_line_before_any_call(run_env) -> None:
     ws, env, fake = run_env
     pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
     t0 = time.monotonic()
-    r = cli("run", ws, "--sandbox", "local", "--mlflow", "http://127.0.0.1:9", env=env, timeout=120)
+    r = cli("run", ws, "--sandbox", "local", *HOST, "--mlflow", "http://127.0.0.1:9", env=env, timeout=120)
     assert time.monotonic() - t0 < 60
     (line,) = [x for x in r.stderr.splitlines() if x.startswith("harnessopt:")]
     assert r.returncode == 2 and "MLflow at http://127.0.0.1:9 does not answer" in line
     assert len(line) < 200 and "--mlflow" in line
     assert "Traceback" not in r.stderr and fake.requests == []
+
+
+def test_mlflow_refusals_make_no_mlflow_run_and_print_no_password(run_env) -> None:
+    """A run refused at its start (here: the optimizer would run on this host unasked) made an
+    MLflow run first, for a harnessopt run that never started; a store whose database driver is not
+    installed "did not answer", and the URI's password was printed with it (QA)."""
+    ws, env, fake = run_env
+    pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    refused = cli("run", ws, "--sandbox", "local", "--mlflow", env=env)
+    assert refused.returncode == 2 and "--unsafe-host-optimizer" in refused.stderr
+    assert "mlflow:" not in refused.stdout and not (ws / ".harnessopt" / "mlflow.db").exists()
+    driver = cli(
+        "run", ws, "--sandbox", "local", *HOST, "--mlflow", "postgresql://ho:s3cret@127.0.0.1:9/db", env=env
+    )
+    (line,) = [x for x in driver.stderr.splitlines() if x.startswith("harnessopt:")]
+    assert driver.returncode == 2 and "needs a database driver MLflow does not install" in line, driver.stderr
+    assert "postgresql://ho:***@127.0.0.1:9/db" in line and "s3cret" not in driver.stdout + driver.stderr
+    assert "Traceback" not in driver.stderr and fake.requests == []
 
 
 def test_mlflow_plain_folder_store_says_what_to_use(run_env, tmp_path: Path) -> None:
@@ -154,7 +173,7 @@ def test_mlflow_plain_folder_store_says_what_to_use(run_env, tmp_path: Path) -> 
     if int(mlflow.__version__.split(".")[0]) < 3:
         pytest.skip("MLflow before 3 still writes its file store")
     for uri in ((tmp_path / "mlruns").as_uri(), str(tmp_path / "bare")):
-        r = cli("run", ws, "--sandbox", "local", "--mlflow", uri, env=env, timeout=120)
+        r = cli("run", ws, "--sandbox", "local", *HOST, "--mlflow", uri, env=env, timeout=120)
         (line,) = [x for x in r.stderr.splitlines() if x.startswith("harnessopt:")]
         assert r.returncode == 2 and "no longer writes a plain-folder store" in line, r.stderr
         assert "sqlite:///" in line and "Traceback" not in r.stderr and fake.requests == []
