@@ -453,6 +453,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         say(f"dry run: nothing was run; start it with: {first}harnessopt {again}")
         return 0
     ws.require_main()
+    from harnessopt.round.services import preflight
+
+    preflight(ws.root, ws.cfg)  # what the run refuses at its start, before an MLflow run is made for it
     with (
         workspace_lock(ws.root, "run", say),
         _mlflow(ws, a.mlflow) as on_round,
@@ -466,7 +469,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                 progress.say,
                 progress=progress,
                 on_round=on_round,
-                decide=_round0_decider(a.yes),
+                decide=_round0_decider(a.yes, progress.ask),
             )
         except RunCutShort as e:  # rounds were recorded first: say what they did, then why it stopped
             results, cut = e.results, e
@@ -496,9 +499,10 @@ def _mlflow(ws: Any, uri: str | None) -> Iterator[Callable[[Any], None] | None]:
         yield run.log_round
 
 
-def _round0_decider(yes: bool) -> Callable[[Any], tuple[str, str] | None]:
-    """How ``run`` gets a decision on a round-0 proposal: --yes approves, a terminal asks, else
-    none (the run stops and says the next command)."""
+def _round0_decider(yes: bool, ask: Callable[[str], str]) -> Callable[[Any], tuple[str, str] | None]:
+    """How ``run`` gets a decision on a round-0 proposal: --yes approves, a terminal asks (``ask``:
+    the run's progress, which stops its bars for the prompt), else none (the run stops and says the
+    next command)."""
     from harnessopt.round.round0 import describe
 
     def decide(st: Any) -> tuple[str, str] | None:
@@ -508,17 +512,25 @@ def _round0_decider(yes: bool) -> Callable[[Any], tuple[str, str] | None]:
             return None
         for line in describe(st):
             say(line)
-        answer = input("Approve this round-0 proposal? [y]es / [n]o (reject) / [l]ater: ").strip().lower()
-        if answer in ("y", "yes"):
-            return ("approve", "prompt")
-        if answer in ("n", "no"):
-            return (
-                "reject",
-                input("Why (the next diagnosis reads it)? ").strip() or "rejected at the prompt",
-            )
+        prompt = "Approve this round-0 proposal? [y]es / [n]o (reject) / [l]ater: "
+        try:
+            while (answer := ask(prompt).strip().lower()) not in ROUND0_ANSWERS:
+                prompt = "Answer y (approve), n (reject) or l (later, the default on an empty line): "
+            if ROUND0_ANSWERS[answer] == "approve":
+                return ("approve", "prompt")
+            if ROUND0_ANSWERS[answer] == "reject":
+                why = ask("Why (the next diagnosis reads it)? ").strip()
+                return ("reject", why or "rejected at the prompt")
+        except EOFError:  # stdin closed at the prompt: decide later, as without a terminal
+            pass
         return None
 
     return decide
+
+
+# what the round-0 prompt takes; anything else asks again (an "x" was taken as "later", unsaid: QA)
+ROUND0_ANSWERS = {"y": "approve", "yes": "approve", "n": "reject", "no": "reject", "l": "later",
+                  "later": "later", "": "later"}  # fmt: skip
 
 
 def cmd_decide(a: argparse.Namespace) -> int:

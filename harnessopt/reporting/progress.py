@@ -87,6 +87,11 @@ class RunProgress:
         with self._lock:
             self.console.print(msg, markup=False, highlight=False)
 
+    def ask(self, prompt: str) -> str:
+        """A line typed at the terminal, after ``prompt`` as written (EOFError when stdin ends)."""
+        self.catch_up()
+        return input(prompt)
+
     def bind(self, usage: Callable[[], Usage], transcripts: Path | None = None) -> None:
         self._usage = usage
         if transcripts is not None:
@@ -201,6 +206,15 @@ class LiveProgress(RunProgress):
 
     def _print(self, msg: str) -> None:
         self.bars.console.print(msg, markup=False, highlight=False)
+
+    def ask(self, prompt: str) -> str:
+        """With the bars stopped: while they drew, the prompt went through rich's stdout proxy,
+        which read "[y]es" as markup and showed "es" (QA)."""
+        self.bars.stop()
+        try:
+            return super().ask(prompt)
+        finally:
+            self.bars.start()
 
     def new_round(self, round_no: int) -> None:
         super().new_round(round_no)

@@ -256,17 +256,61 @@ def test_run_on_a_terminal_asks_and_yes_approves(monkeypatch: Any) -> None:
     from harnessopt import cli
 
     st = proposals.Round0("a" * 40, "# Round 0 proposal: x\n\n## Decisions\n", "pending")
-    assert cli._round0_decider(True)(st) == ("approve", "--yes")
+    asked: list[str] = []
+
+    def answering(*typed: str) -> Any:
+        answers = iter(typed)
+        return lambda prompt: asked.append(prompt) or next(answers)
+
+    assert cli._round0_decider(True, answering())(st) == ("approve", "--yes")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
-    assert cli._round0_decider(False)(st) is None  # a script without --yes: the run stops and says why
+    assert (
+        cli._round0_decider(False, answering())(st) is None
+    )  # a script without --yes: the run stops and says why
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
-    answers = iter(["n", "the loop change is too broad"])
-    monkeypatch.setattr("builtins.input", lambda _prompt: next(answers))
-    assert cli._round0_decider(False)(st) == ("reject", "the loop change is too broad")
-    monkeypatch.setattr("builtins.input", lambda _prompt: "l")
-    assert cli._round0_decider(False)(st) is None
-    monkeypatch.setattr("builtins.input", lambda _prompt: "y")
-    assert cli._round0_decider(False)(st) == ("approve", "prompt")
+    assert cli._round0_decider(False, answering("n", "the loop change is too broad"))(st) == (
+        "reject", "the loop change is too broad",
+    )  # fmt: skip
+    assert cli._round0_decider(False, answering("l"))(st) is None
+    assert cli._round0_decider(False, answering(""))(st) is None  # an empty line: later
+    asked.clear()
+    # an answer it does not know asks again: "x" was taken as "later", unsaid (QA)
+    assert cli._round0_decider(False, answering("x", "Y"))(st) == ("approve", "prompt")
+    assert asked[0].endswith("[y]es / [n]o (reject) / [l]ater: ") and asked[1].startswith(
+        "Answer y (approve)"
+    )
+
+    def closed(prompt: str) -> str:
+        raise EOFError
+
+    assert cli._round0_decider(False, closed)(st) is None  # stdin ended at the prompt: later
+
+
+def test_the_prompt_is_asked_with_the_live_bars_stopped(monkeypatch: Any) -> None:
+    """With the bars drawing, input()'s prompt went through rich's stdout proxy, which read
+    "[y]es / [n]o / [l]ater" as markup: the terminal showed "es / o (reject) / ater" (QA)."""
+    import io
+
+    from rich.console import Console
+    from rich.file_proxy import FileProxy
+
+    from harnessopt.reporting.progress import LiveProgress
+
+    progress = LiveProgress(Console(file=io.StringIO(), force_terminal=True))
+    try:
+        assert progress.bars.live.is_started
+        seen: list[tuple[str, bool, bool]] = []
+
+        def real_input(prompt: str) -> str:  # input() writes its prompt to sys.stdout
+            seen.append((prompt, isinstance(sys.stdout, FileProxy), progress.bars.live.is_started))
+            return "y"
+
+        monkeypatch.setattr("builtins.input", real_input)
+        assert progress.ask("[y]es / [n]o: ") == "y"
+        assert seen == [("[y]es / [n]o: ", False, False)]
+        assert progress.bars.live.is_started  # drawing again after the answer
+    finally:
+        progress.close()
 
 
 def test_a_round0_of_a_command_line_mode_is_continued_in_that_mode(tmp_path: Path) -> None:
