@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -570,15 +571,20 @@ def load_config(ws: Path) -> Config:
     path = ws / CONFIG_NAME
     try:
         text = path.read_text(encoding="utf-8")
-        raw = yaml.safe_load(text) or {}
+        raw = yaml.safe_load(text)
     except FileNotFoundError:
         raise UserError(
             f"{ws} is not a harnessopt workspace (no {CONFIG_NAME}); run 'harnessopt init' first"
         ) from None
     except yaml.YAMLError as e:
-        raise UserError(f"{path} is not valid YAML ({_first_line(e)}); fix it or restore it with git") from e
+        raise UserError(f"{path} is not valid YAML ({_yaml_problem(e)}); fix it or restore it with git") from e
     except UnicodeDecodeError as e:
         raise UserError(not_utf8(path, e)) from None
+    if raw is None or (not raw and not isinstance(raw, dict)):  # read as all defaults, a hosted model (QA)
+        raise UserError(
+            f"{path} holds no settings (an empty document); restore it with git "
+            f"(git -C {shlex.quote(str(ws))} checkout -- {CONFIG_NAME})"
+        )
     if twice := duplicate_key(text):
         raise UserError(f"{path}: {twice} is given twice (only the last would count); keep one")
     return parse_config(raw, str(path))
@@ -705,5 +711,10 @@ def yaml_value(value: Any) -> str:
     return json.dumps(value)
 
 
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's problem and where: ``expected ',' or ']', but got '<stream end>' at line 4, column 1``."""
+    problem = getattr(e, "problem", None) or getattr(e, "context", None)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    if not problem:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(problem)

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.cli import cli, git, write_example
 from tests.support.cli_errors import assert_unchanged, assert_user_error, snapshot
@@ -362,6 +363,32 @@ def test_an_empty_model_name(ws: Path) -> None:
     assert_user_error(cli("replay", ws, "--target", "", env=ENV), "model.target")
     assert_user_error(cli("run", ws, "--dry-run", "--target", "", env=ENV), "model.target")
     assert_unchanged(ws, before)
+
+
+@pytest.mark.parametrize("text", ["", "# all commented out\n", "null\n", "[]\n", "false\n"])
+def test_an_empty_config_is_refused_not_read_as_all_defaults(ws: Path, text: str) -> None:
+    """An emptied harnessopt.yaml read as every default: status named the hosted default model and
+    the dry run priced it at $10.47 a round, for a workspace whose runs used a scripted one (QA)."""
+    (ws / "harnessopt.yaml").write_text(text)
+    before = snapshot(ws)
+    for command in (("status",), ("run", "--dry-run")):
+        assert_user_error(
+            cli(*command, ws, env=ENV), "harnessopt.yaml holds no settings", "restore it with git"
+        )
+    assert_unchanged(ws, before)
+
+
+def test_a_yaml_syntax_error_is_said_with_its_line(ws: Path) -> None:
+    """ "is not valid YAML (while parsing a flow sequence)" named no line (QA)."""
+    text = (ws / "harnessopt.yaml").read_text()
+    broken = text.replace("\ngate:\n", "\ngate: [\n", 1)
+    (ws / "harnessopt.yaml").write_text(broken)
+    with pytest.raises(yaml.YAMLError) as e:  # where PyYAML found the problem, as the line says it
+        yaml.safe_load(broken)
+    mark = e.value.problem_mark  # type: ignore[attr-defined]
+    out = cli("status", ws)
+    assert_user_error(out, "harnessopt.yaml is not valid YAML (expected ',' or ']'", "restore it with git")
+    assert f"at line {mark.line + 1}, column {mark.column + 1});" in out.stderr, out.stderr
 
 
 def test_a_config_key_given_twice(ws: Path) -> None:
