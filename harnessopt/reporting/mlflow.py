@@ -13,6 +13,7 @@ its plain-file store) with artifacts in ``WS/.harnessopt/mlartifacts``; ``mlflow
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
@@ -34,6 +35,11 @@ EXPERIMENT = "harnessopt"
 # MLflow's own settings, unless the user set them: a call to a tracking server that went away
 # fails within about a minute, not after its default retries (7, backing off, minutes)
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+FILE_STORE = (
+    "--mlflow {uri}: this MLflow no longer writes a plain-folder store (its file store is in "
+    "maintenance mode); give sqlite:///PATH/mlflow.db, a server's http://HOST:PORT, or no URI for the "
+    "workspace's own store"
+)
 INSTALL_HINT = "--mlflow needs MLflow: pip install 'harnessopt[mlflow]' (or run without --mlflow)"
 
 
@@ -116,12 +122,52 @@ def _hide(text: str, uri: str) -> str:
     return text.replace(secret, "***") if secret else text
 
 
+# the stores MLflow's tracking client opens (a database through SQLAlchemy, a server, Databricks)
+STORE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "databricks", "http", "https")
+
+
+def _check_driver(uri: str) -> None:
+    """The database driver SQLAlchemy would load for ``uri`` imports (MLflow brings neither
+    PostgreSQL's nor MySQL's): else one UserError, before the run spends anything."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        make_url(uri).get_dialect().import_dbapi()
+    except ImportError as e:
+        raise UserError(
+            f"--mlflow {shown_uri(uri)} needs a database driver MLflow does not install "
+            f"({type(e).__name__}: {e}); pip install it, or give sqlite:///PATH/mlflow.db or no URI"
+        ) from None
+    except Exception:  # a URI SQLAlchemy cannot read: MLflow's own call says what is wrong
+        return
+
+
 def check_server(uri: str, timeout_s: float = 5.0) -> None:
-    """An http(s) tracking URI must accept a connection within ``timeout_s``: else one UserError."""
+    """What the run refuses of a tracking URI, asked without writing anything (``run --dry-run``
+    too, whose "start it with" line then starts): a plain folder (MLflow 3 writes no file store), a
+    scheme MLflow opens no store at, and an http(s) server that does not accept a connection within
+    ``timeout_s``. Each one UserError."""
     from urllib.parse import urlsplit
 
+    try:
+        major = int(importlib.metadata.version("mlflow").split(".")[0])
+    except importlib.metadata.PackageNotFoundError:
+        raise UserError(INSTALL_HINT) from None
+    except ValueError:  # a version that is no number: the run's own call says what is wrong
+        major = 3
     parts = urlsplit(uri)
-    if parts.scheme not in ("http", "https"):
+    scheme = parts.scheme.split("+", 1)[0]  # postgresql+psycopg2: the dialect, then its driver
+    allowed = major < 3 or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true")
+    if scheme in ("", "file") and not allowed:
+        raise UserError(FILE_STORE.format(uri=shown_uri(uri)))
+    if scheme not in (*STORE_SCHEMES, "", "file"):
+        raise UserError(
+            f"--mlflow {shown_uri(uri)}: MLflow opens no tracking store at a {scheme}:// URI; give "
+            "sqlite:///PATH/mlflow.db, a server's http://HOST:PORT, or no URI for the workspace's own store"
+        )
+    if scheme in ("postgresql", "mysql", "mssql"):  # its driver, imported, not connected
+        _check_driver(uri)
+    if scheme not in ("http", "https"):
         return
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -169,16 +215,7 @@ class MlflowRun:
             )
         except Exception as e:  # an unreachable server: say so before any model call is made
             if "MLFLOW_ALLOW_FILE_STORE" in str(e):
-                raise UserError(
-                    f"--mlflow {shown_uri(self.uri)}: this MLflow no longer writes a plain-folder store (its "
-                    "file store is in maintenance mode); give sqlite:///PATH/mlflow.db, a server's "
-                    "http://HOST:PORT, or no URI for the workspace's own store"
-                ) from None
-            if isinstance(e, ImportError):  # the store's database driver, which MLflow does not bring
-                raise UserError(
-                    f"--mlflow {shown_uri(self.uri)} needs a database driver MLflow does not install "
-                    f"({type(e).__name__}: {e}); pip install it, or give sqlite:///PATH/mlflow.db or no URI"
-                ) from None
+                raise UserError(FILE_STORE.format(uri=shown_uri(self.uri))) from None
             raise UserError(
                 f"MLflow at {shown_uri(self.uri)} did not answer ({type(e).__name__}: {_hide(str(e), self.uri)}); "
                 "fix --mlflow URI"

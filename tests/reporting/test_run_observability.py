@@ -157,13 +157,15 @@ def test_mlflow_refusals_make_no_mlflow_run_and_print_no_password(run_env) -> No
     refused = cli("run", ws, "--sandbox", "local", "--mlflow", env=env)
     assert refused.returncode == 2 and "--unsafe-host-optimizer" in refused.stderr
     assert "mlflow:" not in refused.stdout and not (ws / ".harnessopt" / "mlflow.db").exists()
-    driver = cli(
-        "run", ws, "--sandbox", "local", *HOST, "--mlflow", "postgresql://ho:s3cret@127.0.0.1:9/db", env=env
-    )
-    (line,) = [x for x in driver.stderr.splitlines() if x.startswith("harnessopt:")]
-    assert driver.returncode == 2 and "needs a database driver MLflow does not install" in line, driver.stderr
-    assert "postgresql://ho:***@127.0.0.1:9/db" in line and "s3cret" not in driver.stdout + driver.stderr
-    assert "Traceback" not in driver.stderr and fake.requests == []
+    uri = "postgresql://ho:s3cret@127.0.0.1:9/db"
+    for dry in ((), ("--dry-run",)):
+        driver = cli("run", ws, "--sandbox", "local", *HOST, "--mlflow", uri, *dry, env=env)
+        (line,) = [x for x in driver.stderr.splitlines() if x.startswith("harnessopt:")]
+        assert driver.returncode == 2 and "needs a database driver MLflow does not install" in line, (
+            driver.stderr
+        )
+        assert "postgresql://ho:***@127.0.0.1:9/db" in line and "s3cret" not in driver.stderr
+        assert "Traceback" not in driver.stderr and fake.requests == []
 
 
 def test_mlflow_plain_folder_store_says_what_to_use(run_env, tmp_path: Path) -> None:
@@ -173,10 +175,14 @@ def test_mlflow_plain_folder_store_says_what_to_use(run_env, tmp_path: Path) -> 
     if int(mlflow.__version__.split(".")[0]) < 3:
         pytest.skip("MLflow before 3 still writes its file store")
     for uri in ((tmp_path / "mlruns").as_uri(), str(tmp_path / "bare")):
-        r = cli("run", ws, "--sandbox", "local", *HOST, "--mlflow", uri, env=env, timeout=120)
-        (line,) = [x for x in r.stderr.splitlines() if x.startswith("harnessopt:")]
-        assert r.returncode == 2 and "no longer writes a plain-folder store" in line, r.stderr
-        assert "sqlite:///" in line and "Traceback" not in r.stderr and fake.requests == []
+        for dry in ((), ("--dry-run",)):  # the dry run passed it, and named a run that refused (QA)
+            r = cli("run", ws, "--sandbox", "local", *HOST, "--mlflow", uri, *dry, env=env, timeout=120)
+            (line,) = [x for x in r.stderr.splitlines() if x.startswith("harnessopt:")]
+            assert r.returncode == 2 and "no longer writes a plain-folder store" in line, r.stderr
+            assert "sqlite:///" in line and "Traceback" not in r.stderr and fake.requests == []
+    for dry in ((), ("--dry-run",)):  # a scheme MLflow opens no store at
+        r = cli("run", ws, "--sandbox", "local", *HOST, "--mlflow", "ftp://x", *dry, env=env, timeout=120)
+        assert r.returncode == 2 and "MLflow opens no tracking store at a ftp:// URI" in r.stderr, r.stderr
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "bare").exists()
 
 
