@@ -114,7 +114,11 @@ def plot_scores(plt: Any, data: dict[str, Any]) -> Any:
     inc = [r["incumbent_score"] for r in rows]
     # no score is above 1; objective both has a zone per family, none for the pooled score
     zone = [min(1.0, r["incumbent_score"] + (r["dead_zone"] or 0.0)) for r in rows]
-    ax.fill_between(ks, inc, zone, step="mid", alpha=0.25, color="#90a4ae", label="dead zone")
+    # a box on each round: a band stepped between rounds had no width with one round (a hairline,
+    # QA) and half a box at either end
+    heights = [z - i for z, i in zip(zone, inc, strict=True)]
+    ax.bar(ks, heights, bottom=inc, width=0.8, alpha=0.25, color="#90a4ae", label="dead zone", zorder=1)
+    ax.set_xlim(min(ks) - 0.6, max(ks) + 0.6)
     # The incumbent hollow and below, the candidates large and on top: a rejected candidate that
     # scored the incumbent's score stays visible on its square.
     ax.plot(ks, inc, "s-", color="#455a64", markerfacecolor="none", zorder=2, label="incumbent")
@@ -184,7 +188,7 @@ def plot_cost(plt: Any, data: dict[str, Any]) -> Any:
         below = [a + b for a, b in zip(below, vals, strict=True)]
         bottom.plot(ks, [r["role_cost_usd"].get(role) or 0.0 for r in rows], "o-", color=color, label=role)
     top.set_ylabel("tokens")
-    top.legend(fontsize=8)
+    top.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not on one (QA)
     bottom.set_ylabel("US dollars")
     dollars = [r["role_cost_usd"].get(role) or 0.0 for r in rows for role in ROLE_COLORS]
     if max(dollars, default=0.0) > 0:
@@ -194,6 +198,7 @@ def plot_cost(plt: Any, data: dict[str, Any]) -> Any:
         bottom.text(0.5, 0.5, "$0: no call had a price", ha="center", va="center", transform=bottom.transAxes)
     bottom.set_xlabel("round")
     bottom.set_xticks(ks)
+    fig.tight_layout()
     return fig
 
 
@@ -354,10 +359,11 @@ def render_html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         ]
     parts += [
         "<h2>Failure taxonomy</h2>",
-        _img(plots, "taxonomy", "failure classes per round"),
+        # no runs: the table's line says so once (the empty plot said it too, QA)
+        _img(plots, "taxonomy", "failure classes per round") if data["taxonomy"]["rounds"] else "",
         _taxonomy(data),
     ]
-    parts += ["<h2>Flaky val tasks</h2>", _flaky(data["flaky"])]
+    parts += ["<h2>Flaky val tasks</h2>", _flaky(data["flaky"], ran=bool(data["rounds"]))]
     parts += ["<h2>Are accepted edits used?</h2>", _adoption(data["adoption"])]
     parts += ["<h2>Accepted changes</h2>"]
     parts += [f"<h3>round {_e(k)}</h3><pre>{_e(d)}</pre>" for k, d in data["diffs"].items()] or [
@@ -475,7 +481,9 @@ def _taxonomy(data: dict[str, Any]) -> str:
     return _table(head, body, numeric={0, 1, 2})
 
 
-def _flaky(rows: list[dict[str, Any]]) -> str:
+def _flaky(rows: list[dict[str, Any]], ran: bool = True) -> str:
+    if not ran:  # before any round: no rerun to disagree (it said none disagreed, QA)
+        return '<p class="muted">no val task was rerun yet</p>'
     if not rows:
         return '<p class="muted">no val task disagreed with itself across identical reruns (epochs, the gate\'s reruns)</p>'
     body = [[_e(r["task"]), _e(r["groups"]), _e(r["flipped"]), f"{r['rate']:.0%}"] for r in rows]

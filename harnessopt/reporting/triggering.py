@@ -67,6 +67,7 @@ def plot_triggering(plt: Any, data: dict[str, Any]) -> Any:
     ax.set_xlabel("round")
     ax.set_ylabel("on val trigger runs")
     ax.set_xticks(ks)
+    ax.set_xlim(min(ks) - 0.6, max(ks) + 0.6)  # markers off the axis edge (QA: cut in half)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, over no point
     fig.tight_layout()
     return fig

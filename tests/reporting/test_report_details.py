@@ -3,6 +3,8 @@ rejected candidate visible on the incumbent's marker, a rule no text can check n
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harnessopt.reporting.adoption import RuleUse, measurable, shows
@@ -60,8 +62,22 @@ def test_the_dead_zone_and_the_score_axis_end_at_one() -> None:
     fig = plot_scores(plt, {"rounds": rows})
     ax = fig.axes[0]
     assert ax.get_ylim()[1] <= 1.05
-    (band,) = [c for c in ax.collections if c.get_label() == "dead zone"]
-    assert max(float(y) for path in band.get_paths() for _x, y in path.vertices) <= 1.0
+    (band,) = [c for c in ax.containers if c.get_label() == "dead zone"]
+    assert max(box.get_y() + box.get_height() for box in band) <= 1.0
+    plt.close(fig)
+
+
+def test_the_dead_zone_of_a_lone_round_is_a_box_around_it() -> None:
+    """With one round that reached the gate the band stepped between rounds had no width: the
+    legend said "dead zone" over a hairline (QA). Each round has its box, inside the axis."""
+    from harnessopt.reporting.html import plot_scores
+
+    fig = plot_scores(plt, {"rounds": [{**_row(1, "rejected", 0.3, 0.25), "dead_zone": 0.2}]})
+    ax = fig.axes[0]
+    ((box,),) = [list(c) for c in ax.containers if c.get_label() == "dead zone"]
+    assert box.get_width() >= 0.5 and box.get_y() == 0.25 and abs(box.get_height() - 0.2) < 1e-9
+    left, right = ax.get_xlim()
+    assert left < box.get_x() and box.get_x() + box.get_width() < right
     plt.close(fig)
 
 
@@ -126,3 +142,16 @@ def test_triggering_markers_of_equal_values_do_not_hide_each_other() -> None:
     assert len(points) == 2 and points[0] != points[1]  # the candidates' markers, one set a metric
     assert all(abs(x - k) < 0.2 for k, x in zip((1, 2), xs["recall (incumbent)"], strict=True))
     plt.close(fig)
+
+
+def test_a_report_before_any_round_says_nothing_ran_once(tmp_path: Path) -> None:
+    """Right after init the page said no val task disagreed across reruns (none had run), and "no
+    runs counted yet" twice, in an empty plot and under it (QA)."""
+    from harnessopt.reporting.data import report_data
+    from harnessopt.reporting.html import render_html
+    from harnessopt.workspace.core import Workspace
+    from tests.support.workspace import make_ws
+
+    page = render_html(report_data(Workspace.open(make_ws(tmp_path))), {"taxonomy": tmp_path / "t.png"})
+    assert "no val task was rerun yet" in page and "disagreed with itself" not in page
+    assert page.count("no runs counted yet") == 1 and 'id="plot-taxonomy"' not in page
