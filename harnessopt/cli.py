@@ -598,7 +598,15 @@ def cmd_report(a: argparse.Namespace) -> int:
     ws = Workspace.open(a.ws)
     if a.out is not None and not a.out.strip():  # Path("") would be the current directory
         raise UserError("--out is empty; name a folder or an .html file (default: .harnessopt/report/)")
-    path = write_report(ws, None if a.out is None else Path(a.out))
+    try:
+        path = write_report(ws, None if a.out is None else Path(a.out))
+    except OSError as e:  # the workspace's own folder (no --out given) may be where it cannot write
+        if a.out is not None or e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise UserError(
+            f"cannot write the report in {e.filename or ws.root} ({(e.strerror or str(e)).lower()}); "
+            "give --out DIR (or FILE.html) where this user may write"
+        ) from None
     say(f"report: {path} (open it in a browser; the plots are beside it)")
     return 0
 
@@ -756,7 +764,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 _OS_ADVICE = {
     errno.EACCES: "give this user access to it and run again",
     errno.EPERM: "give this user access to it and run again",
-    errno.EROFS: "the file system is read-only; use a writable location",
+    errno.EROFS: "use a location on a writable file system",
     errno.ENAMETOOLONG: "use a shorter path",
     errno.ENOTDIR: "a part of the path is a file, not a directory; use another path",
     errno.ELOOP: "the path has a symlink loop; use another path",

@@ -26,7 +26,9 @@ class BudgetExceeded(HarnessoptError):
 
 def not_utf8(path: object, e: UnicodeDecodeError) -> str:
     """The one line for a file of the user's that is not UTF-8 text."""
+    data = e.object if isinstance(e.object, bytes | bytearray) else b""
+    line = data[: e.start].count(b"\n") + 1  # where an editor finds it (a byte offset alone did not say)
     return (
-        f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); re-save it as UTF-8 (in a workspace, "
-        "or restore it with git)"
+        f"{path} is not UTF-8 text ({e.reason} at line {line}, byte {e.start}); re-save it as UTF-8 "
+        "(a file of a workspace can also be restored with git)"
     )

@@ -165,6 +165,20 @@ def test_a_repository_with_a_config_but_no_harnessopt_history_is_not_a_workspace
     assert_user_error(cli("status", ws), "is not a harnessopt workspace (no ho/round-0 tag)")
 
 
+def test_a_report_on_a_read_only_workspace_says_to_give_out(ws: Path, tmp_path: Path) -> None:
+    """On a read-only mount: "read-only file system (...); the file system is read-only; use a
+    writable location", which said it twice and not that --out works there (QA)."""
+    if subprocess.run(["mount", "--bind", "-o", "ro", str(ws), str(ws)]).returncode != 0:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        out = cli("report", ws)
+        assert_user_error(out, "cannot write the report in", "give --out DIR (or FILE.html)")
+        assert out.stderr.count("read-only") == 1
+        assert cli("report", ws, "--out", tmp_path / "rep").returncode == 0  # what it says works
+    finally:
+        subprocess.run(["umount", str(ws)])
+
+
 def test_a_full_disk(tmp_path: Path) -> None:
     """init on a 1 MiB tmpfs: one line, exit 2, nothing left behind (needs root to mount)."""
     small = tmp_path / "small"
@@ -187,7 +201,23 @@ def test_a_config_that_is_not_utf8(ws: Path) -> None:
     git(ws, "commit", "-qam", "latin-1")
     before = snapshot(ws)
     for command in (("status",), ("run", "--dry-run"), ("run", *RUN)):
-        assert_user_error(cli(*command, ws, env=ENV), "harnessopt.yaml is not UTF-8 text", "re-save")
+        assert_user_error(
+            cli(*command, ws, env=ENV),
+            "harnessopt.yaml is not UTF-8 text (invalid start byte at line 2, byte 22)",
+            "re-save",
+        )  # the line an editor finds it on (a byte offset alone did not say)
+    assert_unchanged(ws, before)
+
+
+def test_a_stored_split_replaced_by_a_directory_says_to_restore_it(ws: Path) -> None:
+    """It said "pass the JSONL file itself", though the user passed nothing (QA)."""
+    (ws / "tasks" / "val.jsonl").unlink()
+    (ws / "tasks" / "val.jsonl").mkdir()
+    before = snapshot(ws)
+    for command in (("run", "--dry-run"), ("audit",)):
+        out = cli(*command, ws, env=ENV)
+        assert_user_error(out, "val.jsonl is a directory, not the split's task file", "restore it with git")
+        assert "pass the JSONL file" not in out.stderr
     assert_unchanged(ws, before)
 
 

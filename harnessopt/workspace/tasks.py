@@ -482,6 +482,8 @@ def read_split(tasks_dir: Path, split: str) -> list[Task]:
     path = Path(tasks_dir) / f"{split}.jsonl"
     if not path.exists():
         raise UserError(f"{path} is missing; the workspace tasks are incomplete (restore them with git)")
+    if path.is_dir():  # the workspace's own file: no "pass the JSONL file itself" (nothing was passed, QA)
+        raise UserError(f"{path} is a directory, not the split's task file; restore it with git")
     tasks = load_tasks(path, empty_ok=True)
     for task in tasks:
         if task.split == UNASSIGNED:
