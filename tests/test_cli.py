@@ -157,6 +157,19 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     forced = cli("audit", ws, "--sandbox", "local", "--force", env=env).stdout
     counts = re.findall(r"^audit: (\d+)/(\d+) tasks", forced, re.M)
     assert counts and {total for _, total in counts} == {"8"} and counts[-1] == ("8", "8"), forced
+    # a forced audit keeps the look before it (QA: it replaced it): a parent of its commit, and
+    # its gain in the new record; a second forced audit keeps both before it
+    first, second = git(ws, "rev-parse", moved), git(ws, "rev-parse", ref)
+    assert f"this pair's earlier audit ({first[:10]}) gave +1.000; both are kept" in forced
+    assert git(ws, "log", "-1", "--format=%P", second).split() == [git(ws, "rev-parse", "ho/best"), first]
+    again = cli("audit", ws, "--sandbox", "local", "--force", env=env)
+    assert again.returncode == 0, again.stderr
+    assert git(ws, "log", "-1", "--format=%P", ref).split()[1:] == [second, first]
+    (latest,) = [a for a in report_data(Workspace.open(ws))["audits"] if a["ref"] == ref]
+    assert [e["commit"] for e in latest["earlier"]] == [second, first] and latest["forced"]
+    assert cli("report", ws, "--out", tmp_path / "rep").returncode == 0
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "was forced: the test split was looked at 2 time(s) before, which gave +1.000, +1.000" in page
 
 
 def test_a_refused_api_key_stops_the_run_at_once(tmp_path: Path) -> None:

@@ -70,11 +70,23 @@ def run_audit(
     if ws.cfg.objective != "task":  # triggering on the held-out split, both sides
         report["trigger"] = {"round-0": side(tests, base_out), "best": side(tests, best_out)}
     report.update(tokens=usage.tokens, cost_usd=usage.cost_usd, notes=notes)
+    # a forced audit keeps the looks before it: their commits as parents (the ref moves to the new
+    # one, and git log of it shows them all) and their gains in its record (QA: a re-audit replaced
+    # the first look at the test split, which is what makes a second one selection)
+    earlier = [repo.commit(r).hexsha for r in done] if force else []
+    report["earlier"] = [
+        {"commit": c, "gain": ledger.manifest_data(str(repo.commit(c).message)).get("gain")} for c in earlier
+    ]
     message = ledger.message(f"harnessopt audit of {best[:10]} over round 0", "", report)
-    sha = repo.git.commit_tree(repo.commit(best).tree.hexsha, "-p", best, "-m", message)
+    parents = [arg for c in [best, *earlier] for arg in ("-p", c)]
+    sha = repo.git.commit_tree(repo.commit(best).tree.hexsha, *parents, "-m", message)
     vcs.set_ref(repo, ref, sha)
     ws.journal.write(0, "audit", ref=ref, gain=report["gain"], interval=report["interval"])
     lo, hi = report["interval"]
+    for e in report["earlier"]:
+        say(
+            f"audit: forced: this pair's earlier audit ({e['commit'][:10]}) gave {e['gain']:+.3f}; both are kept"
+        )
     say(
         f"held-out gain {report['gain']:+.3f} (95% interval {lo:+.3f} to {hi:+.3f}, n={report['n']}) "
         f"vs claimed on val {claimed:+.3f}; fixed {len(report['fixed'])}, broken {len(report['broken'])}"

@@ -184,7 +184,7 @@ def report_data(ws: Workspace) -> dict[str, Any]:
 
 
 def _audit(data: dict[str, Any]) -> dict[str, Any]:
-    keys = ("gain", "interval", "n", "claimed_val_gain", "best", "ref", "forced")
+    keys = ("gain", "interval", "n", "claimed_val_gain", "best", "ref", "forced", "earlier")
     out = {k: data.get(k) for k in keys}
     if isinstance(out["interval"], list | tuple) and len(out["interval"]) == 2:
         # a gain of a score in [0, 1] lies in [-1, +1]: a normal interval can reach past it

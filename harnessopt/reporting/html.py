@@ -356,6 +356,9 @@ def render_html(data: dict[str, Any], plots: dict[str, Path]) -> str:
         parts += [
             "<h2>Claimed on val against held out</h2>",
             _img(plots, "audit", "val-claimed and held-out gain"),
+            *[  # a forced audit is a further look at the test split: the looks before it, said
+                f'<p class="muted">{_e(_earlier_looks(a))}</p>' for a in data["audits"] if a.get("earlier")
+            ],
         ]
     parts += [
         "<h2>Failure taxonomy</h2>",
@@ -479,6 +482,16 @@ def _taxonomy(data: dict[str, Any]) -> str:
         turns = f"{r['turns_mean']:.1f} / {r['turns_max']}" if r["turns_mean"] is not None else ""
         body.append([_e(r["round"]), _e(r["runs"]), _e(failed), *cells, turns, _e(r["looping"])])
     return _table(head, body, numeric={0, 1, 2})
+
+
+def _earlier_looks(audit: dict[str, Any]) -> str:
+    gains = ", ".join(
+        f"{e['gain']:+.3f}" if isinstance(e.get("gain"), int | float) else "?" for e in audit["earlier"]
+    )
+    return (
+        f"the audit of {str(audit.get('best') or '?')[:10]} ({audit['gain']:+.3f}) was forced: the test split "
+        f"was looked at {len(audit['earlier'])} time(s) before, which gave {gains}"
+    )
 
 
 def _flaky(rows: list[dict[str, Any]], ran: bool = True) -> str:
