@@ -106,9 +106,11 @@ def run_ablation(
     }
     ref = ABLATE_REF.format(flag=name, head=head[:12])
     text = message(f"harnessopt ablate {name} at {head[:10]}", "", report)
-    vcs.set_ref(
-        ws.repo, ref, ws.repo.git.commit_tree(ws.repo.commit(head).tree.hexsha, "-p", head, "-m", text)
-    )
+    # an ablation of the flag at this commit before (other --on/--off values, or a rerun) stays a
+    # parent of the new one: git log of the ref shows every verdict (QA: the last replaced the rest)
+    before = ["-p", ws.repo.commit(ref).hexsha] if vcs.ref_exists(ws.repo, ref) else []
+    tree = ws.repo.commit(head).tree.hexsha
+    vcs.set_ref(ws.repo, ref, ws.repo.git.commit_tree(tree, "-p", head, *before, "-m", text))
     ws.journal.write(0, "ablate", flag=name, verdict=word, delta=d.delta, dead_zone=d.dead_zone, ref=ref)
     say(verdict_line(report))
     if reads.read == 0:

@@ -99,6 +99,13 @@ def test_ablate_reports_the_paired_difference_of_a_flag(tmp_path: Path) -> None:
     ref = f"refs/harnessopt/ablate/extract-{vcs.head_sha(repo)[:12]}"
     assert ledger.manifest_data(str(repo.commit(ref).message))["verdict"] == "helps"
     assert git(ws, "status", "--porcelain") == ""
+    # another ablation of the flag at this commit keeps the first as a parent (QA: it replaced it)
+    first = git(ws, "rev-parse", ref)
+    again = _cli("ablate", str(ws), "extract", "--sandbox", "local", "--on", "0", "--off", "1")
+    assert again.returncode == 0, again.stderr
+    assert git(ws, "log", "-1", "--format=%P", ref).split()[1:] == [first]
+    verdicts = [ledger.manifest_data(str(repo.commit(c).message))["verdict"] for c in (ref, first)]
+    assert verdicts == ["hurts", "helps"]
     assert "last run stopped" not in _cli("status", str(ws)).stdout  # a finished ablation stopped nothing
     # the report's adoption table lists the registered flag (no round read it yet)
     from harnessopt.reporting.data import report_data
