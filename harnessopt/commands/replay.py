@@ -38,6 +38,12 @@ def run_replay(
     head = vcs.head_sha(ws.repo)
     rounds = ledger.live_accepted(ws.repo, head)  # after a rollback, not the rounds it undid
     if not rounds:
+        undone = [r.round for r in ledger.past_rounds(ws.repo) if r.status == "accepted"]
+        if undone:  # accepted, then rolled back: "no accepted round yet" was untrue (QA)
+            raise UserError(
+                f"main holds no accepted round's edit: a rollback undid round(s) {', '.join(map(str, undone))}; "
+                "nothing to replay: roll forward (harnessopt rollback WS K) or run rounds until one is accepted"
+            )
         raise UserError("no accepted round on main yet: nothing to replay; run rounds until one is accepted")
     target = ws.cfg.model.target
     val, _held_out = split_val(ws.tasks("val"), ws.cfg.gate)

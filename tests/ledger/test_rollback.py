@@ -82,6 +82,12 @@ def test_a_round_after_a_rollback_says_where_it_started(tmp_path: Path) -> None:
     # round 1 stays in main's history, but its edit is undone: replay no longer re-validates it (QA)
     assert [r.round for r in ledger.accepted_along(ws.repo, back)] == [1]
     assert ledger.live_accepted(ws.repo, back) == []
+    # and replay says why there is nothing to replay ("no accepted round yet" was untrue, QA)
+    from tests.support.cli_errors import assert_user_error
+
+    assert_user_error(
+        cli("replay", ws.root, "--target", "m2"), "a rollback undid round(s) 1", "harnessopt rollback WS K"
+    )
     driver.run(Workspace.open(ws.root), 1, lambda _m: None)
     import json
 
