@@ -577,7 +577,9 @@ def load_config(ws: Path) -> Config:
             f"{ws} is not a harnessopt workspace (no {CONFIG_NAME}); run 'harnessopt init' first"
         ) from None
     except yaml.YAMLError as e:
-        raise UserError(f"{path} is not valid YAML ({_yaml_problem(e)}); fix it or restore it with git") from e
+        raise UserError(
+            f"{path} is not valid YAML ({_yaml_problem(e)}); fix it or restore it with git"
+        ) from e
     except UnicodeDecodeError as e:
         raise UserError(not_utf8(path, e)) from None
     if raw is None or (not raw and not isinstance(raw, dict)):  # read as all defaults, a hosted model (QA)
@@ -717,4 +719,6 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     if not problem:
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(problem)
+    return (
+        f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(problem)
+    )

@@ -17,7 +17,7 @@ from harnessopt.commands.audit import export_states, measuring, paired_decision,
 from harnessopt.errors import UserError
 from harnessopt.gate.confirmation import split_val
 from harnessopt.ledger import vcs
-from harnessopt.ledger.store import message
+from harnessopt.ledger.store import message, record_measurement
 from harnessopt.reporting.progress import RunProgress
 from harnessopt.workspace import flags
 from harnessopt.workspace.core import Workspace
@@ -108,9 +108,7 @@ def run_ablation(
     text = message(f"harnessopt ablate {name} at {head[:10]}", "", report)
     # an ablation of the flag at this commit before (other --on/--off values, or a rerun) stays a
     # parent of the new one: git log of the ref shows every verdict (QA: the last replaced the rest)
-    before = ["-p", ws.repo.commit(ref).hexsha] if vcs.ref_exists(ws.repo, ref) else []
-    tree = ws.repo.commit(head).tree.hexsha
-    vcs.set_ref(ws.repo, ref, ws.repo.git.commit_tree(tree, "-p", head, *before, "-m", text))
+    record_measurement(ws.repo, ref, head, text)
     ws.journal.write(0, "ablate", flag=name, verdict=word, delta=d.delta, dead_zone=d.dead_zone, ref=ref)
     say(verdict_line(report))
     if reads.read == 0:

@@ -73,14 +73,12 @@ def run_audit(
     # a forced audit keeps the looks before it: their commits as parents (the ref moves to the new
     # one, and git log of it shows them all) and their gains in its record (QA: a re-audit replaced
     # the first look at the test split, which is what makes a second one selection)
-    earlier = [repo.commit(r).hexsha for r in done] if force else []
+    looks = [repo.commit(r).hexsha for r in done] if force else []
     report["earlier"] = [
-        {"commit": c, "gain": ledger.manifest_data(str(repo.commit(c).message)).get("gain")} for c in earlier
+        {"commit": c, "gain": ledger.manifest_data(str(repo.commit(c).message)).get("gain")} for c in looks
     ]
     message = ledger.message(f"harnessopt audit of {best[:10]} over round 0", "", report)
-    parents = [arg for c in [best, *earlier] for arg in ("-p", c)]
-    sha = repo.git.commit_tree(repo.commit(best).tree.hexsha, *parents, "-m", message)
-    vcs.set_ref(repo, ref, sha)
+    ledger.record_measurement(repo, ref, best, message, looks)
     ws.journal.write(0, "audit", ref=ref, gain=report["gain"], interval=report["interval"])
     lo, hi = report["interval"]
     for e in report["earlier"]:

@@ -96,9 +96,7 @@ def run_replay(
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", target).strip("._") or "model"
     ref = REPLAY_REF.format(target=safe, head=head[:12])
     text = ledger.message(f"harnessopt replay of {len(results)} round(s) on {target}", "", report)
-    vcs.set_ref(
-        ws.repo, ref, ws.repo.git.commit_tree(ws.repo.commit(head).tree.hexsha, "-p", head, "-m", text)
-    )
+    ledger.record_measurement(ws.repo, ref, head, text)  # a replay before it stays a parent
     ws.journal.write(
         0, "replay", target=target, ref=ref, verdicts={str(x["round"]): x["verdict"] for x in results}
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -455,6 +455,49 @@ def audit_refs(repo: git.Repo, base: str, best: str) -> list[str]:
     """The refs that record an audit of the pair (``base``, ``best``), at either place."""
     refs = (f.format(base=base[:12], best=best[:12]) for f in (AUDIT_REF, MOVED_AUDIT_REF))
     return [ref for ref in refs if vcs.ref_exists(repo, ref)]
+
+
+# the records of the measuring commands, under these prefixes (docs/workspace.md, "Git")
+MEASURED = {
+    "audit": ("refs/harnessopt/audit/", "refs/harnessopt/commands/audit/"),
+    "ablate": ("refs/harnessopt/ablate/",),
+    "replay": ("refs/harnessopt/replay/",),
+}
+
+
+def record_measurement(repo: git.Repo, ref: str, at: str, message: str, earlier: Sequence[str] = ()) -> str:
+    """A measuring command's record on ``ref``: a commit of ``at``'s tree, ``at`` its first parent,
+    the records before it (``earlier``, and the one on ``ref`` already) the further ones: a second
+    measurement of the same thing keeps the first in git, and its spend in ``measured_spend``."""
+    prior = list(dict.fromkeys([*earlier, *([repo.commit(ref).hexsha] if vcs.ref_exists(repo, ref) else [])]))
+    parents = [arg for sha in [at, *prior] for arg in ("-p", sha)]
+    sha = str(repo.git.commit_tree(repo.commit(at).tree.hexsha, *parents, "-m", message))
+    vcs.set_ref(repo, ref, sha)
+    return sha
+
+
+def measured_spend(repo: git.Repo) -> dict[str, dict[str, float]]:
+    """What audit, ablate and replay spent, by command: records, calls, tokens and dollars, over
+    every record (the ones a later record keeps as parents too)."""
+    out: dict[str, dict[str, float]] = {}
+    for kind, prefixes in MEASURED.items():
+        seen: set[str] = set()
+        todo = [repo.commit(ref) for prefix in prefixes for ref in _refs_under(repo, prefix)]
+        while todo:
+            commit = todo.pop()
+            if commit.hexsha in seen:
+                continue
+            seen.add(commit.hexsha)
+            todo += commit.parents[1:]  # the records before it; the first parent is the state measured
+            data = manifest_data(str(commit.message))
+            row = out.setdefault(kind, {"records": 0, "calls": 0, "tokens": 0, "cost_usd": 0.0})
+            row["records"] += 1
+            row["cost_usd"] += float(data.get("cost_usd") or 0.0)
+            for u in (data.get("tokens") or {}).values():
+                if isinstance(u, dict):
+                    row["calls"] += int(u.get("calls") or 0)
+                    row["tokens"] += int(u.get("input") or 0) + int(u.get("output") or 0)
+    return out
 
 
 def audits(repo: git.Repo) -> list[dict[str, Any]]:

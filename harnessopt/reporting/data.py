@@ -22,6 +22,7 @@ from harnessopt.reporting.log import (
     interrupted_spend,
     last_run_parts,
     last_run_settings,
+    measured_line,
     projected_vs_spent,
     reason_line,
     rollback_of,
@@ -171,7 +172,7 @@ def report_data(ws: Workspace) -> dict[str, Any]:
             "rules": [asdict(u) for u in uses["rules"]],
             "flags": [asdict(u) for u in uses["flags"]],
         },
-        "spend": [line for line in [proposals.spend_line(ws.repo)] if line]
+        "spend": [line for line in [proposals.spend_line(ws.repo), measured_line(ws)] if line]
         + projected_vs_spent(ws)
         + interrupted_spend(
             ws, ws.journal.entries(), {r.round for r in rounds}, live_holder(ws.root) is None

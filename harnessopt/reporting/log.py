@@ -269,6 +269,8 @@ def status_lines(ws: Workspace) -> list[str]:
     )
     if r0 := proposals.spend_line(ws.repo):
         lines.append(r0)
+    if measured := measured_line(ws):
+        lines.append(measured)
     lines += projected_vs_spent(ws)
     notes = list(dict.fromkeys(n for r in rounds for n in r.manifest.notes))
     lines += [f"note: {n}" for n in notes]
@@ -419,6 +421,19 @@ def interrupted_spend(
             f"interrupted {what} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens ({where})"
         )
     return lines
+
+
+def measured_line(ws: Workspace) -> str:
+    """What audit, ablate and replay spent, beside the rounds' cost ('' when none ran): their
+    records alone held it, and status said $0.0000 after a $1.46 audit (QA)."""
+    spent = ledger.measured_spend(ws.repo)
+    if not spent:
+        return ""
+    parts = [
+        f"{kind} x{int(row['records'])} ${row['cost_usd']:.4f} ({int(row['calls'])} calls, {int(row['tokens']):,} tokens)"
+        for kind, row in spent.items()
+    ]
+    return "measuring commands recorded (not in the cost above): " + ", ".join(parts)
 
 
 def _in_progress(ws: Workspace, holder: dict[str, Any], last: dict[str, Any] | None) -> list[str]:
