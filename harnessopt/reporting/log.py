@@ -387,12 +387,34 @@ def _main_config(ws: Workspace) -> Config:
 def interrupted_spend(
     ws: Workspace, entries: list[dict[str, Any]], recorded: set[int], idle: bool
 ) -> list[str]:
-    """What attempts of rounds that never recorded spent, a line a round: interrupted rounds, ones
-    that failed before their record, a round-0 diagnosis that wrote no proposal, and the attempts
-    before the one that recorded a round run again (its record counts only the attempt that wrote
-    it: a resumed round pays nothing twice, but what the interrupted attempt paid is paid). From
-    the journal's ``spend`` lines, and when no command holds the workspace (``idle``) the live
-    file a run killed outright left; a ``recorded`` round's last spend line is its record's."""
+    """What attempts of rounds that never recorded spent, a line a round (``unrecorded_spend``)."""
+    lines = []
+    for k, (usd, calls, tokens, at_least) in sorted(unrecorded_spend(ws, entries, recorded, idle).items()):
+        why = "; at least: the run was killed, and this is its last count" if at_least else ""
+        if k in recorded:  # run again since, and recorded by the last attempt
+            what, where = (
+                f"attempt(s) of round {k}",
+                f"not in its record, which counts the attempt that wrote it{why}",
+            )
+        else:
+            what = f"round {k} (diagnosis)" if k == 0 else f"round {k}"  # round 0 records in no round
+            where = f"not in any recorded round{why}"
+        lines.append(
+            f"interrupted {what} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens ({where})"
+        )
+    return lines
+
+
+def unrecorded_spend(
+    ws: Workspace, entries: list[dict[str, Any]], recorded: set[int], idle: bool
+) -> dict[int, tuple[float, int, int, bool]]:
+    """What attempts of rounds that never recorded spent, by round: dollars, calls, tokens, and
+    whether that is a lower bound (a killed run's last count). Interrupted rounds, ones that failed
+    before their record, a round-0 diagnosis that wrote no proposal, and the attempts before the one
+    that recorded a round run again (its record counts only the attempt that wrote it: a resumed
+    round pays nothing twice, but what the interrupted attempt paid is paid). From the journal's
+    ``spend`` lines, and when no command holds the workspace (``idle``) the live file a run killed
+    outright left; a ``recorded`` round's last spend line is its record's."""
     killed = live_spend.left(ws.root) if idle else {}  # a run killed outright (SIGKILL)
     spends = [e for e in entries if e.get("phase") == "spend"] + [
         {"round": k, **v} for k, v in killed.items()
@@ -406,21 +428,7 @@ def interrupted_spend(
             unrecorded[k] = (usd + more_usd, calls + more_calls, tokens + more_tokens)
     # a killed run's count is its keeper's last (seconds stale): still so once a run folded it in
     at_least = set(killed) | {int(e["round"]) for e in spends if e.get("killed")}
-    lines = []
-    for k, (usd, calls, tokens) in sorted(unrecorded.items()):
-        why = "; at least: the run was killed, and this is its last count" if k in at_least else ""
-        if k in recorded:  # run again since, and recorded by the last attempt
-            what, where = (
-                f"attempt(s) of round {k}",
-                f"not in its record, which counts the attempt that wrote it{why}",
-            )
-        else:
-            what = f"round {k} (diagnosis)" if k == 0 else f"round {k}"  # round 0 records in no round
-            where = f"not in any recorded round{why}"
-        lines.append(
-            f"interrupted {what} spent ${usd:.4f}, {calls} model call(s), {tokens:,} tokens ({where})"
-        )
-    return lines
+    return {k: (*v, k in at_least) for k, v in unrecorded.items()}
 
 
 def measured_line(ws: Workspace) -> str:

@@ -221,6 +221,7 @@ class MlflowRun:
                 "fix --mlflow URI"
             ) from e
         self.run_id = run.info.run_id
+        self._journal_from = len(self.ws.journal.entries())  # this run's spend lines come after
         from mlflow.entities import Param
 
         params = flat_params(self.ws.cfg.model_dump(mode="json"))
@@ -252,10 +253,37 @@ class MlflowRun:
             return
         try:
             self.ws.repo.git.clear_cache()  # Ctrl-C reached its git cat-file too: the report's reads need new ones
+            self._log_unrecorded()
             self._log_report()
             self.client.set_terminated(self.run_id, status)
         except Exception as e:  # after a Ctrl-C too: the run's own exit line comes next
             self._warn(e)
+
+    def _log_unrecorded(self) -> None:
+        """What this run's attempts of rounds that never recorded spent (an interrupted round,
+        one that failed before its record), as metrics at step = round: no round's metrics carry it
+        (QA: the spend of an interrupted attempt was not in MLflow)."""
+        from mlflow.entities import Metric
+
+        from harnessopt.ledger import store as ledger
+        from harnessopt.reporting.log import unrecorded_spend
+
+        entries = self.ws.journal.entries()[self._journal_from :]
+        recorded = {r.round for r in ledger.past_rounds(self.ws.repo)}
+        ts = _now_ms()
+        metrics = [
+            Metric(name, float(value), ts, k)
+            for k, (usd, calls, tokens, _at_least) in unrecorded_spend(
+                self.ws, entries, recorded, False
+            ).items()
+            for name, value in (
+                ("unrecorded_cost_usd", usd),
+                ("unrecorded_calls", calls),
+                ("unrecorded_tokens", tokens),
+            )
+        ]
+        if metrics:
+            self.client.log_batch(self.run_id, metrics=metrics)
 
     def _log_report(self) -> None:
         with tempfile.TemporaryDirectory(prefix="ho-mlflow-") as tmp:

@@ -230,3 +230,33 @@ def test_mlflow_stops_calling_a_store_that_failed_once(tmp_path: Path) -> None:
     run.log_round(result)  # type: ignore[arg-type]
     run.__exit__(None, None, None)
     assert calls == ["log_batch"] and len(said) == 1 and "the run goes on without it" in said[0]
+
+
+def test_mlflow_gets_what_an_interrupted_round_spent(tmp_path: Path) -> None:
+    """A round stopped by Ctrl-C records nothing, so no round's metrics carried what it spent
+    (status did, MLflow did not: QA). The MLflow run, ended KILLED, gets it at step = round."""
+    pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    import signal
+
+    from mlflow.tracking import MlflowClient
+
+    from tests.support.cli import start_cli, wait_for_phase
+
+    # the manual optimizer waits for a person: the run reliably sits in round 1's propose step
+    ws = make_ws(tmp_path, optimizer={"settle_s": 0.5, "wall_s": 60})
+    proc = start_cli("run", ws, "--rounds", "1", "--sandbox", "local", "--optimizer", "manual", "--mlflow")
+    try:
+        wait_for_phase(ws, proc, "propose")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    client = MlflowClient(tracking_uri=f"sqlite:///{(ws / '.harnessopt' / 'mlflow.db').resolve()}")
+    (run,) = client.search_runs([client.get_experiment_by_name("harnessopt").experiment_id])
+    assert run.info.status == "KILLED"
+    calls = client.get_metric_history(run.info.run_id, "unrecorded_calls")
+    assert [m.step for m in calls] == [1] and calls[0].value >= 8  # at least round 1's rollout
+    status = cli("status", ws).stdout
+    assert f"interrupted round 1 spent $0.0000, {int(calls[0].value)} model call(s)" in status, status
