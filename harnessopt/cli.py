@@ -453,9 +453,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         say(f"dry run: nothing was run; start it with: {first}harnessopt {again}")
         return 0
     ws.require_main()
-    from harnessopt.round.services import preflight
+    if a.mlflow is not None:  # what the run refuses at its start, before an MLflow run is made for it
+        from harnessopt.round.services import preflight
 
-    preflight(ws.root, ws.cfg)  # what the run refuses at its start, before an MLflow run is made for it
+        preflight(ws.root, ws.cfg)
     with (
         workspace_lock(ws.root, "run", say),
         _mlflow(ws, a.mlflow) as on_round,
