@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from harnessopt.gateway.policy import unpriced_budget
 from harnessopt.ledger import live_spend, vcs
 from harnessopt.ledger import store as ledger
 from harnessopt.ledger.lock import check_held
-from harnessopt.protocols import Announce
+from harnessopt.protocols import Announce, Usage
 from harnessopt.reporting.progress import RunProgress, round_lines
 from harnessopt.reporting.projection import Projection, current_rates, project
 from harnessopt.rollout.runner import RunObserver
@@ -138,10 +139,26 @@ def _next_round(
         say(f"not starting round {k}: {stop.OUT_OF_TIME}")
         return None
     # a first round starts on the priors' rough guess, not at rates measured rounds give
-    if (results or projected.measured) and (short := svc.gateway.cannot_hold() or _budget_short(ws, svc)):
+    if (results or projected.measured) and (short := _cannot_hold(ws, svc) or _budget_short(ws, svc)):
         say(f"not starting round {k}: {short}")
         return None
     return run_round(ws, svc, k, say)
+
+
+# how much larger a round's largest call's input may be than the run's largest so far: an
+# optimizer's brief grows with the trajectories it quotes (14,206 tokens reserved, then 14,497: QA)
+CALL_GROWTH = 1.1
+
+
+def _cannot_hold(ws: Workspace, svc: Services) -> str | None:
+    """Why the budget left would refuse the round's largest call after its train rollout, or None:
+    room for the largest call at round start alone let the rollout spend it, and the optimizer's
+    first call was refused, the round failed and the run exited 3 (QA)."""
+    r = svc.rates
+    runs = min(svc.cfg.rollout.batch_size, len(ws.tasks("train"))) * r.get("target_calls_per_run", 0.0)
+    tokens = runs * r.get("target_tokens_per_call", 0.0)
+    rollout = Usage(math.ceil(runs), math.ceil(tokens), 0, runs * r.get("target_usd_per_call", 0.0))
+    return svc.gateway.cannot_hold(ahead=rollout, growth=CALL_GROWTH)
 
 
 def _budget_short(ws: Workspace, svc: Services) -> str | None:

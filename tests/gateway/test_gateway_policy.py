@@ -208,3 +208,90 @@ def test_the_budget_left_is_checked_against_the_largest_call_each_role_made(limi
         assert f"budget.{limit}" in said
         with pytest.raises(anthropic.RateLimitError):  # what the gateway would do to the next one
             sdk.messages.create(**request)
+
+
+class _Terse(BilledUpstream):
+    """Bills 10 input and 10 output tokens whatever it reserved: a call uses far less than its
+    ``max_tokens``, as an optimizer's usually does."""
+
+    def create(self, request: dict[str, Any], role: str, *, forward: Any = None) -> dict[str, Any]:
+        out = super().create(request, role, forward=forward)
+        out["usage"] = {"input_tokens": 10, "output_tokens": 10}
+        return out
+
+
+def _in_flight(gw: Gateway, role: str, request: dict[str, Any]) -> tuple[Any, list[str]]:
+    """One call of ``role`` started in a thread and admitted (its reservation held); its outcome."""
+    import threading
+    import time
+
+    said: list[str] = []
+    lease = gw.lease(role, 1)
+    sdk = anthropic.Anthropic(base_url=lease.base_url, api_key=lease.token, max_retries=0)
+    thread = threading.Thread(target=lambda: said.append(sdk.messages.create(**request).stop_reason or ""))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while gw.held().calls == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return thread, said
+
+
+BIG = {"model": "claude-sonnet-4-6", "max_tokens": 8000, "messages": [{"role": "user", "content": "hi"}]}
+SMALL = {**BIG, "max_tokens": 100}
+
+
+def test_a_call_that_fits_but_for_one_in_flight_waits_for_its_room() -> None:
+    """A target run's call was refused while the optimizer's call held most of the budget, though
+    the optimizer's call used little of what it held: the run scored a crash, and the run ended
+    as if the budget were spent with 91% of it left (QA). It waits for the room now."""
+    upstream = _Terse(lambda r: 10, delay_s=1.0)
+    one = Gateway(upstream, BudgetConfig()).reservation("optimizer", BIG, b"x" * 200)
+    with Gateway(upstream, BudgetConfig(max_tokens=one.input_tokens + one.output_tokens + 500)) as gw:
+        thread, said = _in_flight(gw, "optimizer", BIG)
+        small = gw.lease("target", 1, "t1")
+        sdk = anthropic.Anthropic(base_url=small.base_url, api_key=small.token, max_retries=0)
+        assert sdk.messages.create(**SMALL).stop_reason  # admitted once the big call gave its room back
+        thread.join()
+        assert said and gw.refusals == 0 and gw.exhausted() is None
+
+
+def test_a_refusal_only_the_calls_in_flight_caused_does_not_spend_the_budget(monkeypatch: Any) -> None:
+    """Refused after the wait: once the calls in flight end, ``exhausted`` asks again whether that
+    call fits, and says what is left then (it said less remained than did: QA)."""
+    import harnessopt.gateway.server as server
+
+    monkeypatch.setattr(server, "ADMIT_WAIT_S", 0.0)
+    upstream = _Terse(lambda r: 10, delay_s=1.0)
+    one = Gateway(upstream, BudgetConfig()).reservation("optimizer", BIG, b"x" * 200)
+    with Gateway(upstream, BudgetConfig(max_tokens=one.input_tokens + one.output_tokens + 500)) as gw:
+        thread, _said = _in_flight(gw, "optimizer", BIG)
+        small = gw.lease("target", 1, "t1")
+        sdk = anthropic.Anthropic(base_url=small.base_url, api_key=small.token, max_retries=0)
+        with pytest.raises(anthropic.RateLimitError):
+            sdk.messages.create(**SMALL)
+        assert "budget" in (gw.exhausted() or "")  # while the big call holds its room
+        thread.join()
+        assert gw.refusals == 1 and gw.exhausted() is None  # it fits now: the budget is not spent
+
+
+def test_cannot_hold_counts_the_rollout_before_the_call_and_its_growth() -> None:
+    """Room for the largest call at round start alone let the round's rollout spend it, and the
+    optimizer's first call was refused: the round failed and the run exited 3 (QA)."""
+    upstream = BilledUpstream(lambda r: 10, delay_s=0)
+    with Gateway(upstream, BudgetConfig()) as gw:
+        lease = gw.lease("optimizer", 1)
+        anthropic.Anthropic(base_url=lease.base_url, api_key=lease.token, max_retries=0).messages.create(
+            **BIG
+        )
+        spent, largest = gw.total(), gw._largest["optimizer"]
+        room = spent.input_tokens + spent.output_tokens + largest.input_tokens + largest.output_tokens
+        gw.budget = BudgetConfig(max_tokens=room + 100)  # the next call as large fits, 100 to spare
+        assert gw.cannot_hold() is None
+        assert "budget.max_tokens" in (
+            gw.cannot_hold(ahead=Usage(4, 400, 0, 0.0)) or ""
+        )  # not after a rollout
+        assert gw.cannot_hold(ahead=Usage(4, 50, 0, 0.0)) is None
+        assert largest.input_tokens > 1000  # a quarter more input is more than the 100 spare
+        assert gw.cannot_hold(growth=1.25) is not None  # nor a call whose input is a quarter larger
+        assert gw.cannot_hold(growth=1.05) is None

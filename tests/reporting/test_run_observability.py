@@ -260,3 +260,29 @@ def test_mlflow_gets_what_an_interrupted_round_spent(tmp_path: Path) -> None:
     assert [m.step for m in calls] == [1] and calls[0].value >= 8  # at least round 1's rollout
     status = cli("status", ws).stdout
     assert f"interrupted round 1 spent $0.0000, {int(calls[0].value)} model call(s)" in status, status
+
+
+@pytest.mark.parametrize("limit", [("--max-tokens", "20000"), ("--max-cost", "0.16")], ids=["tokens", "cost"])
+def test_a_budgeted_run_ends_with_recorded_rounds_and_its_budget_spent(
+    run_env, limit: tuple[str, str]
+) -> None:
+    """Each optimizer call reserves its max_tokens (8,192 here, about 14k tokens or $0.14 with its
+    input) though a round spends about 1.7k tokens: a target run's call refused while one was in
+    flight ended the run with 91% of the budget left; and room for the largest call at round start
+    alone let the rollout spend it, so the next round's first optimizer call was refused, the round
+    failed and the run exited 3 (QA). The run now ends before a round it cannot finish, exit 0."""
+    ws, env, fake = run_env
+    assert (
+        cli("run", ws, "--rounds", "1", "--sandbox", "local", *HOST, "--batch-size", "4", env=env).returncode
+        == 0
+    )
+    r = cli("run", ws, "--rounds", "8", "--sandbox", "local", *HOST, "--batch-size", "4", *limit, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(cli("log", ws, "--json").stdout)
+    assert all(row["status"] in ("accepted", "rejected") for row in rows), [row["status"] for row in rows]
+    assert len(rows) >= 3 and "not starting round" in r.stdout, (
+        r.stdout
+    )  # it ended on the plan, not on a refusal
+    assert not any(
+        "budget refusal" in kinds for row in rows for kinds in (row.get("failures") or {}).values()
+    ), rows
