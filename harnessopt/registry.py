@@ -24,6 +24,7 @@ Factory signatures, by kind:
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -113,9 +114,52 @@ CONTRACTS: dict[str, type] = {
 }
 
 
+# How each kind's factory is called (the module docstring): the config, then these keywords.
+CALLED_WITH: dict[str, tuple[str, ...]] = {
+    "sandbox": ("announce",),
+    "optimizer": ("client_factory", "shell_factory", "announce", "transcript_dir", "lease_factory"),
+    "model": ("root",),
+    "gate": (),
+    "executor": ("sandbox", "gateway_url"),
+}
+
+
+def _called_as(kind: str) -> str:
+    return f"factory(cfg{''.join(f', {k}=...' for k in CALLED_WITH[kind])})"
+
+
+def check_factory(kind: Kind, name: str) -> None:
+    """A user's part (a dotted path) imports and takes the arguments its kind's factory is called
+    with, checked without calling it (``run --dry-run``, which builds nothing): else one UserError."""
+    if name in PARTS[kind]:
+        return
+    factory = resolve(kind, name)
+    try:
+        inspect.signature(factory).bind(None, **dict.fromkeys(CALLED_WITH[kind]))
+    except TypeError as e:
+        raise UserError(
+            f"{kind} {name!r} cannot be called as {_called_as(kind)} ({e}); see harnessopt/registry.py"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): building it says
+        return
+
+
 def build(kind: Kind, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Resolve and call the factory of ``name``; a UserError when the part lacks a member."""
-    part = resolve(kind, name)(*args, **kwargs)
+    """Resolve and call the factory of ``name``; a UserError when the part lacks a member, or when a
+    user's factory (a dotted path) raises: its traceback was the run's end, exit 1 (QA)."""
+    factory = resolve(kind, name)
+    if name in PARTS[kind]:
+        part = factory(*args, **kwargs)
+    else:
+        try:
+            part = factory(*args, **kwargs)
+        except UserError:
+            raise
+        except Exception as e:
+            raise UserError(
+                f"{kind} {name!r}: calling it as {_called_as(kind)} raised {type(e).__name__}: {e}; "
+                "fix the factory (harnessopt/registry.py gives each kind's signature)"
+            ) from e
     contract = CONTRACTS[kind]
     if lacking := missing_members(part, contract):
         raise UserError(

@@ -179,3 +179,36 @@ def test_the_model_providers_have_one_list_the_registry(monkeypatch: pytest.Monk
         ValidationError, match="model.provider\n.*unknown model provider 'foo'; known: anthropic"
     ):
         Config.model_validate({"model": {"provider": "foo"}})
+
+
+class TakesNothing(GatePolicy):
+    """A gate whose factory cannot take the config it is called with."""
+
+    def __init__(self) -> None:
+        pass
+
+
+def raising_gate(cfg: GateConfig) -> GatePolicy:
+    raise RuntimeError("no gate today")
+
+
+def test_a_factory_of_ones_own_that_fails_is_one_line_dry_run_too(tmp_path: Path) -> None:
+    """gate.policy=mod:G2 whose __init__ takes no config: a traceback through make_gate, exit 1,
+    and the dry run passed it (QA). The dry run checks the signature without calling it; the run
+    says what the factory raised, one line, exit 2, before any rollout."""
+    from tests.support.cli import cli
+    from tests.support.cli_errors import assert_unchanged, assert_user_error, snapshot
+
+    ws = leaky_workspace(tmp_path, "Reply with only the city name.", small=True)
+    before = snapshot(ws)
+    bad = ["-c", "gate.policy=tests.test_registry:TakesNothing", "--sandbox", "local"]
+    for dry in (("--dry-run",), ()):
+        out = cli("run", ws, "--rounds", "1", *bad, "--unsafe-host-optimizer", *dry)
+        assert_user_error(out, "gate 'tests.test_registry:TakesNothing'", "factory(cfg)")
+    out = cli("run", ws, "--rounds", "1", "-c", "gate.policy=tests.test_registry:raising_gate", "--sandbox", "local",
+              "--unsafe-host-optimizer")  # fmt: skip
+    assert_user_error(out, "raised RuntimeError: no gate today", "fix the factory")
+    assert_unchanged(ws, before)
+    with pytest.raises(UserError, match="cannot be called as factory"):
+        registry.check_factory("gate", "tests.test_registry:TakesNothing")
+    registry.check_factory("gate", "tests.test_registry:MeanGate")  # one that takes it: nothing said

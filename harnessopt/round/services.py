@@ -116,6 +116,12 @@ def preflight(root: Path, cfg: Config) -> None:
     a dry run does not need: ``unset_keys`` says what to set). Builds nothing that calls out or
     holds a process."""
     optimizer = cfg.optimizer.backend != "manual"  # a person makes no model call
+    from harnessopt import registry
+
+    parts = {"sandbox": cfg.rollout.sandbox, "optimizer": cfg.optimizer.backend, "model": cfg.model.provider,
+             "gate": cfg.gate.policy, "executor": cfg.rollout.executor}  # fmt: skip
+    for kind, name in parts.items():  # a user's part takes its kind's arguments (QA: a traceback, exit 1)
+        registry.check_factory(kind, name)  # type: ignore[arg-type]
     if cfg.model.provider == "scripted":
         model = model_for(cfg.model, root, needs_tools=cfg.template == "tool-agent", warn=lambda _m: None)
         if optimizer and cfg.optimizer_provider == "scripted":
