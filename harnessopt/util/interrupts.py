@@ -60,6 +60,11 @@ def _unraisable(info: Any) -> None:
         return
     if isinstance(info.exc_value, Terminated) and _terminated:
         return
+    # Once a stop came, nor is the ``__del__`` of an object it cut short while being built (the
+    # anthropic client's: "'SyncHttpxClientWrapper' object has no attribute '_state'", after the
+    # run's own line: QA); any other finalizer's error is printed as Python does.
+    if (_interrupted.is_set() or _terminated) and getattr(info.object, "__name__", "") == "__del__":
+        return
     sys.__unraisablehook__(info)
 
 

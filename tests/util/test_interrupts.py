@@ -71,6 +71,18 @@ def test_the_dropped_interrupt_prints_no_traceback_but_other_errors_still_print(
         assert capfd.readouterr().err == ""
         _finalizer_raises(ValueError("real bug"))
         assert "real bug" in capfd.readouterr().err
+
+        class HalfBuilt:  # cut short by the stop before __init__ set what __del__ reads (QA)
+            def __init__(self) -> None:
+                raise KeyboardInterrupt
+
+            def __del__(self) -> None:
+                self._state.close()
+
+        with pytest.raises(KeyboardInterrupt):
+            HalfBuilt()
+        gc.collect()
+        assert capfd.readouterr().err == ""
     finally:
         sys.unraisablehook = hook
 
