@@ -11,9 +11,15 @@ selection of which tasks to rerun (on the first look's runs) cannot have seen th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from statistics import NormalDist
 
 from harnessopt.protocols import Outcome, Outcomes
+
+# the one-sided level at which a bank's later runs count as lower than its earlier ones (it only
+# fails a round, so it spends no alpha: strict, so a model's run noise does not trip it)
+CHANGED_CONFIDENCE = 0.999
 
 
 def first_look(cached: Outcomes, epochs: int) -> Outcomes:
@@ -46,3 +52,38 @@ class IncumbentBank:
             self.ran += sum(len(v) for v in fresh.values())
             got.update({t: list(runs) for t, runs in fresh.items()})
         return got
+
+
+def changed_since(earlier: Outcomes, later: Outcomes) -> tuple[float, float, int] | None:
+    """Whether the incumbent's ``later`` runs (a bank topped up in a round after its accept) score
+    significantly lower than its ``earlier`` ones (its confirmation, when it was the candidate):
+    (the mean difference of task means, the z of the test, tasks), or None. The incumbent's code
+    is the optimizer's: a harness that sabotages its own later runs (it reads the clock or the
+    task's split) lowers the bar the next candidate is judged by, and a regression was accepted as
+    a +0.442 gain (QA).
+
+    The test: with no change, a task's runs are exchangeable, so the sum of its later scores is a
+    draw without replacement from all its runs (mean ``n_l * m``, variance ``n_l (N - n_l) / (N - 1)
+    * var``: the hypergeometric for pass/fail); summed over tasks, one-sided at
+    ``CHANGED_CONFIDENCE``. Run-level, so 3 passes then 8 failures on half the tasks is seen, which
+    a test on task means at that level was not."""
+    total = expected = variance = 0.0
+    diffs = []
+    for t, runs in later.items():
+        before = [o.score for o in earlier.get(t, ())]
+        after = [o.score for o in runs]
+        if not before or not after:
+            continue
+        xs = before + after
+        n, k = len(xs), len(after)
+        m = sum(xs) / n
+        total += sum(after)
+        expected += k * m
+        variance += k * (n - k) / (n - 1) * sum((x - m) ** 2 for x in xs) / n
+        diffs.append(sum(after) / k - sum(before) / len(before))
+    if len(diffs) < 2 or variance <= 0.0:
+        return None
+    z = (total - expected) / math.sqrt(variance)
+    if z < -NormalDist().inv_cdf(CHANGED_CONFIDENCE):
+        return sum(diffs) / len(diffs), z, len(diffs)
+    return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harnessopt.gate.bank import IncumbentBank, first_look
+from harnessopt.gate.bank import CHANGED_CONFIDENCE, IncumbentBank, changed_since, first_look
 from harnessopt.gate.confirmation import confirmation_record
 from harnessopt.gate.noise_floor import NoiseFloorStore, measure
 from harnessopt.gate.noise_floor import lines as noise_lines
@@ -60,6 +60,7 @@ def incumbent_outcomes(
         f"epoch(s){twice}" + (f" ({epochs} for the first look, the rest banked)" if banked > epochs else "")
     )
     got = {t: list(runs) for t, runs in (cached or {}).items()}
+    earlier = {t: list(runs) for t, runs in got.items()}
     second = len(rc.val) * epochs if twice else 0  # the A/A test's second arm, after the bank
     svc.runner.expect(rc.k, "incumbent", sum(banked - n for n in have.values()) + second)
     for n in sorted(set(have.values())):  # a top-up runs only the epochs a task lacks
@@ -69,6 +70,17 @@ def incumbent_outcomes(
             res = rerun_crashed(svc, rc, tasks, res)
         for t, runs in outcomes(res).items():
             got.setdefault(t, []).extend(runs)
+    later = {t: runs[len(earlier[t]) :] for t, runs in got.items() if len(runs) > len(earlier.get(t, runs))}
+    if cached is not None and (change := changed_since(earlier, later)):  # not cached: every round sees it
+        delta, z, n = change
+        why = (
+            f"the incumbent scores lower now than when it was confirmed ({delta:+.3f} on {n} val tasks, z {z:.1f}, "
+            f"one-sided {CHANGED_CONFIDENCE:.1%}): its skill or harness behaves differently "
+            "later (reads the time or the task's split?), or the model changed; no candidate can be judged "
+            f"against it: review the round that accepted it (harnessopt diff, harnessopt rollback)"
+        )
+        ws.journal.write(rc.k, "incumbent_changed", delta=delta, z=z, n=n)
+        raise IncumbentChanged(why)
     cache.put(digest(parts), got)
     ws.journal.write(rc.k, "incumbent_val", n=len(got), score=_mean_score(got))
     if not aa:
@@ -85,6 +97,11 @@ def incumbent_outcomes(
         say(f"round {rc.k}: {line}")
     ws.journal.write(rc.k, "noise_floor", **nf)
     return got, nf
+
+
+class IncumbentChanged(Exception):
+    """The incumbent's topped-up bank scores significantly lower than its earlier runs: the round
+    fails with this reason (``gate.bank.changed_since``)."""
 
 
 def _bank(

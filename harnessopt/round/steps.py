@@ -31,6 +31,7 @@ from harnessopt.rollout.trajectory import write_trajectories
 from harnessopt.round import datalike, leakage, memorised, stop, tamper
 from harnessopt.round.context import Ending, RoundContext, RoundResult, Trail
 from harnessopt.round.evaluate import (
+    IncumbentChanged,
     confirm_accepted,
     confirm_banked,
     final_ending,
@@ -144,7 +145,10 @@ def evaluate(ws: Workspace, svc: Services, rc: RoundContext, t: Trail, say: Anno
     )
     looks = looks_that_fit(ws, svc, rc, say)  # before the bank is topped up: it counts what that costs
     bank = budget.one_look_bank(svc.cfg.gate) if looks == 1 else None  # one look: a smaller bank will do
-    incumbent_val, floor = incumbent_outcomes(ws, svc, rc, say, bank)  # cached after the first winner
+    try:
+        incumbent_val, floor = incumbent_outcomes(ws, svc, rc, say, bank)  # cached after the first winner
+    except IncumbentChanged as e:  # a bar lowered by the incumbent's own code judges nothing
+        return ("failed", str(e))
     t.incumbent_val = incumbent_val
     t.noise_floor = t.noise_floor or floor
     t.probe = t.probe or probe(svc, rc)  # made ahead: counted here
