@@ -39,7 +39,7 @@ def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iter
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _take(fd)
         except BlockingIOError:
             holder = _read(fd)
             raise UserError(
@@ -64,6 +64,19 @@ def workspace_lock(root: Path, command: str, say: Callable[[str], None]) -> Iter
             os.ftruncate(fd, 0)  # a clean exit leaves no name behind
     finally:
         os.close(fd)  # releases the flock
+
+
+def _take(fd: int, tries: int = 20) -> None:
+    """The exclusive flock, tried for about 0.2 s: a ``live_holder`` (``status``) holds a shared one
+    for a moment to see whether anyone holds it. BlockingIOError when a command holds it."""
+    for i in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if i == tries - 1:
+                raise
+            time.sleep(0.01)
 
 
 def _commit_identity(root: Path, say: Callable[[str], None]) -> None:
@@ -109,9 +122,17 @@ def live_holder(root: Path) -> dict[str, object] | None:
         return None
     try:
         holder = _read(fd)
+        if not holder.get("pid") or not _alive(holder):
+            return None
+        if holder.get("host") == socket.gethostname():  # this machine's flock says whether it is held
+            try:  # a copy of a workspace (cp -a) names its original's live run, whose lock is not this
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # one (QA); nor is a reused pid's
+                return None  # nobody holds it: the close below lets go at once
+            except BlockingIOError:
+                pass
+        return holder
     finally:
         os.close(fd)
-    return holder if holder.get("pid") and _alive(holder) else None
 
 
 def _read(fd: int) -> dict[str, object]:

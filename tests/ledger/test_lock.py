@@ -113,3 +113,23 @@ def test_a_run_whose_lock_file_went_records_nothing_more(tmp_path: Path, removed
     assert git(ws, "for-each-ref", "refs/harnessopt/", "refs/tags/ho/round-1") == ""
     if removed == "folder":
         assert not (ws / ".harnessopt" / "journal.jsonl").exists()
+
+
+def test_a_copy_of_a_workspace_in_use_has_no_live_holder(tmp_path: Path) -> None:
+    """`cp -a` of a workspace while a run held it: status and log on the copy named the original's
+    run as running there, and said to touch a STOP file the run never reads (QA). The lock file's
+    text names a live pid, but nobody holds the copy's flock."""
+    import shutil
+
+    from harnessopt.ledger.lock import live_holder
+
+    ws = tmp_path / "ws"
+    (ws / ".harnessopt").mkdir(parents=True)
+    with workspace_lock(ws, "run", lambda _m: None):
+        held = live_holder(ws)
+        assert held is not None and held["command"] == "run"  # the process that holds it sees itself
+        shutil.copytree(ws, tmp_path / "copy")
+        assert live_holder(tmp_path / "copy") is None
+        for _ in range(50):  # a status probing it does not make a command that starts refuse
+            assert live_holder(ws) is not None
+    assert live_holder(ws) is None
