@@ -212,8 +212,9 @@ def test_claude_code_as_the_optimizer_edits_the_view_through_the_gateway(
     assert round1.manifest.summary.startswith("Terse answers")
     assert "skill/SKILL.md" in round1.manifest.changed, round1.manifest  # the CLI could edit
     assert TERSE in git(ws, "show", f"{round1.commit}:skill/SKILL.md")
-    assert record.transcript and Path(record.transcript).is_file()
-    transcript = [json.loads(x) for x in Path(record.transcript).read_text().splitlines() if x.strip()]
+    assert record.transcript and record.transcript.startswith(".harnessopt/")  # relative: a moved ws keeps it
+    assert (ws / record.transcript).is_file()
+    transcript = [json.loads(x) for x in (ws / record.transcript).read_text().splitlines() if x.strip()]
     tools_used = [
         b["name"]
         for e in transcript

@@ -113,9 +113,20 @@ def cache_accepted(ws: Workspace, svc: Services, sha: str, t: Trail) -> None:
     cache.put(cache.key(ws.repo, sha, svc.cfg, svc.sandbox), t.new_bank or outcomes(t.cand_val))
 
 
-def optimizer_record(p: Proposal, skipped: list[str], counted: dict[str, int] | None) -> OptimizerRecord:
+def optimizer_record(
+    p: Proposal, skipped: list[str], counted: dict[str, int] | None, root: Path
+) -> OptimizerRecord:
     """What the optimizer spent: the tokens its agent reports, or, where it reports none (a Codex
-    turn that failed sends no usage), the ones the gateway counted for the role in the round."""
+    turn that failed sends no usage), the ones the gateway counted for the role in the round. Its
+    transcript's path is relative to the workspace ``root``: an absolute one went stale once the
+    workspace was moved or copied (QA)."""
+    transcript = None
+    if p.transcript_path:
+        path = Path(p.transcript_path)
+        try:
+            transcript = str(path.resolve().relative_to(Path(root).resolve()))
+        except ValueError:  # kept elsewhere (a test's own folder): as it is
+            transcript = str(path)
     tokens_in, tokens_out = p.input_tokens, p.output_tokens
     if not (tokens_in or tokens_out) and counted:
         tokens_in, tokens_out = int(counted.get("input", 0)), int(counted.get("output", 0))
@@ -124,7 +135,7 @@ def optimizer_record(p: Proposal, skipped: list[str], counted: dict[str, int] | 
         stopped_by=p.stopped_by,
         input_tokens=tokens_in,
         output_tokens=tokens_out,
-        transcript=str(p.transcript_path) if p.transcript_path else None,
+        transcript=transcript,
         view_skipped=skipped,
     )
 
@@ -134,7 +145,9 @@ def manifest(svc: Services, rc: RoundContext, t: Trail, status: Status, reason: 
     usage = svc.usage_of_round(rc.k)
     optimizer = None
     if p is not None:
-        optimizer = optimizer_record(p, snap.skipped if snap else [], usage.tokens.get("optimizer"))
+        optimizer = optimizer_record(
+            p, snap.skipped if snap else [], usage.tokens.get("optimizer"), svc.state_dir.parent
+        )
     return RoundManifest(
         round=rc.k,
         status=status,

@@ -82,7 +82,10 @@ def test_only_the_train_winner_is_validated_and_committed(k3_round: tuple[Path, 
     # Each conversation has its own transcript; the round's record points at the winner's.
     names = sorted(p.name for p in (root / ".harnessopt" / "optimizer").glob("optimizer-round-1*.jsonl"))
     assert names == [f"optimizer-round-1-c{i}.jsonl" for i in (1, 2, 3)]
-    assert m.optimizer is not None and str(m.optimizer.transcript).endswith("optimizer-round-1-c2.jsonl")
+    assert (
+        m.optimizer is not None
+        and m.optimizer.transcript == ".harnessopt/optimizer/optimizer-round-1-c2.jsonl"
+    )
     # Each candidate aimed at its own cluster: three different focuses.
     assert len({c.focus for c in m.search.candidates}) == 3
 
