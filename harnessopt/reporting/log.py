@@ -132,6 +132,13 @@ def print_log(ws: Workspace, console: Console) -> None:
         console.print(r0, markup=False)
     if " = round " not in (now := incumbent_line(ws, records)):  # main is no round's commit: a rollback, say
         console.print(now, markup=False)  # the table's last round is not what the next run starts from
+    entries = ws.journal.entries()
+    if stopped_applying(ws, entries) == "pending" and (stopped := stopped_step(entries)) is not None:
+        console.print(  # its row reads accepted, main does not hold it yet (QA)
+            f"round {stopped.get('round')} was accepted, but the run stopped before main moved to it: the "
+            f"next run applies it (harnessopt status {shlex.quote(str(ws.root))})",
+            markup=False,
+        )
 
 
 LOG_WIDTH = 100

@@ -552,3 +552,28 @@ def test_a_model_endpoint_that_stops_answering_mid_round_fails_the_round(tmp_pat
     assert m.status == "failed" and "stopped answering" in m.reason and m.delta is None
     assert git(ws, "rev-parse", "main") == main
     assert [r.round for r in ledger.past_rounds(Workspace.open(ws).repo)] == [1]  # the run stopped
+
+
+def test_log_says_an_accepted_round_main_does_not_hold_yet(tmp_path: Path) -> None:
+    """SIGKILL between the round's tag and main's move: log's row read accepted with no hint that
+    main does not hold it (status said the next run finishes it; QA). Log says so under its table."""
+    from harnessopt.ledger.store import RoundManifest, _round_message
+
+    ws_path = make_ws(tmp_path)
+    ws = Workspace.open(ws_path)
+    parent = vcs.head_sha(ws.repo)
+    overlay = tmp_path / "overlay"
+    (overlay / "skill").mkdir(parents=True)
+    (overlay / "skill" / "SKILL.md").write_text((ws_path / "skill" / "SKILL.md").read_text() + "\nnew line\n")
+    m = RoundManifest(round=1, status="accepted", reason="accepted: +0.5", parent=parent, val_score=0.5)
+    sha = vcs.build_commit(ws.repo, parent, overlay, ["skill"], _round_message(m))
+    ws.journal.write(1, "applying", commit=sha, parent=parent, new_best=True)
+    vcs.tag(ws.repo, "ho/round-1", sha)  # record_accepted tags first; the kill came before main moved
+    out = cli("log", ws_path)
+    assert out.returncode == 0, out.stderr
+    said = " ".join(out.stdout.split())
+    assert (
+        "round 1 was accepted, but the run stopped before main moved to it: the next run applies it" in said
+    )
+    ledger.recover(ws.repo, ws.journal, lambda _m: None)
+    assert "stopped before main moved" not in cli("log", ws_path).stdout
