@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -241,16 +243,29 @@ BIG = {"model": "claude-sonnet-4-6", "max_tokens": 8000, "messages": [{"role": "
 SMALL = {**BIG, "max_tokens": 100}
 
 
-def test_a_call_that_fits_but_for_one_in_flight_waits_for_its_room() -> None:
-    """A target run's call was refused while the optimizer's call held most of the budget, though
-    the optimizer's call used little of what it held: the run scored a crash, and the run ended
-    as if the budget were spent with 91% of it left (QA). It waits for the room now."""
+@contextlib.contextmanager
+def _big_call_in_flight() -> Iterator[tuple[Gateway, Any, list[str], anthropic.Anthropic]]:
+    """A gateway whose budget holds one optimizer call of ``BIG`` and a little more, that call in
+    flight (a second), and an SDK client of a target lease: (gateway, the call's thread, its
+    outcome, the client)."""
     upstream = _Terse(lambda r: 10, delay_s=1.0)
     one = Gateway(upstream, BudgetConfig()).reservation("optimizer", BIG, b"x" * 200)
     with Gateway(upstream, BudgetConfig(max_tokens=one.input_tokens + one.output_tokens + 500)) as gw:
         thread, said = _in_flight(gw, "optimizer", BIG)
         small = gw.lease("target", 1, "t1")
-        sdk = anthropic.Anthropic(base_url=small.base_url, api_key=small.token, max_retries=0)
+        yield (
+            gw,
+            thread,
+            said,
+            anthropic.Anthropic(base_url=small.base_url, api_key=small.token, max_retries=0),
+        )
+
+
+def test_a_call_that_fits_but_for_one_in_flight_waits_for_its_room() -> None:
+    """A target run's call was refused while the optimizer's call held most of the budget, though
+    the optimizer's call used little of what it held: the run scored a crash, and the run ended
+    as if the budget were spent with 91% of it left (QA). It waits for the room now."""
+    with _big_call_in_flight() as (gw, thread, said, sdk):
         assert sdk.messages.create(**SMALL).stop_reason  # admitted once the big call gave its room back
         thread.join()
         assert said and gw.refusals == 0 and gw.exhausted() is None
@@ -262,12 +277,7 @@ def test_a_refusal_only_the_calls_in_flight_caused_does_not_spend_the_budget(mon
     import harnessopt.gateway.server as server
 
     monkeypatch.setattr(server, "ADMIT_WAIT_S", 0.0)
-    upstream = _Terse(lambda r: 10, delay_s=1.0)
-    one = Gateway(upstream, BudgetConfig()).reservation("optimizer", BIG, b"x" * 200)
-    with Gateway(upstream, BudgetConfig(max_tokens=one.input_tokens + one.output_tokens + 500)) as gw:
-        thread, _said = _in_flight(gw, "optimizer", BIG)
-        small = gw.lease("target", 1, "t1")
-        sdk = anthropic.Anthropic(base_url=small.base_url, api_key=small.token, max_retries=0)
+    with _big_call_in_flight() as (gw, thread, _said, sdk):
         with pytest.raises(anthropic.RateLimitError):
             sdk.messages.create(**SMALL)
         assert "budget" in (gw.exhausted() or "")  # while the big call holds its room

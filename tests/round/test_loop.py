@@ -100,15 +100,21 @@ def _interrupt_mid_round(
     return proc.pid
 
 
-def _round_one_commit(tmp_path: Path) -> tuple[Path, Workspace, str, str]:
-    """A workspace and a round-1 commit (one more line in SKILL.md) not yet on main: (path, ws, parent, sha)."""
+def _round_one_commit(tmp_path: Path, recorded: bool = False) -> tuple[Path, Workspace, str, str]:
+    """A workspace and a round-1 commit (one more line in SKILL.md) not yet on main: (path, ws,
+    parent, sha); ``recorded``: with an accepted round's message, as ``record_accepted`` writes it."""
+    from harnessopt.ledger.store import RoundManifest, _round_message
+
     ws_path = make_ws(tmp_path)
     ws = Workspace.open(ws_path)
     parent = vcs.head_sha(ws.repo)
     overlay = tmp_path / "overlay"
     (overlay / "skill").mkdir(parents=True)
     (overlay / "skill" / "SKILL.md").write_text((ws_path / "skill" / "SKILL.md").read_text() + "\nnew line\n")
-    sha = vcs.build_commit(ws.repo, parent, overlay, ["skill"], "round 1\n")
+    m = RoundManifest(round=1, status="accepted", reason="accepted: +0.5", parent=parent, val_score=0.5)
+    sha = vcs.build_commit(
+        ws.repo, parent, overlay, ["skill"], _round_message(m) if recorded else "round 1\n"
+    )
     return ws_path, ws, parent, sha
 
 
@@ -557,16 +563,7 @@ def test_a_model_endpoint_that_stops_answering_mid_round_fails_the_round(tmp_pat
 def test_log_says_an_accepted_round_main_does_not_hold_yet(tmp_path: Path) -> None:
     """SIGKILL between the round's tag and main's move: log's row read accepted with no hint that
     main does not hold it (status said the next run finishes it; QA). Log says so under its table."""
-    from harnessopt.ledger.store import RoundManifest, _round_message
-
-    ws_path = make_ws(tmp_path)
-    ws = Workspace.open(ws_path)
-    parent = vcs.head_sha(ws.repo)
-    overlay = tmp_path / "overlay"
-    (overlay / "skill").mkdir(parents=True)
-    (overlay / "skill" / "SKILL.md").write_text((ws_path / "skill" / "SKILL.md").read_text() + "\nnew line\n")
-    m = RoundManifest(round=1, status="accepted", reason="accepted: +0.5", parent=parent, val_score=0.5)
-    sha = vcs.build_commit(ws.repo, parent, overlay, ["skill"], _round_message(m))
+    ws_path, ws, parent, sha = _round_one_commit(tmp_path, recorded=True)
     ws.journal.write(1, "applying", commit=sha, parent=parent, new_best=True)
     vcs.tag(ws.repo, "ho/round-1", sha)  # record_accepted tags first; the kill came before main moved
     out = cli("log", ws_path)
