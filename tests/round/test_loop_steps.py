@@ -528,6 +528,7 @@ def test_the_banked_confirmation_starts_the_winners_bank_and_the_next_validation
     assert cached is not None and {t: len(r) for t, r in cached.items()} == {t: runs for t in fresh}
     rc2 = context.RoundContext(2, tmp_path / "scratch2", rc.incumbent, "HEAD", rc.val)
     svc.runner.batches.clear()
+    fixed.clear()  # round 2's incumbent is the accepted candidate: it passes where its confirmation did
     bank, _ = evaluate.incumbent_outcomes(ws, svc, rc2, lambda _m: None)
     if runs == 4:
         assert svc.runner.batches == []  # its bank is complete: nothing to top up
