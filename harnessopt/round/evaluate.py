@@ -71,7 +71,8 @@ def incumbent_outcomes(
         for t, runs in outcomes(res).items():
             got.setdefault(t, []).extend(runs)
     later = {t: runs[len(earlier[t]) :] for t, runs in got.items() if len(runs) > len(earlier.get(t, runs))}
-    if cached is not None and (change := changed_since(earlier, later)):  # not cached: every round sees it
+    # not cached: every round sees it; an outage's runs (scored 0, no evidence) are the outage's to say
+    if cached is not None and (change := changed_since(earlier, later)) and not svc.gateway.upstream_down():
         delta, z, n = change
         why = (
             f"the incumbent scores lower now than when it was confirmed ({delta:+.3f} on {n} val tasks, z {z:.1f}, "
