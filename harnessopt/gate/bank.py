@@ -19,7 +19,7 @@ from harnessopt.protocols import Outcome, Outcomes
 
 # the one-sided level at which a bank's later runs count as lower than its earlier ones (it only
 # fails a round, so it spends no alpha: strict, so a model's run noise does not trip it)
-CHANGED_CONFIDENCE = 0.999
+CHANGED_CONFIDENCE = 0.9999
 
 
 def first_look(cached: Outcomes, epochs: int) -> Outcomes:
@@ -64,14 +64,15 @@ def changed_since(earlier: Outcomes, later: Outcomes) -> tuple[float, float, int
 
     The test: with no change, a task's runs are exchangeable, so the sum of its later scores is a
     draw without replacement from all its runs (mean ``n_l * m``, variance ``n_l (N - n_l) / (N - 1)
-    * var``: the hypergeometric for pass/fail); summed over tasks, one-sided at
-    ``CHANGED_CONFIDENCE``. Run-level, so 3 passes then 8 failures on half the tasks is seen, which
+    * var``: the hypergeometric for pass/fail); summed over tasks, with half a pass of continuity
+    correction, one-sided at ``CHANGED_CONFIDENCE``. Crashed runs (timeouts, outages) are left out:
+    they say nothing of what the code does (QA: slow upstream calls failed a round as "changed"). Run-level, so 3 passes then 8 failures on half the tasks is seen, which
     a test on task means at that level was not."""
     total = expected = variance = 0.0
     diffs = []
-    for t, runs in later.items():
-        before = [o.score for o in earlier.get(t, ())]
-        after = [o.score for o in runs]
+    for t, runs in later.items():  # a crashed run (a timeout, an outage) is no evidence of either
+        before = [o.score for o in earlier.get(t, ()) if not o.crashed]
+        after = [o.score for o in runs if not o.crashed]
         if not before or not after:
             continue
         xs = before + after
@@ -83,7 +84,7 @@ def changed_since(earlier: Outcomes, later: Outcomes) -> tuple[float, float, int
         diffs.append(sum(after) / k - sum(before) / len(before))
     if len(diffs) < 2 or variance <= 0.0:
         return None
-    z = (total - expected) / math.sqrt(variance)
+    z = (total - expected + 0.5) / math.sqrt(variance)  # half a pass of continuity: the sums are discrete
     if z < -NormalDist().inv_cdf(CHANGED_CONFIDENCE):
         return sum(diffs) / len(diffs), z, len(diffs)
     return None

@@ -76,7 +76,7 @@ def incumbent_outcomes(
         delta, z, n = change
         why = (
             f"the incumbent scores lower now than when it was confirmed ({delta:+.3f} on {n} val tasks, z {z:.1f}, "
-            f"one-sided {CHANGED_CONFIDENCE:.1%}): its skill or harness behaves differently "
+            f"one-sided {CHANGED_CONFIDENCE:.2%}): its skill or harness behaves differently "
             "later (reads the time or the task's split?), or the model changed; no candidate can be judged "
             f"against it: review the round that accepted it (harnessopt diff, harnessopt rollback)"
         )

@@ -37,6 +37,10 @@ def test_changed_since_finds_later_runs_significantly_lower() -> None:
     )
     assert changed_since(earlier, noisy) is None
     assert changed_since(_runs({"t0": [1.0]}), _runs({"t0": [0.0]})) is None  # one task: nothing to test on
+    # timed-out runs (crashed, score 0) are no evidence of what the code does: a slow upstream
+    # failed a round as "the incumbent changed" (QA)
+    timeouts = {t: [Outcome(0.0, crashed=True)] * 6 + list(runs[:2]) for t, runs in same.items()}
+    assert changed_since(earlier, timeouts) is None
 
 
 def test_an_incumbent_that_sabotages_its_later_runs_fails_the_next_round(tmp_path: Path) -> None:
