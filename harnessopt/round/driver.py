@@ -151,14 +151,23 @@ CALL_GROWTH = 1.1
 
 
 def _cannot_hold(ws: Workspace, svc: Services) -> str | None:
-    """Why the budget left would refuse the round's largest call after its train rollout, or None:
-    room for the largest call at round start alone let the rollout spend it, and the optimizer's
-    first call was refused, the round failed and the run exited 3 (QA)."""
-    r = svc.rates
+    """Why the budget left would refuse the round's largest call after what the round spends
+    before it, or None: its train rollout and its optimizer conversations (each candidate's) at the
+    measured rates, then a call 10% larger than the run's largest. Room for the largest call at
+    round start alone let the rollout and the turns before it spend that room: the call was
+    refused, the round failed and the run exited 3 (QA, twice)."""
+    r, k = svc.rates, max(1, svc.cfg.search.candidates)
     runs = min(svc.cfg.rollout.batch_size, len(ws.tasks("train"))) * r.get("target_calls_per_run", 0.0)
-    tokens = runs * r.get("target_tokens_per_call", 0.0)
-    rollout = Usage(math.ceil(runs), math.ceil(tokens), 0, runs * r.get("target_usd_per_call", 0.0))
-    return svc.gateway.cannot_hold(ahead=rollout, growth=CALL_GROWTH)
+    calls = k * r.get("optimizer_calls", 0.0)
+    tokens = runs * r.get("target_tokens_per_call", 0.0) + calls * r.get("optimizer_tokens_per_call", 0.0)
+    usd = runs * r.get("target_usd_per_call", 0.0) + calls * r.get("optimizer_usd_per_call", 0.0)
+    before = Usage(math.ceil(runs + calls), math.ceil(tokens), 0, usd)
+    if (short := svc.gateway.cannot_hold(ahead=before, growth=CALL_GROWTH)) is None:
+        return None
+    return (
+        f"after the round's rollout and optimizer turns at the measured rates (about {before.calls} calls, "
+        f"{before.input_tokens:,} tokens, ${usd:.4f}), {short}, with its input {CALL_GROWTH - 1:.0%} larger"
+    )
 
 
 def _budget_short(ws: Workspace, svc: Services) -> str | None:
