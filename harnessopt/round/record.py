@@ -114,7 +114,7 @@ def cache_accepted(ws: Workspace, svc: Services, sha: str, t: Trail) -> None:
 
 
 def optimizer_record(
-    p: Proposal, skipped: list[str], counted: dict[str, int] | None, root: Path
+    p: Proposal, skipped: list[str], counted: dict[str, int] | None, root: Path | None = None
 ) -> OptimizerRecord:
     """What the optimizer spent: the tokens its agent reports, or, where it reports none (a Codex
     turn that failed sends no usage), the ones the gateway counted for the role in the round. Its
@@ -124,7 +124,7 @@ def optimizer_record(
     if p.transcript_path:
         path = Path(p.transcript_path)
         try:
-            transcript = str(path.resolve().relative_to(Path(root).resolve()))
+            transcript = str(path.resolve().relative_to(Path(root).resolve())) if root else str(path)
         except ValueError:  # kept elsewhere (a test's own folder): as it is
             transcript = str(path)
     tokens_in, tokens_out = p.input_tokens, p.output_tokens
