@@ -261,7 +261,8 @@ def test_a_round_whose_calls_the_budget_left_would_refuse_is_not_started(tmp_pat
         "optimizer.unsafe_host=true",
     )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr)
-    said = re.search(r"^not starting round 2: one optimizer call as large as this run's largest would be "
+    said = re.search(r"^not starting round 2: after the round's rollout and optimizer turns at the measured rates "
+                     r"\(about \d+ calls, [\d,]+ tokens, \$[\d.]+\), one optimizer call as large as this run's largest would be "
                      r"refused \(harnessopt budget: this call may use up to (\d+) tokens .* but only (\d+) "
                      r"tokens of budget.max_tokens=25000 remain", r.stdout, re.M)  # fmt: skip
     assert said and int(said.group(1)) > int(said.group(2)), r.stdout[-2000:]
