@@ -66,11 +66,12 @@ def changed_since(earlier: Outcomes, later: Outcomes) -> tuple[float, float, int
     draw without replacement from all its runs (mean ``n_l * m``, variance ``n_l (N - n_l) / (N - 1)
     * var``: the hypergeometric for pass/fail); summed over tasks, with half a pass of continuity
     correction, one-sided at ``CHANGED_CONFIDENCE``. Crashed runs (timeouts, outages) are left out:
-    they say nothing of what the code does (QA: slow upstream calls failed a round as "changed"). Run-level, so 3 passes then 8 failures on half the tasks is seen, which
-    a test on task means at that level was not."""
+    they say nothing of what the code does (QA: slow upstream calls failed a round as "changed").
+    Run-level, so 3 passes then 8 failures on half the tasks is seen, which a test on task means at
+    that level was not."""
     total = expected = variance = 0.0
     diffs = []
-    for t, runs in later.items():  # a crashed run (a timeout, an outage) is no evidence of either
+    for t, runs in later.items():
         before = [o.score for o in earlier.get(t, ()) if not o.crashed]
         after = [o.score for o in runs if not o.crashed]
         if not before or not after:

@@ -60,7 +60,7 @@ def incumbent_outcomes(
         f"epoch(s){twice}" + (f" ({epochs} for the first look, the rest banked)" if banked > epochs else "")
     )
     got = {t: list(runs) for t, runs in (cached or {}).items()}
-    earlier = {t: list(runs) for t, runs in got.items()}
+    earlier = cached or {}  # what the bank held before this top-up (``got`` extends copies of it)
     second = len(rc.val) * epochs if twice else 0  # the A/A test's second arm, after the bank
     svc.runner.expect(rc.k, "incumbent", sum(banked - n for n in have.values()) + second)
     for n in sorted(set(have.values())):  # a top-up runs only the epochs a task lacks
@@ -70,7 +70,7 @@ def incumbent_outcomes(
             res = rerun_crashed(svc, rc, tasks, res)
         for t, runs in outcomes(res).items():
             got.setdefault(t, []).extend(runs)
-    later = {t: runs[len(earlier[t]) :] for t, runs in got.items() if len(runs) > len(earlier.get(t, runs))}
+    later = {t: got[t][len(runs) :] for t, runs in earlier.items() if len(got[t]) > len(runs)}
     # not cached: every round sees it; an outage's runs (scored 0, no evidence) are the outage's to say
     if cached is not None and (change := changed_since(earlier, later)) and not svc.gateway.upstream_down():
         delta, z, n = change
