@@ -166,17 +166,23 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     assert again.returncode == 0, again.stderr
     assert git(ws, "log", "-1", "--format=%P", ref).split()[1:] == [second, first]
     (latest,) = [a for a in report_data(Workspace.open(ws))["audits"] if a["ref"] == ref]
-    assert [e["commit"] for e in latest["earlier"]] == [second, first] and latest["forced"]
+    assert [e["commit"] for e in latest["earlier"]] == [first, second] and latest["forced"]  # oldest first
+    # a fourth look finds all three before it, the ones its ref's record keeps as parents too (QA:
+    # a third forced audit on one ref listed only the look before it)
+    third = git(ws, "rev-parse", ref)
+    assert cli("audit", ws, "--sandbox", "local", "--force", env=env).returncode == 0
+    (latest,) = [a for a in report_data(Workspace.open(ws))["audits"] if a["ref"] == ref]
+    assert [e["commit"] for e in latest["earlier"]] == [first, second, third]
     assert cli("report", ws, "--out", tmp_path / "rep").returncode == 0
     page = (tmp_path / "rep" / "report.html").read_text()
-    assert "was forced: the test split was looked at 2 time(s) before, which gave +1.000, +1.000" in page
+    assert "was forced: the test split was looked at 3 time(s) before, which gave +1.000, +1.000, +1.000" in page
     # status counts what the audits spent beside the rounds' cost (QA: only their records held it),
-    # each of the three looks once, the ones kept as parents too
+    # each of the four looks once, the ones kept as parents too
     said = next(
         x for x in cli("status", ws, env=env).stdout.splitlines() if x.startswith("measuring commands")
     )
-    assert said.startswith("measuring commands recorded (not in the cost above): audit x3 $"), said
-    assert f"({3 * 8} calls," in said and said in page  # 2 sides x 4 test tasks a look
+    assert said.startswith("measuring commands recorded (not in the cost above): audit x4 $"), said
+    assert f"({4 * 8} calls," in said and said in page  # 2 sides x 4 test tasks a look
 
 
 def test_a_refused_api_key_stops_the_run_at_once(tmp_path: Path) -> None:

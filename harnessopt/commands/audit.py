@@ -73,12 +73,15 @@ def run_audit(
     # a forced audit keeps the looks before it: their commits as parents (the ref moves to the new
     # one, and git log of it shows them all) and their gains in its record (QA: a re-audit replaced
     # the first look at the test split, which is what makes a second one selection)
-    looks = [repo.commit(r).hexsha for r in done] if force else []
+    # every earlier look, the ones the refs' records keep as parents too (QA: the third forced
+    # audit listed only the second)
+    tips = [repo.commit(r).hexsha for r in done] if force else []
     report["earlier"] = [
-        {"commit": c, "gain": ledger.manifest_data(str(repo.commit(c).message)).get("gain")} for c in looks
+        {"commit": c.hexsha, "gain": ledger.manifest_data(str(c.message)).get("gain")}
+        for c in ledger.measurement_records(repo, tips)
     ]
     message = ledger.message(f"harnessopt audit of {best[:10]} over round 0", "", report)
-    ledger.record_measurement(repo, ref, best, message, looks)
+    ledger.record_measurement(repo, ref, best, message, tips)
     ws.journal.write(0, "audit", ref=ref, gain=report["gain"], interval=report["interval"])
     lo, hi = report["interval"]
     for e in report["earlier"]:

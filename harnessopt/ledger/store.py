@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -476,19 +476,29 @@ def record_measurement(repo: git.Repo, ref: str, at: str, message: str, earlier:
     return sha
 
 
+def measurement_records(repo: git.Repo, tips: Iterable[str]) -> list[git.Commit]:
+    """The records at ``tips`` and every record they keep as further parents (a record's first
+    parent is the state it measured), each once, a record after the ones it keeps: oldest first."""
+    out: dict[str, git.Commit] = {}
+
+    def visit(commit: git.Commit) -> None:
+        if commit.hexsha not in out:
+            for earlier in commit.parents[1:]:
+                visit(earlier)
+            out.setdefault(commit.hexsha, commit)
+
+    for tip in tips:
+        visit(repo.commit(tip))
+    return list(out.values())
+
+
 def measured_spend(repo: git.Repo) -> dict[str, dict[str, float]]:
     """What audit, ablate and replay spent, by command: records, calls, tokens and dollars, over
     every record (the ones a later record keeps as parents too)."""
     out: dict[str, dict[str, float]] = {}
     for kind, prefixes in MEASURED.items():
-        seen: set[str] = set()
-        todo = [repo.commit(ref) for prefix in prefixes for ref in _refs_under(repo, prefix)]
-        while todo:
-            commit = todo.pop()
-            if commit.hexsha in seen:
-                continue
-            seen.add(commit.hexsha)
-            todo += commit.parents[1:]  # the records before it; the first parent is the state measured
+        tips = [ref for prefix in prefixes for ref in _refs_under(repo, prefix)]
+        for commit in measurement_records(repo, tips):
             data = manifest_data(str(commit.message))
             row = out.setdefault(kind, {"records": 0, "calls": 0, "tokens": 0, "cost_usd": 0.0})
             row["records"] += 1
