@@ -21,7 +21,7 @@ from harnessopt.objective.trigger import score as trigger_score
 from harnessopt.protocols import Executor, Outcome, RunOutput, RunSpec, Sandbox, SandboxCall, Task, TaskResult
 from harnessopt.rollout.executors import LocalExecutor, WorkerLost
 from harnessopt.rollout.run_cache import RoundStore
-from harnessopt.rollout.taxonomy import SCORER_ERROR
+from harnessopt.rollout.taxonomy import SCORER_ERROR, refused
 from harnessopt.rollout.trajectory import safe_filename
 from harnessopt.util import interrupts
 from harnessopt.util.text import redact
@@ -375,11 +375,13 @@ def outcomes(results: Sequence[TaskResult]) -> dict[str, list[Outcome]]:
 
 
 def _refused(result: TaskResult) -> bool:
-    """A run one of whose calls the gateway refused for the budget (its 429 naming a budget
-    setting): no evidence, never kept. Not a policy refusal (a 400: ``max_tokens`` over
-    ``budget.target_max_output_tokens`` names a budget setting too), which is the harness's error
-    to see, not a spent budget."""
-    return any(x.error and x.error.startswith("429 ") and "budget" in x.error for x in result.exchanges)
+    """A run one of whose calls the gateway refused for the budget (``taxonomy.refused``: its
+    refusal names the harnessopt budget, and no model answered): no evidence, never kept. Not a
+    policy refusal (a 400: ``max_tokens`` over ``budget.target_max_output_tokens`` names a budget
+    setting too), which is the harness's error to see, not a spent budget. (It looked for a "429 "
+    the gateway's transcript of its own refusal does not start with, so a probe the budget refused
+    after its wait was kept, and read again, as a crash: QA.)"""
+    return any(refused(x) for x in result.exchanges)
 
 
 def _read_capped(path: Path, cap: int) -> str:

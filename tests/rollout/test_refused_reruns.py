@@ -96,3 +96,48 @@ def test_a_task_starved_on_every_run_fails_the_batch_instead_of_scoring_0(setup)
     with pytest.raises(GatewayRefused, match="gateway.max_connections"):
         runner.run_one(cand, TASK, 1, 0, via=harness)
     assert harness.answers == [""] * (REFUSED_RERUNS + 1)
+
+
+def test_a_run_the_budget_refused_is_not_kept_for_a_rerun_of_the_round(tmp_path: Path) -> None:
+    """The gateway's transcript of its own budget refusal: the run is no evidence, so it is not
+    kept (QA: a probe the budget refused was kept, and read again on resume, as a crash). A run
+    whose call a policy refused (a 400: max_tokens over the per-call cap) is the harness's error
+    and is kept."""
+    from harnessopt.rollout.run_cache import RoundStore
+
+    root = tmp_path / "cand"
+    (root / "skill").mkdir(parents=True)
+    (root / "harness").mkdir()
+    cfg = Config(rollout=RolloutConfig(sandbox="local", timeout_s=60))
+    budget = BudgetConfig(max_calls=1, target_max_output_tokens=64)
+    with Gateway(ScriptedModel.from_dict(SCRIPT), budget) as gw:
+        scorer = lambda task, answer, out: float(answer == task["answer"])  # noqa: E731
+        runner = Runner(cfg, object(), gw, scorer, tmp_path / "scratch")  # type: ignore[arg-type]
+        runner.store = store = RoundStore(tmp_path / "state", "settings")
+        cand = Candidate(root, "incumbent", "c")
+
+        def asking(max_tokens: int):
+            def harness(spec: RunSpec, out_dir: Path) -> RunOutput:
+                client = anthropic.Anthropic(
+                    base_url=spec.gateway.base_url, api_key=spec.gateway.token, max_retries=0
+                )
+                try:
+                    reply = client.messages.create(
+                        model="claude-haiku-4-5",
+                        max_tokens=max_tokens,
+                        messages=[{"role": "user", "content": "capital?"}],
+                    )
+                    (out_dir / "answer.txt").write_text(reply.content[0].text)
+                except anthropic.APIStatusError:
+                    (out_dir / "answer.txt").write_text("")
+                return RunOutput(exit_code=0, wall_s=0.1, out_dir=out_dir)
+
+            return harness
+
+        too_big = runner.run_one(cand, TASK, 1, 0, via=asking(1024))  # over the per-call cap
+        assert too_big.exchanges[-1].error and "target_max_output_tokens" in too_big.exchanges[-1].error
+        assert store.get(1, root, TASK, 0) is not None  # the harness's own error: kept
+        assert runner.run_one(cand, TASK, 1, 1, via=asking(16)).passed  # the one call the budget holds
+        spent = runner.run_one(cand, TASK, 1, 2, via=asking(16))
+        assert spent.exchanges[-1].error and spent.exchanges[-1].error.startswith("harnessopt budget")
+        assert store.get(1, root, TASK, 1) is not None and store.get(1, root, TASK, 2) is None
