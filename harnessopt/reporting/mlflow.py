@@ -157,6 +157,13 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
         major = 3
     parts = urlsplit(uri)
     scheme = parts.scheme.split("+", 1)[0]  # postgresql+psycopg2: the dialect, then its driver
+    if uri == "databricks":  # MLflow's own name for the workspace its config points at, no folder
+        scheme = "databricks"
+    if scheme == "sqlite" and parts.path in ("", "/", "/:memory:"):
+        raise UserError(
+            f"--mlflow {shown_uri(uri)} is a database in memory: what the run logs is gone when it "
+            "ends; give sqlite:///PATH/mlflow.db, or no URI for the workspace's own store"
+        )
     allowed = major < 3 or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true")
     if scheme in ("", "file") and not allowed:
         raise UserError(FILE_STORE.format(uri=shown_uri(uri)))
@@ -187,6 +194,7 @@ class MlflowRun:
         self.uri = uri or default_uri(ws)
         self.say = say
         self.run_id = ""
+        self._stale: list[str] = []  # earlier runs of this workspace a kill left RUNNING
         self._warned = False
         try:
             from mlflow.tracking import MlflowClient
@@ -210,6 +218,7 @@ class MlflowRun:
                     EXPERIMENT, artifact_location=artifact_location(self.ws, self.uri)
                 )
             )
+            self._stale = self._killed_runs(exp_id)
             run = self.client.create_run(
                 exp_id, run_name=self.ws.root.name, tags={"workspace": str(self.ws.root)}
             )
@@ -228,6 +237,17 @@ class MlflowRun:
         self.client.log_batch(self.run_id, params=[Param(k, v[:6000]) for k, v in sorted(params.items())])
         self.say(f"mlflow: run {self.run_id} in experiment '{EXPERIMENT}' at {shown_uri(self.uri)}")
         return self
+
+    def _killed_runs(self, exp_id: str) -> list[str]:
+        """This workspace's earlier MLflow runs still RUNNING, newest first: a run killed outright
+        (SIGKILL) never ended its own; only one command holds a workspace, so none is live. Each is
+        ended KILLED here, and gets what its run spent when this one folds that in (QA: it was
+        logged under this run, and the killed one stayed RUNNING)."""
+        runs = self.client.search_runs([exp_id], filter_string="attributes.status = 'RUNNING'")
+        stale = [r.info.run_id for r in runs if r.data.tags.get("workspace") == str(self.ws.root)]
+        for run_id in stale:
+            self.client.set_terminated(run_id, "KILLED")
+        return stale
 
     def log_round(self, result: RoundResult) -> None:
         """Log a recorded round: its metrics at step = round number, its diff as an artifact. After a
@@ -271,19 +291,23 @@ class MlflowRun:
         entries = self.ws.journal.entries()[self._journal_from :]
         recorded = {r.round for r in ledger.past_rounds(self.ws.repo)}
         ts = _now_ms()
-        metrics = [
-            Metric(name, float(value), ts, k)
-            for k, (usd, calls, tokens, _at_least) in unrecorded_spend(
-                self.ws, entries, recorded, False
-            ).items()
-            for name, value in (
-                ("unrecorded_cost_usd", usd),
-                ("unrecorded_calls", calls),
-                ("unrecorded_tokens", tokens),
-            )
-        ]
-        if metrics:
-            self.client.log_batch(self.run_id, metrics=metrics)
+        # the spend a run killed outright left, folded in by this one, is the killed run's
+        ours = [e for e in entries if not e.get("killed")]
+        theirs = [e for e in entries if e.get("killed") and e.get("phase") == "spend"]
+        for run_id, part in ((self.run_id, ours), *([(self._stale[0], theirs)] if self._stale else [])):
+            metrics = [
+                Metric(name, float(value), ts, k)
+                for k, (usd, calls, tokens, _at_least) in unrecorded_spend(
+                    self.ws, part, set() if part is theirs else recorded, False
+                ).items()
+                for name, value in (
+                    ("unrecorded_cost_usd", usd),
+                    ("unrecorded_calls", calls),
+                    ("unrecorded_tokens", tokens),
+                )
+            ]
+            if metrics:
+                self.client.log_batch(run_id, metrics=metrics)
 
     def _log_report(self) -> None:
         with tempfile.TemporaryDirectory(prefix="ho-mlflow-") as tmp:

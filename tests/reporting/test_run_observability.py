@@ -186,6 +186,21 @@ def test_mlflow_plain_folder_store_says_what_to_use(run_env, tmp_path: Path) -> 
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "bare").exists()
 
 
+def test_mlflow_names_databricks_and_refuses_a_database_in_memory() -> None:
+    """``--mlflow databricks`` (MLflow's name for the Databricks workspace its config names) was
+    refused as a plain folder; ``sqlite://`` (a database in memory, gone when the run ends) was
+    accepted (QA)."""
+    pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    from harnessopt.errors import UserError
+    from harnessopt.reporting.mlflow import check_server
+
+    for uri in ("databricks", "databricks://my-profile", "sqlite:////tmp/x/mlflow.db", "sqlite:///mlflow.db"):
+        check_server(uri)
+    for uri in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):
+        with pytest.raises(UserError, match="is a database in memory: what the run logs is gone"):
+            check_server(uri)
+
+
 def test_mlflow_with_a_sqlite_uri_keeps_artifacts_out_of_the_working_tree(run_env, tmp_path: Path) -> None:
     """A run started inside the workspace with --mlflow sqlite:///... wrote its artifacts to
     ./mlruns there, and the next run refused its "uncommitted changes" (QA). The dry run also asks
@@ -286,3 +301,33 @@ def test_a_budgeted_run_ends_with_recorded_rounds_and_its_budget_spent(
     assert not any(
         "budget refusal" in kinds for row in rows for kinds in (row.get("failures") or {}).values()
     ), rows
+
+
+def test_mlflow_ends_a_killed_runs_mlflow_run_and_gives_it_what_that_run_spent(tmp_path: Path) -> None:
+    """What a run killed outright (SIGKILL) leaves: its MLflow run RUNNING, and its keeper's last
+    count in .harnessopt/spend-live.json. The next run folded that count in and logged it as its
+    own round 1's unrecorded spend, and the killed run stayed RUNNING (QA). Now the killed run is
+    ended KILLED and gets the count; the next run's metrics are its own."""
+    pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+    from mlflow.tracking import MlflowClient
+
+    from harnessopt.ledger import live_spend
+
+    ws = make_ws(tmp_path)
+    client = MlflowClient(tracking_uri=f"sqlite:///{(ws / '.harnessopt' / 'mlflow.db').resolve()}")
+    exp = client.create_experiment("harnessopt")
+    killed = client.create_run(exp, run_name=ws.name, tags={"workspace": str(ws.resolve())}).info.run_id
+    other = client.create_run(exp, run_name="elsewhere", tags={"workspace": "/elsewhere"}).info.run_id
+    left = {"1": {"cost_usd": 0.42, "tokens": {"optimizer": {"calls": 3, "input": 900, "output": 90}}}}
+    live_spend.path(ws).write_text(json.dumps({"pid": 1, "rounds": left}))
+    r = cli("run", ws, "--rounds", "1", "--sandbox", "local", "--mlflow")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert client.get_run(killed).info.status == "KILLED"
+    assert client.get_run(other).info.status == "RUNNING"  # another workspace's run is not ours to end
+    calls = client.get_metric_history(killed, "unrecorded_calls")
+    assert [(m.step, m.value) for m in calls] == [(1, 3.0)]
+    assert [m.value for m in client.get_metric_history(killed, "unrecorded_cost_usd")] == [0.42]
+    (new,) = [x for x in client.search_runs([exp]) if x.info.run_id not in (killed, other)]
+    assert new.info.status == "FINISHED" and not client.get_metric_history(
+        new.info.run_id, "unrecorded_calls"
+    )
