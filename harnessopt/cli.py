@@ -520,7 +520,10 @@ def _round0_decider(yes: bool, ask: Callable[[str], str]) -> Callable[[Any], tup
             if ROUND0_ANSWERS[answer] == "approve":
                 return ("approve", "prompt")
             if ROUND0_ANSWERS[answer] == "reject":
-                why = ask("Why (the next diagnosis reads it)? ").strip()
+                try:
+                    why = ask("Why (the next diagnosis reads it)? ").strip()
+                except EOFError:  # the "n" stands; only the reason is missing (QA: taken as "later")
+                    why = ""
                 return ("reject", why or "rejected at the prompt")
         except EOFError:  # stdin closed at the prompt: decide later, as without a terminal
             pass

@@ -285,6 +285,14 @@ def test_run_on_a_terminal_asks_and_yes_approves(monkeypatch: Any) -> None:
 
     assert cli._round0_decider(False, closed)(st) is None  # stdin ended at the prompt: later
 
+    def no_reason(prompt: str) -> str:
+        if prompt.startswith("Why"):
+            raise EOFError
+        return "n"
+
+    # stdin ended at "Why?" after an "n": the rejection stands (QA: it was taken as "later")
+    assert cli._round0_decider(False, no_reason)(st) == ("reject", "rejected at the prompt")
+
 
 def test_the_prompt_is_asked_with_the_live_bars_stopped(monkeypatch: Any) -> None:
     """With the bars drawing, input()'s prompt went through rich's stdout proxy, which read
