@@ -156,12 +156,9 @@ def _cannot_hold(ws: Workspace, svc: Services) -> str | None:
     measured rates, then a call 10% larger than the run's largest. Room for the largest call at
     round start alone let the rollout and the turns before it spend that room: the call was
     refused, the round failed and the run exited 3 (QA, twice)."""
-    r, k = svc.rates, max(1, svc.cfg.search.candidates)
-    runs = min(svc.cfg.rollout.batch_size, len(ws.tasks("train"))) * r.get("target_calls_per_run", 0.0)
-    calls = k * r.get("optimizer_calls", 0.0)
-    tokens = runs * r.get("target_tokens_per_call", 0.0) + calls * r.get("optimizer_tokens_per_call", 0.0)
-    usd = runs * r.get("target_usd_per_call", 0.0) + calls * r.get("optimizer_usd_per_call", 0.0)
-    before = Usage(math.ceil(runs + calls), math.ceil(tokens), 0, usd)
+    runs = min(svc.cfg.rollout.batch_size, len(ws.tasks("train")))
+    calls, tokens, usd = budget.spend_of(svc.rates, runs, max(1, svc.cfg.search.candidates))
+    before = Usage(math.ceil(calls), math.ceil(tokens), 0, usd)
     if (short := svc.gateway.cannot_hold(ahead=before, growth=CALL_GROWTH)) is None:
         return None
     return (

@@ -63,24 +63,34 @@ def _per_task(cfg: Config, looks: int) -> float:
     return per_task
 
 
+def spend_of(rates: dict[str, float], runs: float, turns: float) -> tuple[float, float, float]:
+    """What ``runs`` target runs and ``turns`` optimizer turns spend at the measured ``rates``:
+    (model calls, tokens, dollars)."""
+    target = runs * rates.get("target_calls_per_run", 0.0)
+    optimizer = turns * rates.get("optimizer_calls", 0.0)
+    return (
+        target + optimizer,
+        target * rates.get("target_tokens_per_call", 0.0)
+        + optimizer * rates.get("optimizer_tokens_per_call", 0.0),
+        target * rates.get("target_usd_per_call", 0.0) + optimizer * rates.get("optimizer_usd_per_call", 0.0),
+    )
+
+
 def _limits(
     cfg: Config, rates: dict[str, float], spent: Usage, seconds_left: float | None = None
 ) -> list[tuple[float, float, float, float]]:
     """Each limit set whose unit a target run's rate converts: (limit, used, a run, a turn); the
     wall-clock one as (the seconds left, 0, a run, a turn) when ``seconds_left`` is known."""
-    b, per_run, calls = cfg.budget, rates.get("target_calls_per_run", 0.0), rates.get("optimizer_calls", 0.0)
+    b, run, turn = cfg.budget, spend_of(rates, 1, 0), spend_of(rates, 0, 1)
+    used = (spent.calls, spent.input_tokens + spent.output_tokens, spent.cost_usd)
     rows: list[tuple[float | None, float, float, float]] = [
-        (b.max_calls, spent.calls, per_run, calls),
-        (b.max_tokens, spent.input_tokens + spent.output_tokens,
-         per_run * rates.get("target_tokens_per_call", 0.0), calls * rates.get("optimizer_tokens_per_call", 0.0)),
-        (b.max_cost, spent.cost_usd,
-         per_run * rates.get("target_usd_per_call", 0.0), calls * rates.get("optimizer_usd_per_call", 0.0)),
-    ]  # fmt: skip
+        (limit, u, r, t)
+        for limit, u, r, t in zip((b.max_calls, b.max_tokens, b.max_cost), used, run, turn, strict=True)
+    ]
     if b.max_hours is not None and seconds_left is not None:
         run_s = rates.get("seconds_per_run", 0.0) / max(cfg.rollout.concurrency, 1)
-        rows.append(
-            (max(seconds_left, 0.0), 0.0, run_s, calls * rates.get("seconds_per_optimizer_call", 0.0))
-        )
+        turn_s = rates.get("optimizer_calls", 0.0) * rates.get("seconds_per_optimizer_call", 0.0)
+        rows.append((max(seconds_left, 0.0), 0.0, run_s, turn_s))
     return [
         (float(limit), float(used), run, turn)
         for limit, used, run, turn in rows
