@@ -637,7 +637,9 @@ def test_a_dry_run_refuses_a_scorer_that_does_not_compile(ws: Path) -> None:
     before = snapshot(ws)
     for dry in (("--dry-run",), ()):
         out = cli("run", ws, *RUN, "--rounds", "1", *dry, env=ENV)
-        assert_user_error(out, "scorer.py failed to import: SyntaxError", "fix scorer.py")
+        assert_user_error(
+            out, "scorer.py does not compile: SyntaxError", "fix scorer.py"
+        )  # not "failed to import" (QA)
         assert "start it with" not in out.stdout
     assert_unchanged(ws, before)
 

@@ -175,7 +175,9 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     assert [e["commit"] for e in latest["earlier"]] == [first, second, third]
     assert cli("report", ws, "--out", tmp_path / "rep").returncode == 0
     page = (tmp_path / "rep" / "report.html").read_text()
-    assert "was forced: the test split was looked at 3 time(s) before, which gave +1.000, +1.000, +1.000" in page
+    assert (
+        "was forced: the test split was looked at 3 time(s) before, which gave +1.000, +1.000, +1.000" in page
+    )
     # status counts what the audits spent beside the rounds' cost (QA: only their records held it),
     # each of the four looks once, the ones kept as parents too
     said = next(

@@ -66,7 +66,8 @@ def compile_scorer(path: Path) -> types.CodeType:
     try:
         return compile(source, str(path), "exec")
     except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the source
-        raise UserError(f"scorer {path} failed to import: {describe(e, str(path))}; fix scorer.py") from e
+        # compiled, not imported: the dry run called a syntax error "failed to import" (QA)
+        raise UserError(f"scorer {path} does not compile: {describe(e, str(path))}; fix scorer.py") from e
 
 
 def load_scorer(path: Path) -> ScoreFn:

@@ -111,7 +111,7 @@ def test_scorer_gets_a_copy_of_the_task_and_out_dir(tmp_path: Path) -> None:
 def test_load_scorer_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="does not exist"):
         load_scorer(tmp_path / "missing.py")
-    with pytest.raises(UserError, match=r"failed to import: SyntaxError: .* \(line 1\)"):
+    with pytest.raises(UserError, match=r"does not compile: SyntaxError: .* \(line 1\)"):
         load_scorer(scorer_file(tmp_path, "def score(:\n"))
     with pytest.raises(UserError, match=r"failed to import: RuntimeError: boom \(scorer.py:1 in <module>\)"):
         load_scorer(scorer_file(tmp_path, "raise RuntimeError('boom')\n"))
