@@ -48,6 +48,11 @@ class PhaseCount:
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
     printed: float = field(default_factory=time.monotonic)
+    who: str = ""  # the candidate whose runs come now, where a phase runs several (screening)
+
+    @property
+    def title(self) -> str:
+        return f"{self.label} of {self.who}" if self.who else self.label
 
     def eta_s(self) -> float | None:
         if not self.done or self.done >= self.total:
@@ -121,6 +126,8 @@ class RunProgress:
     ) -> None:
         self._phase = phase
         count = self._count(round_no, phase)
+        if phase == "screening":  # several candidates' runs: the line said whose none of them (QA)
+            count.who = label
         runs = len(tasks) * len(epochs)
         took = min(runs, count.planned)  # runs expected ahead are in the total already
         count.planned -= took
@@ -176,7 +183,7 @@ class RunProgress:
             return
         count.printed = time.monotonic()
         eta = count.eta_s()
-        parts = [f"{count.label}: {count.done}/{count.total} tasks", count.stats()]
+        parts = [f"{count.title}: {count.done}/{count.total} tasks", count.stats()]
         parts += [x for x in (self.spent(), f"ETA {duration(eta)}" if eta is not None else "") if x]
         self.say(", ".join(parts))
 
@@ -230,7 +237,9 @@ class LiveProgress(RunProgress):
 
     def update_bar(self, phase: str, count: PhaseCount) -> None:
         stats = ", ".join(x for x in (count.stats(), self.spent()) if x)
-        self.bars.update(self._ids[phase], total=count.total, completed=count.done, stats=stats)
+        self.bars.update(
+            self._ids[phase], description=count.title, total=count.total, completed=count.done, stats=stats
+        )
 
     def close(self) -> None:
         super().close()

@@ -160,3 +160,20 @@ def test_a_long_reason_is_cut_at_a_word_not_inside_a_number() -> None:
     m = RoundManifest(round=5, status="failed", reason=reason)
     (line,) = round_lines(m)
     assert "budget.max_cost=0.01 ... | 0 calls" in line
+
+
+def test_a_screening_line_names_the_candidate_whose_runs_it_counts() -> None:
+    """Several candidates screened on train share one phase: its lines named none of them (QA)."""
+    buf = io.StringIO()
+    with progress_for(Console(file=buf, width=200)) as p:
+        tasks = [Task(f"t{i}", "q", "a", "train") for i in range(4)]
+        for name in ("c1", "c2"):
+            p.started(name, tasks, 2, [0], "screening")
+            for i, t in enumerate(tasks, 1):
+                p.finished(name, _result(t, True), i, len(tasks))
+    said = [line.split(":")[0] for line in buf.getvalue().splitlines()]
+    assert said[0] == "round 2 screening of c1" and said[-1] == "round 2 screening of c2", said
+    live = LiveProgress(Console(file=io.StringIO(), width=120, force_terminal=True))
+    live.started("c3", [Task("t", "q", "a", "train")], 2, [0], "screening")
+    assert [t.description for t in live.bars.tasks] == ["round 2 screening of c3"]
+    live.close()
