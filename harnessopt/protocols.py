@@ -193,6 +193,15 @@ class AgentResult:
     note: str = ""  # what the shell did to it (stopped for the view's growth, processes left behind)
 
 
+def discarded_list(view: Path) -> Path:
+    """Beside a view (in its private parent, out of the optimizer's reach): the view's paths a
+    shell could not keep in it, one a line. The Docker shell copies only regular files and
+    directories out of its container, so a symlink or FIFO made there never reaches the host view;
+    it lists them here, and the copy-back reports them as discarded, as it does the ones it finds
+    in a local view."""
+    return view.parent / f".{view.name}.discarded"
+
+
 @runtime_checkable
 class Shell(Protocol):
     """Where the optimizer's tools act: one fresh shell per command, cwd = the view.

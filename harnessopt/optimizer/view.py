@@ -26,6 +26,7 @@ import pathspec
 
 from harnessopt.config import ALWAYS_READ_ONLY
 from harnessopt.errors import UserError
+from harnessopt.protocols import discarded_list
 from harnessopt.util.globs import spec as globs_spec
 from harnessopt.util.text import FrontMatterError, parse_front_matter
 
@@ -200,6 +201,8 @@ def copy_back(
     if present is None:  # a flood of files: apply nothing
         result.violations.append(f"(the view holds more than {MAX_VIEW_ENTRIES} files: nothing applied)")
         return result
+    for rel in _listed_discarded(view):  # what a container's copy out left behind
+        (result.ignored if _is_junk(rel) else result.violations).append(rel)
     writes: list[str] = []
     for rel, (digest, size) in present.items():
         if snapshot.hashes.get(rel) != digest:
@@ -234,6 +237,16 @@ def copy_back(
     result.violations = sorted(set(result.violations))
     result.ignored = sorted(set(result.ignored))
     return result
+
+
+def _listed_discarded(view: Path) -> list[str]:
+    """The view's paths its shell could not keep (``protocols.discarded_list``: the Docker shell's
+    symlinks and FIFOs), or none."""
+    try:
+        text = discarded_list(view).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line]
 
 
 class _Budget:

@@ -68,6 +68,7 @@ class UntarResult:
     dirs: int = 0
     size: int = 0
     skipped: list[str] = field(default_factory=list)  # "name: reason", one per member not written
+    skipped_names: list[str] = field(default_factory=list)  # their names, as paths below ``dest``
     stopped: str | None = None  # set when members after some point were not even looked at
     over_cap: bool = False  # stopped by the size or member-count cap (not by a broken archive)
 
@@ -102,6 +103,9 @@ def extract(data: bytes, dest: Path, *, max_bytes: int, max_members: int) -> Unt
                 _one(view, member, root, result)
             except _Refused as e:
                 result.skipped.append(f"{_printable(member.name)}: {e}")
+                result.skipped_names.append(
+                    _printable("/".join(p for p in member.name.split("/") if p not in ("", ".")))
+                )
     except _Broken as e:
         result.stopped = f"archive broken or truncated ({e}); the rest was not unpacked"
     finally:

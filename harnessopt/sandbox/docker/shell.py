@@ -42,7 +42,7 @@ from typing import Any
 from docker.utils.socket import frames_iter
 
 from harnessopt.config import RolloutConfig
-from harnessopt.protocols import AgentResult, GatewayLease, ShellResult
+from harnessopt.protocols import AgentResult, GatewayLease, ShellResult, discarded_list
 from harnessopt.sandbox.docker import view_sync
 from harnessopt.sandbox.docker.pool import (
     GATEWAY_DIR,
@@ -95,6 +95,9 @@ class DockerShell:
         self._init_pid: int | None = None
         self._usage: view_sync.TmpfsUsage | None = None  # /view after the last seed or sync
         self._synced_size = 0  # bytes of file content in the host view at the last seed or sync
+        self._discarded: list[str] = []  # what the last copy out could not keep (symlinks, FIFOs)
+        self._discard_note = ""  # said once, after the call whose copy out first left them behind
+        discarded_list(self.view).unlink(missing_ok=True)  # an earlier shell's, on this view
         self._lock = threading.Lock()
 
     def run(self, command: str, timeout_s: float) -> ShellResult:
@@ -109,6 +112,8 @@ class DockerShell:
             text = result["output"].decode("utf-8", "replace")
             outgrown, note = self._copy_out()
             text += _notes(text, outgrown, note)
+            text += f"\n{self._discard_note}\n" if self._discard_note and not (outgrown or note) else ""
+            self._discard_note = ""
         code = 125 if outgrown else result["code"]
         if code == 124:
             return ShellResult(
@@ -409,7 +414,28 @@ class DockerShell:
                 "" if done.over_cap else f"[harnessopt: the view's copy out: {done.stopped}]",
             )
         self._usage, self._synced_size = usage, done.size
+        self._list_discarded(done.skipped_names)
         return False, ""
+
+    def _list_discarded(self, names: list[str]) -> None:
+        """What the last copy out left behind (symlinks, FIFOs: only regular files and directories
+        come out), for the copy-back to report as discarded (``protocols.discarded_list``), and a
+        note to the optimizer when that changes (QA: under Docker they vanished unsaid, where a
+        local view kept them and the copy-back listed them)."""
+        path = discarded_list(self.view)
+        if names:
+            path.write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+        else:
+            path.unlink(missing_ok=True)
+        fresh = sorted(set(names) - set(self._discarded))
+        self._discarded = names
+        shown = ", ".join(fresh[:5]) + (f" and {len(fresh) - 5} more" if len(fresh) > 5 else "")
+        self._discard_note = (
+            f"[harnessopt: not copied out of the container, so discarded: {shown} (only regular files "
+            "and directories are kept)]"
+            if fresh
+            else ""
+        )
 
     def _close_lifeline(self) -> None:
         if self._lifeline is not None:

@@ -280,6 +280,27 @@ def test_only_files_and_directories_reach_the_host_view(shells, view, docker_cli
     assert {p.lstat().st_uid for p in view.rglob("*")} == {os.geteuid()}
 
 
+def test_what_cannot_leave_the_container_is_said_and_copied_back_as_discarded(
+    shells, view, ws, docker_client, small_cfg
+) -> None:
+    """A symlink or FIFO made in the container never reaches the host view, and vanished unsaid:
+    a local view keeps it and the copy-back lists it as discarded (QA). The call's output says so
+    once, and the copy-back lists it; a file swapped for a link is not read as a deletion."""
+    snapshot = build_view(ws, view, history_md="h", brief_md="b")
+    sh = _shell(shells, view, docker_client, small_cfg())
+    r = sh.run("cd skill && ln -s /etc etc && mkfifo pipe && ln -sf /etc/passwd SKILL.md && echo made", 20)
+    assert r.exit_code == 0 and "made" in r.output, r.output
+    assert (
+        "not copied out of the container, so discarded: skill/SKILL.md, skill/etc, skill/pipe" in r.output
+    ), r.output
+    assert "discarded" not in sh.run("echo again > skill/new.md", 20).output  # said once
+    copied = copy_back(view, ws, ["skill/**"], snapshot=snapshot)
+    assert copied.violations == ["skill/SKILL.md", "skill/etc", "skill/pipe"], copied
+    assert copied.changed == ["skill/new.md"] and "Add numbers." in (ws / "skill" / "SKILL.md").read_text()
+    assert sh.run("rm skill/etc skill/pipe", 20).exit_code == 0  # gone from the container: no longer listed
+    assert copy_back(view, ws, ["skill/**"], snapshot=snapshot).violations == ["skill/SKILL.md"]
+
+
 def test_an_outgrown_call_is_discarded_and_the_view_keeps_the_calls_before(
     shells, view, docker_client, small_cfg
 ) -> None:
