@@ -1,3 +1,6 @@
 from harnessopt.cli import main
+from harnessopt.util import interrupts
 
-raise SystemExit(main())
+code = main()
+interrupts.last_words()  # a stop signal in the interpreter's teardown: a line, not a silent exit
+raise SystemExit(code)

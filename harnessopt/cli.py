@@ -735,7 +735,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse(argv)
         with tmpdirs.claimed():  # every temporary folder inside one, which a killed run's next run removes
-            return COMMANDS[args.command](args)
+            code = COMMANDS[args.command](args)
+        interrupts.run_exit_callbacks()  # here, where a stop signal as they run still gets its line (QA)
+        return code
     except UserError as e:
         err_console.print(f"harnessopt: {_one_line(str(e))}", markup=False)
         return EXIT_USER_ERROR

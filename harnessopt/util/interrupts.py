@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -113,9 +114,38 @@ def run_exit_callbacks() -> None:
         callbacks = _exit_callbacks[::-1]
         _exit_callbacks.clear()
         atexit.unregister(run_exit_callbacks)
-    for callback in callbacks:
-        with contextlib.suppress(Exception):
+    stop: KeyboardInterrupt | Terminated | None = None
+    for callback in callbacks:  # a stop signal as one runs does not cut the others short
+        try:
             callback()
+        except (KeyboardInterrupt, Terminated) as e:
+            stop = stop or e
+        except Exception:
+            pass
+    if stop is not None:
+        raise stop
+
+
+def last_words() -> None:
+    """After the command and its exit callbacks, as the interpreter tears down: a stop signal
+    then ends the process at once with a line and 128 + its number. It raised ``Terminated`` into
+    teardown, where nothing said it (exit 0), or came after Python had put the default action
+    back (killed, exit -15, no line): QA. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def late(signum: int, _frame: FrameType | None) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        name = signal.Signals(signum).name
+        with contextlib.suppress(OSError):
+            os.write(2, f"harnessopt: stopped by {name} as it exited; the command had finished\n".encode())
+        os._exit(128 + signum)
+
+    for signum in TERMINATING:
+        if signal.getsignal(signum) is _on_terminate:
+            signal.signal(signum, late)
 
 
 def check() -> None:
