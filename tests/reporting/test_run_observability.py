@@ -315,7 +315,10 @@ def test_mlflow_ends_a_killed_runs_mlflow_run_and_gives_it_what_that_run_spent(t
 
     ws = make_ws(tmp_path)
     client = MlflowClient(tracking_uri=f"sqlite:///{(ws / '.harnessopt' / 'mlflow.db').resolve()}")
-    exp = client.create_experiment("harnessopt")
+    # where the run would put it: MLflow's default is ./mlruns of the current directory
+    exp = client.create_experiment(
+        "harnessopt", artifact_location=(ws / ".harnessopt" / "mlartifacts").resolve().as_uri()
+    )
     killed = client.create_run(exp, run_name=ws.name, tags={"workspace": str(ws.resolve())}).info.run_id
     other = client.create_run(exp, run_name="elsewhere", tags={"workspace": "/elsewhere"}).info.run_id
     left = {"1": {"cost_usd": 0.42, "tokens": {"optimizer": {"calls": 3, "input": 900, "output": 90}}}}
