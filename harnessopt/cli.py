@@ -764,6 +764,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         err_console.print(f"harnessopt: {line}", markup=False)
         return 2
+    finally:  # the console script's and python -m's way out alike
+        interrupts.last_words()  # a stop signal in the interpreter's teardown: a line, not a silent exit
 
 
 # What a file the user gave or owns can refuse us, and what to do about it (the rest is ours: raised).

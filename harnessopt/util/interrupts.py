@@ -31,6 +31,7 @@ from typing import Any
 _interrupted = threading.Event()
 _terminated: list[int] = []  # the stop signal that came (SIGTERM, SIGHUP), once it came
 _deferring: list[bool] = []  # [True] while the main thread is inside ``deferred``
+_quiet_registered: list[bool] = []  # [True] once ``_quiet_teardown`` is an atexit callback
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -86,6 +87,9 @@ def install() -> None:
     ignores SIGHUP), is left to them."""
     _interrupted.clear()
     _terminated.clear()
+    if not _quiet_registered:  # first, so it runs last of all atexit callbacks
+        atexit.register(_quiet_teardown)
+        _quiet_registered.append(True)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
         for signum in TERMINATING:
@@ -128,24 +132,35 @@ def run_exit_callbacks() -> None:
 
 def last_words() -> None:
     """After the command and its exit callbacks, as the interpreter tears down: a stop signal
-    then ends the process at once with a line and 128 + its number. It raised ``Terminated`` into
-    teardown, where nothing said it (exit 0), or came after Python had put the default action
-    back (killed, exit -15, no line): QA. Main thread only."""
+    then ends the process at once with a line and 128 + its number, until the last ``atexit``
+    callback; after that (modules are torn down, and Python puts a signal's default action back)
+    it is ignored, and the process ends with the command's own code a moment later. A stop there
+    raised ``Terminated`` into the teardown, said nowhere (exit 0), or killed the finished process
+    (exit -15) with no line: QA. Main thread only."""
     if threading.current_thread() is not threading.main_thread():
         return
-
-    def late(signum: int, _frame: FrameType | None) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        name = signal.Signals(signum).name
-        with contextlib.suppress(OSError):
-            os.write(2, f"harnessopt: stopped by {name} as it exited; the command had finished\n".encode())
-        os._exit(128 + signum)
-
     for signum in TERMINATING:
         if signal.getsignal(signum) is _on_terminate:
-            signal.signal(signum, late)
+            signal.signal(signum, _late_stop)
+
+
+def _late_stop(signum: int, _frame: FrameType | None) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    name = signal.Signals(signum).name
+    with contextlib.suppress(OSError):
+        os.write(2, f"harnessopt: stopped by {name} as it exited; the command had finished\n".encode())
+    os._exit(128 + signum)
+
+
+def _quiet_teardown() -> None:
+    """The last ``atexit`` callback (registered first, by ``install``): from here on a stop signal
+    is ignored rather than left to the default action Python restores before it tears its modules
+    down."""
+    for signum in TERMINATING:
+        if signal.getsignal(signum) is _late_stop:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def check() -> None:

@@ -227,23 +227,27 @@ def test_sighup_exits_through_the_exit_callbacks(tmp_path: Path) -> None:
     assert (tmp_path / "cleaned.finally").read_text() == "yes"  # the stack unwound, finally blocks ran
 
 
-@pytest.mark.parametrize("when", ["exit callbacks", "teardown"])
+@pytest.mark.parametrize("when", ["exit callbacks", "teardown", "last moment"])
 def test_a_stop_signal_after_the_command_finished_gets_its_line(tmp_path: Path, when: str) -> None:
     """A SIGTERM just after a command's summary: raised into the interpreter's teardown it was
     said nowhere (exit 0), or came once Python had put the default action back (exit -15, no line):
     QA. As the exit callbacks run, main says it (the other callbacks still run); later, in the
-    teardown, the process ends at once with its line. Both exit 143."""
+    teardown, the process ends at once with its line, both exit 143; after the last atexit
+    callback it is ignored and the finished command's own code stands."""
     from tests.support.workspace import make_ws
 
     ws = make_ws(tmp_path)
     done = tmp_path / "other-callback-ran"
-    stop = "os.kill(os.getpid(), signal.SIGTERM), time.sleep(5)"
-    hook = (
-        f"interrupts.on_exit(lambda: open({str(done)!r}, 'w').close())\n"
-        f"interrupts.on_exit(lambda: ({stop}))\n"  # newest first: this one runs first
-        if when == "exit callbacks"
-        else f"atexit.register(lambda: ({stop}))\n"  # Python's own, after harnessopt's are done
-    )
+    stop = "os.kill(os.getpid(), signal.SIGTERM), time.sleep(1)"
+    hook = {
+        "exit callbacks": f"interrupts.on_exit(lambda: open({str(done)!r}, 'w').close())\n"
+        f"interrupts.on_exit(lambda: ({stop}))\n",  # newest first: this one runs first
+        # an atexit callback the teardown runs before harnessopt's last one
+        "teardown": "real = interrupts.last_words\n"
+        f"interrupts.last_words = lambda: (real(), atexit.register(lambda: ({stop})))\n",
+        # one registered before harnessopt's first: it runs after harnessopt's last
+        "last moment": f"atexit.register(lambda: ({stop}))\n",
+    }[when]
     script = (
         "import atexit, os, runpy, signal, sys, time\n"
         "from harnessopt.util import interrupts\n"
@@ -252,10 +256,14 @@ def test_a_stop_signal_after_the_command_finished_gets_its_line(tmp_path: Path, 
         "runpy.run_module('harnessopt', run_name='__main__')\n"
     )
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() and "Traceback" not in r.stderr, r  # the command's own output came first
+    said = [x for x in r.stderr.splitlines() if x.startswith("harnessopt:")]
+    if when == "last moment":
+        assert r.returncode == 0 and said == [], r
+        return
     assert r.returncode == 128 + signal.SIGTERM, (r.returncode, r.stdout, r.stderr)
-    assert r.stdout.strip(), r.stdout  # the command's own output came first
-    (line,) = [x for x in r.stderr.splitlines() if x.startswith("harnessopt:")]
-    assert "stopped by SIGTERM" in line and "Traceback" not in r.stderr, r.stderr
+    (line,) = said
+    assert "stopped by SIGTERM" in line, r.stderr
     if when == "exit callbacks":
         assert done.exists()  # the stop did not cut the other callbacks short
     else:
