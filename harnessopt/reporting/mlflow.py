@@ -202,6 +202,9 @@ class MlflowRun:
             raise UserError(INSTALL_HINT) from None
         for name in ("mlflow", "alembic"):  # "Creating initial MLflow database tables..." and the
             logging.getLogger(name).setLevel(logging.WARNING)  # like came between the run's lines (QA)
+        # its fallback from the Databricks SDK to MLflow's own credentials: a warning before the
+        # one line that says what is wrong, when neither has any (QA)
+        logging.getLogger("mlflow.utils.databricks_utils").setLevel(logging.ERROR)
         self._client_class = MlflowClient
 
     def __enter__(self) -> MlflowRun:
@@ -226,7 +229,7 @@ class MlflowRun:
             if "MLFLOW_ALLOW_FILE_STORE" in str(e):
                 raise UserError(FILE_STORE.format(uri=shown_uri(self.uri))) from None
             raise UserError(
-                f"MLflow at {shown_uri(self.uri)} did not answer ({type(e).__name__}: {_hide(str(e), self.uri)}); "
+                f"MLflow at {shown_uri(self.uri)} did not answer ({type(e).__name__}: {_first_line(e, self.uri)}); "
                 "fix --mlflow URI"
             ) from e
         self.run_id = run.info.run_id
@@ -245,9 +248,40 @@ class MlflowRun:
         logged under this run, and the killed one stayed RUNNING)."""
         runs = self.client.search_runs([exp_id], filter_string="attributes.status = 'RUNNING'")
         stale = [r.info.run_id for r in runs if r.data.tags.get("workspace") == str(self.ws.root)]
+        if stale:  # now, not when this run ends: a run killed in its turn lost it (QA)
+            self._log_spend(stale[0], self._killed_spend(), set())
         for run_id in stale:
             self.client.set_terminated(run_id, "KILLED")
         return stale
+
+    def _killed_spend(self) -> list[dict[str, Any]]:
+        """The spend lines of the file a run killed outright left (``live_spend``), which this run
+        folds into the journal once it starts its rounds."""
+        from harnessopt.ledger import live_spend
+
+        return [{"round": k, "phase": "spend", **v} for k, v in live_spend.left(self.ws.root).items()]
+
+    def _log_spend(self, run_id: str, entries: list[dict[str, Any]], recorded: set[int]) -> None:
+        """``unrecorded_*`` metrics at step = round of what ``entries``' spend lines paid for rounds
+        that did not record (``log.unrecorded_spend``)."""
+        from mlflow.entities import Metric
+
+        from harnessopt.reporting.log import unrecorded_spend
+
+        ts = _now_ms()
+        metrics = [
+            Metric(name, float(value), ts, k)
+            for k, (usd, calls, tokens, _at_least) in unrecorded_spend(
+                self.ws, entries, recorded, False
+            ).items()
+            for name, value in (
+                ("unrecorded_cost_usd", usd),
+                ("unrecorded_calls", calls),
+                ("unrecorded_tokens", tokens),
+            )
+        ]
+        if metrics:
+            self.client.log_batch(run_id, metrics=metrics)
 
     def log_round(self, result: RoundResult) -> None:
         """Log a recorded round: its metrics at step = round number, its diff as an artifact. After a
@@ -282,32 +316,13 @@ class MlflowRun:
     def _log_unrecorded(self) -> None:
         """What this run's attempts of rounds that never recorded spent (an interrupted round,
         one that failed before its record), as metrics at step = round: no round's metrics carry it
-        (QA: the spend of an interrupted attempt was not in MLflow)."""
-        from mlflow.entities import Metric
-
+        (QA: the spend of an interrupted attempt was not in MLflow). Not what a killed run had
+        spent, which this run folded in: that went to the killed run's MLflow run as this began."""
         from harnessopt.ledger import store as ledger
-        from harnessopt.reporting.log import unrecorded_spend
 
         entries = self.ws.journal.entries()[self._journal_from :]
         recorded = {r.round for r in ledger.past_rounds(self.ws.repo)}
-        ts = _now_ms()
-        # the spend a run killed outright left, folded in by this one, is the killed run's
-        ours = [e for e in entries if not e.get("killed")]
-        theirs = [e for e in entries if e.get("killed") and e.get("phase") == "spend"]
-        for run_id, part in ((self.run_id, ours), *([(self._stale[0], theirs)] if self._stale else [])):
-            metrics = [
-                Metric(name, float(value), ts, k)
-                for k, (usd, calls, tokens, _at_least) in unrecorded_spend(
-                    self.ws, part, set() if part is theirs else recorded, False
-                ).items()
-                for name, value in (
-                    ("unrecorded_cost_usd", usd),
-                    ("unrecorded_calls", calls),
-                    ("unrecorded_tokens", tokens),
-                )
-            ]
-            if metrics:
-                self.client.log_batch(run_id, metrics=metrics)
+        self._log_spend(self.run_id, [e for e in entries if not e.get("killed")], recorded)
 
     def _log_report(self) -> None:
         with tempfile.TemporaryDirectory(prefix="ho-mlflow-") as tmp:
@@ -329,6 +344,11 @@ class MlflowRun:
                 f"mlflow: logging failed ({type(e).__name__}: {_hide(str(e), self.uri)}); the run goes on without it"
             )
             self._warned = True
+
+
+def _first_line(e: Exception, uri: str) -> str:
+    """An MLflow error's first line, without the URI's password (Databricks' runs over several)."""
+    return _hide((str(e).strip().splitlines() or [""])[0], uri)
 
 
 def _now_ms() -> int:

@@ -186,7 +186,7 @@ def test_mlflow_plain_folder_store_says_what_to_use(run_env, tmp_path: Path) -> 
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "bare").exists()
 
 
-def test_mlflow_names_databricks_and_refuses_a_database_in_memory() -> None:
+def test_mlflow_names_databricks_and_refuses_a_database_in_memory(tmp_path: Path) -> None:
     """``--mlflow databricks`` (MLflow's name for the Databricks workspace its config names) was
     refused as a plain folder; ``sqlite://`` (a database in memory, gone when the run ends) was
     accepted (QA)."""
@@ -199,6 +199,14 @@ def test_mlflow_names_databricks_and_refuses_a_database_in_memory() -> None:
     for uri in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):
         with pytest.raises(UserError, match="is a database in memory: what the run logs is gone"):
             check_server(uri)
+    # with no Databricks credentials: one line (MLflow's error runs over several, after a warning)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABRICKS")}
+    r = subprocess.run(
+        [sys.executable, "-m", "harnessopt", "run", str(make_ws(tmp_path)), "--sandbox", "local", "--mlflow", "databricks"],
+        env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("harnessopt: MLflow at databricks did not answer") and "\\n" not in r.stderr
 
 
 def test_mlflow_with_a_sqlite_uri_keeps_artifacts_out_of_the_working_tree(run_env, tmp_path: Path) -> None:
@@ -306,31 +314,49 @@ def test_a_budgeted_run_ends_with_recorded_rounds_and_its_budget_spent(
 def test_mlflow_ends_a_killed_runs_mlflow_run_and_gives_it_what_that_run_spent(tmp_path: Path) -> None:
     """What a run killed outright (SIGKILL) leaves: its MLflow run RUNNING, and its keeper's last
     count in .harnessopt/spend-live.json. The next run folded that count in and logged it as its
-    own round 1's unrecorded spend, and the killed run stayed RUNNING (QA). Now the killed run is
-    ended KILLED and gets the count; the next run's metrics are its own."""
+    own round 1's unrecorded spend, and the killed run stayed RUNNING (QA). Now the next run ends
+    the killed one KILLED and gives it the count as it starts, so a run killed in its turn loses
+    nothing either (QA); its own metrics are its own."""
     pytest.importorskip("mlflow", reason="MLflow is the optional extra harnessopt[mlflow]")
+
     from mlflow.tracking import MlflowClient
 
     from harnessopt.ledger import live_spend
+    from tests.support.cli import start_cli, wait_for_phase
 
-    ws = make_ws(tmp_path)
+    ws = make_ws(tmp_path, optimizer={"settle_s": 0.5, "wall_s": 120})
     client = MlflowClient(tracking_uri=f"sqlite:///{(ws / '.harnessopt' / 'mlflow.db').resolve()}")
     # where the run would put it: MLflow's default is ./mlruns of the current directory
     exp = client.create_experiment(
         "harnessopt", artifact_location=(ws / ".harnessopt" / "mlartifacts").resolve().as_uri()
     )
-    killed = client.create_run(exp, run_name=ws.name, tags={"workspace": str(ws.resolve())}).info.run_id
+    first = client.create_run(exp, run_name=ws.name, tags={"workspace": str(ws.resolve())}).info.run_id
     other = client.create_run(exp, run_name="elsewhere", tags={"workspace": "/elsewhere"}).info.run_id
     left = {"1": {"cost_usd": 0.42, "tokens": {"optimizer": {"calls": 3, "input": 900, "output": 90}}}}
     live_spend.path(ws).write_text(json.dumps({"pid": 1, "rounds": left}))
+    # a second run, killed outright in its turn, once its keeper has counted its rollout
+    proc = start_cli("run", ws, "--rounds", "1", "--sandbox", "local", "--optimizer", "manual", "--mlflow")
+    try:
+        wait_for_phase(ws, proc, "propose")
+        assert client.get_run(first).info.status == "KILLED"  # as the second began
+        assert [(m.step, m.value) for m in client.get_metric_history(first, "unrecorded_calls")] == [(1, 3.0)]
+        assert [m.value for m in client.get_metric_history(first, "unrecorded_cost_usd")] == [0.42]
+        deadline = time.monotonic() + 60
+        while not live_spend.left(ws).get(1, {}).get("tokens"):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    (second,) = [x.info.run_id for x in client.search_runs([exp]) if x.info.run_id not in (first, other)]
     r = cli("run", ws, "--rounds", "1", "--sandbox", "local", "--mlflow")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert client.get_run(killed).info.status == "KILLED"
+    assert client.get_run(second).info.status == "KILLED"
     assert client.get_run(other).info.status == "RUNNING"  # another workspace's run is not ours to end
-    calls = client.get_metric_history(killed, "unrecorded_calls")
-    assert [(m.step, m.value) for m in calls] == [(1, 3.0)]
-    assert [m.value for m in client.get_metric_history(killed, "unrecorded_cost_usd")] == [0.42]
-    (new,) = [x for x in client.search_runs([exp]) if x.info.run_id not in (killed, other)]
-    assert new.info.status == "FINISHED" and not client.get_metric_history(
-        new.info.run_id, "unrecorded_calls"
+    (calls,) = client.get_metric_history(second, "unrecorded_calls")
+    assert calls.step == 1 and calls.value >= 8  # at least its round 1's rollout
+    assert len(client.get_metric_history(first, "unrecorded_calls")) == 1  # not given twice
+    (third,) = [x for x in client.search_runs([exp]) if x.info.run_id not in (first, second, other)]
+    assert third.info.status == "FINISHED" and not client.get_metric_history(
+        third.info.run_id, "unrecorded_calls"
     )
