@@ -126,8 +126,9 @@ class RunProgress:
     ) -> None:
         self._phase = phase
         count = self._count(round_no, phase)
-        if phase == "screening":  # several candidates' runs: the line said whose none of them (QA)
-            count.who = label
+        if phase == "screening" and count.who != label:  # several candidates, one after another:
+            # each line counts its own runs, under its name (QA: unnamed, then named but summed)
+            count = self.phases[phase] = PhaseCount(count.label, who=label)
         runs = len(tasks) * len(epochs)
         took = min(runs, count.planned)  # runs expected ahead are in the total already
         count.planned -= took

@@ -167,12 +167,14 @@ def test_a_screening_line_names_the_candidate_whose_runs_it_counts() -> None:
     buf = io.StringIO()
     with progress_for(Console(file=buf, width=200)) as p:
         tasks = [Task(f"t{i}", "q", "a", "train") for i in range(4)]
-        for name in ("c1", "c2"):
+        for name, passes in (("c1", True), ("c2", False)):
             p.started(name, tasks, 2, [0], "screening")
             for i, t in enumerate(tasks, 1):
-                p.finished(name, _result(t, True), i, len(tasks))
-    said = [line.split(":")[0] for line in buf.getvalue().splitlines()]
-    assert said[0] == "round 2 screening of c1" and said[-1] == "round 2 screening of c2", said
+                p.finished(name, _result(t, passes), i, len(tasks))
+    said = buf.getvalue().splitlines()
+    # each candidate's own runs, not the phase's so far (QA: "of c2: 8/8, pass 50%" summed c1's)
+    assert said[3] == "round 2 screening of c1: 4/4 tasks, pass 100%, 480 tokens", said
+    assert said[-1] == "round 2 screening of c2: 4/4 tasks, pass 0%, 480 tokens", said
     live = LiveProgress(Console(file=io.StringIO(), width=120, force_terminal=True))
     live.started("c3", [Task("t", "q", "a", "train")], 2, [0], "screening")
     assert [t.description for t in live.bars.tasks] == ["round 2 screening of c3"]
