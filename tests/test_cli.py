@@ -160,7 +160,7 @@ def test_audit_reports_held_out_gain_once(tmp_path: Path, upstream) -> None:
     # a forced audit keeps the look before it (QA: it replaced it): a parent of its commit, and
     # its gain in the new record; a second forced audit keeps both before it
     first, second = git(ws, "rev-parse", moved), git(ws, "rev-parse", ref)
-    assert f"this pair's earlier audit ({first[:10]}) gave +1.000; both are kept" in forced
+    assert f"this pair's earlier audit ({first[:10]}) gave +1.000; it is kept" in forced
     assert git(ws, "log", "-1", "--format=%P", second).split() == [git(ws, "rev-parse", "ho/best"), first]
     again = cli("audit", ws, "--sandbox", "local", "--force", env=env)
     assert again.returncode == 0, again.stderr

@@ -86,7 +86,7 @@ def run_audit(
     lo, hi = report["interval"]
     for e in report["earlier"]:
         say(
-            f"audit: forced: this pair's earlier audit ({e['commit'][:10]}) gave {e['gain']:+.3f}; both are kept"
+            f"audit: forced: this pair's earlier audit ({e['commit'][:10]}) gave {e['gain']:+.3f}; it is kept"
         )
     say(
         f"held-out gain {report['gain']:+.3f} (95% interval {lo:+.3f} to {hi:+.3f}, n={report['n']}) "

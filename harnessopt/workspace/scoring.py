@@ -65,9 +65,10 @@ def compile_scorer(path: Path) -> types.CodeType:
         raise UserError(f"cannot read scorer {path}: {e}") from e
     try:
         return compile(source, str(path), "exec")
-    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the source
-        # compiled, not imported: the dry run called a syntax error "failed to import" (QA)
-        raise UserError(f"scorer {path} does not compile: {describe(e, str(path))}; fix scorer.py") from e
+    except (SyntaxError, ValueError) as e:  # compiled, not imported: the dry run said "failed to import" (QA)
+        # a NUL byte has no line of the scorer's to name (it named ours, scoring.py: QA)
+        why = describe(e, str(path)) if getattr(e, "lineno", None) else f"{type(e).__name__}: {e}"
+        raise UserError(f"scorer {path} does not compile: {why}; fix scorer.py") from None
 
 
 def load_scorer(path: Path) -> ScoreFn:

@@ -113,6 +113,10 @@ def test_load_scorer_errors(tmp_path: Path) -> None:
         load_scorer(tmp_path / "missing.py")
     with pytest.raises(UserError, match=r"does not compile: SyntaxError: .* \(line 1\)"):
         load_scorer(scorer_file(tmp_path, "def score(:\n"))
+    with pytest.raises(
+        UserError, match=r"does not compile: SyntaxError: source code string cannot contain null bytes; fix"
+    ):
+        load_scorer(scorer_file(tmp_path, "def score(t, a, o):\n    return 1\x00\n"))
     with pytest.raises(UserError, match=r"failed to import: RuntimeError: boom \(scorer.py:1 in <module>\)"):
         load_scorer(scorer_file(tmp_path, "raise RuntimeError('boom')\n"))
     with pytest.raises(UserError, match="has no score"):
