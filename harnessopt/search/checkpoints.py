@@ -22,9 +22,13 @@ with both looks and the whole bank to measure), chains of ``LONG_STEPS`` steps w
 every ``EVERY``; below that, and in a run without a budget, the chain's end as before. The yield
 benchmark (``benchmarks/run_yield.py``; docs/gate.md, "Yield") chose the threshold: at 2,000
 rollouts (1.35 validations at m = 50) checkpoints cost 0.02-0.10 of true gain in every form tried,
-and from 5,000 (3.37) they pay. Where it pays for ``WIDE.validations`` (10,000 rollouts at m = 50
-pay for 6.7), the pick is wider (``WIDE``): chains of 300 steps, each checkpoint on all the train
-tasks up to 100, and a margin of 0.03. There the default commits about once a run, so the first
+and from 5,000 (3.37) they pay. It chose the narrow pick's 200 steps and checkpoints every 20 (150
+and 10 before) at 5,000 rollouts: there a chain of 150 left budget for a validation with both looks
+and a second, short chain that rarely commits (the first chain's pick passes the gate about every
+run), where a chain of 200 is validated with one look and its checkpoints every 20 leave the chain
+more of the budget. Where it pays for ``WIDE.validations`` (10,000 rollouts at m = 50
+pay for 6.7), the pick is wider (``WIDE``): chains of 300 steps, checkpoints every 10, each
+checkpoint on all the train tasks up to 100, and a margin of 0.03. There the default commits about once a run, so the first
 chain's pick decides the run: a pick on more tasks and a longer chain to pick from are what the
 yield benchmark's larger tables found worth paying for (docs/gate.md, "Yield").
 """
@@ -39,8 +43,8 @@ from dataclasses import dataclass, field
 from harnessopt.config import SearchConfig
 from harnessopt.protocols import Task, TaskResult
 
-LONG_STEPS = 150  # a chain's steps where checkpoints are switched on by budget
-EVERY = 10  # steps between checkpoints, switched on by budget
+LONG_STEPS = 200  # a chain's steps where checkpoints are switched on by budget
+EVERY = 20  # steps between checkpoints, switched on by budget (the narrow pick's; the wide one's: WIDE.every)
 TASKS = 50  # fixed train tasks a checkpoint runs (at most the train split's)
 MARGIN = 0.04  # the best scored state replaces the chain's end only when above it by more than this
 SWITCH_VALIDATIONS = 2.0  # on by budget where the run's budget pays for this many whole validations
@@ -54,10 +58,11 @@ class Pick:
     tasks: int  # fixed train tasks a checkpoint runs (at most the train split's)
     margin: float  # the best scored state replaces the end only when above it by more than this
     validations: float  # on where the run's budget pays for this many whole validations
+    every: int = EVERY  # steps between checkpoints
 
 
-NARROW = Pick(LONG_STEPS, TASKS, MARGIN, SWITCH_VALIDATIONS)
-WIDE = Pick(300, 100, 0.03, 6.0)  # where the budget pays for 6 whole validations: a wider pick
+NARROW = Pick(LONG_STEPS, TASKS, MARGIN, SWITCH_VALIDATIONS, EVERY)
+WIDE = Pick(300, 100, 0.03, 6.0, 10)  # where the budget pays for 6 whole validations: a wider pick
 
 
 def tasks_of(search: SearchConfig, default: int = TASKS) -> int:

@@ -31,7 +31,7 @@ Where the run's budget pays for ``checkpoints.SWITCH_VALIDATIONS`` whole validat
 and its head is scored every ``checkpoints.EVERY`` steps (``search.checkpoints``): a long chain
 drifts, and the pick validates the state it drifted from. Where it pays for
 ``checkpoints.WIDE.validations``, the pick is wider: ``checkpoints.WIDE`` sets the chain's steps,
-the checkpoint's tasks (``search.checkpoint_tasks``) and its margin (``search.checkpoint_margin``). Where a budget pays for fewer, a run
+how often its head is scored, the checkpoint's tasks (``search.checkpoint_tasks``) and its margin (``search.checkpoint_margin``). Where a budget pays for fewer, a run
 validates about once, and with ``search.ties_move`` null a step level with its base on the batch
 moves the chain too: a chain that moves only on a gain 8 tasks can see barely moves before that
 one validation (the yield benchmark: above the strict step at 2,000 rollouts, below it where
@@ -145,8 +145,8 @@ def _switched(
     """``chain`` with its checkpoints and its rule for ties: ``search.checkpoints`` when set; when
     null, on where the budget pays for ``checkpoints.NARROW.validations`` whole validations and the
     train split has ``checkpoints.TASKS`` tasks to score on (a chain of ``checkpoints.NARROW.steps``
-    steps, its head scored every ``checkpoints.EVERY``; ``checkpoints.WIDE`` where the budget pays
-    for its validations), else off. And ``search.ties_move`` when set; when null, on where a budget
+    steps, its head scored every ``checkpoints.NARROW.every``; ``checkpoints.WIDE`` where the budget
+    pays for its validations), else off. And ``search.ties_move`` when set; when null, on where a budget
     pays for fewer validations."""
     s = cfg.search
     paid = whole_validations(cfg, rates, n_val)
@@ -190,14 +190,14 @@ def _switched(
         )
         why = f"{rule.validations:g} {'widen the pick' if rule is checkpoints.WIDE else 'switch them on'}"
         note = (
-            f", its head scored every {checkpoints.EVERY} steps on {tasks} fixed train tasks and the best "
+            f", its head scored every {rule.every} steps on {tasks} fixed train tasks and the best "
             f"scored state validated when more than {margin:g} above the end (search.checkpoints: null; "
             f"the budget pays for {paid:,.1f} whole validations, {why})"
         )
         return replace(
             chain,
             steps=rule.steps,
-            checkpoints=checkpoints.EVERY,
+            checkpoints=rule.every,
             checkpoint_tasks=tasks,
             checkpoint_margin=margin,
             pick=note + tied,
