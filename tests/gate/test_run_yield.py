@@ -199,7 +199,7 @@ def test_the_default_row_chains_what_the_shipped_rule_chooses_at_each_price() ->
     assert [default.length(t)[1] for t in (0, y.TURN_PRICE, y.PRIORS_TURN_PRICE)] == [0, 0, 16]
     fixed = [s for s in y.strategies() if s.kind == "explore" and s.search.explore is not None]
     assert sorted({s.chain(600) for s in fixed}) == sorted(set(y.FIXED_CHAINS))
-    # with the table's budget: from two whole validations (2,970 rollouts) 150 steps, checkpoints every 10
+    # with the table's budget: from two whole validations (2,970 rollouts) 200 steps, checkpoints every 20
     # on 50 fixed tasks; from six (8,910) 300 steps, checkpoints on all 100 train tasks, margin 0.03;
     # below two, ties move too (search.ties_move null); not in a run without a budget
     assert [default.length(t, 2000)[:5] for t in (0, y.TURN_PRICE)] == [
@@ -208,8 +208,8 @@ def test_the_default_row_chains_what_the_shipped_rule_chooses_at_each_price() ->
     ]
     assert default.length(0, 5000) == (LONG_STEPS, 0, EVERY, False, TASKS, MARGIN)
     assert [default.length(t, b) for t, b in ((0, 10_000), (y.PRIORS_TURN_PRICE, 20_000))] == [
-        (WIDE.steps, 0, EVERY, False, y.TRAIN, WIDE.margin),
-        (WIDE.steps, 16, EVERY, False, y.TRAIN, WIDE.margin),
+        (WIDE.steps, 0, WIDE.every, False, y.TRAIN, WIDE.margin),
+        (WIDE.steps, 16, WIDE.every, False, y.TRAIN, WIDE.margin),
     ]
     assert default.length(0)[:5] == (50, 0, 0, False, 0)
     assert y.strategies()[2].length(0, 5000)[:5] == (50, 0, 0, False, 0)  # the default before checkpoints
@@ -460,13 +460,14 @@ def test_ties_move_where_the_budget_switches_checkpoints_off_and_the_tried_row_m
 
 def test_the_wide_pick_runs_where_the_budget_pays_for_six_whole_validations() -> None:
     """At 10,000 rollouts (6.7 whole validations) the default's chains are 300 steps with
-    checkpoints on all 100 train tasks: not the narrow pick's runs (150 steps, 50 tasks, margin
-    0.04, as the default had them at this budget before), and inside the budget with no round cut."""
+    checkpoints on all 100 train tasks: not the narrow pick's runs (200 steps every 20, 50 tasks,
+    margin 0.04; 150 every 10 as the default had them at this budget before), and inside the budget with no round cut."""
     default = y.strategies()[1]
     assert default.length(0, 10_000).tasks == y.TRAIN
     narrow_search = default.search.model_copy(update={"checkpoint_tasks": TASKS, "checkpoint_margin": MARGIN})
     narrow = dataclasses.replace(default, search=narrow_search, steps=LONG_STEPS)
-    assert narrow.length(0, 10_000) == (LONG_STEPS, 0, EVERY, False, TASKS, MARGIN)
+    # its checkpoints every WIDE.every: the budget's rule sets them, the row only its steps
+    assert narrow.length(0, 10_000) == (LONG_STEPS, 0, WIDE.every, False, TASKS, MARGIN)
     wide = _runs(default, 10_000)
     assert not _same(wide, _runs(narrow, 10_000))
     assert sum(r.stopped for r in wide) == 0 and all(r.spent[0] <= 10_000 for r in wide)

@@ -194,7 +194,7 @@ def test_run_dry_run_prints_the_chain_it_would_run(tmp_path: Path) -> None:
 
 def test_checkpoints_are_switched_on_where_the_budget_pays_for_two_whole_validations() -> None:
     """A whole validation (both looks, the whole bank to measure) at m = 50 is 1,485 target runs:
-    at $0.01 a run, $14.85. From two of them the chain is 150 steps and its head scored every 10;
+    at $0.01 a run, $14.85. From two of them the chain is 200 steps and its head scored every 20;
     below, without a budget, or with fewer train tasks than a checkpoint scores, the rule's chain."""
     r = rates(run_usd=0.01, turn_usd=0.01)
 
@@ -209,10 +209,10 @@ def test_checkpoints_are_switched_on_where_the_budget_pays_for_two_whole_validat
     )
     assert (
         with_chain(Config(), on).search.checkpoints == EVERY
-        and with_chain(Config(), on).search.explore == 150
+        and with_chain(Config(), on).search.explore == LONG_STEPS
     )
     assert on.why().endswith(
-        f", its head scored every 10 steps on {TASKS} fixed train tasks and the best scored state validated "
+        f", its head scored every {EVERY} steps on {TASKS} fixed train tasks and the best scored state validated "
         "when more than 0.04 above the end (search.checkpoints: null; the budget pays for 2.0 whole "
         "validations, 2 switch them on)"
     )
@@ -270,7 +270,7 @@ def test_a_budget_that_pays_for_six_whole_validations_widens_the_pick() -> None:
     wide, narrow = at(6 * 14.85 + 0.01), at(6 * 14.85 - 0.01)
     assert (wide.steps, wide.checkpoints, wide.checkpoint_tasks, wide.checkpoint_margin) == (
         300,
-        EVERY,
+        WIDE.every,
         100,
         0.03,
     )
@@ -280,7 +280,7 @@ def test_a_budget_that_pays_for_six_whole_validations_widens_the_pick() -> None:
         "(search.checkpoints: null; the budget pays for 6.0 whole validations, 6 widen the pick)"
     )
     cfg = with_chain(Config(), wide)
-    assert (cfg.search.explore, cfg.search.checkpoints, cfg.search.checkpoint_tasks) == (300, EVERY, 100)
+    assert (cfg.search.explore, cfg.search.checkpoints, cfg.search.checkpoint_tasks) == (300, WIDE.every, 100)
     assert cfg.search.checkpoint_margin == WIDE.margin
     assert at(1000.0, n_train=70).checkpoint_tasks == 70  # all the train tasks there are
     kept = at(1000.0, checkpoint_tasks=40, checkpoint_margin=0.05)
@@ -321,7 +321,7 @@ def test_a_config_that_chains_nothing_cannot_set_checkpoints() -> None:
 def test_run_dry_run_says_a_budget_switches_checkpoints_on_and_counts_their_runs(tmp_path: Path) -> None:
     """58 train tasks and a budget of a million calls: it pays for many whole validations, so the
     run would chain 300 steps and score the head every 10 on all 58 train tasks (the projection
-    counts those runs); 500 calls pay for between two and six, a chain of 150 steps scored on 50;
+    counts those runs); 500 calls pay for between two and six, a chain of 200 steps scored every 20 on 50;
     200 calls pay for less than two, and the chain's end is validated."""
     ws = make_ws(tmp_path, tasks=with_more_train(tmp_path, 50), search={"explore": None})
     rich = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_calls=1000000")
@@ -334,7 +334,8 @@ def test_run_dry_run_says_a_budget_switches_checkpoints_on_and_counts_their_runs
     )
     mid = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_calls=500")
     [line] = [x for x in mid.stdout.splitlines() if x.startswith("chain: ")]
-    assert line.startswith("chain: 150 steps a round (search.explore: null;")
+    assert line.startswith("chain: 200 steps a round (search.explore: null;")
+    assert ", its head scored every 20 steps on 50 fixed train tasks" in line
     assert "on 50 fixed train tasks and the best scored state validated when more than 0.04 above" in line
     poor = cli("run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_calls=200")
     [line] = [x for x in poor.stdout.splitlines() if x.startswith("chain: ")]
@@ -343,7 +344,7 @@ def test_run_dry_run_says_a_budget_switches_checkpoints_on_and_counts_their_runs
         "run", ws, "--dry-run", "--rounds", "1", "-c", "budget.max_cost=500", "-c", "search.checkpoints=0"
     )
     [line] = [x for x in off.stdout.splitlines() if x.startswith("chain: ")]
-    assert "150 steps" not in line and "checkpoints" not in line
+    assert "200 steps" not in line and "checkpoints" not in line
     w = Workspace.open(ws)
     on = w.cfg.model_copy(update={"budget": w.cfg.budget.model_copy(update={"max_calls": 1_000_000})})
     scored = project(w, 1, on).rounds[0].target_runs
