@@ -315,16 +315,16 @@ class SearchConfig(_Strict):
     only the chain's end (or with ``checkpoints`` its pick) is validated (0: off, one proposal a
     round; docs/optimizer.md, "Explore"). Null (the default): a run chains as many steps as
     validating a chain's end costs in steps, from the projection's prices, 3 to 50
-    (``search.length.chain_length``; the run says what it chose), 150 where the run's budget switches
+    (``search.length.chain_length``; the run says what it chose), 200 where the run's budget switches
     checkpoints on (300 where it pays for 6 whole validations), or 0 when search.candidates > 1 or
     the objective is not task (``Config.explore_steps``)."""
     checkpoints: int | None = Field(None, ge=0, le=300)
     """Every this many steps a chain's head runs once on fixed train tasks (``checkpoint_tasks``: the
     same tasks all run), and so does its end; the best scored state is validated instead of the end
     when it scored more than ``checkpoint_margin`` above it (0: off, the end is validated;
-    docs/optimizer.md, "Explore" 8). Null (the default): every 10 steps of 150-step chains where
+    docs/optimizer.md, "Explore" 8). Null (the default): every 20 steps of 200-step chains where
     ``search.explore`` is null, the train split has 50 tasks and the run's budget pays for 2 whole
-    validations (both looks, the whole bank), of 300-step chains where it pays for 6; else off
+    validations (both looks, the whole bank), every 10 of 300-step chains where it pays for 6; else off
     (``search.length.chain_length``; the run says what it chose)."""
     checkpoint_tasks: int | None = Field(None, ge=1, le=1000)
     """Fixed train tasks a checkpoint runs the chain's head on (at most the train split's). Null (the
