@@ -534,6 +534,13 @@ class Gateway:
             ):
                 self._released.wait(wait)
                 problem = self._budget_problem(need)
+            if problem is not None and problem.startswith(RESERVE_MARK):
+                cap = self.policy.of(lease.role).max_output_tokens
+                if need.output_tokens >= cap:  # the cap itself: what a client that names none reserves
+                    problem += (
+                        f"; its max_tokens is budget.{lease.role}_max_output_tokens ({cap}), which a "
+                        f"client that names none (Codex) reserves: lower that setting"
+                    )
             if problem is not None:
                 self.refusals += 1
                 self._last_refused = need
@@ -634,9 +641,12 @@ def _budget_message(spent: str, setting: str) -> str:
     )
 
 
+RESERVE_MARK = "harnessopt budget: this call may use up to"
+
+
 def _reserve_message(need: str, left: str, setting: str, limit: float) -> str:
     return (
-        f"harnessopt budget: this call may use up to {need} (its max_tokens plus its input) but only "
+        f"{RESERVE_MARK} {need} (its max_tokens plus its input) but only "
         f"{left} of budget.{setting}={limit} remain; raise budget.{setting} in harnessopt.yaml or pass "
         f"--{setting.replace('_', '-')} to allow more, or ask for a smaller max_tokens"
     )

@@ -257,3 +257,25 @@ def test_unknown_model_costs_zero_with_a_note(gateway):
     client.messages.create(model="my-local-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert gateway.total().cost_usd == 0.0
     assert any("my-local-model" in n for n in gateway.notes)
+
+
+def test_a_refused_call_at_the_per_call_cap_names_the_cap_to_lower():
+    """Codex names no max_output_tokens, so its calls reserve the optimizer's per-call cap: the
+    refusal said "ask for a smaller max_tokens", which it cannot (QA). A call at the cap is told
+    which setting sets it; one below the cap is not."""
+    cap = BudgetConfig().target_max_output_tokens
+    with Gateway(ScriptedModel.from_dict(SCRIPT), BudgetConfig(max_tokens=cap // 2)) as gw:
+        lease = gw.lease("target", 1, "t1")
+        with httpx.Client(base_url=lease.base_url, headers={"x-api-key": lease.token}) as http:
+            said = []
+            for max_tokens in (cap, cap // 2):
+                body = {
+                    "model": MODEL,
+                    "max_tokens": max_tokens,
+                    "messages": [{"role": "user", "content": "hi"}],
+                }
+                r = http.post("/v1/messages", json=body)
+                assert r.status_code == 429
+                said.append(r.json()["error"]["message"])
+    assert f"its max_tokens is budget.target_max_output_tokens ({cap})" in said[0]
+    assert "lower that setting" in said[0] and "target_max_output_tokens" not in said[1]
