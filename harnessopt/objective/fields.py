@@ -50,8 +50,9 @@ def merge_description(old: str, new: str) -> tuple[str, list[str]]:
         old_fm, old_body = _parts(old)
         new_fm, new_body = _parts(new)
         old_meta, new_meta = _mapping(old_fm), _mapping(new_fm)
-    except (FrontMatterError, ValueError):
-        return old, ["not a SKILL.md with YAML front matter (the whole file)"]
+    except (FrontMatterError, ValueError) as e:  # said as init says it, not as a bare discard (QA)
+        why = " ".join(str(e).split())[:200]
+        return old, [f"the whole file: its front matter is not valid YAML ({why}); none of it was kept"]
     refused = ["body"] if new_body != old_body else []
     refused += [
         f"front matter '{k}'"

@@ -101,6 +101,12 @@ def test_only_description_fields_survive_the_copy_back(tmp_path: Path) -> None:
     )
     assert fields.merge_description(SKILL, folded) == (folded, [])
     assert fields.merge_description(SKILL, "no front matter")[0] == SKILL
+    # a front matter that does not parse is said so, with the YAML error (QA: "not a SKILL.md ...",
+    # listed as a write outside the whitelist, where init names the YAML problem)
+    broken = SKILL.replace("description: Converts CSV files to JSON.", "description: [Converts CSV")
+    kept, (why,) = fields.merge_description(SKILL, broken)
+    assert kept == SKILL and why.startswith("the whole file: its front matter is not valid YAML (")
+    assert why.endswith("); none of it was kept") and "\n" not in why
 
 
 def test_restrict_rewrites_the_candidate_and_reports_discarded_fields(tmp_path: Path) -> None:
