@@ -67,12 +67,15 @@ def skill_name(skill_dir: Path) -> str:
     return name if isinstance(name, str) and name else skill_dir.name
 
 
-def read_distractors(folder: Path) -> list[dict[str, str]]:
+def read_distractors(folder: Path, skill: str | None = None) -> list[dict[str, str]]:
     """The distractor skills under ``folder`` (one Agent Skills directory each): name, description
-    and the SKILL.md text. A missing folder means none; a broken skill there is a UserError."""
+    and the SKILL.md text. A missing folder means none; a broken skill there, or a name another
+    distractor or the skill itself (``skill``) has, is a UserError: a catalogue keeps one skill a
+    name, and the clash was dropped unsaid (QA)."""
     if not folder.is_dir():
         return []
     found: list[dict[str, str]] = []
+    seen = {skill: "the skill being optimized"} if skill else {}
     for d in sorted(p for p in folder.iterdir() if (p / "SKILL.md").is_file()):
         text = (d / "SKILL.md").read_text(encoding="utf-8", errors="replace")
         try:
@@ -84,6 +87,12 @@ def read_distractors(folder: Path) -> list[dict[str, str]]:
             raise UserError(f"{d}/SKILL.md needs a 'name' and a 'description'; fix the distractor skill")
         if len(text) > MAX_SKILL_MD:
             raise UserError(f"{d}/SKILL.md is over {MAX_SKILL_MD // 1024} KiB; shorten the distractor skill")
+        if name in seen:
+            raise UserError(
+                f"{d}/SKILL.md is named '{name}', as {seen[name]} is; a catalogue holds one skill a "
+                "name: rename the distractor or remove it"
+            )
+        seen[name] = f"{d.name}/"
         found.append({"name": name, "description": description, "skill_md": text})
     if len(found) > MAX_DISTRACTORS:
         raise UserError(
@@ -198,4 +207,4 @@ def round_tasks(
             f"trigger.distractors: {ws_root / distractors} is not a folder; fix the setting or "
             "create it (one Agent Skills directory per distractor)"
         )
-    return with_catalogue(mine, read_distractors(ws_root / distractors))
+    return with_catalogue(mine, read_distractors(ws_root / distractors, skill_name(ws_root / "skill")))

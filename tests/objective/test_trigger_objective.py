@@ -80,6 +80,19 @@ def test_distractors_are_read_and_attached_to_trigger_tasks_only(tmp_path: Path)
     (d / "SKILL.md").write_text("---\nname: yaml-tools\n---\nbody\n")
     with pytest.raises(UserError, match="needs a 'name' and a 'description'"):
         trigger.read_distractors(tmp_path / "distractors")
+    # a name the skill or another distractor has: a catalogue keeps one, the clash was dropped (QA)
+    (d / "SKILL.md").write_text("---\nname: yaml-tools\ndescription: YAML.\n---\nbody\n")
+    (tmp_path / "skill").mkdir()
+    (tmp_path / "skill" / "SKILL.md").write_text("---\nname: yaml-tools\ndescription: Mine.\n---\nb\n")
+    with pytest.raises(
+        UserError, match="is named 'yaml-tools', as the skill being optimized is; a catalogue"
+    ):
+        trigger.round_tasks(tmp_path, "both", "distractors", [_task("a", True), _task("c", None)], "val")
+    twin = tmp_path / "distractors" / "yaml-twin"
+    twin.mkdir()
+    (twin / "SKILL.md").write_text("---\nname: yaml-tools\ndescription: Again.\n---\nb\n")
+    with pytest.raises(UserError, match=r"yaml-twin/SKILL.md is named 'yaml-tools', as yaml-tools/ is"):
+        trigger.read_distractors(tmp_path / "distractors", "csv-to-json")
     with pytest.raises(UserError, match="holds no trigger tasks"):
         trigger.round_tasks(tmp_path, "trigger", "none", [_task("c", None)], "val")
     # both gates each side at alpha/2: a split with one kind ran a round whose other side was
