@@ -8,6 +8,7 @@ hostile document escape as anything but a ``FrontMatterError`` (a ``ValueError``
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -211,7 +212,8 @@ def redact(text: str, secret: str) -> str:
 
 def duration(s: float) -> str:
     """Seconds as a person reads a wait: ``45s``, ``12min``, ``1.5h``."""
-    s = max(0.0, s)
+    s = float(round(max(0.0, s)))  # whole seconds first, as the journal keeps a projection's time
     if s >= 3600:
         return f"{s / 3600:.1f}h"
-    return f"{s / 60:.0f}min" if s >= 120 else f"{s:.0f}s"
+    # halves up: 150 s read "2min" where 150.4 s read "3min" (status and run disagreed: QA)
+    return f"{math.floor(s / 60 + 0.5)}min" if s >= 120 else f"{s:.0f}s"

@@ -128,3 +128,18 @@ def test_load_yaml_turns_any_parser_failure_into_one_error() -> None:
     assert load_yaml("a: 1") == {"a": 1}
     with pytest.raises(FrontMatterError, match="not valid YAML"):
         load_yaml("!!python/object:os.system ls")  # safe_load refuses to construct objects
+
+
+def test_a_duration_reads_the_same_from_the_seconds_a_journal_keeps() -> None:
+    """A run printed ~3min for 150.4 s; status, from the journal's 150, printed ~2min (QA)."""
+    from harnessopt.util.text import duration
+
+    assert duration(150.4) == duration(150) == "3min"
+    assert [duration(x) for x in (0, 44.6, 119.4, 149.4, 3599, 5400)] == [
+        "0s",
+        "45s",
+        "119s",
+        "2min",
+        "60min",
+        "1.5h",
+    ]
