@@ -74,4 +74,4 @@ def plot_triggering(plt: Any, data: dict[str, Any]) -> Any:
 
 
 def _f(x: Any) -> str:
-    return "-" if x is None else f"{x:.2f}"
+    return "n/a" if x is None else f"{x:.2f}"  # "-" before an arrow read "precision -->1.00" (QA)

@@ -25,3 +25,9 @@ def test_a_no_op_round_does_not_read_as_measured() -> None:
     assert trigger_note(trigger_row(unmeasured)) == ""
     shorter = unmeasured.model_copy(update={"description_chars": 30})  # an edit that was not measured
     assert trigger_note(trigger_row(shorter)) == "trigger: description 41->30 chars"
+
+
+def test_a_side_with_no_figure_reads_as_none_not_as_an_arrow() -> None:
+    """No incumbent precision (it loaded on no query) printed "precision -->1.00" (QA)."""
+    t = {"incumbent": {"precision": None, "recall": 0.0}, "candidate": {"precision": 1.0, "recall": 0.5}}
+    assert trigger_note(t) == "trigger: precision n/a->1.00, recall 0.00->0.50"
