@@ -108,7 +108,9 @@ def proposal(result: AgentResult) -> Proposal:
             output_tokens=tokens_out,
         )
     if errors or result.exit_code not in (0, None) or not messages:
-        detail = "; ".join(errors) or result.stderr.strip()[-500:] or result.note or "no agent message"
+        # each error once: Codex reports a refused call as an error event and again as turn.failed (QA)
+        detail = "; ".join(dict.fromkeys(e for e in errors if e)) or result.stderr.strip()[-500:]
+        detail = detail or result.note or "no agent message"
         return Proposal(
             summary=f"codex stopped (exit {result.exit_code}): {detail}",
             turns=turns,

@@ -52,6 +52,7 @@ def test_a_budget_refusal_makes_the_round_an_error_that_says_so() -> None:
     )
     p = proposal(AgentResult(out, "", 1, False))
     assert p.stopped_by == "error" and "Quota exceeded" in p.summary and "exit 1" in p.summary
+    assert p.summary.count("Quota exceeded") == 1  # said once, not once an event (QA)
 
 
 def test_a_timeout_is_wall_clock() -> None:
