@@ -194,7 +194,6 @@ class MlflowRun:
         self.uri = uri or default_uri(ws)
         self.say = say
         self.run_id = ""
-        self._stale: list[str] = []  # earlier runs of this workspace a kill left RUNNING
         self._warned = False
         try:
             from mlflow.tracking import MlflowClient
@@ -221,7 +220,7 @@ class MlflowRun:
                     EXPERIMENT, artifact_location=artifact_location(self.ws, self.uri)
                 )
             )
-            self._stale = self._killed_runs(exp_id)
+            self._end_killed_runs(exp_id)
             run = self.client.create_run(
                 exp_id, run_name=self.ws.root.name, tags={"workspace": str(self.ws.root)}
             )
@@ -241,29 +240,25 @@ class MlflowRun:
         self.say(f"mlflow: run {self.run_id} in experiment '{EXPERIMENT}' at {shown_uri(self.uri)}")
         return self
 
-    def _killed_runs(self, exp_id: str) -> list[str]:
-        """This workspace's earlier MLflow runs still RUNNING, newest first: a run killed outright
-        (SIGKILL) never ended its own; only one command holds a workspace, so none is live. Each is
-        ended KILLED here, and gets what its run spent when this one folds that in (QA: it was
-        logged under this run, and the killed one stayed RUNNING)."""
+    def _end_killed_runs(self, exp_id: str) -> None:
+        """End this workspace's earlier MLflow runs still RUNNING as KILLED: a run killed outright
+        (SIGKILL) never ended its own; only one command holds a workspace, so none is live. The
+        newest gets what its run spent (the file it left, which this run folds into the journal
+        later), now, not when this run ends: a run killed in its turn lost it (QA: it was logged
+        under this run, and the killed one stayed RUNNING)."""
         runs = self.client.search_runs([exp_id], filter_string="attributes.status = 'RUNNING'")
         stale = [r.info.run_id for r in runs if r.data.tags.get("workspace") == str(self.ws.root)]
-        if stale:  # now, not when this run ends: a run killed in its turn lost it (QA)
-            self._log_spend(stale[0], self._killed_spend(), set())
+        if stale:  # search_runs lists the newest first
+            self._log_spend(stale[0], [], set(), killed=True)
         for run_id in stale:
             self.client.set_terminated(run_id, "KILLED")
-        return stale
 
-    def _killed_spend(self) -> list[dict[str, Any]]:
-        """The spend lines of the file a run killed outright left (``live_spend``), which this run
-        folds into the journal once it starts its rounds."""
-        from harnessopt.ledger import live_spend
-
-        return [{"round": k, "phase": "spend", **v} for k, v in live_spend.left(self.ws.root).items()]
-
-    def _log_spend(self, run_id: str, entries: list[dict[str, Any]], recorded: set[int]) -> None:
+    def _log_spend(
+        self, run_id: str, entries: list[dict[str, Any]], recorded: set[int], killed: bool = False
+    ) -> None:
         """``unrecorded_*`` metrics at step = round of what ``entries``' spend lines paid for rounds
-        that did not record (``log.unrecorded_spend``)."""
+        that did not record, and with ``killed`` what the file a run killed outright left says
+        (``log.unrecorded_spend``)."""
         from mlflow.entities import Metric
 
         from harnessopt.reporting.log import unrecorded_spend
@@ -272,7 +267,7 @@ class MlflowRun:
         metrics = [
             Metric(name, float(value), ts, k)
             for k, (usd, calls, tokens, _at_least) in unrecorded_spend(
-                self.ws, entries, recorded, False
+                self.ws, entries, recorded, killed
             ).items()
             for name, value in (
                 ("unrecorded_cost_usd", usd),

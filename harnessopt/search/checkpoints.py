@@ -60,7 +60,7 @@ class Pick:
     tasks: int  # fixed train tasks a checkpoint runs (at most the train split's)
     margin: float  # the best scored state replaces the end only when above it by more than this
     validations: float  # on where the run's budget pays for this many whole validations
-    every: int = EVERY  # steps between checkpoints
+    every: int  # steps between checkpoints
 
 
 NARROW = Pick(LONG_STEPS, TASKS, MARGIN, SWITCH_VALIDATIONS, EVERY)
