@@ -103,9 +103,7 @@ def extract(data: bytes, dest: Path, *, max_bytes: int, max_members: int) -> Unt
                 _one(view, member, root, result)
             except _Refused as e:
                 result.skipped.append(f"{_printable(member.name)}: {e}")
-                result.skipped_names.append(
-                    _printable("/".join(p for p in member.name.split("/") if p not in ("", ".")))
-                )
+                result.skipped_names.append(_printable("/".join(_components(member.name))))
     except _Broken as e:
         result.stopped = f"archive broken or truncated ({e}); the rest was not unpacked"
     finally:
@@ -237,12 +235,17 @@ def _parts(name: str) -> list[str]:
         raise _Refused(f"name too long (over {MAX_NAME} bytes)")
     if name.startswith("/"):
         raise _Refused("absolute path")
-    parts = [p for p in name.split("/") if p not in ("", ".")]
+    parts = _components(name)
     if ".." in parts:
         raise _Refused("'..' in the path")
     if len(parts) > MAX_DEPTH:
         raise _Refused(f"nested deeper than {MAX_DEPTH} directories")
     return parts
+
+
+def _components(name: str) -> list[str]:
+    """A member name's path components, the empty and ``.`` ones dropped."""
+    return [p for p in name.split("/") if p not in ("", ".")]
 
 
 def _open_dirs(root: int, parts: list[str]) -> int:
